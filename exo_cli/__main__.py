@@ -1,0 +1,3 @@
+from exo_cli.main import main
+
+main()

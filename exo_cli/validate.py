@@ -1,0 +1,84 @@
+"""Validation of names, ids and branch names that reach paths, git or a multiplexer.
+
+Every id, name or branch that exo turns into a path, a ref or a window name passes
+through here first; values that fail raise ``InvalidInput`` (-32002).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from exo_cli.errors import InvalidInput
+
+# A name: letters, digits, '.', '_' and '-', starting with a letter or digit.
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_NAME = 64
+_SLUG_STRIP = re.compile(r"[^a-z0-9]+")
+
+
+def _reject(what: str, value: str, why: str) -> InvalidInput:
+    shown = value if len(value) <= 80 else value[:77] + "..."
+    return InvalidInput(
+        f"Invalid {what} {shown!r}: {why}",
+        hint=f"Use letters, digits, '.', '_' and '-' (at most {MAX_NAME} characters), starting with a letter or digit.",
+        field=what,
+    )
+
+
+def check_name(value: object, what: str = "name") -> str:
+    """Return ``value`` if it is safe as a path segment, ref segment and window name."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"Invalid {what}: expected a string", field=what)
+    if not value:
+        raise _reject(what, value, "it is empty")
+    if len(value) > MAX_NAME:
+        raise _reject(what, value, f"it is longer than {MAX_NAME} characters")
+    if "/" in value or "\\" in value:
+        raise _reject(what, value, "it contains a path separator")
+    if ".." in value:
+        raise _reject(what, value, "it contains '..'")
+    if any(unicodedata.category(c).startswith("C") for c in value):
+        raise _reject(what, value, "it contains a control character")
+    if not _NAME_RE.match(value):
+        raise _reject(what, value, "it contains a character that is not allowed")
+    if value.endswith(".") or value.endswith(".lock"):
+        raise _reject(what, value, "it ends with '.' or '.lock'")
+    return value
+
+
+def check_branch(value: object, what: str = "branch") -> str:
+    """Return ``value`` if it is a safe git branch name (a subset of git-check-ref-format)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"Invalid {what}: expected a non-empty string", field=what)
+    if len(value) > 200:
+        raise _reject(what, value, "it is longer than 200 characters")
+    if value.startswith("-") or value.startswith("/") or value.endswith("/"):
+        raise _reject(what, value, "it starts with '-' or '/' or ends with '/'")
+    if value == "@" or "@{" in value or "//" in value:
+        raise _reject(what, value, "it contains '@{' or '//'")
+    for part in value.split("/"):
+        check_name(part, what)
+    return value
+
+
+def slugify(text: str, max_len: int = 40) -> str:
+    """A short, git- and path-safe slug of free text ("Fix the TUI!" -> "fix-the-tui")."""
+    norm = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+    slug = _SLUG_STRIP.sub("-", norm).strip("-")
+    if len(slug) > max_len:
+        slug = slug[:max_len].rsplit("-", 1)[0] or slug[:max_len]
+    return slug.strip("-") or "task"
+
+
+def check_text(value: object, what: str, *, max_len: int = 1_000_000, allow_empty: bool = False) -> str:
+    """Free text (prompts, messages): any characters but NUL, bounded in size."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"Invalid {what}: expected a string", field=what)
+    if not value and not allow_empty:
+        raise InvalidInput(f"Invalid {what}: it is empty", field=what)
+    if "\x00" in value:
+        raise InvalidInput(f"Invalid {what}: it contains a NUL byte", field=what)
+    if len(value) > max_len:
+        raise InvalidInput(f"Invalid {what}: longer than {max_len} characters", field=what)
+    return value
