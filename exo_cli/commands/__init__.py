@@ -1,0 +1,27 @@
+"""The command table: name -> where the Click command lives, and its one-line summary.
+
+Commands load on first use, so ``exo --help`` imports click and nothing else of weight,
+and ``exo status`` imports only the status command and its operation. The summaries
+here are checked against each command's real short help by ``tests/test_parity.py``,
+and every command's ``--help`` is exercised there, so the table cannot drift.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Entry(NamedTuple):
+    target: str  # "module:attribute"
+    summary: str
+    hidden: bool = False
+
+
+COMMANDS: dict[str, Entry] = {
+    "init": Entry("exo_cli.commands.init:init", "Set up exo in this repository."),
+    "status": Entry("exo_cli.commands.status:status", "Show the current task, git state and PR; at the root, a team summary."),
+    "agents": Entry("exo_cli.commands.status:agents", "List the agent tree with status, task, branch, PR and last message."),
+    "ls": Entry("exo_cli.commands.status:agents_alias", "Alias of `exo agents`.", hidden=True),
+    "mcp": Entry("exo_cli.commands.mcp:mcp", "Serve exo's operations as MCP tools over stdio."),
+    "completion": Entry("exo_cli.commands.completion:completion", "Print the completion script for SHELL."),
+}

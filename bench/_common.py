@@ -1,0 +1,52 @@
+"""Helpers shared by the benchmarks: repeated, interleaved timing of whole commands."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_env() -> dict[str, str]:
+    """The environment a user has: bytecode caching allowed (pip compiles installed packages)."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("NO_COLOR", "1")
+    return env
+
+
+def precompile() -> None:
+    """Compile exo's modules like a regular install does, so the comparison with click is fair."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "exo_cli")], check=True)
+
+
+def exo_argv() -> list[str]:
+    script = Path(sys.executable).with_name("exo")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "exo_cli"]
+
+
+def time_commands(cmds: dict[str, Sequence[str]], *, runs: int, cwd: Path, env: dict[str, str],
+                  stdin: dict[str, str] | None = None) -> dict[str, list[float]]:
+    """Run every command ``runs`` times, interleaved (so noise hits all alike); seconds per run."""
+    out: dict[str, list[float]] = {k: [] for k in cmds}
+    for name, argv in cmds.items():  # warm-up: page cache, .pyc files
+        subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True,
+                       input=(stdin or {}).get(name), text=True)
+    for _ in range(runs):
+        for name, argv in cmds.items():
+            t0 = time.perf_counter()
+            subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True,
+                           input=(stdin or {}).get(name), text=True)
+            out[name].append(time.perf_counter() - t0)
+    return out
+
+
+def median_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000

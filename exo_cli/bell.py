@@ -1,0 +1,97 @@
+"""Doorbells: wake-ups between processes through Unix datagram sockets in a short folder.
+
+A waiter binds one socket per key (``bell/<key>.<pid>.<n>``); a writer, after its commit,
+sends one byte to every socket of the key. Nobody polls the database in a loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import select
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+
+class Doorbell:
+    """Wake-ups between processes through Unix datagram sockets in a short folder."""
+
+    _seq = itertools.count()
+
+    def __init__(self, runtime_dir: Path) -> None:
+        self.dir = runtime_dir / "bell"
+
+    def ring(self, key: str) -> int:
+        """Wake every waiter on ``key``; return how many sockets were rung."""
+        prefix = f"{key}."
+        rung = 0
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return 0
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        try:
+            for name in names:
+                if not name.startswith(prefix):
+                    continue
+                path = os.path.join(self.dir, name)
+                try:
+                    sock.sendto(b"!", path)
+                    rung += 1
+                except OSError as exc:
+                    if exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK):
+                        with contextlib.suppress(OSError):
+                            os.unlink(path)  # a waiter that died without cleaning up
+                    # EAGAIN: its queue is full, so it is already awake.
+        finally:
+            sock.close()
+        return rung
+
+    @contextlib.contextmanager
+    def listen(self, keys: Iterable[str]) -> Iterator[Waiter]:
+        """Bind one socket per key; the waiter wakes when any of them is rung."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        socks: list[socket.socket] = []
+        paths: list[str] = []
+        try:
+            for key in keys:
+                path = os.path.join(self.dir, f"{key}.{os.getpid()}.{next(self._seq)}")
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                s.bind(path)
+                s.setblocking(False)
+                socks.append(s)
+                paths.append(path)
+            yield Waiter(socks)
+        finally:
+            for s in socks:
+                s.close()
+            for p in paths:
+                with contextlib.suppress(OSError):
+                    os.unlink(p)
+
+
+class Waiter:
+    """A set of bound doorbell sockets."""
+
+    def __init__(self, socks: list[socket.socket]) -> None:
+        self.socks = socks
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until rung or ``timeout``; drain pending rings; True when rung."""
+        if not self.socks:
+            if timeout:
+                time.sleep(timeout)
+            return False
+        ready, _, _ = select.select(self.socks, [], [], timeout)
+        for s in ready:
+            with contextlib.suppress(OSError):
+                while s.recv(16):
+                    pass
+        return bool(ready)

@@ -1,0 +1,33 @@
+"""``exo mcp``: the MCP server over stdio (the only command that imports the MCP SDK)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+
+@click.command()
+@click.option(
+    "--role",
+    type=click.Choice(["auto", "tl", "dev"]),
+    default="auto",
+    show_default=True,
+    help="Tools to serve: auto takes the caller's recorded role; tl/dev can lower it, never raise it.",
+)
+@click.pass_obj
+def mcp(env: Any, role: str) -> None:
+    """Serve exo's operations as MCP tools over stdio.
+
+    Every tool is generated from the same operation registry as the CLI, so a tool and its
+    command take the same arguments and return the same object. Only the protocol is
+    written to stdout; logs go to stderr.
+
+    \b
+    Examples:
+      claude mcp add exo -- exo mcp
+      exo mcp --role dev
+    """
+    from exo_cli.mcp_server import serve
+
+    serve(env, role)

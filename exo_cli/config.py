@@ -1,0 +1,275 @@
+"""Configuration: defaults < user < repo ``exo.toml`` < local ``.exo/config.toml`` < ``EXO_*`` < flags.
+
+Files are read with ``tomllib``; ``tomli_w`` is imported only by writers. Every key is
+declared in ``SCHEMA`` with its type and allowed values, so a bad value is an error that
+names the key path and the file it came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from exo_cli.errors import InvalidInput
+
+BACKENDS = ("claude", "gemini", "codex", "custom", "demo")
+MUXES = ("tmux", "zellij", "headless")
+FORGES = ("auto", "local", "github")
+
+
+class EnvVars:
+    """Names of every environment variable exo reads."""
+
+    AGENT = "EXO_AGENT"  # identity of the agent a process belongs to (checked against records)
+    PARENT = "EXO_PARENT"
+    ROLE = "EXO_ROLE"
+    STATE_DIR = "EXO_STATE_DIR"
+    CONFIG_DIR = "EXO_CONFIG_DIR"
+    DEBUG = "EXO_DEBUG"
+    FAULT = "EXO_FAULT"  # fault-injection points, for reliability tests
+    HANGAR_ROOT = "HANGAR_ROOT"
+    # Configuration overrides: env var -> dotted key.
+    CONFIG = {
+        "EXO_AGENT_BACKEND": "agent.default",
+        "EXO_SKIP_PERMISSIONS": "agent.skip_permissions",
+        "EXO_MUX": "mux.default",
+        "EXO_FORGE": "forge.kind",
+        "EXO_MAX_AGENTS": "limits.max_agents",
+        "EXO_WORKTREE_ROOT": "worktree.root",
+        "EXO_BASE_BRANCH": "worktree.base",
+    }
+
+
+DEFAULTS: dict[str, Any] = {
+    "agent": {
+        "default": "claude",
+        "skip_permissions": False,
+        "command": [],  # custom backend: argv template with {prompt} {worktree} {name}
+        "args": {"claude": [], "gemini": [], "codex": [], "custom": [], "demo": []},
+        "start_timeout": 60,
+        "idle_quiet_seconds": 30,
+    },
+    "mux": {"default": "tmux"},
+    "worktree": {
+        "root": "",
+        "base": "",
+        "bead_branch": "bd-{id}/{slug}",
+        "bead_dir": "bd-{id}-{slug}",
+        "child_branch": "{parent}.{name}",
+        "child_dir": "{name}",
+        "copy": [],
+        "symlink": [],
+        "post_create": [],
+    },
+    "services": {},
+    "forge": {"kind": "auto", "remote": "origin"},
+    "limits": {"max_agents": 0, "on_limit": "fail"},
+    "timeouts": {"question": 3600, "wait": 600},
+    "demo": {"script": []},
+}
+
+_Check = Callable[[Any], bool]
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _is_cmd(v: Any) -> bool:
+    return isinstance(v, str) or _is_str_list(v)
+
+
+def _is_table(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def _choice(*values: str) -> _Check:
+    def check(v: Any) -> bool:
+        return v in values
+
+    check.__doc__ = "one of " + ", ".join(values)
+    return check
+
+
+# dotted key -> (check, description of what is expected)
+SCHEMA: dict[str, tuple[_Check, str]] = {
+    "agent.default": (_choice(*BACKENDS), "one of " + ", ".join(BACKENDS)),
+    "agent.skip_permissions": (_is_bool, "true or false"),
+    "agent.command": (_is_cmd, "a command (string or list of strings)"),
+    "agent.args": (_is_table, "a table of backend -> list of extra arguments"),
+    "agent.start_timeout": (_is_int, "a whole number of seconds"),
+    "agent.idle_quiet_seconds": (_is_int, "a whole number of seconds"),
+    "mux.default": (_choice(*MUXES), "one of " + ", ".join(MUXES)),
+    "worktree.root": (_is_str, "a path"),
+    "worktree.base": (_is_str, "a branch name"),
+    "worktree.bead_branch": (_is_str, "a template string"),
+    "worktree.bead_dir": (_is_str, "a template string"),
+    "worktree.child_branch": (_is_str, "a template string"),
+    "worktree.child_dir": (_is_str, "a template string"),
+    "worktree.copy": (_is_str_list, "a list of relative paths"),
+    "worktree.symlink": (_is_str_list, "a list of relative paths"),
+    "worktree.post_create": (_is_cmd, "a command (string or list of strings)"),
+    "services": (_is_table, "a table of service name -> settings"),
+    "forge.kind": (_choice(*FORGES), "one of " + ", ".join(FORGES)),
+    "forge.remote": (_is_str, "a remote name"),
+    "limits.max_agents": (_is_int, "a whole number (0 = no limit)"),
+    "limits.on_limit": (_choice("fail", "wait"), "fail or wait"),
+    "timeouts.question": (_is_int, "a whole number of seconds"),
+    "timeouts.wait": (_is_int, "a whole number of seconds"),
+    "demo.script": (lambda v: isinstance(v, list), "a list of demo steps"),
+}
+_SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}
+
+
+def user_config_dir(environ: Mapping[str, str]) -> Path:
+    if environ.get(EnvVars.CONFIG_DIR):
+        return Path(environ[EnvVars.CONFIG_DIR])
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".config")
+    return Path(base) / "exo"
+
+
+@dataclass
+class Config:
+    """The merged configuration with the origin of every value."""
+
+    values: dict[str, Any]
+    origins: dict[str, str] = field(default_factory=dict)
+
+    def get(self, key: str) -> Any:
+        node: Any = self.values
+        for part in key.split("."):
+            node = node[part]
+        return node
+
+    def origin(self, key: str) -> str:
+        return self.origins.get(key, "default")
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if key in SCHEMA:
+            out[key] = v
+        elif isinstance(v, dict) and key in _SECTIONS:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _set(values: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = values
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def _check(key: str, value: Any, origin: str) -> None:
+    if key not in SCHEMA:
+        raise InvalidInput(
+            f"Unknown configuration key {key!r} in {origin}",
+            hint="Known keys: " + ", ".join(sorted(SCHEMA)),
+            key=key,
+            source=origin,
+        )
+    check, expected = SCHEMA[key]
+    if not check(value):
+        raise InvalidInput(
+            f"Bad value for {key} in {origin}: {value!r} (expected {expected})",
+            hint=f"Fix {key} in {origin}.",
+            key=key,
+            source=origin,
+        )
+
+
+def _parse_env_value(key: str, raw: str) -> Any:
+    check = SCHEMA[key][0]
+    if check is _is_bool:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off", ""):
+            return False
+        return raw
+    if check is _is_int:
+        try:
+            return int(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{path} is not valid TOML: {exc}", hint=f"Fix the syntax of {path}.", source=str(path)) from exc
+    except OSError as exc:
+        raise InvalidInput(f"Cannot read {path}: {exc.strerror}", source=str(path)) from exc
+
+
+def load(
+    *,
+    repo_root: Path | None,
+    environ: Mapping[str, str],
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Merge every source in precedence order and validate each value against SCHEMA."""
+    values = copy.deepcopy(DEFAULTS)
+    origins: dict[str, str] = {}
+    layers: list[tuple[str, dict[str, Any]]] = []
+    user = user_config_dir(environ) / "config.toml"
+    layers.append((str(user), read_toml(user)))
+    if repo_root is not None:
+        for path in (repo_root / "exo.toml", repo_root / ".exo" / "config.toml"):
+            layers.append((str(path), read_toml(path)))
+    for origin, table in layers:
+        for key, value in _flatten(table).items():
+            _check(key, value, origin)
+            _set(values, key, value)
+            origins[key] = origin
+    for var, key in EnvVars.CONFIG.items():
+        if var in environ:
+            value = _parse_env_value(key, environ[var])
+            _check(key, value, f"${var}")
+            _set(values, key, value)
+            origins[key] = f"${var}"
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        _check(key, value, "the command line")
+        _set(values, key, value)
+        origins[key] = "flag"
+    return Config(values, origins)
+
+
+def write_toml(path: Path, table: Mapping[str, Any]) -> None:
+    """Write ``table`` to ``path`` atomically."""
+    import tomli_w
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(tomli_w.dumps(dict(table)), encoding="utf-8")
+    os.replace(tmp, path)

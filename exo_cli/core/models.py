@@ -1,0 +1,117 @@
+"""Records exo keeps and results operations return: frozen dataclasses with JSON-native fields."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, NamedTuple
+
+ROOT = "root"
+
+# Agent statuses (DESIGN.md "Concepts").
+STARTING = "starting"
+WORKING = "working"
+IDLE = "idle"
+ASKING = "asking"
+BLOCKED_ON_DIALOG = "blocked-on-dialog"
+WAITING_PERMISSION = "waiting-permission"
+DONE = "done"
+DEAD = "dead"
+UNKNOWN = "unknown"
+STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, DONE, DEAD, UNKNOWN)
+LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, UNKNOWN)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Turn dataclasses, records (NamedTuple) and tuples into JSON-native values, recursively."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.repr}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return {k: to_jsonable(v) for k, v in zip(obj._fields, obj, strict=True)}
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    return obj
+
+
+class Agent(NamedTuple):
+    """One agent exo started (a record: immutable, cheap to define on the hooks' hot path)."""
+
+    id: str
+    name: str
+    role: str  # "tl" | "dev"
+    parent: str | None
+    status: str
+    backend: str
+    mux: str
+    task: str | None = None
+    bead: str | None = None
+    worktree: str | None = None
+    branch: str | None = None
+    base_branch: str | None = None
+    repo: str | None = None
+    location: dict[str, Any] = {}  # noqa: RUF012 - records are never mutated in place
+    session_id: str | None = None
+    output: str | None = None
+    status_reason: str | None = None
+    turns: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    status_at: float = 0.0
+    completed_at: float | None = None
+    spec: dict[str, Any] = {}  # noqa: RUF012
+    undo: list[Any] = []  # noqa: RUF012
+
+    @property
+    def live(self) -> bool:
+        return self.status in LIVE_STATUSES
+
+
+AGENT_JSON_FIELDS = ("location", "spec", "undo")
+
+
+class Message(NamedTuple):
+    """A durable message: note, question, answer, send, or a lifecycle event."""
+
+    id: int
+    kind: str
+    sender: str
+    recipient: str
+    body: str
+    data: dict[str, Any] = {}  # noqa: RUF012
+    created_at: float = 0.0
+    delivered_at: float | None = None
+    consumed_at: float | None = None
+    reply_to: int | None = None
+    state: str | None = None
+
+
+class PullRequest(NamedTuple):
+    """A pull request of an agent's branch into its parent branch."""
+
+    number: int
+    forge: str
+    title: str
+    body: str
+    head: str
+    base: str
+    author: str
+    state: str  # open | merged | closed
+    draft: bool = False
+    url: str | None = None
+    remote_number: int | None = None
+    strategy: str | None = None
+    merge_commit: str | None = None
+    review_state: str | None = None
+    checks_state: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    merged_at: float | None = None
+    data: dict[str, Any] = {}  # noqa: RUF012
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

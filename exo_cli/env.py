@@ -1,0 +1,202 @@
+"""The context every operation runs in: cwd, environment, repository, config, store, caller.
+
+Everything is computed lazily and cached, so a command pays only for what it uses
+(``exo --help`` touches none of it; ``exo status`` one git call and one SQLite open).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.core.models import ROOT
+
+if TYPE_CHECKING:
+    from exo_cli.config import Config
+    from exo_cli.core.gitutil import RepoInfo
+    from exo_cli.core.models import Agent
+    from exo_cli.store import Store
+
+# Same names as config.EnvVars (kept here so the hot path does not import tomllib).
+AGENT_VAR = "EXO_AGENT"
+STATE_DIR_VAR = "EXO_STATE_DIR"
+ROLE_RANK = {"dev": 1, "tl": 2, "human": 3}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: an agent exo recorded, or the human at the root."""
+
+    agent_id: str  # "root" for the human
+    role: str  # "human" | "tl" | "dev"
+    via: str  # "ancestry" | "env" | "worktree" | "none"
+
+    @property
+    def is_human(self) -> bool:
+        return self.agent_id == ROOT
+
+
+def runtime_dir_for(key: str, environ: Mapping[str, str]) -> Path:
+    """A short private folder for sockets and locks (unix socket paths are ~104 bytes at most)."""
+    import hashlib
+
+    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+    base = environ.get("XDG_RUNTIME_DIR")
+    if base and os.path.isdir(base) and os.access(base, os.W_OK):
+        path = Path(base) / f"exo-{digest}"
+    else:
+        path = Path("/tmp") / f"exo-{os.getuid()}-{digest}"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+class Env:
+    """Lazily resolved context of one exo invocation (CLI command, hook, or MCP server)."""
+
+    def __init__(
+        self,
+        cwd: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        *,
+        overrides: Mapping[str, Any] | None = None,
+        role_cap: str | None = None,
+        pid: int | None = None,
+    ) -> None:
+        self.cwd = Path(cwd if cwd is not None else os.getcwd()).absolute()
+        self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
+        self.overrides = dict(overrides or {})
+        self.role_cap = role_cap
+        self.pid = pid if pid is not None else os.getpid()
+        # Set by the MCP adapter so blocking operations can stop when the client cancels.
+        self.cancel: threading.Event | None = None
+
+    # -- repository and state ---------------------------------------------------------------
+    @cached_property
+    def repo(self) -> RepoInfo:
+        from exo_cli.core.gitutil import discover
+
+        return discover(self.cwd)
+
+    @cached_property
+    def state_dir(self) -> Path:
+        override = self.environ.get(STATE_DIR_VAR)
+        path = Path(override) if override else self.repo.common_dir / "exo"
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path
+
+    @cached_property
+    def repo_id(self) -> str:
+        import hashlib
+
+        return hashlib.sha1(str(self.state_dir.resolve()).encode()).hexdigest()[:10]
+
+    @cached_property
+    def runtime_dir(self) -> Path:
+        return runtime_dir_for(str(self.state_dir.resolve()), self.environ)
+
+    @cached_property
+    def config(self) -> Config:
+        from exo_cli.config import load as load_config
+
+        try:
+            root: Path | None = self.repo.root
+        except Exception:  # config outside a repo: user config and env only
+            root = None
+        return load_config(repo_root=root, environ=self.environ, overrides=self.overrides)
+
+    @cached_property
+    def store(self) -> Store:
+        from exo_cli.store import Store
+
+        return Store(self.state_dir / "state.db", lambda: self.runtime_dir)
+
+    def has_state(self) -> bool:
+        """True when the state database already exists (hooks must not create one)."""
+        override = self.environ.get(STATE_DIR_VAR)
+        base = Path(override) if override else self.repo.common_dir / "exo"
+        return (base / "state.db").exists()
+
+    # -- identity -------------------------------------------------------------------------
+    @cached_property
+    def caller(self) -> Caller:
+        return identify(self)
+
+    @property
+    def role(self) -> str:
+        """The effective role: the caller's recorded role, lowered by ``exo mcp --role``."""
+        role = self.caller.role
+        if self.role_cap and ROLE_RANK[self.role_cap] < ROLE_RANK[role]:
+            return self.role_cap
+        return role
+
+    def caller_agent(self) -> Agent | None:
+        if self.caller.is_human:
+            return None
+        return self.store.agent(self.caller.agent_id)
+
+
+def _ancestors(pid: int, limit: int = 64) -> list[int]:
+    """pid and its ancestors, from /proc (empty where /proc is missing)."""
+    chain: list[int] = []
+    while pid > 1 and len(chain) < limit:
+        chain.append(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            break
+        # Field 4 (ppid) follows the command name, which is in parentheses and may contain spaces.
+        rest = data[data.rfind(b")") + 2 :].split()
+        try:
+            pid = int(rest[1])
+        except (IndexError, ValueError):
+            break
+    return chain
+
+
+def identify(env: Env) -> Caller:
+    """Find the caller: process ancestry, then EXO_AGENT checked against records, then worktree.
+
+    Roles come from exo's records, never from what a process claims. Only a process that
+    is none of these is the human at the root.
+    """
+    try:
+        if not env.has_state():
+            return Caller(ROOT, "human", "none")
+        agents = [a for a in env.store.agents() if a.id != ROOT]
+    except Exception:
+        return Caller(ROOT, "human", "none")
+    if not agents:
+        return Caller(ROOT, "human", "none")
+    by_pid: dict[int, Agent] = {}
+    for a in agents:
+        for key in ("pid", "pgid"):
+            pid = a.location.get(key)
+            if isinstance(pid, int) and pid > 1:
+                by_pid.setdefault(pid, a)
+    if by_pid:
+        for pid in _ancestors(env.pid):
+            hit = by_pid.get(pid)
+            if hit is not None:
+                return Caller(hit.id, hit.role, "ancestry")
+    claimed = env.environ.get(AGENT_VAR)
+    if claimed and claimed != ROOT:
+        for a in agents:
+            if a.id == claimed:
+                return Caller(a.id, a.role, "env")
+    cwd = str(env.cwd.resolve())
+    best: Agent | None = None
+    for a in agents:
+        if not a.live or not a.spec.get("worktree_created", True):
+            continue  # a human in a finished agent's folder, or in the repo itself, is the human
+        if a.worktree and (cwd == a.worktree or cwd.startswith(a.worktree.rstrip("/") + "/")):
+            if best is None or len(a.worktree) > len(best.worktree or ""):
+                best = a
+    if best is not None:
+        return Caller(best.id, best.role, "worktree")
+    return Caller(ROOT, "human", "none")

@@ -1,0 +1,127 @@
+"""Shared fixtures: isolation from the developer's machine, real git repositories, an exo runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+EXO = [sys.executable, "-m", "exo_cli"]
+
+
+@pytest.fixture(autouse=True)
+def isolate(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Give every test its own HOME, config dir and git identity; no colour, fixed width."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("EXO_CONFIG_DIR", str(home / ".config" / "exo"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Exo Test")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "exo@example.invalid")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "Exo Test")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "exo@example.invalid")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n")
+    for var in ("EXO_AGENT", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "EXO_DEBUG", "EXO_FAULT", "TMUX",
+                "TMUX_PANE", "ZELLIJ", "ZELLIJ_SESSION_NAME", "HANGAR_ROOT", "EXO_AGENT_BACKEND", "EXO_MUX",
+                "EXO_FORGE", "EXO_MAX_AGENTS", "EXO_WORKTREE_ROOT", "EXO_BASE_BRANCH", "EXO_SKIP_PERMISSIONS",
+                "BEADS_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A real git repository on branch main with one commit."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("# demo\n")
+    git(path, "add", "README.md")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> object:
+        return json.loads(self.stdout)
+
+
+class Exo:
+    """Runs exo in-process through Click's CliRunner (the main() error handling included)."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+
+    def __call__(self, *args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
+        runner = CliRunner()
+        old = os.getcwd()
+        os.chdir(self.cwd)
+        try:
+            res = _invoke_main(runner, list(args), input, env)
+        finally:
+            os.chdir(old)
+        return res
+
+
+def _invoke_main(runner: CliRunner, args: list[str], input: str | None, env: dict[str, str] | None) -> Result:
+    """Call exo_cli.main.main(args) under the runner's stream isolation, capturing SystemExit."""
+    from exo_cli.main import main
+
+    with runner.isolation(input=input, env=env) as (out, err, _):
+        code = 0
+        try:
+            main(args)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        stdout = out.getvalue().decode()
+        stderr = err.getvalue().decode() if err is not None else ""
+    return Result(code, stdout, stderr)
+
+
+@pytest.fixture
+def exo(repo: Path) -> Exo:
+    return Exo(repo)
+
+
+def run_exo(*args: str, cwd: Path, env: dict[str, str] | None = None, input: str | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run exo as a real subprocess (``python -m exo_cli``)."""
+    full = dict(os.environ)
+    if env:
+        full.update(env)
+    full["PYTHONPATH"] = str(ROOT) + os.pathsep + full.get("PYTHONPATH", "")
+    return subprocess.run([*EXO, *args], cwd=cwd, env=full, input=input, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def tmux_socket(tmp_path: Path) -> Iterator[str]:
+    """A private tmux socket name, killed after the test."""
+    import uuid
+
+    name = f"exo-test-{uuid.uuid4().hex[:8]}"
+    yield name
+    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
