@@ -153,9 +153,7 @@ class Bead:
             if isinstance(d.get("depends_on_id"), str):
                 deps.append(Dependency(d["depends_on_id"], _s(d.get("type")) or "blocks", d.get("metadata")))
             elif isinstance(d.get("id"), str):  # bd show: the target issue + dependency_type
-                deps.append(
-                    Dependency(d["id"], _s(d.get("dependency_type")) or "blocks", d.get("metadata"))
-                )
+                deps.append(Dependency(d["id"], _s(d.get("dependency_type")) or "blocks", d.get("metadata")))
         comments: list[Comment] = []
         for c in obj.get("comments") or ():
             if isinstance(c, Mapping):
@@ -523,10 +521,14 @@ def check_spawnable(source: BeadsSource, bead_id: object, *, actor: str | None =
     if bead.status == "pinned" or bead.pinned:
         raise StateError(f"Bead is pinned: {full}", bead_id=full)
     if bead.status != "open":
-        raise StateError(f"Bead is not open (status: {bead.status}): {full}", bead_id=full, status=bead.status)
+        raise StateError(
+            f"Bead is not open (status: {bead.status}): {full}", bead_id=full, status=bead.status
+        )
     if bead.issue_type in EXCLUDED_READY_TYPES:
         raise StateError(
-            f"Bead of type {bead.issue_type} is not workable: {full}", bead_id=full, issue_type=bead.issue_type
+            f"Bead of type {bead.issue_type} is not workable: {full}",
+            bead_id=full,
+            issue_type=bead.issue_type,
         )
     return bead
 
@@ -710,8 +712,9 @@ class JsonlSource(BeadsSource):
         def mutate(obj: dict[str, Any], graph: Callable[[], BeadGraph]) -> bool:
             status = obj.get("status") or "open"
             if status in ("closed", "tombstone"):
-                raise StateError(f"Bead is {'deleted' if status == 'tombstone' else 'closed'}: {bead_id}",
-                                 bead_id=bead_id)
+                raise StateError(
+                    f"Bead is {'deleted' if status == 'tombstone' else 'closed'}: {bead_id}", bead_id=bead_id
+                )
             held = obj.get("assignee") or ""
             if held and held != actor:
                 raise StateError(
@@ -762,7 +765,9 @@ class JsonlSource(BeadsSource):
 
         return self._rewrite(bead_id, mutate)
 
-    def _rewrite(self, bead_id: str, mutate: Callable[[dict[str, Any], Callable[[], BeadGraph]], bool]) -> Bead:
+    def _rewrite(
+        self, bead_id: str, mutate: Callable[[dict[str, Any], Callable[[], BeadGraph]], bool]
+    ) -> Bead:
         """Change one line of the JSONL under an exclusive lock and replace the file atomically.
 
         Every other line stays byte-identical and in place; the target line keeps its keys,
@@ -958,9 +963,17 @@ class BdSource(BeadsSource):
         low = message.lower()
         if bead_id and (code == "not_found" or "not found" in low or "no issue" in low):
             return NotFound(f"Bead not found: {bead_id}", bead_id=bead_id, detail=message)
-        if bead_id and cmd in ("update", "close") and (
-            "claimed" in low or "cannot close" in low or "already" in low or "blocked" in low
-            or "pinned" in low or code in ("conflict", "already_claimed", "blocked")
+        if (
+            bead_id
+            and cmd in ("update", "close")
+            and (
+                "claimed" in low
+                or "cannot close" in low
+                or "already" in low
+                or "blocked" in low
+                or "pinned" in low
+                or code in ("conflict", "already_claimed", "blocked")
+            )
         ):
             return StateError(f"bd {cmd} {bead_id} refused: {message}", bead_id=bead_id, code=code)
         return external(f"bd {cmd}", proc, code=code)
@@ -1066,7 +1079,9 @@ def open_beads(
     if bd is not None:
         bd_path = shutil.which(bd, path=environ.get("PATH")) if os.sep not in bd else bd
         if not bd_path or not os.access(bd_path, os.X_OK):
-            raise EnvironmentError_(f"bd is not installed at {bd}", hint="Install bd or leave it unset.", bd=bd)
+            raise EnvironmentError_(
+                f"bd is not installed at {bd}", hint="Install bd or leave it unset.", bd=bd
+            )
     else:
         bd_path = shutil.which("bd", path=environ.get("PATH"))
     if bd_path:
