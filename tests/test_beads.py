@@ -29,7 +29,7 @@ from exo_cli.core.beads import (
     short_id,
     unwrap_json,
 )
-from exo_cli.errors import EnvironmentError_, InvalidInput, NotFound, StateError
+from exo_cli.errors import EnvironmentError_, ExternalFailure, InvalidInput, NotFound, StateError
 
 FIX = Path(__file__).parent / "fixtures" / "beads"
 SY = FIX / "steveyegge-beads"
@@ -583,6 +583,10 @@ def test_bd_source_reads(fake_bd):
         resolve_id(src, "nope")
     with pytest.raises(StateError, match="^Bead is blocked: bd-dolt.2$"):
         check_spawnable(src, "dolt.2")
+    assert check_spawnable(src, short_id(ready[0].id, "bd")).id == ready[0].id
+    with pytest.raises(ExternalFailure) as ei:
+        src._run(["bogus"])
+    assert ei.value.rpc_code == -32003 and "unknown command" in ei.value.message
 
 
 @pytest.mark.parametrize("shape", ["items", "envelope"])
@@ -663,3 +667,24 @@ def test_unwrap_json():
     assert unwrap_json({"schema_version": 1, "items": [2]}) == [2]
     assert unwrap_json({"schema_version": 1, "data": {"items": [3]}}) == [3]
     assert unwrap_json([4]) == [4]
+
+
+def test_check_spawnable_not_ready_reasons(tmp_path):
+    beads_dir = tmp_path / ".beads"
+    beads_dir.mkdir()
+    lines = [
+        {"id": "r-par", "title": "p", "priority": 1, "status": "deferred"},
+        {"id": "r-kid", "title": "k", "priority": 1, "dependencies": [{"issue_id": "r-kid", "depends_on_id": "r-par", "type": "parent-child"}]},
+        {"id": "r-eph", "title": "e", "priority": 1, "ephemeral": True},
+        {"id": "r-later", "title": "l", "priority": 1, "defer_until": "2999-01-01T00:00:00Z"},
+    ]  # fmt: skip
+    (beads_dir / "issues.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    src = JsonlSource(beads_dir)
+    with pytest.raises(StateError, match=r"^Bead is not ready \(parent r-par is deferred\): r-kid$"):
+        check_spawnable(src, "kid")
+    with pytest.raises(StateError, match=r"^Bead is not ready \(ephemeral\): r-eph$"):
+        check_spawnable(src, "eph")
+    with pytest.raises(StateError, match="^Bead is deferred: r-later$"):
+        check_spawnable(src, "later")
+    with pytest.raises(StateError, match="^Bead is deferred: r-par$"):
+        check_spawnable(src, "par")

@@ -489,7 +489,8 @@ def check_spawnable(source: BeadsSource, bead_id: object, *, actor: str | None =
     Resolves the id (InvalidInput / NotFound). Blocked (stored status ``blocked`` or open
     blockers) raises exactly "Bead is blocked: <full-id>". A bead ``in_progress``/``hooked``
     is refused unless ``actor`` is its assignee (resuming one's own claim). Closed, deleted,
-    deferred, pinned and never-workable types (gate, molecule, ...) are refused too.
+    deferred, pinned and never-workable types (gate, molecule, ...) are refused too, and so
+    is an open bead ``bd ready`` would not list ("Bead is not ready (<why>): <id>").
     """
     full = resolve_id(source, bead_id)
     bead = source.get(full)
@@ -497,8 +498,8 @@ def check_spawnable(source: BeadsSource, bead_id: object, *, actor: str | None =
         raise StateError(f"Bead is closed: {full}", hint="Reopen it with `bd reopen` first.", bead_id=full)
     if bead.status == "tombstone":
         raise StateError(f"Bead is deleted: {full}", bead_id=full)
-    blockers = source.blockers(full)
-    if bead.status == "blocked" or blockers:
+    if bead.status == "blocked" or source.is_blocked(full):
+        blockers = source.blockers(full)
         raise StateError(
             f"Bead is blocked: {full}",
             hint=f"Check its blockers with `bd show {full}`; close them first.",
@@ -530,6 +531,9 @@ def check_spawnable(source: BeadsSource, bead_id: object, *, actor: str | None =
             bead_id=full,
             issue_type=bead.issue_type,
         )
+    why = source.why_not_ready(full)  # children of deferred parents, ephemeral, unknown type...
+    if why:
+        raise StateError(f"Bead is not ready ({why}): {full}", bead_id=full, reason=why)
     return bead
 
 
@@ -575,6 +579,10 @@ class BeadsSource(ABC):
     def is_blocked(self, bead_id: str) -> bool:
         """Return True when the bead has open blockers."""
         return bool(self.blockers(bead_id))
+
+    @abstractmethod
+    def why_not_ready(self, bead_id: str) -> str | None:
+        """Return None when ``bd ready`` would list the bead, else a short reason."""
 
     def exists(self, bead_id: str) -> bool:
         """Return True when a bead with exactly this id exists."""
@@ -698,6 +706,9 @@ class JsonlSource(BeadsSource):
     def blockers(self, bead_id: str) -> list[str]:
         self.get(bead_id)
         return self.graph().blockers(bead_id)
+
+    def why_not_ready(self, bead_id: str) -> str | None:
+        return self.graph().why_not_ready(self.get(bead_id))
 
     @property
     def prefix(self) -> str | None:
@@ -1001,20 +1012,34 @@ class BdSource(BeadsSource):
         items = _as_issue_list(self._run(["ready", "--limit", "0"]), "ready")
         return sort_beads([Bead.from_dict(o) for o in items], sort)
 
-    def blockers(self, bead_id: str) -> list[str]:
-        """Return the ids blocking ``bead_id`` according to ``bd blocked --json``."""
+    def _blocked_entry(self, bead_id: str) -> dict[str, Any] | None:
         check_bead_id(bead_id)
         for o in _as_issue_list(self._run(["blocked"]), "blocked"):
-            if o.get("id") != bead_id:
-                continue
-            out: list[str] = []
-            for b in o.get("blocked_by") or ():
-                if isinstance(b, str):
-                    out.append(b)
-                elif isinstance(b, dict) and isinstance(b.get("id"), str):
-                    out.append(b["id"])
-            return out or ["?"]
-        return []
+            if o.get("id") == bead_id:
+                return o
+        return None
+
+    def blockers(self, bead_id: str) -> list[str]:
+        """Return the ids blocking ``bead_id`` according to ``bd blocked --json``."""
+        entry = self._blocked_entry(bead_id)
+        out: list[str] = []
+        for b in (entry or {}).get("blocked_by") or ():
+            if isinstance(b, str):
+                out.append(b)
+            elif isinstance(b, dict) and isinstance(b.get("id"), str):
+                out.append(b["id"])
+        return out
+
+    def is_blocked(self, bead_id: str) -> bool:
+        """Return True when ``bd blocked --json`` lists the bead."""
+        return self._blocked_entry(bead_id) is not None
+
+    def why_not_ready(self, bead_id: str) -> str | None:
+        """Return None when ``bd ready`` lists the bead, else a short reason."""
+        check_bead_id(bead_id)
+        if any(b.id == bead_id for b in self.ready(sort=None)):
+            return None
+        return "bd ready does not list it"
 
     def claim(self, bead_id: str, actor: str) -> Bead:
         check_bead_id(bead_id)
