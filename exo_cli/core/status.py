@@ -132,9 +132,9 @@ def team_agents(env: Env) -> list[Agent]:
     if not env.has_state():
         return []
     agents = [a for a in env.store.agents() if a.id != ROOT]
-    from exo_cli.core import liveness
+    from exo_cli.core import agentctl
 
-    return liveness.refresh(env, agents)
+    return agentctl.refresh(env, agents)
 
 
 @op(

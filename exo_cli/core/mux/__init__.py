@@ -7,30 +7,14 @@ locks.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 
-from exo_cli.core.mux.base import MUX_KINDS, Location, Mux, PaneState, ensure_private_dir
+from exo_cli.core.mux.base import MUX_KINDS, Location, Mux, PaneState
 from exo_cli.errors import InvalidInput
+from exo_cli.paths import runtime_dir_for
 from exo_cli.validate import check_name
 
 __all__ = ["MUX_KINDS", "Location", "Mux", "PaneState", "get_mux", "runtime_dir_for"]
-
-
-def runtime_dir_for(key: str) -> Path:
-    """Return (and create, mode 0700) the runtime folder for ``key`` (a repo id).
-
-    ``$XDG_RUNTIME_DIR/exo-<hash>`` when that folder is usable, else
-    ``/tmp/exo-<uid>-<hash>``; short enough for unix socket paths.
-    """
-    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isabs(xdg) and os.path.isdir(xdg) and os.access(xdg, os.W_OK | os.X_OK):
-        base = Path(xdg) / f"exo-{digest}"
-    else:
-        base = Path("/tmp") / f"exo-{os.getuid()}-{digest}"
-    return ensure_private_dir(base)
 
 
 def get_mux(kind: str, *, repo_id: str, runtime_dir: Path, session: str) -> Mux:

@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import signal
-import stat
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +19,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from exo_cli.errors import EnvironmentError_, ExternalFailure, InvalidInput
+from exo_cli.errors import ExternalFailure, InvalidInput
+from exo_cli.paths import ensure_private_dir  # noqa: F401 - re-exported for the backends
 
 MUX_KINDS = ("tmux", "zellij", "headless")
 
@@ -158,24 +158,6 @@ def check_send_text(text: object) -> str:
 
 
 # --------------------------------------------------------------------------- runtime dir
-
-
-def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` with mode 0700 (or check an existing one is ours and private)."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        raise EnvironmentError_(
-            f"Runtime folder {path} is not a folder owned by this user",
-            hint="Remove it or set XDG_RUNTIME_DIR to a private folder.",
-            path=str(path),
-        )
-    if st.st_mode & 0o077:
-        os.chmod(path, 0o700)
-    return path
 
 
 # --------------------------------------------------------------------------- processes
