@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exo_cli.core import backends
-from exo_cli.core.backends import base, claude, codex, custom, gemini
+from exo_cli.core.backends import base, claude, codex
 from exo_cli.core.backends.base import LaunchContext
 from exo_cli.errors import InvalidInput, UsageError
 
