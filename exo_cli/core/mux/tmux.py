@@ -158,9 +158,15 @@ class Tmux:
         return self._exec("list-sessions", "-F", "#{session_name}", check=False).returncode == 0
 
     def kill_server(self) -> None:
-        """Stop the private server and every pane in it (no error when none runs)."""
+        """Stop the private server and every pane in it (no error when none runs); remove its socket."""
         self._exec("kill-server", check=False)
         self._ready = False
+        path = self.socket_path()
+        if os.path.exists(path) and not self.server_running():
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     def ensure_session(self) -> None:
         """Create the detached session (with a quiet placeholder window) and set its options.
