@@ -9,7 +9,6 @@ elsewhere.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import sys
@@ -304,6 +303,20 @@ def make_fifo(path: Path) -> Path:
     return path
 
 
+def encode_spec(spec: Mapping[str, Any]) -> bytes:
+    """Encode a start request for ``_launch.py``: NUL-separated, counted fields."""
+    argv = list(spec["argv"])
+    env = dict(spec["env"])
+    keep = list(spec.get("keep", ()))
+    fields = ["EXO1", str(spec["cwd"]), str(spec.get("pid_file") or ""), str(len(argv)), *argv, str(len(env))]
+    for k, v in env.items():
+        fields += [k, v]
+    fields += [str(len(keep)), *keep]
+    if any("\0" in f for f in fields):
+        raise InvalidInput("Start request contains a NUL byte", field="argv")
+    return "\0".join(fields).encode("utf-8", "surrogateescape")
+
+
 def deliver_spec(
     fifo: Path,
     spec: Mapping[str, Any],
@@ -311,12 +324,12 @@ def deliver_spec(
     timeout: float = 20.0,
     still_waiting: Callable[[], bool] | None = None,
 ) -> None:
-    """Write ``spec`` (argv, env, cwd) as JSON into ``fifo`` once the launcher opens it.
+    """Write ``spec`` (argv, env, cwd, keep, pid_file) into ``fifo`` once the launcher opens it.
 
     ``still_waiting`` is asked about twice a second; when it returns False (the pane
     already died) or ``timeout`` passes, ExternalFailure is raised.
     """
-    data = json.dumps(dict(spec)).encode("utf-8")
+    data = encode_spec(spec)
     deadline = time.monotonic() + timeout
     next_check = time.monotonic() + 0.5
     delay = 0.001
@@ -340,7 +353,7 @@ def deliver_spec(
                 if not still_waiting():
                     raise ExternalFailure("The agent's pane exited before it started", fifo=str(fifo))
             time.sleep(delay)
-            delay = min(delay * 2, 0.02)
+            delay = min(delay * 2, 0.002)
         try:
             os.set_blocking(fd, True)
             view = memoryview(data)
