@@ -9,6 +9,7 @@ elsewhere.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import sys
@@ -118,6 +119,36 @@ class Mux(Protocol):
     def close(self, loc: Location) -> None: ...
 
     def attach_argv(self, loc: Location) -> list[str]: ...
+
+
+# --------------------------------------------------------------------------- records
+
+
+def record_path(folder: Path, name: str, what: str = "agent name") -> Path:
+    """Where the Location record of ``name`` lives in ``folder``."""
+    from exo_cli.validate import check_name
+
+    return folder / f"{check_name(name, what)}.json"
+
+
+def write_record(path: Path, loc: Location) -> None:
+    """Write ``loc`` to ``path`` atomically, mode 0600 (a Location, never an environment)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(loc.to_dict(), fh)
+    os.replace(tmp, path)
+
+
+def read_records(folder: Path) -> list[Location]:
+    """Every readable Location record in ``folder``; broken ones are skipped."""
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            out.append(Location.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError, InvalidInput):
+            continue
+    return out
 
 
 # --------------------------------------------------------------------------- validation
