@@ -41,20 +41,6 @@ class Caller:
         return self.agent_id == ROOT
 
 
-def runtime_dir_for(key: str, environ: Mapping[str, str]) -> Path:
-    """A short private folder for sockets and locks (unix socket paths are ~104 bytes at most)."""
-    import hashlib
-
-    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
-    base = environ.get("XDG_RUNTIME_DIR")
-    if base and os.path.isdir(base) and os.access(base, os.W_OK):
-        path = Path(base) / f"exo-{digest}"
-    else:
-        path = Path("/tmp") / f"exo-{os.getuid()}-{digest}"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
-
-
 class Env:
     """Lazily resolved context of one exo invocation (CLI command, hook, or MCP server)."""
 
@@ -97,6 +83,8 @@ class Env:
 
     @cached_property
     def runtime_dir(self) -> Path:
+        from exo_cli.paths import runtime_dir_for
+
         return runtime_dir_for(str(self.state_dir.resolve()), self.environ)
 
     @cached_property

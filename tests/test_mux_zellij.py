@@ -1,0 +1,319 @@
+"""The Zellij backend with an injected runner (Zellij cannot be installed here).
+
+The fake runner records every argv and plays Zellij's part for ``new-tab``: it
+parses the generated KDL layout and starts the agent pane's command the way
+Zellij would, so the launcher, environment and pid reporting run for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from exo_cli.core.mux import get_mux
+from exo_cli.core.mux.zellij import NOT_IN_ZELLIJ, PANE_VARS, Zellij, in_zellij, layout_kdl, require_zellij
+from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
+
+PY = sys.executable
+
+# --------------------------------------------------------------------------- tiny KDL reader
+
+_TOKEN = re.compile(r'[ \t\r]*(?:(//[^\n]*)|("(?:\\.|[^"\\])*")|([{};\n])|([^\s{};="]+)(=)?)')
+_ESC = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "b": "\b", "f": "\f", "/": "/"}
+
+
+def _unquote(s: str) -> str:
+    body, out, i = s[1:-1], [], 0
+    while i < len(body):
+        if body[i] == "\\":
+            nxt = body[i + 1]
+            if nxt == "u":
+                end = body.index("}", i)
+                out.append(chr(int(body[i + 3 : end], 16)))
+                i = end + 1
+                continue
+            out.append(_ESC[nxt])
+            i += 2
+        else:
+            out.append(body[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_kdl(text: str) -> list[dict]:
+    """Parse the KDL subset the layout uses into [{name, args, props, children}]."""
+    tokens = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        assert m and m.end() > pos, f"cannot tokenize at {text[pos : pos + 30]!r}"
+        pos = m.end()
+        comment, string, punct, word, eq = m.groups()
+        if comment:
+            continue
+        if string is not None:
+            tokens.append(("str", _unquote(string)))
+        elif punct is not None:
+            tokens.append((punct, punct))
+        elif word is not None:
+            tokens.append(("word", word))
+            if eq:
+                tokens.append(("=", "="))
+    stack: list[list[dict]] = [[]]
+    node = None
+    i = 0
+    while i < len(tokens):
+        kind, val = tokens[i]
+        if kind in ("\n", ";"):
+            node = None
+        elif kind == "{":
+            assert node is not None
+            stack.append(node["children"])
+            node = None
+        elif kind == "}":
+            stack.pop()
+            node = None
+        elif node is None:
+            assert kind == "word", f"node name expected, got {val!r}"
+            node = {"name": val, "args": [], "props": {}, "children": []}
+            stack[-1].append(node)
+        elif i + 1 < len(tokens) and tokens[i + 1][0] == "=":
+            vkind, vval = tokens[i + 2]
+            node["props"][val] = vval if vkind == "str" else {"true": True, "false": False}.get(vval, vval)
+            i += 2
+        else:
+            node["args"].append(val if kind == "str" else {"true": True, "false": False}.get(val, val))
+        i += 1
+    assert len(stack) == 1, "unbalanced braces"
+    return stack[0]
+
+
+def child(node: dict, name: str) -> dict:
+    found = [c for c in node["children"] if c["name"] == name]
+    assert len(found) == 1, f"{name} not found once in {node['name']}"
+    return found[0]
+
+
+def panes(node: dict) -> list[dict]:
+    return [c for c in node["children"] if c["name"] == "pane"]
+
+
+def find_pane(nodes: list[dict], name: str) -> dict | None:
+    for n in nodes:
+        if n["name"] == "pane" and n["props"].get("name") == name:
+            return n
+        found = find_pane(n["children"], name)
+        if found:
+            return found
+    return None
+
+
+# --------------------------------------------------------------------------- fake zellij
+
+
+class FakeZellij:
+    """Records argv lists; runs the agent pane of a new tab like Zellij would."""
+
+    def __init__(self, tmp_path: Path, pane_env: dict[str, str]) -> None:
+        self.calls: list[list[str]] = []
+        self.layouts: list[str] = []
+        self.children: list[subprocess.Popen] = []
+        self.pane_env = pane_env
+        self.screen = "line a\nline b\nlast line\n"
+
+    def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        action = argv[4:]
+        if action[0] == "new-tab":
+            layout = Path(action[action.index("--layout") + 1]).read_text()
+            self.layouts.append(layout)
+            agent = find_pane(parse_kdl(layout), "agent")
+            cmd = [child(agent, "command")["args"][0], *child(agent, "args")["args"]]
+            cwd = child(agent, "cwd")["args"][0]
+            self.children.append(
+                subprocess.Popen(
+                    cmd, cwd=cwd, env=self.pane_env, start_new_session=True, stdin=subprocess.DEVNULL
+                )
+            )
+        elif action[0] == "dump-screen":
+            Path(action[-1]).write_text(self.screen)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    def actions(self) -> list[list[str]]:
+        return [c[4:] for c in self.calls]
+
+
+def wait_for(pred, timeout: float = 15.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.03)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def fake(tmp_path):
+    pane_env = {
+        "PATH": os.environ["PATH"],
+        "ZELLIJ": "0",
+        "ZELLIJ_SESSION_NAME": "work",
+        "ZELLIJ_PANE_ID": "3",
+        "TERM": "xterm-256color",
+        "SERVER_ONLY_SECRET": "zellij server env must not leak",
+    }
+    f = FakeZellij(tmp_path, pane_env)
+    yield f
+    for p in f.children:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+@pytest.fixture
+def zj(tmp_path, fake):
+    return Zellij("work", runtime_dir=tmp_path / "rt", run=fake, environ={})
+
+
+def test_environment_checks(tmp_path):
+    assert not in_zellij({})
+    assert in_zellij({"ZELLIJ": "0", "ZELLIJ_SESSION_NAME": "s"})
+    assert require_zellij({"ZELLIJ": "0", "ZELLIJ_SESSION_NAME": "s"}) == "s"
+    with pytest.raises(EnvironmentError_) as err:
+        Zellij(None, runtime_dir=tmp_path, run=lambda a: None, environ={})
+    assert str(err.value) == NOT_IN_ZELLIJ == "Not running in Zellij session"
+    assert err.value.rpc_code == -32005
+    with pytest.raises(EnvironmentError_):
+        Zellij("s", runtime_dir=tmp_path, binary="zellij-does-not-exist-here")
+    monkey_env = {"ZELLIJ": "0", "ZELLIJ_SESSION_NAME": "cur"}
+    z = Zellij(None, runtime_dir=tmp_path, run=lambda a: None, environ=monkey_env)
+    assert z.session == "cur"
+
+
+def test_start_command_lines_env_and_pid(zj, fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXO_TEST_CANARY", "must-not-leak")
+    out = tmp_path / "seen.json"
+    prog = textwrap.dedent(
+        """
+        import json, os, sys, time
+        json.dump({"env": dict(os.environ), "argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid()},
+                  open(os.environ["OUT"] + ".tmp", "w"))
+        os.replace(os.environ["OUT"] + ".tmp", os.environ["OUT"])
+        time.sleep(60)
+        """
+    )
+    given = {"PATH": os.environ["PATH"], "LC_ALL": "C.UTF-8", "OUT": str(out), "API_KEY": "sk-secret"}
+    args = ["-x", "$(y)", "a b;"]
+    loc = zj.start("agent1", [PY, "-c", prog, *args], cwd=tmp_path, env=given)
+    (new_tab,) = fake.calls
+    assert new_tab[:5] == ["zellij", "--session", "work", "action", "new-tab"]
+    layout_path = new_tab[6]
+    assert new_tab[4:] == ["new-tab", "--layout", layout_path, "--cwd", str(tmp_path), "--name", "agent1"]
+    assert not Path(layout_path).exists()  # cleaned up after the tab opened
+    assert "sk-secret" not in fake.layouts[0]  # secrets never in the layout file
+    seen = wait_for(lambda: out.exists() and json.loads(out.read_text()), what="agent output")
+    assert seen["argv"] == args and seen["cwd"] == str(tmp_path)
+    assert "EXO_TEST_CANARY" not in seen["env"] and "SERVER_ONLY_SECRET" not in seen["env"]
+    assert set(seen["env"]) - set(given) <= set(PANE_VARS)
+    assert {k: seen["env"][k] for k in given} == given
+    assert seen["env"]["ZELLIJ_PANE_ID"] == "3"
+    assert loc.pid == seen["pid"] == loc.pgid and loc.tab == "agent1" and loc.mux == "zellij"
+    assert zj.alive(loc)
+    states = zj.list_states()
+    assert list(states) == ["agent1"] and states["agent1"].alive
+    assert len(fake.calls) == 1  # listing and liveness need no zellij call
+
+
+def test_send_capture_close_command_lines(zj, fake, tmp_path):
+    loc = zj.start(
+        "a2", [PY, "-c", "import time; time.sleep(60)"], cwd=tmp_path, env={"PATH": os.environ["PATH"]}
+    )
+    fake.calls.clear()
+    zj.send_text(loc, "-leading; $(x) `y` 'q'\nnext", enter_delay=0.0)
+    assert fake.actions() == [
+        ["go-to-tab-name", "a2"],
+        ["write-chars", "--", "-leading; $(x) `y` 'q'\nnext"],
+        ["write", "13"],
+    ]
+    fake.calls.clear()
+    zj.send_text(loc, "x" * 40000, submit=False)
+    assert [a[0] for a in fake.actions()] == ["go-to-tab-name", "write-chars", "write-chars", "write-chars"]
+    assert "".join(a[2] for a in fake.actions()[1:]) == "x" * 40000
+    with pytest.raises(InvalidInput):
+        zj.send_text(loc, "nul\x00")
+    fake.calls.clear()
+    assert zj.capture(loc, 2) == "line b\nlast line\n"
+    (goto, dump) = fake.actions()
+    assert goto == ["go-to-tab-name", "a2"] and dump[:2] == ["dump-screen", "--full"]
+    assert not Path(dump[2]).exists()
+    with pytest.raises(StateError):
+        zj.close(loc)
+    fake.calls.clear()
+    zj.close(loc, force=True)
+    assert fake.actions() == [["go-to-tab-name", "a2"], ["close-tab"]]
+    assert not zj.alive(loc) and zj.list_states() == {}
+    with pytest.raises(StateError):
+        zj.send_text(loc, "too late")
+
+
+def test_attach_argv(tmp_path, fake):
+    inside = Zellij(
+        "work", runtime_dir=tmp_path, run=fake, environ={"ZELLIJ": "0", "ZELLIJ_SESSION_NAME": "work"}
+    )
+    outside = Zellij("work", runtime_dir=tmp_path, run=fake, environ={})
+    from exo_cli.core.mux import Location
+
+    loc = Location(mux="zellij", session="work", tab="4hj", name="4hj", pid=1)
+    assert inside.attach_argv(loc) == ["zellij", "--session", "work", "action", "go-to-tab-name", "4hj"]
+    assert outside.attach_argv(loc) == ["zellij", "attach", "work"]
+
+
+def test_layout_with_services_matches_seed_shape():
+    argv = [PY, "-I", "-S", "/x/_launch.py", '/run/a "quoted"\\path\n']
+    nodes = parse_kdl(layout_kdl(argv, "/work/tree", services=True))
+    (layout,) = nodes
+    assert layout["name"] == "layout"
+    template = child(layout, "default_tab_template")
+    assert [c["name"] for c in template["children"]] == ["pane", "children", "pane"]
+    (split,) = panes(layout)
+    assert split["props"] == {"split_direction": "vertical"}
+    agent, side = panes(split)
+    assert agent["props"] == {"name": "agent", "size": "60%", "focus": True}
+    assert child(agent, "command")["args"] == [PY]
+    assert child(agent, "args")["args"] == argv[1:]  # escaping round-trips
+    assert child(agent, "cwd")["args"] == ["/work/tree"]
+    assert side["props"] == {"split_direction": "horizontal", "size": "40%", "stacked": True}
+    pc, logs = panes(side)
+    assert pc["props"]["name"] == "process-compose" and logs["props"]["name"] == "logs"
+    assert child(pc, "command")["args"] == ["process-compose"]
+    pc_args = child(pc, "args")["args"]
+    assert pc_args[0] == "up" and "--log-file" in pc_args
+    log = pc_args[pc_args.index("--log-file") + 1]
+    assert child(logs, "command")["args"] == ["tail"] and child(logs, "args")["args"] == ["-F", log]
+
+
+def test_layout_without_services_and_escaping():
+    weird = 'a"b\\c\td\x01e'
+    nodes = parse_kdl(layout_kdl(["agent", weird], "/w", services=False, tab_bars=False))
+    (layout,) = nodes
+    (agent,) = panes(layout)
+    assert agent["props"] == {"name": "agent", "focus": True}
+    assert child(agent, "args")["args"] == [weird]
+    with pytest.raises(InvalidInput):
+        layout_kdl([], "/w", services=False)
+
+
+def test_get_mux_zellij_needs_a_session(tmp_path, monkeypatch):
+    monkeypatch.delenv("ZELLIJ", raising=False)
+    monkeypatch.delenv("ZELLIJ_SESSION_NAME", raising=False)
+    with pytest.raises(EnvironmentError_, match="Not running in Zellij session"):
+        get_mux("zellij", repo_id="r", runtime_dir=tmp_path, session="main")
