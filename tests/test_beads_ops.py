@@ -118,7 +118,7 @@ def test_beads_human_views(repo: Path, exo: Exo) -> None:
     now = time.time()
     env.store.insert_agent(Agent(id="w1", name="w1", role="dev", parent="root", status="working",
                                  backend="demo", mux="headless", bead="ex-a2", created_at=now,
-                                 updated_at=now, status_at=now, location={"pid": os.getpid()}))
+                                 updated_at=now, status_at=now, location={"mux": "headless", "pid": os.getpid()}))
     r = exo("beads", "ready")
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()

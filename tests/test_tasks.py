@@ -132,7 +132,7 @@ def test_pick_ready_priority_age_and_live_owners(repo: Path) -> None:
     env.store.insert_agent(agent("w3", "ex-a1", status="dead"))  # dead: does not own
     env.store.insert_agent(agent("w4", "ex-ep", status="done"))
     env.store.insert_agent(agent("w5", None))
-    env.store.insert_agent(agent("w6", "ex-ep.1", location={"pid": 2**22 + 12345}))  # its process is gone
+    env.store.insert_agent(agent("w6", "ex-ep.1", location={"mux": "headless", "pid": 2**22 + 12345}))  # its process is gone
     fresh = make_env(repo)
     assert ids(tasks.pick_ready(fresh, 3)) == ["ex-a1", "ex-ep", "ex-ep.1"]
     assert fresh.store.agent("w6").status == "dead"  # type: ignore[union-attr]

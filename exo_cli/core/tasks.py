@@ -133,14 +133,14 @@ def _id_forms(ids: Iterable[str | None], prefix: str | None) -> set[str]:
 def live_owners(env: Env) -> dict[str, str]:
     """Return bead id -> agent id for the beads that live agents work on (ids as recorded).
 
-    Liveness is checked first (``liveness.refresh``), so an agent whose process is gone
-    no longer owns its bead.
+    Liveness is checked first (``agentctl.refresh``: one batched multiplexer call), so an
+    agent whose pane or process is gone no longer owns its bead.
     """
     if not env.has_state():
         return {}
-    from exo_cli.core import liveness
+    from exo_cli.core import agentctl
 
-    agents = liveness.refresh(env, [a for a in env.store.agents() if a.id != ROOT])
+    agents = agentctl.refresh(env, [a for a in env.store.agents() if a.id != ROOT])
     return {a.bead: a.id for a in agents if a.bead and a.status in LIVE_STATUSES}
 
 
