@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 CORE_MODULES = (
     "exo_cli.core.status",
     "exo_cli.core.init",
+    "exo_cli.core.beads_ops",
 )
 
 

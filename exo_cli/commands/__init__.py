@@ -22,6 +22,8 @@ COMMANDS: dict[str, Entry] = {
     "status": Entry("exo_cli.commands.status:status", "Show the current task, git state and PR; at the root, a team summary."),
     "agents": Entry("exo_cli.commands.status:agents", "List the agent tree with status, task, branch, PR and last message."),
     "ls": Entry("exo_cli.commands.status:agents_alias", "Alias of `exo agents`.", hidden=True),
+    "beads": Entry("exo_cli.commands.beads:beads", "Read the beads tracker: ready, show and list beads."),
+    "reconstitute": Entry("exo_cli.commands.reconstitute:reconstitute", "Sync beads from the main branch and refresh the agent's context."),
     "mcp": Entry("exo_cli.commands.mcp:mcp", "Serve exo's operations as MCP tools over stdio."),
     "completion": Entry("exo_cli.commands.completion:completion", "Print the completion script for SHELL."),
 }
