@@ -304,7 +304,11 @@ def cleanup(undo_records: list[dict[str, Any]]) -> None:
     """Replay undo records in reverse order; each kind is idempotent."""
     import exo_cli.core.backends.project_file  # noqa: F401  (registers its undo kinds)
 
-    for record in reversed(undo_records):
+    # Records that created a shared parent container (``projects`` in .claude.json) go last, so
+    # the container is empty - and removed - once every entry exo put in it is gone, whatever
+    # order concurrent spawns happened to create them in.
+    ordered = sorted(reversed(undo_records), key=lambda r: bool(r.get("added_parents")))
+    for record in ordered:
         kind = record.get("kind")
         handler = _UNDO.get(str(kind))
         if handler is None:
