@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import mcp_extra_ops
 import pytest
 
-import mcp_extra_ops
 from conftest import ROOT
 from exo_cli.env import Env
 

@@ -11,9 +11,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import mcp_extra_ops
 import pytest
 
-import mcp_extra_ops
 from conftest import ROOT
 from exo_cli import registry
 from exo_cli.core.models import Agent
@@ -56,7 +56,7 @@ def expected_tools(role: str) -> set[str]:
 
 def list_over_stdio(repo: Path, *args: str, env: dict[str, str] | None = None) -> tuple[set[str], str]:
     """Tool names a real `exo mcp` (test operations included) lists over stdio, and its stderr."""
-    from mcp import Client, StdioServerParameters
+    from mcp import StdioServerParameters
 
     errlog = repo.parent / f"stderr-{os.getpid()}-{len(args)}.log"
 
@@ -64,8 +64,8 @@ def list_over_stdio(repo: Path, *args: str, env: dict[str, str] | None = None) -
         with open(errlog, "w") as err:
             params = StdioServerParameters(command=LAUNCH[0], args=[*LAUNCH[1:], "mcp", *args],
                                            env=server_env(**(env or {})), cwd=str(repo))
-            from mcp.client.stdio import stdio_client
             from mcp.client.session import ClientSession
+            from mcp.client.stdio import stdio_client
 
             async with stdio_client(params, errlog=err) as (r, w), ClientSession(r, w) as s:
                 await s.initialize()
