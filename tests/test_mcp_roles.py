@@ -197,3 +197,33 @@ def test_tool_description_prefers_tool_then_op() -> None:
     assert tool_description(base, Tool("x")) == "Do a thing.\n\nMore about it."
     assert tool_description(base._replace(description="Op words. Two."), Tool("x")) == "Op words. Two."
     assert tool_description(base, Tool("x", description="Seed words. Decide here.")) == "Seed words. Decide here."
+
+
+def test_background_tasks_start_only_for_the_root_tl(repo: Path) -> None:
+    import threading
+
+    from exo_cli import mcp_server
+
+    ran: list[str] = []
+    done = threading.Event()
+
+    def starter(env: Env) -> None:
+        ran.append(env.caller.agent_id)
+        done.set()
+
+    def broken(env: Env) -> None:
+        raise RuntimeError("a failing starter is logged, never raised")
+
+    mcp_server.BACKGROUND.extend([broken, starter])
+    try:
+        assert mcp_server.start_background_tasks(Env(cwd=repo), "dev") == []
+        record_agent(repo, "t5", "tl")
+        child_tl = Env(cwd=repo, environ={**os.environ, "EXO_AGENT": "t5"})
+        assert mcp_server.start_background_tasks(child_tl, "tl") == []  # a subtree TL is not the root
+        threads = mcp_server.start_background_tasks(Env(cwd=repo), "tl")
+        assert len(threads) == 2 and all(t.daemon for t in threads)
+        for t in threads:
+            t.join(10)
+        assert done.is_set() and ran == ["root"]
+    finally:
+        del mcp_server.BACKGROUND[-2:]
