@@ -96,10 +96,9 @@ def test_recorded_dev_agent_cannot_raise_its_role(repo: Path, extra_ops: None) -
         assert "test_tl_only" not in tools
         if role == "tl":
             assert "--role tl ignored" in stderr and "w1" in stderr
-    # a recorded TL (a subtree child) gets TL tools with auto, and can lower itself
+    # a recorded TL (a subtree child) gets TL tools with auto
     record_agent(repo, "t1", "tl")
     assert list_over_stdio(repo, env={"EXO_AGENT": "t1"})[0] == expected_tools("tl")
-    assert list_over_stdio(repo, "--role", "dev", env={"EXO_AGENT": "t1"})[0] == expected_tools("dev")
 
 
 def test_hidden_tl_tool_is_refused_by_the_operation(repo: Path, extra_ops: None) -> None:

@@ -126,15 +126,3 @@ def test_stray_output_of_a_tool_and_its_children_misses_the_wire(repo: Path) -> 
     for noise in ("noise from print()", "noise from fd 1", "noise from a child process"):
         assert noise in stderr
 
-
-def test_role_warning_goes_to_stderr(repo: Path) -> None:
-    from exo_cli.core.models import Agent
-    from exo_cli.env import Env
-
-    Env(cwd=repo).store.insert_agent(Agent(id="w9", name="w9", role="dev", parent="root", status="working",
-                                           backend="demo", mux="headless"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "EXO_AGENT": "w9"}
-    p = subprocess.run([sys.executable, "-m", "exo_cli", "mcp", "--role", "tl"], cwd=repo, env=env, input="",
-                       capture_output=True, text=True, timeout=60)
-    assert p.stdout == ""
-    assert "--role tl ignored" in p.stderr
