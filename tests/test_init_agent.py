@@ -120,7 +120,10 @@ def test_codex_wiring_keeps_user_toml_and_comments(repo: Path) -> None:
     assert cfg["model"] == "gpt-5" and cfg["mcp_servers"]["docs"] == {"command": "docs-mcp"}
     assert cfg["mcp_servers"]["exo"] == {"command": exo[0], "args": [*exo[1:], "mcp", "--role", "auto"]}
     hooks = json.loads((repo / ".codex" / "hooks.json").read_text())
-    assert set(hooks["hooks"]) == {"SessionStart", "UserPromptSubmit", "Stop"}
+    from exo_cli.core.backends import codex
+
+    assert set(hooks["hooks"]) == {event for event, *_ in codex.HOOKS}
+    assert {"SessionStart", "UserPromptSubmit", "Stop"} <= set(hooks["hooks"])
     assert _commands(hooks, "Stop") == [shlex.join([*exo, "hook", "stop", "--cli", "codex"])]
     note = " ".join(w["notes"])
     assert "trusted project" in note and "codex mcp add exo --" in note and "CODEX_HOME" in note

@@ -35,26 +35,15 @@ if TYPE_CHECKING:
 AGENTS = ("claude", "gemini", "codex")
 SERVER = "exo"
 
-# agent CLI event -> (exo hook event, timeout in the CLI's unit: seconds for claude/codex, ms for gemini)
-CLAUDE_HOOKS = {
-    "SessionStart": ("session-start", 30),
-    "UserPromptSubmit": ("prompt", 30),
-    "Stop": ("stop", 60),
-    "Notification": ("notification", 30),
-    "SessionEnd": ("session-end", 5),
-}
-GEMINI_HOOKS = {
-    "SessionStart": ("session-start", 30000),
-    "BeforeAgent": ("prompt", 30000),
-    "AfterAgent": ("stop", 60000),
-    "Notification": ("notification", 30000),
-    "SessionEnd": ("session-end", 5000),
-}
-CODEX_HOOKS = {
-    "SessionStart": ("session-start", 30),
-    "UserPromptSubmit": ("prompt", 30),
-    "Stop": ("stop", 60),
-}
+# The hook tables are the backends' own (one source of truth for what exo hooks where):
+# (agent CLI event, exo hook event, matcher or None, timeout in the CLI's unit).
+HookTable = tuple[tuple[str, str, str | None, int], ...]
+
+
+def _hook_tables() -> dict[str, HookTable]:
+    from exo_cli.core.backends import claude, codex, gemini
+
+    return {"claude": claude.HOOKS, "gemini": gemini.HOOKS, "codex": codex.HOOKS}
 
 
 @dataclass(frozen=True)
@@ -114,11 +103,11 @@ def _is_exo_hook(handler: Any, cli: str) -> bool:
     return os.path.basename(head[0]) == "exo" or head[-2:] == ["-m", "exo_cli"]
 
 
-def merge_hooks(settings: dict[str, Any], path: Path, cli: str, table: dict[str, tuple[str, int]],
+def merge_hooks(settings: dict[str, Any], path: Path, cli: str, table: HookTable,
                 exo: list[str], *, named: bool = False) -> None:
     """Put one exo handler group per event into ``settings["hooks"]``, keeping the user's own."""
     hooks = _object(settings, "hooks", path)
-    for event, (exo_event, timeout) in table.items():
+    for event, exo_event, matcher, timeout in table:
         groups = hooks.get(event, [])
         if not isinstance(groups, list):
             raise InvalidInput(f"{path}: hooks.{event} is not a list", hint="Fix the file, then run exo init again.",
@@ -135,7 +124,7 @@ def merge_hooks(settings: dict[str, Any], path: Path, cli: str, table: dict[str,
                                    "timeout": timeout}
         if named:
             handler = {"name": f"exo-{exo_event}", **handler}
-        kept.append({"hooks": [handler]})
+        kept.append({"matcher": matcher, "hooks": [handler]} if matcher else {"hooks": [handler]})
         hooks[event] = kept
 
 
@@ -206,7 +195,7 @@ def wire_agent(repo: RepoInfo, agent: str) -> AgentWiring:
         local = track(".claude/settings.local.json")
 
         def claude_settings(d: dict[str, Any]) -> None:
-            merge_hooks(d, local, "claude", CLAUDE_HOOKS, exo)
+            merge_hooks(d, local, "claude", _hook_tables()["claude"], exo)
             enabled = d.setdefault("enabledMcpjsonServers", [])
             if isinstance(enabled, list) and SERVER not in enabled:
                 enabled.append(SERVER)
@@ -221,7 +210,7 @@ def wire_agent(repo: RepoInfo, agent: str) -> AgentWiring:
 
         def gemini_settings(d: dict[str, Any]) -> None:
             _object(d, "mcpServers", settings)[SERVER] = dict(entry)
-            merge_hooks(d, settings, "gemini", GEMINI_HOOKS, exo, named=True)
+            merge_hooks(d, settings, "gemini", _hook_tables()["gemini"], exo, named=True)
             cfg = _object(d, "hooksConfig", settings)
             if cfg.get("enabled") is False:
                 notes.append(f"{settings}: hooksConfig.enabled is false (your choice, kept): exo's hooks will "
@@ -237,7 +226,7 @@ def wire_agent(repo: RepoInfo, agent: str) -> AgentWiring:
         if _codex_config(config, entry, notes):
             changed.append(config)
         hooks_json = track(".codex/hooks.json")
-        if _json_file(hooks_json, lambda d: merge_hooks(d, hooks_json, "codex", CODEX_HOOKS, exo)):
+        if _json_file(hooks_json, lambda d: merge_hooks(d, hooks_json, "codex", _hook_tables()["codex"], exo)):
             changed.append(hooks_json)
         notes.append(f"Codex reads .codex/config.toml and .codex/hooks.json only in a trusted project: trust {root} "
                      "when Codex asks (and review the hooks with /hooks). exo never edits $CODEX_HOME/config.toml; "

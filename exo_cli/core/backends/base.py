@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import shlex
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,25 +19,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from exo_cli.errors import StateError, UsageError
+from exo_cli.selfcmd import exo_command
 
 HOOK_EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
 """The events ``exo hook`` understands (the hook command contract)."""
 
 ROLES = ("tl", "dev")
-
-
-def exo_command() -> list[str]:
-    """Return the absolute argv that runs this exo.
-
-    The ``exo`` script installed beside the running interpreter when it exists (a venv or a
-    pipx install), else ``[sys.executable, "-m", "exo_cli"]``. Hooks and MCP entries use it
-    because an agent's PATH may not contain exo.
-    """
-    exe = Path(sys.executable)
-    script = exe.parent / "exo"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script.absolute())]
-    return [str(exe.absolute()), "-m", "exo_cli"]
 
 
 def hook_argv(event: str, cli: str) -> list[str]:
