@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 CORE_MODULES = (
     "exo_cli.core.status",
     "exo_cli.core.init",
+    "exo_cli.core.pr",
+    "exo_cli.core.complete",
+    "exo_cli.core.watch",
 )
 
 

@@ -22,6 +22,11 @@ COMMANDS: dict[str, Entry] = {
     "status": Entry("exo_cli.commands.status:status", "Show the current task, git state and PR; at the root, a team summary."),
     "agents": Entry("exo_cli.commands.status:agents", "List the agent tree with status, task, branch, PR and last message."),
     "ls": Entry("exo_cli.commands.status:agents_alias", "Alias of `exo agents`.", hidden=True),
+    "pr": Entry("exo_cli.commands.pr:pr", "File, merge and list pull requests."),
+    "complete": Entry("exo_cli.commands.complete:complete",
+                      "Close the bead, stop the agent, and remove its worktree and branch if nothing would be lost."),
+    "watch": Entry("exo_cli.commands.watch:watch",
+                   "Poll the forge for review, check and merge changes and deliver them as events."),
     "mcp": Entry("exo_cli.commands.mcp:mcp", "Serve exo's operations as MCP tools over stdio."),
     "completion": Entry("exo_cli.commands.completion:completion", "Print the completion script for SHELL."),
 }
