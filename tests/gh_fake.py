@@ -65,13 +65,13 @@ class FakeGitHub:
     def slug(self) -> str:
         return f"{HOST}/{self.owner}/{self.name}"
 
-    def env(self) -> dict[str, str]:
-        """Environment for ``gh``: a dummy token and every request routed to this server."""
+    def env(self, config_dir: str) -> dict[str, str]:
+        """Environment for ``gh``: a dummy token, its own config dir, every request routed here."""
         proxy = f"http://127.0.0.1:{self.port}"
         return {"GH_TOKEN": "dummy-token", "GH_ENTERPRISE_TOKEN": "dummy-token", "HTTP_PROXY": proxy,
                 "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy, "NO_PROXY": "",
                 "no_proxy": "", "GH_NO_UPDATE_NOTIFIER": "1", "GH_PROMPT_DISABLED": "1",
-                "GH_CONFIG_DIR": "/nonexistent-gh-config", "NO_COLOR": "1"}
+                "GH_CONFIG_DIR": config_dir, "NO_COLOR": "1"}
 
     # -- the model ---------------------------------------------------------------------------
     def repo(self) -> dict[str, Any]:
