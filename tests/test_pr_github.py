@@ -11,12 +11,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from gh_fake import FakeGitHub
+from pr_helpers import commit, env_for, git, make_agent
 
 from exo_cli import registry
 from exo_cli.core.forge import get_forge
 from exo_cli.core.forge.base import github_slug
-from gh_fake import FakeGitHub
-from pr_helpers import commit, env_for, git, make_agent
 
 pytestmark = pytest.mark.skipif(shutil.which("gh") is None, reason="gh is not installed")
 
