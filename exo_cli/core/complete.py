@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -340,16 +341,16 @@ def archive(env: Env, agent: Agent) -> tuple[dict[str, str], list[str]]:
             ref = _free_ref(root, ARCHIVE + branch, sha)
             gitutil.git(["update-ref", "-m", "exo complete --force", ref, sha], cwd=root)
             refs[ref] = sha
-            restore.append(f"git branch {branch} {ref}")
+            restore.append(f"git branch {shlex.quote(branch)} {shlex.quote(ref)}")
     if wt:
         wip = wip_commit(wt)
+        if branch:
+            restore.append(f"git worktree add {shlex.quote(wt)} {shlex.quote(branch)}")
         if wip:
             ref = _free_ref(root, ARCHIVE + label + "-wip", wip)
             gitutil.git(["update-ref", "-m", "exo complete --force (uncommitted work)", ref, wip], cwd=root)
             refs[ref] = wip
-            if branch:
-                restore.append(f"git worktree add {wt} {branch}")
-                restore.append(f"git -C {wt} stash apply --index {ref}")
+            restore.append(f"git -C {shlex.quote(wt)} stash apply --index {shlex.quote(ref)}")
     return refs, restore
 
 
