@@ -27,6 +27,9 @@ CORE_MODULES = (
     "exo_cli.core.status",
     "exo_cli.core.init",
     "exo_cli.core.beads_ops",
+    "exo_cli.core.pr",
+    "exo_cli.core.complete",
+    "exo_cli.core.watch",
 )
 
 

@@ -24,6 +24,11 @@ COMMANDS: dict[str, Entry] = {
     "ls": Entry("exo_cli.commands.status:agents_alias", "Alias of `exo agents`.", hidden=True),
     "beads": Entry("exo_cli.commands.beads:beads", "Read the beads tracker: ready, show and list beads."),
     "reconstitute": Entry("exo_cli.commands.reconstitute:reconstitute", "Sync beads from the main branch and refresh the agent's context."),
+    "pr": Entry("exo_cli.commands.pr:pr", "File, merge and list pull requests."),
+    "complete": Entry("exo_cli.commands.complete:complete",
+                      "Close the bead, stop the agent, and remove its worktree and branch if nothing would be lost."),
+    "watch": Entry("exo_cli.commands.watch:watch",
+                   "Poll the forge for review, check and merge changes and deliver them as events."),
     "mcp": Entry("exo_cli.commands.mcp:mcp", "Serve exo's operations as MCP tools over stdio."),
     "completion": Entry("exo_cli.commands.completion:completion", "Print the completion script for SHELL."),
 }
