@@ -53,7 +53,13 @@ INSTRUCTIONS = (
 # Background starters for the root TL's server (e.g. the forge poller, DESIGN.md issue 10
 # item 11). Modules append ``fn(env)``; each runs in its own daemon thread and must take
 # its own per-repository lock so only one runs per repository.
-BACKGROUND: list[Callable[[Env], None]] = []
+def _default_background() -> list[Callable[[Env], None]]:
+    from exo_cli.core.watch import background_poller  # the forge poller (one per repo, by a lock)
+
+    return [background_poller]
+
+
+BACKGROUND: list[Callable[[Env], None]] = _default_background()
 
 
 def serving_role(env: Env, requested: str) -> str:

@@ -213,6 +213,10 @@ def test_background_tasks_start_only_for_the_root_tl(repo: Path) -> None:
     def broken(env: Env) -> None:
         raise RuntimeError("a failing starter is logged, never raised")
 
+    from exo_cli.core.watch import background_poller
+
+    assert background_poller in mcp_server.BACKGROUND  # the root TL's server runs the forge poller
+    registered = len(mcp_server.BACKGROUND)
     mcp_server.BACKGROUND.extend([broken, starter])
     try:
         assert mcp_server.start_background_tasks(Env(cwd=repo), "dev") == []
@@ -220,7 +224,7 @@ def test_background_tasks_start_only_for_the_root_tl(repo: Path) -> None:
         child_tl = Env(cwd=repo, environ={**os.environ, "EXO_AGENT": "t5"})
         assert mcp_server.start_background_tasks(child_tl, "tl") == []  # a subtree TL is not the root
         threads = mcp_server.start_background_tasks(Env(cwd=repo), "tl")
-        assert len(threads) == 2 and all(t.daemon for t in threads)
+        assert len(threads) == registered + 2 and all(t.daemon for t in threads)
         for t in threads:
             t.join(10)
         assert done.is_set() and ran == ["root"]
