@@ -179,6 +179,9 @@ def agent_env(home: AgentHome, extra: Mapping[str, str] | None = None, *, trap: 
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_ERROR_REPORTING": "1",
         "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL": "1",
+        # wait for MCP servers before the first request; by default a slow server is "still connecting"
+        # and a scripted mcp__* call fails with "No such tool available"
+        "MCP_CONNECTION_NONBLOCKING": "0",
         # Gemini CLI
         "GOOGLE_GEMINI_BASE_URL": url,
         "GEMINI_API_KEY": DUMMY_KEY,

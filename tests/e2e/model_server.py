@@ -65,7 +65,8 @@ class ModelServer:
         handler = type("BoundHandler", (_Handler,), {"model": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="model-server", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="model-server",
+                                        daemon=True)
         self._thread.start()
         return self
 
@@ -218,13 +219,19 @@ class ModelServer:
         return 404, "application/json", _error_json(f"unsupported POST {path}")
 
     def _classify(self, entry: Entry, api: str, tools: Any) -> Turn:
-        """Tag entry agent/side, record it, and pick the turn (agent) or side answer."""
+        """Tag entry agent/side, record it, and pick the turn (agent) or side answer.
+
+        A tool turn gets its call id here (``tool_id``; Gemini's CLI makes its own ids) so that tests
+        can find the matching tool result in a later request.
+        """
         entry["api"] = api
         if tools:
             entry["kind"] = "agent"
             index, turn = self._take_turn(entry)
             entry["turn"] = index
             entry["answer"] = turn
+            if turn.get("tool") and api != "gemini":
+                entry["tool_id"] = f"{'toolu' if api == 'anthropic' else 'call'}_e2e_{next(self._ids)}"
             self._record(entry)
             return turn
         entry["kind"] = "side"
@@ -243,7 +250,7 @@ class ModelServer:
         if turn.get("text") is not None:
             content.append({"type": "text", "text": str(turn["text"])})
         if turn.get("tool"):
-            content.append({"type": "tool_use", "id": f"toolu_e2e_{next(self._ids)}", "name": turn["tool"],
+            content.append({"type": "tool_use", "id": entry["tool_id"], "name": turn["tool"],
                             "input": turn.get("input", {})})
         stop = "tool_use" if turn.get("tool") else "end_turn"
         usage = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0,
@@ -313,7 +320,7 @@ class ModelServer:
                           "content": [{"type": "output_text", "text": str(turn["text"]), "annotations": []}]})
         if turn.get("tool"):
             call: dict[str, Any] = {"type": "function_call", "id": f"fc_e2e_{next(self._ids)}",
-                                    "call_id": f"call_e2e_{next(self._ids)}", "name": turn["tool"],
+                                    "call_id": entry["tool_id"], "name": turn["tool"],
                                     "arguments": json.dumps(turn.get("input", {})), "status": "completed"}
             explicit = turn.get("namespace")
             namespace = explicit or _openai_namespace(body.get("tools"), turn["tool"])
@@ -370,6 +377,59 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_CONNECT = _serve
+
+
+# -- reading logged requests -------------------------------------------------------------------
+
+
+def tool_results(entry: Entry) -> list[dict[str, Any]]:
+    """Return the tool results a request carries, as ``{"id", "name", "output"}`` (any API).
+
+    Anthropic ``tool_result`` blocks (id = tool_use_id), Gemini ``functionResponse`` parts (name),
+    OpenAI ``function_call_output`` items (id = call_id). ``output`` is the result flattened to text.
+    """
+    body = entry.get("body") or {}
+    found: list[dict[str, Any]] = []
+    for message in body.get("messages") or []:
+        for block in message.get("content") if isinstance(message.get("content"), list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                found.append({"id": block.get("tool_use_id"), "name": None, "output": _flatten(block.get("content"))})
+    for content in body.get("contents") or []:
+        for part in content.get("parts") or []:
+            response = part.get("functionResponse") if isinstance(part, dict) else None
+            if response:
+                found.append({"id": response.get("id"), "name": response.get("name"),
+                              "output": _flatten(response.get("response"))})
+    for item in body.get("input") if isinstance(body.get("input"), list) else []:
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            found.append({"id": item.get("call_id"), "name": None, "output": _flatten(item.get("output"))})
+    return found
+
+
+def tool_names(entry: Entry) -> list[str]:
+    """Return the tool names a request offers, in the form a script calls them (any API).
+
+    Codex lists MCP tools inside ``namespace`` tools; they come back as ``<namespace>__<tool>``.
+    """
+    names: list[str] = []
+    for tool in (entry.get("body") or {}).get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("functionDeclarations"):
+            names += [f["name"] for f in tool["functionDeclarations"]]
+        elif tool.get("type") == "namespace":
+            names += [f"{tool['name']}__{t['name']}" for t in tool.get("tools") or []]
+        elif tool.get("name"):
+            names.append(tool["name"])
+    return names
+
+
+def _flatten(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(_flatten(v.get("text", v) if isinstance(v, dict) else v) for v in value)
+    return json.dumps(value)
 
 
 # -- helpers -----------------------------------------------------------------------------------
