@@ -169,6 +169,7 @@ def test_claude_argv_and_files(tmp_path: Path, fake_exo: Path) -> None:
                       "env": {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(ctx.state_dir)}}
     assert launch.undo == []  # not created by exo: no trust entry
     assert not (ctx.home / ".claude.json").exists()
+    assert launch.env["MCP_CONNECTION_NONBLOCKING"] == "0"  # wait for exo's MCP server before the first request
 
 
 def test_claude_skip_permissions(tmp_path: Path, fake_exo: Path) -> None:
@@ -366,7 +367,7 @@ def test_codex_argv_and_overrides(tmp_path: Path, fake_exo: Path) -> None:
     values = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
     parsed = dict((".".join(k), v) for k, v in map(parse_override, values))
     exo = str(fake_exo)
-    assert parsed["mcp_servers.exo"] == {"command": exo, "args": ["mcp", "--role", "auto"],
+    assert parsed["mcp_servers.exo"] == {"command": exo, "args": ["mcp", "--role", "auto"], "required": True,
                                          "env": {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(ctx.state_dir)}}
     assert parsed["projects"] == {str(wt): {"trust_level": "trusted"}}
     assert parsed["notify"] == [exo, "hook", "notify", "--cli", "codex"]

@@ -105,6 +105,10 @@ class ClaudeBackend(Backend):
 
         if ctx.skip_permissions and hasattr(os, "geteuid") and os.geteuid() == 0:
             env["IS_SANDBOX"] = "1"
+        # Claude Code sends its first request while MCP servers may still be connecting, and a
+        # call to mcp__exo__* then fails with "No such tool"; this makes it wait for them
+        # (seen with 2.1.197 on a loaded machine; tests/e2e/README.md).
+        env.setdefault("MCP_CONNECTION_NONBLOCKING", "0")
 
         prompt = ctx.prompt
         if ctx.fork_session:

@@ -91,7 +91,9 @@ class CodexBackend(Backend):
 
     def overrides(self, ctx: LaunchContext, env: Mapping[str, str]) -> list[str]:
         """Return the ``-c`` values (without the ``-c`` flags)."""
-        values = [override("mcp_servers.exo", self.mcp_server(ctx, env))]
+        # required: Codex otherwise omits a server that is still starting ("omitting pending
+        # optional MCP server") and the agent never sees exo's tools (0.169; tests/e2e/README.md).
+        values = [override("mcp_servers.exo", {**self.mcp_server(ctx, env), "required": True})]
         if ctx.created_worktree:
             values.append(override("projects", {str(ctx.worktree): {"trust_level": "trusted"}}))
         values.append(override("notify", hook_argv("notify", "codex")))
