@@ -23,5 +23,13 @@ COMMANDS: dict[str, Entry] = {
     "agents": Entry("exo_cli.commands.status:agents", "List the agent tree with status, task, branch, PR and last message."),
     "ls": Entry("exo_cli.commands.status:agents_alias", "Alias of `exo agents`.", hidden=True),
     "mcp": Entry("exo_cli.commands.mcp:mcp", "Serve exo's operations as MCP tools over stdio."),
+    "hook": Entry("exo_cli.commands.hook:hook", "Handle an agent CLI's hook event and answer in that CLI's format."),
+    "note": Entry("exo_cli.commands.messages:note", "Send a fire-and-forget note to your parent."),
+    "question": Entry("exo_cli.commands.messages:question", "Ask your parent a question and wait for the answer."),
+    "answer": Entry("exo_cli.commands.messages:answer", "Answer a child's pending question and wake it."),
+    "send": Entry("exo_cli.commands.messages:send", "Send a message to one or several agents."),
+    "wait": Entry("exo_cli.commands.messages:wait", "Wait for the next message, or fan in on several agents."),
+    "output": Entry("exo_cli.commands.messages:output", "Show an agent's final output."),
+    "done": Entry("exo_cli.commands.messages:done", "Mark your own task done with its output."),
     "completion": Entry("exo_cli.commands.completion:completion", "Print the completion script for SHELL."),
 }
