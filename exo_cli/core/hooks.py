@@ -121,6 +121,10 @@ def hook(env: Env, *, event: str, cli: str = "claude", payload: str | None = Non
                           warning=warning or "no exo state for this repository; hook did nothing")
     caller = env.caller
     if caller.is_human:
+        claimed = env.environ.get("EXO_AGENT")
+        if claimed and claimed != ROOT:  # an agent's hook that could not be matched: say why
+            env.store.kv_get("schema-probe")  # raises when the state database is broken
+            warning = warning or f"EXO_AGENT={claimed} is not an agent exo recorded; hook did nothing"
         return HookResult(event, cli, None, neutral(event, cli), warning=warning)
     agent = env.store.agent(caller.agent_id)
     if agent is None:
