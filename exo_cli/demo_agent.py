@@ -206,10 +206,6 @@ class DemoAgent:
     # -- idle -----------------------------------------------------------------------------------
     def idle(self) -> None:
         """Answer every line typed into the pane (bracketed pastes arrive whole); idle forever at EOF."""
-        tty = sys.stdin is not None and sys.stdin.isatty()
-        if tty:
-            sys.stdout.write("\x1b[?2004h")  # ask for bracketed paste: multi-line messages arrive whole
-            sys.stdout.flush()
         say("waiting for input")
         while True:
             text = read_input(sys.stdin)
@@ -262,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     name = args.name or os.environ.get("EXO_AGENT_NAME") or os.environ.get("EXO_AGENT") or "demo"
     agent = DemoAgent(name, Path.cwd())
+    if sys.stdin is not None and sys.stdin.isatty():
+        # Ask for bracketed paste before anything can be typed: multi-line messages arrive whole.
+        sys.stdout.write("\x1b[?2004h")
+        sys.stdout.flush()
     say(f"{name} starting in {agent.cwd}")
     if args.prompt:
         say(f"prompt: {' '.join(args.prompt)}")
