@@ -461,9 +461,7 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = N
         while True:
             if not targets:
                 for m in store.messages(recipient=me, unconsumed=True, limit=20):
-                    if store.consume([m.id]):
-                        if m.delivered_at is None:
-                            store.mark_messages([m.id], delivered_at=time.time())
+                    if _take(env, [m.id]):
                         name = m.data.get("from_name") or agent_name(env, m.sender)
                         entry = WaitEntry(agent_id=m.sender, name=name, status="received", message=m.body, kind=m.kind)
                         return WaitResult(results=[entry], timed_out=False)
@@ -481,13 +479,11 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = N
                         got = m
                         break
                     if got is not None:
-                        taken = store.consume([*events, got.id])
-                        if got.id in taken:
-                            store.mark_messages([got.id], delivered_at=got.delivered_at or time.time())
+                        if got.id in _take(env, [*events, got.id]):
                             settled[t.id] = WaitEntry(t.id, t.name, "received", got.body, got.kind)
                             continue
                     elif events:
-                        store.consume(events)
+                        _take(env, events)
                     rec = store.agent(t.id)
                     status = _entry_status(rec)
                     if status != "running":
@@ -504,6 +500,22 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = N
                 _refresh(env, [t.id for t in targets if t.id not in settled])
             slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
             waiter.wait(max(slice_, 0.0))
+
+
+def _take(env: Env, ids: list[int]) -> list[int]:
+    """Consume (and mark delivered) these messages in one write; return the ids this call took."""
+    now = time.time()
+    taken = []
+    with env.store.write() as c:
+        for i in ids:
+            cur = c.execute(
+                "UPDATE messages SET consumed_at = ?, delivered_at = COALESCE(delivered_at, ?)"
+                " WHERE id = ? AND consumed_at IS NULL",
+                (now, now, i),
+            )
+            if cur.rowcount:
+                taken.append(i)
+    return taken
 
 
 def _partial(env: Env, targets: list[Agent], settled: dict[str, WaitEntry]) -> list[WaitEntry]:
