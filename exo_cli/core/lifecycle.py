@@ -403,12 +403,14 @@ def doctor(env: Env, *, dry_run: bool = False) -> DoctorResult:
                 with spawn.spawn_lock(env, a.id, blocking=False) as got:
                     if not got:
                         return False
+                    if spawn.finish_interrupted(env, a):
+                        return True  # its agent already runs: finish the spawn rather than undo it
                     spawn.cleanup_partial(env, a)
                     env.store.delete_agent(a.id)
                     return True
 
             add("interrupted-spawn", a.id, f"spawn stopped at phase {a.spec.get('phase')}",
-                "clean up what it created and forget the record", fix)
+                "finish it if its agent runs, else clean up what it created and forget the record", fix)
     records = [a for a in env.store.agents() if a.id != ROOT] if env.has_state() else []
     active = [a for a in records if a.spec.get("phase") not in ("pending",) and not spawn.spawn_in_progress(env, a.id)]
     # 2. Zombies: live records whose pane or process is gone.

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from exo_cli import fault
 from exo_cli.core import worktree as wt
@@ -155,21 +155,15 @@ class Common:
     origin: dict[str, Any] = field(default_factory=dict)
 
 
-class WorkerSpec(TypedDict):
-    """One worker of ``spawn_workers`` (seeds 001/002)."""
+@dataclass
+class WorkerSpec:
+    """One worker of ``spawn_workers`` (seeds 001/002): name and prompt, optional agent, bead, annotation."""
 
     name: str
     prompt: str
-    agent: NotRequired[str]
-    bead: NotRequired[str]
-    annotation: NotRequired[str]
-
-
-class _Failure(Exception):
-    def __init__(self, key: str, error: ExoError) -> None:
-        super().__init__(error.message)
-        self.key = key
-        self.error = error
+    agent: str | None = None
+    bead: str | None = None
+    annotation: str | None = None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -537,6 +531,9 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
             if launching and phase == PENDING:
                 env.store.delete_agent(agent_id)
             elif phase not in ("spawned", PENDING):  # an interrupted spawn (its lock is ours now)
+                resumed = _resume_started(call, req, existing)
+                if resumed is not None:
+                    return resumed
                 cleanup_partial(env, existing)
                 env.store.delete_agent(agent_id)
                 call.warn(f"{agent_id}: cleaned up an interrupted earlier spawn and started again")
@@ -738,17 +735,39 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
             sloc = mux.start(svc_name, wt.services_argv(path), cwd=str(path), env={**launch.env},
                              log_path=logs / f"{svc_name}.log")
             spec["services_location"] = sloc.to_dict()
+    return _finish(env, req, agent._replace(location=loc.to_dict()), spec)
+
+
+def _finish(env: Env, req: Request, agent: Agent, spec: dict[str, Any]) -> Agent:
+    """Mark a started agent spawned: status, the ``spawned`` event and the parent's message."""
     spec["phase"] = "spawned"
     status, reason = STARTING, "started"
     if req.agent == "custom":
         status, reason = WORKING, "no hooks: status from liveness only"
-    env.store.update_agent(agent_id, spec=spec, status=status, status_reason=reason)
-    data = {"event": "spawned", "agent": agent_id, "branch": agent.branch, "worktree": str(path),
-            "parent": common.parent, "location": loc.to_dict(), "backend": req.agent}
-    env.store.event("spawned", agent_id, data)
-    env.store.post("event", agent_id, common.parent,
-                   f"[SPAWNED {agent_id}] {agent.role} on branch {agent.branch} in {path}", data=data)
-    return env.store.agent(agent_id) or agent
+    env.store.update_agent(agent.id, spec=spec, status=status, status_reason=reason)
+    data = {"event": "spawned", "agent": agent.id, "branch": agent.branch, "worktree": agent.worktree,
+            "parent": agent.parent, "location": dict(agent.location), "backend": req.agent}
+    env.store.event("spawned", agent.id, data)
+    env.store.post("event", agent.id, agent.parent or ROOT,
+                   f"[SPAWNED {agent.id}] {agent.role} on branch {agent.branch} in {agent.worktree}", data=data)
+    return env.store.agent(agent.id) or agent
+
+
+def _resume_started(call: _Call, req: Request, existing: Agent) -> Agent | None:
+    """Finish a spawn that was interrupted after its agent started, if the agent still runs."""
+    from exo_cli.core import agentctl
+
+    loc = agentctl.location(existing)
+    if existing.spec.get("phase") != "started" or loc is None:
+        return None
+    try:
+        alive = agentctl.mux_for(call.env, loc.mux).alive(loc)
+    except (ExoError, OSError):
+        return None
+    if not alive:
+        return None
+    call.warn(f"{existing.id}: finished an interrupted earlier spawn (its agent was already running)")
+    return _finish(call.env, req, existing, dict(existing.spec))
 
 
 # --------------------------------------------------------------------------- planning
@@ -887,7 +906,11 @@ def _adapt_subtree(*, task: str, branch_name: str, parent_session_id: str | None
 
 
 def _adapt_workers(*, specs: list[WorkerSpec]) -> dict[str, Any]:
-    return {"specs": [dict(s) for s in specs]}
+    out = []
+    for s in specs:
+        d = asdict(s) if dataclasses.is_dataclass(s) else dict(s)  # type: ignore[arg-type]
+        out.append({k: v for k, v in d.items() if v is not None})
+    return {"specs": out}
 
 
 SPAWN_HELP = {
@@ -1171,6 +1194,15 @@ def launch_pending(env: Env, agent_id: str, *, prompt: str | None = None) -> Spa
     cfields = {f.name for f in dataclasses.fields(Common)}
     common = Common(**{k: v for k, v in rec.spec["common"].items() if k in cfields})
     return _execute(_Call(env, common), [req], launching=True)
+
+
+def finish_interrupted(env: Env, agent: Agent) -> bool:
+    """For doctor: complete an interrupted spawn whose agent already runs; False when it does not."""
+    fields = {f.name for f in dataclasses.fields(Request)}
+    req = Request(**{k: v for k, v in (agent.spec.get("request") or {}).items() if k in fields})
+    cfields = {f.name for f in dataclasses.fields(Common)}
+    common = Common(**{k: v for k, v in (agent.spec.get("common") or {}).items() if k in cfields})
+    return _resume_started(_Call(env, common), req, agent) is not None
 
 
 def first_failure_exit(result: SpawnResult) -> int:
