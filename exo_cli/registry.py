@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 CORE_MODULES = (
     "exo_cli.core.status",
     "exo_cli.core.init",
+    "exo_cli.core.spawn",
+    "exo_cli.core.lifecycle",
     "exo_cli.core.messages",
     "exo_cli.core.hooks",
 )
