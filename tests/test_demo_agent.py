@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_messages_helpers import ROOT, env_for, git, make_agent, state_dir
 
 from exo_cli.core import agentctl, messages
 from exo_cli.demo_agent import load_script, read_input
-from test_messages_helpers import ROOT, env_for, git, make_agent, state_dir
 
 
 @pytest.fixture
@@ -121,3 +121,32 @@ def test_load_script_json_and_toml(tmp_path: Path) -> None:
     t = tmp_path / "s.toml"
     t.write_text('[[steps]]\nwrite = {path = "a", content = "b"}\n[[steps]]\nexit = {code = 0}\n')
     assert load_script(t) == [{"write": {"path": "a", "content": "b"}}, {"exit": {"code": 0}}]
+
+
+def test_spawn_after_starts_with_the_latest_output(tmux_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                   ) -> None:
+    """`exo spawn --after a --prompt "... {{a.output}}"` starts when a goes idle, with a's output of that turn."""
+    from conftest import Exo
+
+    repo = tmux_repo
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    make_agent(repo, "a", status="working")
+    r = Exo(repo)("spawn", "--worker", "p", "--prompt", "Summarize: {{a.output}}", "--after", "a",
+                  "--agent", "demo", "--mux", "tmux", "--json")
+    assert r.exit_code == 0, r.stdout
+    assert env_for(repo).store.agent("p").spec.get("phase") == "pending"
+    stop = {"session_id": "s", "transcript_path": None, "cwd": str(repo), "hook_event_name": "Stop",
+            "stop_hook_active": False}
+    from test_messages_helpers import hook_json, run_hook
+
+    env_for(repo).store.post("send", "root", "a", "one more thing")  # a's first stop continues (block) ...
+    out = hook_json(run_hook(repo, "a", "stop", "claude", dict(stop, last_assistant_message="old")))
+    assert out["decision"] == "block" and env_for(repo).store.agent("p").spec.get("phase") == "pending"
+    # ... and its next stop ends the turn: p starts with this turn's output, not the stale one.
+    hook_json(run_hook(repo, "a", "stop", "claude", dict(stop, stop_hook_active=True,
+                                                         last_assistant_message="the final report")))
+    p = env_for(repo).store.agent("p")
+    assert p.spec.get("phase") != "pending" and p.task == "Summarize: the final report"
+    # The started demo agent reports in like any other.
+    note = next_message(repo, kind="note")
+    assert (note.name, note.message) == ("p", "p: wrote and committed p.txt")

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from test_messages_helpers import env_for, git, hook_json, make_agent, run_hook, state_dir
 
 

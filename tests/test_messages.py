@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from test_messages_helpers import EXO, agent_vars, env_for, hook_json, make_agent, run_exo_as, run_hook
 
 from conftest import Exo
 from exo_cli import cancel
 from exo_cli.core import messages
 from exo_cli.core.delivery import start_dependents, substitute_outputs
-from test_messages_helpers import EXO, agent_vars, env_for, hook_json, make_agent, run_exo_as, run_hook
 
 STOP = {"session_id": "s", "transcript_path": None, "cwd": "/x", "hook_event_name": "Stop",
         "stop_hook_active": False, "last_assistant_message": "finished"}
@@ -203,14 +203,10 @@ def test_after_templating(team: Path) -> None:
                               {"a": "A!", "b.x": "B"}) == "use A! and B; {{z.output}}"
     make_agent(team, "a", parent="lead")
     make_agent(team, "p", parent="lead", status="starting",
-               spec={"after": ["a"], "prompt": "Summarize: {{a.output}}"})
-    assert start_dependents(env_for(team), "a") == []  # a is still working
-    hook_json(run_hook(team, "a", "stop", "claude", dict(STOP, last_assistant_message="first")))
-    p = env_for(team).store.agent("p")
-    assert p.task == "Summarize: first" and p.spec["prompt"] == "Summarize: first"
-    assert p.spec["prompt_template"] == "Summarize: {{a.output}}" and p.spec["after_started"]
-    hook_json(run_hook(team, "a", "stop", "claude", dict(STOP, last_assistant_message="second")))
-    assert env_for(team).store.agent("p").task == "Summarize: first"  # started once
+               spec={"phase": "pending", "after": ["a"], "common": {"after": ["a"]},
+                     "request": {"kind": "worker", "prompt": "Summarize: {{a.output}}"}})
+    assert start_dependents(env_for(team), "a") == []  # a is still working: p stays pending
+    assert env_for(team).store.agent("p").spec["phase"] == "pending"
 
 
 def test_mcp_tools(team: Path) -> None:

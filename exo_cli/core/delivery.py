@@ -17,7 +17,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from exo_cli.core.models import DONE, IDLE, ROOT, STARTING, WORKING, Agent, Message, dumps
+from exo_cli.core.models import DONE, IDLE, ROOT, STARTING, WORKING, Agent, Message
 from exo_cli.errors import ExoError
 
 if TYPE_CHECKING:
@@ -153,22 +153,36 @@ def substitute_outputs(template: str, outputs: dict[str, str | None]) -> str:
 
 
 def _deps(agent: Agent) -> list[str]:
-    after = agent.spec.get("after")
+    """Every agent a pending agent was spawned ``--after`` (the spawn request's full list)."""
+    common = agent.spec.get("common")
+    after = common.get("after") if isinstance(common, dict) and common.get("after") else agent.spec.get("after")
     if isinstance(after, str):
         return [after]
     return [str(x) for x in after] if isinstance(after, list) else []
 
 
-def start_dependents(env: Env, agent_id: str) -> list[str]:
-    """Launch pending agents spawned ``--after`` this one once all their dependencies are idle or done.
+def _template(agent: Agent) -> str:
+    request = agent.spec.get("request")
+    if isinstance(request, dict):
+        text = request.get("task") if request.get("kind") == "subtree" else request.get("prompt")
+        if text is None:
+            text = request.get("prompt") or request.get("task")
+        return str(text or "")
+    return str(agent.spec.get("prompt") or agent.task or "")
 
-    Each dependency's latest output (never a stale one) replaces ``{{A.output}}`` (A its
-    name or id) in the pending agent's prompt; the prompt is written to its record
-    (``task`` and ``spec.prompt``), then ``exo_cli.core.spawn.launch_pending`` starts it. A
-    pending agent is claimed atomically, so two dependencies finishing at once start it once.
+
+def start_dependents(env: Env, agent_id: str) -> list[str]:
+    """Launch agents spawned ``--after`` this one once all their dependencies are idle or done.
+
+    A pending agent (``spawn``: status ``starting``, ``spec.phase == "pending"``) starts
+    through ``exo_cli.core.spawn.launch_pending(env, id, prompt=...)`` with each
+    dependency's latest output (never a stale one: a later turn's output replaced it)
+    substituted for ``{{A.output}}`` (A its name or id). ``launch_pending`` claims the
+    record, so two dependencies finishing at once start it once. A failed launch is
+    recorded as an event and never fails the caller (a hook).
     """
     rows = env.store.query(
-        "SELECT id FROM agents WHERE status = ? AND spec LIKE '%\"after\"%'", (STARTING,)
+        "SELECT id FROM agents WHERE status = ? AND spec LIKE '%\"pending\"%'", (STARTING,)
     )
     if not rows:
         return []
@@ -176,42 +190,27 @@ def start_dependents(env: Env, agent_id: str) -> list[str]:
     started: list[str] = []
     for row in rows:
         pending = env.store.agent(row["id"])
-        if pending is None or pending.spec.get("after_started") or pending.location:
+        if pending is None or pending.spec.get("phase") != "pending" or me is None:
             continue
         deps = _deps(pending)
-        if me is None or not ({me.id, me.name} & set(deps)):
+        if not ({me.id, me.name} & set(deps)):
             continue
         records = [r for r in (_lookup(env, d) for d in deps) if r is not None]
-        if len(records) != len(deps):
-            continue
-        if not records or any(r.status not in (IDLE, DONE) for r in records):
+        if len(records) != len(deps) or any(r.status not in (IDLE, DONE) for r in records):
             continue
         outputs: dict[str, str | None] = {}
         for r in records:
             outputs[r.name] = r.output
             outputs[r.id] = r.output
-        template = pending.spec.get("prompt_template") or pending.spec.get("prompt") or pending.task or ""
-        prompt = substitute_outputs(str(template), outputs)
-        spec = {**pending.spec, "prompt_template": template, "prompt": prompt, "after_started": time.time()}
-        with env.store.write() as c:
-            cur = c.execute(
-                "UPDATE agents SET spec = ?, task = ?, updated_at = ? WHERE id = ? AND spec = ?",
-                (dumps(spec), prompt, time.time(), pending.id, dumps(pending.spec)),
-            )
-            claimed = cur.rowcount == 1
-        if not claimed:
+        prompt = substitute_outputs(_template(pending), outputs)
+        try:
+            from exo_cli.core.spawn import launch_pending
+
+            result = launch_pending(env, pending.id, prompt=prompt)
+        except Exception as exc:  # never fail the hook or `done` that triggered it
+            message = exc.message if isinstance(exc, ExoError) else f"{type(exc).__name__}: {exc}"
+            env.store.event("after-failed", pending.id, {"after": agent_id, "error": message})
             continue
-        launch = _launcher()
-        if launch is not None:
-            launch(env, pending.id)
-        started.append(pending.id)
+        if not getattr(result, "failed", None):
+            started.append(pending.id)
     return started
-
-
-def _launcher() -> Any:
-    """``exo_cli.core.spawn.launch_pending`` when the spawn operation provides it."""
-    try:
-        from exo_cli.core import spawn  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return getattr(spawn, "launch_pending", None)
