@@ -295,3 +295,24 @@ def test_stop_hook_rebase_conflict_leaves_tree_and_asks_parent(repo: Path, tmp_p
     assert (git(wt, "rev-parse", "HEAD"), git(wt, "status", "--porcelain")) == before[:2]
     hook_json(run_hook(repo, "w1", "stop", "claude", STOP["claude"], cwd=wt))
     assert len(_msgs(repo, sender="w1", kinds=["question"])) == 1  # asked once per parent tip
+
+
+def test_hook_imports_stay_light(team: Path) -> None:
+    """The hot path never imports GitPython, rich, yaml, mcp, pydantic or the other operations."""
+    import os
+    import subprocess
+    import sys
+
+    from test_messages_helpers import ROOT, agent_vars
+
+    probe = (
+        "import sys, json\nfrom exo_cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'mcp','git','rich','yaml','tomli_w','pydantic'}"
+        " or m in ('exo_cli.core.spawn', 'exo_cli.core.messages', 'exo_cli.core.mux.tmux'))\n"
+        "sys.stderr.write('\\nHEAVY=' + json.dumps(bad) + '\\n')\n"
+    )
+    env = {**os.environ, **agent_vars(team, "w1"), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", probe, "hook", "stop", "--cli", "claude"], cwd=team, env=env,
+                          input=json.dumps(STOP["claude"]), capture_output=True, text=True)
+    line = [x for x in proc.stderr.splitlines() if x.startswith("HEAVY=")][-1]
+    assert json.loads(line[6:]) == []
