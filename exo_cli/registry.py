@@ -30,6 +30,10 @@ CORE_MODULES = (
     "exo_cli.core.lifecycle",
     "exo_cli.core.messages",
     "exo_cli.core.hooks",
+    "exo_cli.core.beads_ops",
+    "exo_cli.core.pr",
+    "exo_cli.core.complete",
+    "exo_cli.core.watch",
 )
 
 
