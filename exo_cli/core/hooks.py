@@ -433,11 +433,15 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
         changes.update(status=WORKING, status_reason="continuing with messages")
     else:
         changes.update(status=IDLE, status_reason=None)
-    _update(env, agent, **changes)
-    deltas = {k: v for k, v in (("turns", 1 if first_for_turn else 0), ("tokens", tokens)) if v}
-    if deltas:
-        env.store.bump_agent(agent.id, **deltas)
-    save_state(env, agent.id, state)
+    if agent.status == DONE:
+        changes.pop("status", None)
+        changes.pop("status_reason", None)
+    with env.store.write() as c:  # one short transaction for the record, counters and bookkeeping
+        env.store.update_agent(agent.id, conn=c, **changes)
+        c.execute("UPDATE agents SET turns = turns + ?, tokens = tokens + ? WHERE id = ?",
+                  (1 if first_for_turn else 0, tokens, agent.id))
+        c.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                  (_key(agent.id), json.dumps(state, separators=(",", ":"))))
     if not blocking and agent.status != DONE and (first_for_turn or agent.status != IDLE):
         msgs.notify_parent(env, agent, "idle", f"{agent.name} is idle" + (f": {_short(text)}" if text else ""),
                            output=(text or "")[:4000])
