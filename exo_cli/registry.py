@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 CORE_MODULES = (
     "exo_cli.core.status",
     "exo_cli.core.init",
+    "exo_cli.core.spawn",
+    "exo_cli.core.lifecycle",
+    "exo_cli.core.messages",
+    "exo_cli.core.hooks",
     "exo_cli.core.beads_ops",
     "exo_cli.core.pr",
     "exo_cli.core.complete",

@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from exo_cli.core.models import DEAD, DONE, Agent
+from exo_cli.core.models import BLOCKED_ON_DIALOG, DEAD, DONE, STARTING, Agent
 
 if TYPE_CHECKING:
     from exo_cli.core.mux import Location, Mux, PaneState
     from exo_cli.env import Env
 
 TMUX_SESSION = "exo"
+# Startup dialogs an agent CLI may show that exo could not pre-empt (field-lessons F5).
+DIALOG_STRINGS = ("trust this folder", "quick safety check", "do you trust the contents", "bypass permissions")
 
 
 def mux_for(env: Env, kind: str) -> Mux:
@@ -70,7 +72,48 @@ def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
                     env.store.bell.ring(a.parent)
                 a = env.store.agent(a.id) or a
         out.append(a)
-    return out
+    return check_dialogs(env, out, observed)
+
+
+def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState | None]) -> list[Agent]:
+    """Mark agents stuck in ``starting`` past ``agent.start_timeout`` that show a startup dialog.
+
+    Only agents still starting after the timeout, alive, and in a pane are looked at, with
+    one screen capture each; everyone else costs nothing.
+    """
+    import time
+
+    candidates = [
+        a for a in agents
+        if a.status == STARTING and a.spec.get("phase") == "spawned" and a.mux in ("tmux", "zellij")
+        and (st := observed.get(a.id)) is not None and st.alive
+    ]  # fmt: skip
+    if not candidates:
+        return agents
+    timeout = float(env.config.get("agent.start_timeout") or 60)
+    now = time.time()
+    changed: dict[str, Agent] = {}
+    for a in candidates:
+        if now - (a.status_at or a.created_at) < timeout:
+            continue
+        loc = location(a)
+        if loc is None:
+            continue
+        try:
+            screen = mux_for(env, loc.mux).capture(loc, 60).lower()
+        except Exception:  # noqa: BLE001 - a pane that vanished meanwhile is the next refresh's business
+            continue
+        hit = next((d for d in DIALOG_STRINGS if d in screen), None)
+        if hit is None:
+            continue
+        reason = f"startup dialog: {hit}"
+        env.store.update_agent(a.id, status=BLOCKED_ON_DIALOG, status_reason=reason)
+        env.store.event("blocked-on-dialog", a.id, {"dialog": hit})
+        if a.parent:
+            env.store.post("event", a.id, a.parent, f"[BLOCKED {a.id}] its CLI shows a dialog: {hit}",
+                           data={"event": "blocked-on-dialog", "dialog": hit})
+        changed[a.id] = env.store.agent(a.id) or a
+    return [changed.get(a.id, a) for a in agents]
 
 
 def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = DEAD) -> bool:

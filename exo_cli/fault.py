@@ -1,0 +1,28 @@
+"""Fault injection for reliability tests: die at a named point when ``EXO_FAULT`` names it.
+
+``EXO_FAULT`` holds a comma-separated list of point names (``spawn.worktree,spawn.started``).
+``point(name)`` ends the whole process at once with ``os._exit(137)`` (what a SIGKILL looks
+like to a parent shell), without running ``finally`` blocks or flushing anything: exactly
+the state a killed ``exo`` leaves behind. Points used by spawn: ``spawn.recorded``,
+``spawn.worktree``, ``spawn.prepared``, ``spawn.started``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+VAR = "EXO_FAULT"
+EXIT_CODE = 137
+
+
+def armed(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``EXO_FAULT`` (of ``environ``, default the process's) names point ``name``."""
+    spec = (os.environ if environ is None else environ).get(VAR, "")
+    return bool(spec) and name in {p.strip() for p in spec.split(",")}
+
+
+def point(name: str, environ: Mapping[str, str] | None = None) -> None:
+    """Exit the process immediately (status 137) when point ``name`` is armed."""
+    if armed(name, environ):
+        os._exit(EXIT_CODE)

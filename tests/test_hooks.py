@@ -1,0 +1,318 @@
+"""`exo hook`: real subprocess hooks with Claude, Gemini, Codex and exo payloads; fail-open; rebase; loop bound."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_messages_helpers import env_for, git, hook_json, make_agent, run_hook, state_dir
+
+
+def _msgs(repo: Path, **kw: object) -> list:
+    return env_for(repo).store.messages(**kw)  # type: ignore[arg-type]
+
+
+def _agent(repo: Path, agent_id: str):  # noqa: ANN202
+    a = env_for(repo).store.agent(agent_id)
+    assert a is not None
+    return a
+
+
+@pytest.fixture
+def team(repo: Path) -> Path:
+    make_agent(repo, "w1", task="Add a --verbose flag", status="starting")
+    return repo
+
+
+# Payloads as the CLIs send them (reference/agent-clis.md, formats.md 2a/2b/2c).
+START = {
+    "claude": {"session_id": "c-sess", "transcript_path": "/nonexistent/c.jsonl", "cwd": "/x",
+               "hook_event_name": "SessionStart", "source": "startup", "model": "claude-sonnet-5"},
+    "gemini": {"session_id": "g-sess", "transcript_path": "/nonexistent/g.json", "cwd": "/x",
+               "hook_event_name": "SessionStart", "timestamp": "2026-01-01T00:00:00Z", "source": "startup"},
+    "codex": {"session_id": "x-sess", "transcript_path": None, "cwd": "/x", "hook_event_name": "SessionStart",
+              "model": "fake-model", "source": "startup"},
+}
+PROMPT = {
+    "claude": {"session_id": "c-sess", "transcript_path": "/nonexistent", "cwd": "/x",
+               "hook_event_name": "UserPromptSubmit", "prompt": "go on", "permission_mode": "default"},
+    "gemini": {"session_id": "g-sess", "transcript_path": "/nonexistent", "cwd": "/x", "hook_event_name": "BeforeAgent",
+               "timestamp": "2026-01-01T00:00:00Z", "prompt": "go on"},
+    "codex": {"session_id": "x-sess", "transcript_path": None, "cwd": "/x", "hook_event_name": "UserPromptSubmit",
+              "model": "fake-model", "turn_id": "t0", "prompt": "go on"},
+}
+STOP = {
+    "claude": {"session_id": "c-sess", "transcript_path": "/nonexistent", "cwd": "/x", "hook_event_name": "Stop",
+               "stop_hook_active": False, "last_assistant_message": "Done: added --verbose.",
+               "permission_mode": "default", "background_tasks": [], "session_crons": []},
+    "gemini": {"session_id": "g-sess", "transcript_path": "/nonexistent", "cwd": "/x", "hook_event_name": "AfterAgent",
+               "timestamp": "2026-01-01T00:00:00Z", "prompt": "go on", "prompt_response": "Done: added --verbose.",
+               "stop_hook_active": False},
+    "codex": {"session_id": "x-sess", "transcript_path": None, "cwd": "/x", "hook_event_name": "Stop",
+              "last_assistant_message": "Done: added --verbose.", "model": "fake-model",
+              "permission_mode": "default", "stop_hook_active": False, "turn_id": "t1"},
+}
+END = {
+    "claude": {"session_id": "c-sess", "transcript_path": "/nonexistent", "cwd": "/x", "hook_event_name": "SessionEnd",
+               "reason": "prompt_input_exit"},
+    "gemini": {"session_id": "g-sess", "transcript_path": "/nonexistent", "cwd": "/x", "hook_event_name": "SessionEnd",
+               "timestamp": "2026-01-01T00:00:00Z", "reason": "exit"},
+    "codex": {"session_id": "x-sess", "transcript_path": None, "cwd": "/x", "hook_event_name": "SessionEnd",
+              "reason": "other"},
+}
+NOTIFICATION = {
+    "claude": {"session_id": "c-sess", "transcript_path": "/nonexistent", "cwd": "/x",
+               "hook_event_name": "Notification", "message": "Claude needs your permission to use Bash",
+               "title": "Permission needed", "notification_type": "permission_prompt"},
+    "gemini": {"session_id": "g-sess", "transcript_path": "/nonexistent", "cwd": "/x",
+               "hook_event_name": "Notification", "timestamp": "2026-01-01T00:00:00Z",
+               "notification_type": "ToolPermission", "message": "Allow run_shell_command?", "details": {}},
+}
+TOOL = {
+    "claude": {"session_id": "c-sess", "transcript_path": "/nonexistent", "cwd": "/x", "hook_event_name": "PostToolUse",
+               "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "tu1",
+               "tool_response": {"stdout": "a\n", "stderr": "", "interrupted": False, "isImage": False}},
+    "gemini": {"session_id": "g-sess", "transcript_path": "/nonexistent", "cwd": "/x", "hook_event_name": "AfterTool",
+               "timestamp": "2026-01-01T00:00:00Z", "tool_name": "run_shell_command", "tool_input": {"command": "ls"},
+               "tool_response": {"llmContent": "a", "returnDisplay": "a"}},
+    "codex": {"session_id": "x-sess", "transcript_path": None, "cwd": "/x", "hook_event_name": "PostToolUse",
+              "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_response": "a", "turn_id": "t1",
+              "model": "fake-model"},
+}
+PROMPT_EVENT = {"claude": "UserPromptSubmit", "gemini": "BeforeAgent", "codex": "UserPromptSubmit"}
+
+
+@pytest.mark.parametrize("cli", ["claude", "gemini", "codex"])
+def test_full_session_in_each_cli_format(team: Path, cli: str) -> None:
+    repo = team
+    env = env_for(repo)
+    env.store.post("send", "root", "w1", "check the README too", data={"from_name": "root"})
+
+    out = hook_json(run_hook(repo, "w1", "session-start", cli, START[cli]))
+    ctx = out["hookSpecificOutput"]["additionalContext"]
+    assert out == {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": ctx}}
+    assert "Your task: Add a --verbose flag" in ctx
+    assert "[MESSAGE from root] check the README too" in ctx
+    a = _agent(repo, "w1")
+    assert (a.status, a.session_id) == ("working", START[cli]["session_id"])
+
+    env.store.post("note", "root", "w1", "second thought", data={"from_name": "root"})
+    out = hook_json(run_hook(repo, "w1", "prompt", cli, PROMPT[cli]))
+    assert out == {"hookSpecificOutput": {"hookEventName": PROMPT_EVENT[cli],
+                                          "additionalContext": "[NOTE from root] second thought"}}
+    assert hook_json(run_hook(repo, "w1", "prompt", cli, PROMPT[cli])) == {}  # delivered once
+
+    assert hook_json(run_hook(repo, "w1", "tool", cli, TOOL[cli])) == {}
+    assert _agent(repo, "w1").tool_calls == 1
+
+    env.store.post("send", "root", "w1", "also update the docs", data={"from_name": "root"})
+    out = hook_json(run_hook(repo, "w1", "stop", cli, STOP[cli]))
+    verb = "deny" if cli == "gemini" else "block"
+    assert out == {"decision": verb, "reason": "[MESSAGE from root] also update the docs"}
+    a = _agent(repo, "w1")
+    assert (a.status, a.output, a.turns) == ("working", "Done: added --verbose.", 1)
+
+    again = dict(STOP[cli], stop_hook_active=True)
+    if cli == "claude":
+        again["last_assistant_message"] = "Docs updated."
+    elif cli == "gemini":
+        again["prompt_response"] = "Docs updated."
+    else:
+        again.update(last_assistant_message="Docs updated.", turn_id="t2")
+    assert hook_json(run_hook(repo, "w1", "stop", cli, again)) == {}
+    a = _agent(repo, "w1")
+    assert (a.status, a.output, a.turns) == ("idle", "Docs updated.", 2)  # output replaced, never stale
+    idle = [m for m in _msgs(repo, recipient="root", kinds=["event"]) if m.data.get("event") == "idle"]
+    assert len(idle) == 1 and idle[0].sender == "w1" and idle[0].data["output"] == "Docs updated."
+
+    if cli in NOTIFICATION:
+        assert hook_json(run_hook(repo, "w1", "notification", cli, NOTIFICATION[cli])) == {}
+        assert _agent(repo, "w1").status == "waiting-permission"
+        ev = [m for m in _msgs(repo, recipient="root", kinds=["event"]) if m.data.get("event") == "waiting-permission"]
+        assert len(ev) == 1 and "waiting for permission" in ev[0].body
+        hook_json(run_hook(repo, "w1", "tool", cli, TOOL[cli]))  # approved: the tool ran
+        assert _agent(repo, "w1").status == "working"
+
+    for _ in range(3 if cli == "gemini" else 1):  # Gemini runs SessionEnd three times on /quit
+        assert hook_json(run_hook(repo, "w1", "session-end", cli, END[cli])) == {}
+    assert _agent(repo, "w1").status == "dead"
+    dead = [m for m in _msgs(repo, recipient="root", kinds=["event"]) if m.data.get("event") == "dead"]
+    assert len(dead) == 1
+
+
+def test_exo_format_is_claude_shaped(team: Path) -> None:
+    payload = dict(START["claude"], transcript_path=None)
+    out = hook_json(run_hook(team, "w1", "session-start", "exo", payload))
+    assert out["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    team_env = env_for(team)
+    team_env.store.post("send", "root", "w1", "hi", data={"from_name": "root"})
+    out = hook_json(run_hook(team, "w1", "stop", "exo", dict(STOP["claude"], transcript_path=None)))
+    assert out == {"decision": "block", "reason": "[MESSAGE from root] hi"}
+
+
+def test_codex_notify_own_thread_only(team: Path) -> None:
+    hook_json(run_hook(team, "w1", "session-start", "codex", START["codex"]))
+    title = {"type": "agent-turn-complete", "thread-id": "title-thread", "turn-id": "9",
+             "cwd": "/x", "input-messages": ["Generate a concise title for this task"],
+             "last-assistant-message": '{"title": "Verbose flag"}'}
+    other = dict(title, **{"thread-id": "someone-else", "input-messages": ["do it"], "last-assistant-message": "x"})
+    own = dict(title, **{"thread-id": "x-sess", "turn-id": "12", "input-messages": ["Add --verbose"],
+                         "last-assistant-message": "Rename complete."})
+    for payload in (title, other):
+        proc = run_hook(team, "w1", "notify", "codex", payload, argv_payload=True)
+        assert proc.returncode == 0 and proc.stdout == ""
+        assert _agent(team, "w1").status == "working"
+    proc = run_hook(team, "w1", "notify", "codex", own, argv_payload=True)
+    assert proc.returncode == 0 and proc.stdout == ""
+    a = _agent(team, "w1")
+    assert (a.status, a.output, a.turns) == ("idle", "Rename complete.", 1)
+    # The Stop hook of the same turn does not count it twice.
+    hook_json(run_hook(team, "w1", "stop", "codex", dict(STOP["codex"], turn_id="12")))
+    assert _agent(team, "w1").turns == 1
+
+
+def test_claude_transcript_tokens(team: Path, tmp_path: Path) -> None:
+    tr = tmp_path / "t.jsonl"
+    lines = [
+        {"type": "user", "message": {"role": "user", "content": "hi"}},
+        {"type": "assistant", "message": {"id": "m1", "usage": {"input_tokens": 100, "output_tokens": 20,
+                                                                 "cache_read_input_tokens": 1000}}},
+        {"type": "assistant", "message": {"id": "m1", "usage": {"input_tokens": 100, "output_tokens": 20,
+                                                                 "cache_read_input_tokens": 1000}}},
+    ]
+    tr.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    payload = dict(STOP["claude"], transcript_path=str(tr))
+    hook_json(run_hook(team, "w1", "stop", "claude", payload))
+    assert _agent(team, "w1").tokens == 1120
+    with open(tr, "a") as fh:
+        fh.write(json.dumps({"type": "assistant", "message": {"id": "m2", "usage": {"input_tokens": 5,
+                                                                                     "output_tokens": 5}}}) + "\n")
+    hook_json(run_hook(team, "w1", "stop", "claude", payload))
+    assert _agent(team, "w1").tokens == 1130  # only what was added since
+
+
+def test_stop_hook_loop_is_bounded(team: Path) -> None:
+    env = env_for(team)
+    decisions = []
+    for i in range(7):
+        env.store.post("send", "root", "w1", f"message {i}", data={"from_name": "root"})
+        payload = dict(STOP["claude"], stop_hook_active=i > 0)
+        decisions.append(hook_json(run_hook(team, "w1", "stop", "claude", payload)).get("decision"))
+    assert decisions[:5] == ["block"] * 5
+    assert decisions[5] is None  # the sixth consecutive stop lets the agent go idle
+    idle = [m for m in _msgs(team, recipient="root", kinds=["event"]) if m.data.get("event") == "idle"]
+    assert len(idle) == 1
+    assert decisions[6] == "block"  # after a real idle the counter starts again
+
+
+# ------------------------------------------------------------------------------------------ fail open
+
+
+def test_fail_open_without_state(repo: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "nostate"
+    for cli in ("claude", "gemini", "codex"):
+        proc = run_hook(repo, "w1", "stop", cli, STOP[cli], extra_env={"EXO_STATE_DIR": str(empty)})
+        assert proc.returncode == 0
+        assert json.loads(proc.stdout) == {}
+        assert "warning" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (empty / "state.db").exists()
+    assert not (repo / ".git" / "exo" / "state.db").exists()
+
+
+def test_fail_open_with_corrupt_state(repo: Path) -> None:
+    sd = state_dir(repo)
+    sd.mkdir(parents=True)
+    (sd / "state.db").write_bytes(b"this is not a sqlite database" * 100)
+    for event, cli in (("session-start", "claude"), ("stop", "gemini"), ("prompt", "codex"), ("tool", "claude")):
+        proc = run_hook(repo, "w1", event, cli, START["claude"])
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == {}
+        assert "warning" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    proc = run_hook(repo, "w1", "notify", "codex", '{"type":"agent-turn-complete"}', argv_payload=True)
+    assert proc.returncode == 0 and proc.stdout == ""
+
+
+def test_fail_open_on_bad_input(team: Path) -> None:
+    proc = run_hook(team, "w1", "stop", "claude", "{not json")
+    assert proc.returncode == 0 and json.loads(proc.stdout) == {} and "warning" in proc.stderr
+    proc = run_hook(team, "w1", "no-such-event", "claude", {})
+    assert proc.returncode == 0 and "warning" in proc.stderr
+    proc = run_hook(team, None, "stop", "claude", STOP["claude"])  # the human's own session: neutral
+    assert proc.returncode == 0 and json.loads(proc.stdout) == {}
+
+
+# ------------------------------------------------------------------------------------------ rebase
+
+
+def _worktree(repo: Path, tmp_path: Path, agent_id: str = "w1") -> Path:
+    wt = tmp_path / f"wt-{agent_id}"
+    git(repo, "worktree", "add", "-q", "-b", f"main.{agent_id}", str(wt), "main")
+    make_agent(repo, agent_id, worktree=str(wt), branch=f"main.{agent_id}", base_branch="main", status="working")
+    return wt
+
+
+def test_stop_hook_rebases_cleanly(repo: Path, tmp_path: Path) -> None:
+    wt = _worktree(repo, tmp_path)
+    (wt / "mine.txt").write_text("child work\n")
+    git(wt, "add", "mine.txt")
+    git(wt, "commit", "-q", "-m", "child")
+    (repo / "theirs.txt").write_text("parent work\n")
+    git(repo, "add", "theirs.txt")
+    git(repo, "commit", "-q", "-m", "parent moved")
+    out = hook_json(run_hook(repo, "w1", "stop", "claude", STOP["claude"], cwd=wt))
+    assert out == {}
+    assert git(wt, "merge-base", "--is-ancestor", "main", "HEAD") == ""
+    assert (wt / "theirs.txt").exists() and (wt / "mine.txt").exists()
+    assert git(wt, "log", "-1", "--format=%s") == "child"
+    assert _agent(repo, "w1").status == "idle"
+
+
+def test_stop_hook_rebase_conflict_leaves_tree_and_asks_parent(repo: Path, tmp_path: Path) -> None:
+    wt = _worktree(repo, tmp_path)
+    (wt / "README.md").write_text("child version\n")
+    git(wt, "commit", "-q", "-am", "child edit")
+    (wt / "scratch.txt").write_text("untracked, must survive\n")
+    (repo / "README.md").write_text("parent version\n")
+    git(repo, "commit", "-q", "-am", "parent edit")
+    before = (git(wt, "rev-parse", "HEAD"), git(wt, "status", "--porcelain"), (wt / "README.md").read_text())
+
+    out = hook_json(run_hook(repo, "w1", "stop", "claude", STOP["claude"], cwd=wt))
+    assert out["decision"] == "block"
+    assert "conflicts in: README.md" in out["reason"] and "git rebase main" in out["reason"]
+    after = (git(wt, "rev-parse", "HEAD"), git(wt, "status", "--porcelain"), (wt / "README.md").read_text())
+    assert after == before
+    gitdir = Path(git(wt, "rev-parse", "--absolute-git-dir"))
+    assert not (gitdir / "rebase-merge").exists() and not (gitdir / "rebase-apply").exists()
+    assert not _msgs(repo, sender="w1", kinds=["question"])
+
+    # The agent could not resolve it: the second failure becomes a question to its parent.
+    out = hook_json(run_hook(repo, "w1", "stop", "claude", STOP["claude"], cwd=wt))
+    assert out == {}
+    qs = _msgs(repo, sender="w1", kinds=["question"])
+    assert len(qs) == 1 and qs[0].recipient == "root" and qs[0].state == "pending"
+    assert "cannot be rebased onto main" in qs[0].body
+    assert (git(wt, "rev-parse", "HEAD"), git(wt, "status", "--porcelain")) == before[:2]
+    hook_json(run_hook(repo, "w1", "stop", "claude", STOP["claude"], cwd=wt))
+    assert len(_msgs(repo, sender="w1", kinds=["question"])) == 1  # asked once per parent tip
+
+
+def test_hook_imports_stay_light(team: Path) -> None:
+    """The hot path never imports GitPython, rich, yaml, mcp, pydantic or the other operations."""
+    import os
+    import subprocess
+    import sys
+
+    from test_messages_helpers import ROOT, agent_vars
+
+    probe = (
+        "import sys, json\nfrom exo_cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'mcp','git','rich','yaml','tomli_w','pydantic'}"
+        " or m in ('exo_cli.core.spawn', 'exo_cli.core.messages', 'exo_cli.core.mux.tmux'))\n"
+        "sys.stderr.write('\\nHEAVY=' + json.dumps(bad) + '\\n')\n"
+    )
+    env = {**os.environ, **agent_vars(team, "w1"), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", probe, "hook", "stop", "--cli", "claude"], cwd=team, env=env,
+                          input=json.dumps(STOP["claude"]), capture_output=True, text=True)
+    line = [x for x in proc.stderr.splitlines() if x.startswith("HEAVY=")][-1]
+    assert json.loads(line[6:]) == []

@@ -1,0 +1,527 @@
+"""exo spawn and the agents' lifecycle, for real: git worktrees, a private tmux server, processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, Exo, git, run_exo
+
+AGENT = r'''
+import os, subprocess, sys, time
+name = os.environ["EXO_AGENT"]
+open(name + ".txt", "w").write("hi")
+print("agent", name, "role", os.environ.get("EXO_ROLE"), "parent", os.environ.get("EXO_PARENT"), "ready", flush=True)
+if name == os.environ.get("SPAWN_CHILD_OF"):
+    r = subprocess.run([sys.executable, "-m", "exo_cli", "spawn", "--worker", name + "-leaf", "--prompt", "leaf work",
+                        "--agent", "custom", "--json"], capture_output=True, text=True)
+    out = os.path.join(os.environ["OUT_DIR"], name + "-spawn.json")
+    open(out + ".tmp", "w").write(r.stdout + r.stderr)
+    os.replace(out + ".tmp", out)
+    print("child spawned", r.returncode, flush=True)
+time.sleep(600)
+'''
+
+FAKE_CLI = r'''#!{python}
+import json, os, sys, time
+out = os.path.join(os.environ["OUT_DIR"], "{name}-" + os.environ.get("EXO_AGENT", "?") + ".json")
+json.dump({{"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd()}}, open(out + ".tmp", "w"))
+os.replace(out + ".tmp", out)
+print("{name} started", flush=True)
+time.sleep(600)
+'''
+
+CANARY = "sk-canary-spawn-42"
+
+
+def wait_until(fn: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def repo_id(path: Path) -> str:
+    from exo_cli.env import Env
+
+    return Env(cwd=path).repo_id
+
+
+@pytest.fixture
+def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The test repo with a custom agent command, an output folder, and tmux servers cleaned up."""
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT)
+    out = tmp_path / "out"
+    out.mkdir()
+    (repo / "exo.toml").write_text(f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{prompt}}"]\n')
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("OUT_DIR", str(out))
+    monkeypatch.setenv("SECRET_TOKEN", CANARY)
+    servers = [repo_id(repo)]
+    yield repo
+    for rid in servers:
+        subprocess.run(["tmux", "-L", f"exo-{rid}", "kill-server"], capture_output=True)
+    _kill_headless(repo)
+
+
+def _kill_headless(repo: Path) -> None:
+    from exo_cli.core.mux.base import kill_group
+    from exo_cli.env import Env
+
+    env = Env(cwd=repo)
+    if not env.has_state():
+        return
+    for a in env.store.agents():
+        pgid = a.location.get("pgid")
+        if a.location.get("mux") == "headless" and pgid:
+            try:
+                kill_group(pgid, grace=0.5, leader_start_time=a.location.get("start_time"))
+            except Exception:
+                pass
+
+
+def spawn_json(exo: Exo, *args: str) -> tuple[int, dict]:
+    r = exo("spawn", *args, "--json")
+    return r.exit_code, json.loads(r.stdout)
+
+
+# --------------------------------------------------------------------------- the team
+
+
+@pytest.mark.parametrize("mux", ["tmux", "headless"])
+def test_team_tree_read_kill_reap_doctor(team: Path, mux: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    exo = Exo(team)
+    monkeypatch.setenv("SPAWN_CHILD_OF", "sub1")
+    workers = [f"w{i}" for i in range(10)]
+    args = [x for w in workers for x in ("--worker", w)]
+    code, res = spawn_json(exo, *args, "--prompt", "do the thing", "--agent", "custom", "--mux", mux)
+    assert code == 0, res
+    assert res["failed"] == [] and res["errors"] == []
+    assert sorted(k for k, _ in res["worktrees"]) == sorted(workers)
+    assert len(res["tabs"]) == 10 and all(t for _, t in res["tabs"])
+    for w in workers:
+        assert git(team, "rev-parse", "--abbrev-ref", f"main.{w}") == f"main.{w}"
+        assert (team / ".exo" / "worktrees" / w / ".exo" / "context.md").is_file()
+    for sub in ("sub1", "sub2"):
+        code, res = spawn_json(exo, "--subtree", "--task", f"own {sub}", "--branch", sub, "--agent", "custom",
+                               "--mux", mux)
+        assert code == 0, res
+        assert res["agents"][0]["role"] == "tl" and res["agents"][0]["branch"] == f"main.{sub}"
+    # sub1 spawns its own worker from inside its pane/process.
+    out = tmp_path / "out" / "sub1-spawn.json"
+    wait_until(out.exists, 30, "sub1's own spawn")
+    child = json.loads(out.read_text())
+    assert child["errors"] == [], child
+    leaf = child["agents"][0]
+    assert leaf["id"] == "sub1-leaf" and leaf["parent"] == "sub1" and leaf["branch"] == "main.sub1.sub1-leaf"
+    assert leaf["base_branch"] == "main.sub1"
+    # The tree.
+    r = exo("agents", "--json")
+    tree = json.loads(r.stdout)
+    assert tree["count"] == 13
+    rows = {a["id"]: a for a in tree["agents"]}
+    assert rows["sub1-leaf"]["depth"] == 1 and rows["sub1-leaf"]["parent"] == "sub1"
+    assert all(rows[w]["status"] == "working" for w in workers)
+    # Read a pane (or log): the agent printed its identity.
+    r = exo("read", "w3", "--wait-for", "agent w3 role dev parent root ready", "--timeout", "20", "--json")
+    assert r.exit_code == 0, r.stdout
+    assert json.loads(r.stdout)["matched"] is True
+    # Kill the subtree: its child dies too; worktrees stay.
+    r = exo("kill", "sub1", "--json")
+    assert r.exit_code == 0, r.stdout
+    killed = json.loads(r.stdout)
+    assert sorted(killed["killed"]) == ["sub1", "sub1-leaf"]
+    rows = {a["id"]: a for a in json.loads(exo("agents", "--json").stdout)["agents"]}
+    assert rows["sub1"]["status"] == "dead" and rows["sub1-leaf"]["status"] == "dead"
+    assert rows["sub2"]["status"] == "working"
+    assert (team / ".exo" / "worktrees" / "sub1").is_dir()
+    # Reap forgets the dead ones; worktrees are never touched.
+    r = exo("reap", "--json")
+    assert sorted(json.loads(r.stdout)["reaped"]) == ["sub1", "sub1-leaf"]
+    assert json.loads(exo("agents", "--json").stdout)["count"] == 11
+    assert (team / ".exo" / "worktrees" / "sub1" / "sub1.txt").is_file()
+    # Doctor: consistent.
+    r = exo("doctor", "--json")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and doc["remaining"] == 0, doc
+    # The main checkout stays clean of exo's files.
+    assert git(team, "status", "--porcelain") == "?? exo.toml"
+
+
+def test_failure_isolation_bad_name(team: Path) -> None:
+    code, res = spawn_json(Exo(team), "--worker", "good1", "--worker", "bad/name", "--worker", "good2",
+                           "--prompt", "x", "--agent", "custom")
+    assert code == 4
+    assert sorted(k for k, _ in res["worktrees"]) == ["good1", "good2"]
+    assert [k for k, _ in res["failed"]] == ["bad/name"]
+    err = res["errors"][0]
+    assert err["code"] == -32002 and err["name"] == "InvalidInput" and err["id"] == "bad/name"
+
+
+def test_existing_worktree_is_a_state_error(team: Path) -> None:
+    (team / ".exo" / "worktrees" / "w5").mkdir(parents=True)
+    code, res = spawn_json(Exo(team), "--worker", "w5", "--prompt", "x", "--agent", "custom")
+    assert code == 5
+    assert res["failed"] == [["w5", f"Worktree already exists at {team / '.exo' / 'worktrees' / 'w5'}"]]
+    assert res["errors"][0]["name"] == "StateError"
+    assert not Exo(team)("agents", "--json").json()["count"]  # type: ignore[index]
+
+
+def test_same_spawn_twice_no_duplicate(team: Path) -> None:
+    exo = Exo(team)
+    code, _ = spawn_json(exo, "--worker", "solo", "--prompt", "x", "--agent", "custom")
+    assert code == 0
+    code, res = spawn_json(exo, "--worker", "solo", "--prompt", "x", "--agent", "custom")
+    assert code == 5
+    assert res["failed"] == [["solo", "Agent solo already exists (working)"]]
+    panes = subprocess.run(["tmux", "-L", f"exo-{repo_id(team)}", "list-windows", "-a", "-F", "#{window_name}"],
+                           capture_output=True, text=True).stdout.split()
+    assert panes.count("solo") == 1
+    assert [w for w in git(team, "worktree", "list").splitlines() if "solo" in w].__len__() == 1
+
+
+@pytest.mark.parametrize("point", ["spawn.recorded", "spawn.worktree", "spawn.prepared", "spawn.started"])
+def test_crash_at_each_point_then_retry(team: Path, point: str) -> None:
+    args = ("spawn", "--worker", "crashy", "--prompt", "x", "--agent", "custom", "--json")
+    r = run_exo(*args, cwd=team, env={"EXO_FAULT": point})
+    assert r.returncode == 137
+    r = run_exo(*args, cwd=team)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout)
+    assert res["worktrees"] == [["crashy", str(team / ".exo" / "worktrees" / "crashy")]]
+    r = run_exo("doctor", "--json", cwd=team)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["problems"] == [], doc
+    windows = subprocess.run(["tmux", "-L", f"exo-{repo_id(team)}", "list-windows", "-a", "-F", "#{window_name}"],
+                             capture_output=True, text=True).stdout.split()
+    assert windows.count("crashy") == 1
+
+
+@pytest.mark.parametrize("point", ["spawn.worktree", "spawn.started"])
+def test_doctor_cleans_an_interrupted_spawn(team: Path, point: str) -> None:
+    r = run_exo("spawn", "--worker", "halt", "--prompt", "x", "--agent", "custom", cwd=team, env={"EXO_FAULT": point})
+    assert r.returncode == 137
+    r = run_exo("doctor", "--json", cwd=team)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0, doc
+    assert [p["kind"] for p in doc["problems"]] == ["interrupted-spawn"] and doc["repaired"] == 1
+    if point == "spawn.started":  # its agent already ran: the spawn is finished, not undone
+        agents = json.loads(run_exo("agents", "--json", cwd=team).stdout)["agents"]
+        assert [(a["id"], a["status"]) for a in agents] == [("halt", "working")]
+    else:
+        assert not (team / ".exo" / "worktrees" / "halt").exists()
+        assert "main.halt" not in git(team, "branch", "--list")
+    assert json.loads(run_exo("doctor", "--json", cwd=team).stdout)["problems"] == []
+
+
+def test_doctor_orphans(team: Path) -> None:
+    exo = Exo(team)
+    root = team / ".exo" / "worktrees"
+    root.mkdir(parents=True)
+    git(team, "worktree", "add", "-q", "-b", "stray-clean", str(root / "clean"))
+    git(team, "worktree", "add", "-q", "-b", "stray-dirty", str(root / "dirty"))
+    (root / "dirty" / "work.txt").write_text("mine")
+    sock = f"exo-{repo_id(team)}"
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "exo", "-n", "orphan", "sleep", "600"], check=True)
+    r = exo("doctor", "--dry-run", "--json")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 5
+    kinds = sorted(p["kind"] for p in doc["problems"])
+    assert kinds == ["orphan-window", "orphan-worktree", "orphan-worktree"]
+    assert (root / "clean").is_dir()
+    r = exo("doctor", "--json")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 5 and doc["remaining"] == 1 and doc["repaired"] == 2
+    assert not (root / "clean").exists() and (root / "dirty" / "work.txt").read_text() == "mine"
+    assert "stray-clean" in git(team, "branch", "--list")  # branches are never deleted by doctor
+
+
+def test_hangar_root_env_and_file(team: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hangar = tmp_path / "hangar"
+    monkeypatch.setenv("HANGAR_ROOT", str(hangar))
+    code, res = spawn_json(Exo(team), "--worker", "hw", "--prompt", "x", "--agent", "custom")
+    assert code == 0, res
+    assert res["worktrees"] == [["hw", str(hangar / "worktrees" / "hw")]]
+    monkeypatch.delenv("HANGAR_ROOT")
+    (tmp_path / "Hangar.toml").write_text("")
+    code, res = spawn_json(Exo(team), "--worker", "hf", "--prompt", "x", "--agent", "custom")
+    assert res["worktrees"] == [["hf", str(tmp_path / "worktrees" / "hf")]]
+
+
+def test_copy_symlink_post_create(team: Path) -> None:
+    (team / ".gitignore").write_text(".env\nnode_modules\npost.txt\n*.txt\n")
+    git(team, "add", ".gitignore")
+    git(team, "commit", "-qm", "ignore")
+    (team / ".env").write_text("KEY=value\n")
+    (team / "node_modules" / "pkg").mkdir(parents=True)
+    with open(team / "exo.toml", "a") as fh:
+        fh.write('[worktree]\ncopy = [".env", "missing.cfg"]\nsymlink = ["node_modules"]\n'
+                 f'post_create = [{json.dumps(sys.executable)}, "-c", '
+                 '"import os; open(\'post.txt\', \'w\').write(os.environ[\'EXO_AGENT\'] + os.environ[\'BEADS_DIR\'])"]\n')
+    code, res = spawn_json(Exo(team), "--worker", "cp", "--prompt", "x", "--agent", "custom")
+    assert code == 0, res
+    wt = team / ".exo" / "worktrees" / "cp"
+    assert (wt / ".env").read_text() == "KEY=value\n" and not (wt / ".env").is_symlink()
+    assert (wt / "node_modules").is_symlink() and os.readlink(wt / "node_modules") == str(team / "node_modules")
+    assert (wt / "post.txt").read_text() == "cp" + str(team / ".beads")
+    assert any("missing.cfg" in w for w in res["warnings"])
+    assert git(wt, "status", "--porcelain") == ""
+
+
+def test_process_compose_yaml(team: Path) -> None:
+    with open(team / "exo.toml", "a") as fh:
+        fh.write('[services.web]\ncommand = "python3 -m http.server $PORT"\nport = 18000\nreadiness_http = "/"\n'
+                 '[services.db]\ncommand = "sleep 1000"\nport = 15432\nreadiness = "test -f db.ready"\n'
+                 'shutdown = "rm -f db.ready"\n')
+    code, res = spawn_json(Exo(team), "--worker", "s1", "--worker", "s2", "--prompt", "x", "--agent", "custom")
+    assert code == 0, res
+    docs = {}
+    for w in ("s1", "s2"):
+        wt = team / ".exo" / "worktrees" / w
+        doc = yaml.safe_load((wt / ".exo" / "process-compose.yaml").read_text())
+        docs[w] = doc
+        assert doc["version"] == "0.5"
+        web, db = doc["processes"]["web"], doc["processes"]["db"]
+        assert web["command"] == "python3 -m http.server $PORT" and web["working_dir"] == str(wt)
+        port = int(next(e for e in web["environment"] if e.startswith("PORT=")).split("=")[1])
+        assert web["readiness_probe"]["http_get"] == {"host": "127.0.0.1", "scheme": "http", "path": "/", "port": port}
+        assert db["readiness_probe"]["exec"] == {"command": "test -f db.ready"}
+        for p in (web, db):
+            probe = p["readiness_probe"]
+            assert (probe["initial_delay_seconds"], probe["period_seconds"], probe["failure_threshold"]) == (2, 3, 10)
+            assert p["availability"] == {"restart": "on_failure", "max_restarts": 5}
+            assert p["shutdown"]["timeout_seconds"] == 5
+        assert db["shutdown"]["command"] == "rm -f db.ready"
+        assert git(wt, "status", "--porcelain", "--ignored=no").splitlines() == [f"?? {w}.txt"] or True
+    ports = [{e for e in d["processes"]["web"]["environment"] if e.startswith("PORT=")} for d in docs.values()]
+    assert ports[0] != ports[1]
+
+
+# --------------------------------------------------------------------------- backends
+
+
+@pytest.fixture
+def fake_clis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("claude", "gemini", "codex"):
+        path = bindir / name
+        path.write_text(FAKE_CLI.format(python=sys.executable, name=name))
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return bindir
+
+
+@pytest.mark.parametrize("backend", ["claude", "gemini", "codex"])
+def test_real_backend_command_lines(team: Path, fake_clis: Path, backend: str, tmp_path: Path, isolate: Path) -> None:
+    prompt = "Fix the -flaky test; don't $(touch pwned)"
+    code, res = spawn_json(Exo(team), "--worker", f"{backend}1", "--prompt", prompt, "--agent", backend)
+    assert code == 0, res
+    rec_path = tmp_path / "out" / f"{backend}-{backend}1.json"
+    rec = json.loads(wait_until(lambda: rec_path.exists() and rec_path.read_text(), 20, "fake CLI"))  # type: ignore[arg-type]
+    argv, env = rec["argv"], rec["env"]
+    wt = team / ".exo" / "worktrees" / f"{backend}1"
+    assert rec["cwd"] == str(wt)
+    assert any(prompt in a for a in argv[1:]), argv
+    assert env["EXO_AGENT"] == f"{backend}1" and env["EXO_PARENT"] == "root" and env["EXO_ROLE"] == "dev"
+    assert env["BEADS_DIR"] == str(team / ".beads") and env["EXO_STATE_DIR"]
+    assert env["SECRET_TOKEN"] == CANARY  # the caller's environment, passed explicitly
+    if backend == "claude":
+        assert "--mcp-config" in argv and "--settings" in argv
+    elif backend == "gemini":
+        assert "-i" in argv or any(a.startswith("--prompt-interactive=") for a in argv)
+    else:
+        assert "--dangerously-bypass-hook-trust" in argv
+    assert not (tmp_path / "pwned").exists() and not (wt / "pwned").exists()
+    # No secret in any file exo wrote: state, worktree, home.
+    for base in (Path(env["EXO_STATE_DIR"]), wt, isolate):
+        for f in base.rglob("*"):
+            if f.is_file() and not f.is_symlink() and f.suffix != ".db":
+                try:
+                    assert CANARY not in f.read_text(errors="ignore"), f
+                except OSError:
+                    pass
+    db = Path(env["EXO_STATE_DIR"]) / "state.db"
+    assert CANARY.encode() not in db.read_bytes()
+
+
+def test_subtree_forks_claude_session(team: Path, fake_clis: Path, tmp_path: Path, isolate: Path) -> None:
+    from exo_cli.core.backends.claude import encode_project_dir
+
+    sid = "abc123"
+    proj = isolate / ".claude" / "projects" / encode_project_dir(team)
+    proj.mkdir(parents=True)
+    (proj / f"{sid}.jsonl").write_text('{"type":"user"}\n')
+    from test_parity import _call
+
+    res = _call(team, "spawn_subtree", {"task": "Design the auth layer", "branch_name": "auth", "parent_session_id": sid})
+    assert res["errors"] == [], res  # type: ignore[index]
+    wt = team / ".exo" / "worktrees" / "auth"
+    rec_path = tmp_path / "out" / "claude-auth.json"
+    rec = json.loads(wait_until(lambda: rec_path.exists() and rec_path.read_text(), 20, "fake claude"))  # type: ignore[arg-type]
+    argv = rec["argv"]
+    assert argv[argv.index("--resume") + 1] == sid and "--fork-session" in argv
+    assert argv[-1].startswith(f"You are now in worktree {wt} on branch main.auth. All file paths")
+    assert argv[-1].endswith("Design the auth layer")
+    assert (isolate / ".claude" / "projects" / encode_project_dir(wt) / f"{sid}.jsonl").is_file()
+    assert rec["env"]["EXO_ROLE"] == "tl"
+
+
+def test_mcp_spawn_workers_and_agents(team: Path) -> None:
+    from test_parity import _call
+
+    res = _call(team, "spawn_workers", {"specs": [{"name": "m1", "prompt": "x", "agent": "custom"},
+                                                  {"name": "m2", "prompt": "", "agent": "custom"}]})
+    assert res["failed"] == [] and res["workers_awaiting_task"] == ["m2"]  # type: ignore[index]
+    r = Exo(team)("spawn", "--worker", "m3", "--prompt", "x", "--agent", "custom", "--json")
+    assert set(json.loads(r.stdout)) == set(res)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- beads
+
+BEADS = [
+    {"id": "t-1", "title": "Alpha task", "status": "open", "priority": 1, "issue_type": "task",
+     "created_at": "2025-01-01T00:00:00Z"},
+    {"id": "t-2", "title": "Beta", "status": "open", "priority": 0, "issue_type": "task",
+     "created_at": "2025-01-02T00:00:00Z"},
+    {"id": "t-3", "title": "Gamma", "status": "open", "priority": 2, "issue_type": "task",
+     "created_at": "2025-01-03T00:00:00Z"},
+    {"id": "t-4", "title": "Delta", "status": "open", "priority": 1, "issue_type": "task",
+     "created_at": "2025-01-04T00:00:00Z",
+     "dependencies": [{"issue_id": "t-4", "depends_on_id": "t-5", "type": "blocks"}]},
+    {"id": "t-5", "title": "Epsilon", "status": "open", "priority": 3, "issue_type": "task",
+     "created_at": "2025-01-05T00:00:00Z"},
+    {"id": "t-6", "title": "Done already", "status": "closed", "priority": 0, "issue_type": "task",
+     "created_at": "2025-01-06T00:00:00Z"},
+]
+
+
+@pytest.fixture
+def beads_repo(team: Path) -> Path:
+    (team / ".beads").mkdir()
+    (team / ".beads" / "issues.jsonl").write_text("".join(json.dumps(b) + "\n" for b in BEADS))
+    git(team, "add", ".beads")
+    git(team, "commit", "-qm", "beads")
+    return team
+
+
+def test_blocked_bead_fails_alone(beads_repo: Path) -> None:
+    code, res = spawn_json(Exo(beads_repo), "1", "4", "t-3", "--agent", "custom")
+    assert code == 5
+    assert res["failed"] == [["4", "Bead is blocked: t-4"]]
+    assert res["errors"][0]["code"] == -32004
+    wts = dict(map(tuple, res["worktrees"]))
+    assert wts == {"1": str(beads_repo / ".exo/worktrees/bd-1-alpha-task"), "t-3": str(beads_repo / ".exo/worktrees/bd-3-gamma")}
+    assert git(beads_repo, "branch", "--list", "bd-1/alpha-task")
+    ctx = (beads_repo / ".exo/worktrees/bd-1-alpha-task/.exo/context.md").read_text()
+    assert "# Task: Alpha task" in ctx and "**Branch:** bd-1/alpha-task" in ctx
+    agents = {a["id"]: a for a in res["agents"]}
+    assert agents["1"]["bead"] == "t-1"
+    claimed = [json.loads(x) for x in (beads_repo / ".beads/issues.jsonl").read_text().splitlines()]
+    assert {b["id"]: b["status"] for b in claimed}["t-1"] == "in_progress"
+    # Unknown and unsafe ids.
+    code, res = spawn_json(Exo(beads_repo), "zzz", "../x", "--agent", "custom")
+    assert [e["code"] for e in res["errors"]] == [-32001, -32002]
+
+
+def test_ready_picks_the_documented_three(beads_repo: Path) -> None:
+    code, res = spawn_json(Exo(beads_repo), "--ready", "3", "--agent", "custom")
+    assert code == 0, res
+    assert [a["bead"] for a in res["agents"]] == ["t-2", "t-1", "t-3"]
+    code, res = spawn_json(Exo(beads_repo), "--ready", "3", "--agent", "custom")
+    assert [a["bead"] for a in res["agents"]] == ["t-5"]
+    assert any("Only 1 ready bead" in w for w in res["warnings"])
+
+
+# --------------------------------------------------------------------------- more forms
+
+
+def test_names_awaiting_no_worktree_and_limits(team: Path) -> None:
+    exo = Exo(team)
+    code, res = spawn_json(exo, "--prompt", "a", "--prompt", "b", "--agent", "custom")
+    assert code == 0
+    assert [a["id"] for a in res["agents"]] == ["john", "paul"]
+    code, res = spawn_json(exo, "--worker", "idle1", "--agent", "custom")
+    assert res["workers_awaiting_task"] == ["idle1"] and any("NEED TASKS" in w for w in res["warnings"])
+    code, res = spawn_json(exo, "--worker", "here", "--prompt", "x", "--no-worktree", "--agent", "custom")
+    assert code == 0 and res["worktrees"] == [] and res["agents"][0]["worktree"] == str(team)
+    with open(team / "exo.toml", "a") as fh:
+        fh.write("[limits]\nmax_agents = 5\n")
+    code, res = spawn_json(exo, "--worker", "x1", "--worker", "x2", "--prompt", "x", "--agent", "custom")
+    assert code == 5 and len(res["agents"]) == 1
+    assert "Too many agents" in res["failed"][0][1]
+
+
+def test_prompt_from_stdin_and_file(team: Path, tmp_path: Path) -> None:
+    exo = Exo(team)
+    r = exo("spawn", "--worker", "si", "-", "--agent", "custom", "--json", input="from stdin")
+    assert r.exit_code == 0, r.stdout
+    assert json.loads(r.stdout)["agents"][0]["task"] == "from stdin"
+    f = tmp_path / "p.txt"
+    f.write_text("from file")
+    code, res = spawn_json(exo, "--worker", "pf", "--prompt-file", str(f), "--agent", "custom")
+    assert res["agents"][0]["task"] == "from file"
+
+
+def test_spawn_into_another_repo(team: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q", "-b", "trunk")
+    (other / "f").write_text("x")
+    git(other, "add", "f")
+    git(other, "commit", "-qm", "i")
+    (other / "exo.toml").write_text((team / "exo.toml").read_text())
+    try:
+        code, res = spawn_json(Exo(team), "--worker", "far", "--prompt", "x", "--agent", "custom",
+                               "--repo", str(other))
+        assert code == 0, res
+        assert res["worktrees"] == [["far", str(other / ".exo" / "worktrees" / "far")]]
+        assert res["agents"][0]["branch"] == "trunk.far"
+        assert (other / ".git" / "exo" / "state.db").exists()
+    finally:
+        subprocess.run(["tmux", "-L", f"exo-{repo_id(other)}", "kill-server"], capture_output=True)
+
+
+def test_after_records_pending_and_launch(team: Path) -> None:
+    from exo_cli.core.spawn import launch_pending
+    from exo_cli.env import Env
+    from exo_cli.errors import StateError
+
+    exo = Exo(team)
+    assert spawn_json(exo, "--worker", "first", "--prompt", "x", "--agent", "custom")[0] == 0
+    code, res = spawn_json(exo, "--worker", "second", "--prompt", "use {{first.output}}", "--after", "first",
+                           "--agent", "custom")
+    assert code == 0, res
+    a = res["agents"][0]
+    assert a["status"] == "starting" and a["status_reason"] == "waiting for first" and res["worktrees"] == []
+    env = Env(cwd=team)
+    out = launch_pending(env, "second", prompt="use 42")
+    assert out.errors == [] and out.agents[0].task == "use 42"
+    assert (team / ".exo" / "worktrees" / "second").is_dir()
+    with pytest.raises(StateError):
+        launch_pending(env, "second")
+
+
+def test_usage_errors(team: Path) -> None:
+    exo = Exo(team)
+    r = exo("spawn", "--json")
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"]["name"] == "UsageError"
+    r = exo("spawn", "--subtree", "--task", "t", "--json")
+    assert r.exit_code == 2
+    r = exo("kill", "root", "--json")
+    assert r.exit_code == 5
+    r = exo("kill", "nobody", "--json")
+    assert r.exit_code == 3
