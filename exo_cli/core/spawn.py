@@ -389,6 +389,8 @@ class _Call:
         self._lock = threading.Lock()
         self._beads: BeadsSource | None = None
         self._mux: Mux | None = None
+        self._heads: set[str] | None = None
+        self._commits: dict[str, str | None] = {}
 
     def warn(self, text: str) -> None:
         with self._lock:
@@ -402,6 +404,23 @@ class _Call:
 
                 self._beads = beads.open_beads(self.env.repo.root, env=self.env.environ)
             return self._beads
+
+    def heads(self) -> set[str]:
+        """The repository's local branch names, listed once per call."""
+        with self._lock:
+            if self._heads is None:
+                from exo_cli.core import gitutil
+
+                proc = gitutil.git(["for-each-ref", "--format=%(refname:short)", "refs/heads/"], cwd=self.env.repo.root)
+                self._heads = set(proc.stdout.split())
+            return self._heads
+
+    def commit(self, ref: str) -> str | None:
+        """The commit ``ref`` names, resolved once per call."""
+        with self._lock:
+            if ref not in self._commits:
+                self._commits[ref] = wt.rev(self.env.repo.root, ref)
+            return self._commits[ref]
 
     def mux(self) -> Mux:
         with self._lock:
@@ -585,9 +604,7 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
                     hint=f"exo never reuses a worktree. Remove it (git worktree remove {path}) or pick another name.",
                     path=str(path),
                 )
-            from exo_cli.core import gitutil
-
-            if gitutil.ref_exists(env.repo.root, f"refs/heads/{branch}"):
+            if branch in call.heads():
                 raise StateError(
                     f"Branch {branch} already exists",
                     hint=f"exo never reuses a branch. Pick another name, or delete it: git branch -d {branch}",
@@ -597,7 +614,7 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
         mux = call.mux()
         base_commit = None
         if not common.no_worktree:
-            base_commit = wt.rev(env.repo.root, common.base or parent_branch or "HEAD")
+            base_commit = call.commit(common.base or parent_branch or "HEAD")
             if base_commit is None:
                 raise StateError(f"Base {common.base!r} does not name a commit", hint="Pass a branch with --from.")
         agent_dir = env.state_dir / "agents" / agent_id
@@ -645,7 +662,7 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
     agent_id = agent.id
     path = Path(agent.worktree or "")
     if not common.no_worktree:
-        wt.create(env, path=path, branch=agent.branch or "", base=spec["base_commit"])
+        wt.create(env, path=path, branch=agent.branch or "", base_commit=spec["base_commit"])
         spec.update(phase="worktree", worktree_created=True)
         _update_spec(env, agent_id, spec)
         fault.point("spawn.worktree", env.environ)
