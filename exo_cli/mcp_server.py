@@ -3,12 +3,20 @@
 Each operation's tools become ``MCPServer`` tools whose input schema is the operation's
 keyword parameters (or the tool's seed-fixed adapter parameters) with the registry's
 help as descriptions, and whose structured output is exactly the CLI's ``--json`` object.
-ExoErrors reach the model as tool errors carrying the error object; errors the model
-cannot fix (``protocol = True``) are JSON-RPC errors with exo's codes.
+ExoErrors reach the model as tool errors whose text is exactly the error object (the
+CLI's ``--json`` error); errors the model cannot fix (``protocol = True``) are JSON-RPC
+errors with exo's codes. Only the protocol is written to stdout: the SDK's stdio
+transport points fd 1 at stderr while it serves, and the server is built with
+``sys.stdout`` redirected to stderr; logs go to stderr.
+
+Roles: ``auto`` serves the caller's recorded role (the human's own session is the
+root TL); ``--role`` may lower it, never raise it. A tool the role does not list is
+not registered, and ``registry.invoke`` refuses it anyway if it is reached.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
@@ -20,9 +28,8 @@ from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from exo_cli import __version__, cancel, registry
@@ -43,21 +50,48 @@ INSTRUCTIONS = (
 )
 
 
+# Background starters for the root TL's server (e.g. the forge poller, DESIGN.md issue 10
+# item 11). Modules append ``fn(env)``; each runs in its own daemon thread and must take
+# its own per-repository lock so only one runs per repository.
+def _default_background() -> list[Callable[[Env], None]]:
+    from exo_cli.core.watch import background_poller  # the forge poller (one per repo, by a lock)
+
+    return [background_poller]
+
+
+BACKGROUND: list[Callable[[Env], None]] = _default_background()
+
+
 def serving_role(env: Env, requested: str) -> str:
-    """The role the server runs as: the caller's recorded role, lowered (never raised) by --role."""
+    """Return the role to serve: the caller's recorded role, lowered (never raised) by --role.
+
+    The human at the root is served as the root TL (``tl``). A request above the
+    recorded role is ignored with a warning on stderr.
+    """
+    if requested not in ("auto", *ROLE_RANK):
+        raise ValueError(f"unknown role {requested!r}")
     recorded = env.caller.role
     base = "tl" if recorded == "human" else recorded  # the human's agent is the root TL
     if requested == "auto":
         return base
     if ROLE_RANK[requested] > ROLE_RANK[base]:
-        log.warning("--role %s ignored: the caller's recorded role is %s", requested, base)
+        log.warning(
+            "--role %s ignored: the caller %s is recorded as %s; serving %s tools",
+            requested, env.caller.agent_id, base, base,
+        )
         return base
     return requested
 
 
 def lists_tool(op: Op, tool: Tool, role: str) -> bool:
+    """True when a server for ``role`` lists ``tool`` (a tl server lists dev tools too)."""
     roles = op.tool_roles(tool)
     return role in roles or (role == "tl" and "dev" in roles)
+
+
+def tool_description(op: Op, tool: Tool) -> str:
+    """The tool's description: its own (seed tools), else the operation's, else its docstring."""
+    return tool.description or op.description or op.doc
 
 
 def _signature(op: Op, tool: Tool) -> inspect.Signature:
@@ -83,28 +117,40 @@ def _signature(op: Op, tool: Tool) -> inspect.Signature:
     return inspect.Signature(params, return_annotation=dict[str, Any])
 
 
-def _raise_for(exc: ExoError) -> typing.NoReturn:
-    if exc.protocol:
+def error_result(exc: ExoError) -> CallToolResult:
+    """A tool error whose text is exactly exo's error object (what ``--json`` prints)."""
+    text = json.dumps(exc.to_dict(), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def _map_error(tool: str, exc: ExoError) -> CallToolResult:
+    if exc.protocol:  # the model cannot fix it: a JSON-RPC error with exo's code
         raise MCPError(exc.rpc_code, exc.message, exc.to_dict()["error"]) from exc
-    raise ToolError(json.dumps(exc.to_dict(), ensure_ascii=False)) from exc
+    log.info("tool %s failed: %s", tool, exc.message)
+    return error_result(exc)
 
 
 def make_tool(env: Env, op: Op, tool: Tool) -> Callable[..., Any]:
-    """The tool function: adapt arguments, invoke the operation (with role check), map errors."""
+    """Build the tool function: adapt arguments, invoke the operation (role-checked), map errors.
 
-    def call(kwargs: dict[str, Any]) -> dict[str, Any]:
+    Blocking operations run in a worker thread inside ``cancel.scope``; when the client
+    cancels the call the scope's event is set, the tool returns at once and the
+    operation sees ``cancel.cancelled()`` at its next short wait.
+    """
+
+    def call(kwargs: dict[str, Any]) -> dict[str, Any] | CallToolResult:
         try:
             kw = tool.adapt(**kwargs) if tool.adapt else kwargs
             return typing.cast(dict[str, Any], to_jsonable(registry.invoke(op.name, env, **kw)))
         except ExoError as exc:
-            _raise_for(exc)
+            return _map_error(tool.name, exc)
 
     if op.blocking:
 
-        async def fn(**kwargs: Any) -> dict[str, Any]:
+        async def fn(**kwargs: Any) -> dict[str, Any] | CallToolResult:
             event = threading.Event()
 
-            def run() -> dict[str, Any]:
+            def run() -> dict[str, Any] | CallToolResult:
                 with cancel.scope(event):
                     return call(kwargs)
 
@@ -116,11 +162,11 @@ def make_tool(env: Env, op: Op, tool: Tool) -> Callable[..., Any]:
 
     else:
 
-        async def fn(**kwargs: Any) -> dict[str, Any]:
+        async def fn(**kwargs: Any) -> dict[str, Any] | CallToolResult:
             return await anyio.to_thread.run_sync(call, kwargs)
 
     fn.__name__ = tool.name
-    fn.__doc__ = tool.description or op.doc
+    fn.__doc__ = tool_description(op, tool)
     fn.__signature__ = _signature(op, tool)  # type: ignore[attr-defined]
     return fn
 
@@ -137,7 +183,7 @@ def build_server(env: Env, role: str = "auto") -> MCPServer:
             server.add_tool(
                 make_tool(env, op, tool),
                 name=tool.name,
-                description=tool.description or op.doc,
+                description=tool_description(op, tool),
                 annotations=ToolAnnotations(
                     read_only_hint=op.read_only,
                     destructive_hint=op.destructive,
@@ -149,11 +195,44 @@ def build_server(env: Env, role: str = "auto") -> MCPServer:
     return server
 
 
+def start_background_tasks(env: Env, role: str) -> list[threading.Thread]:
+    """Start the registered background starters when serving the root TL.
+
+    Only the human's own session (the root of the tree) served as ``tl`` runs them; each
+    starter gets a daemon thread (it dies with the server) and a failure is logged to
+    stderr, never raised. Returns the started threads.
+    """
+    if role != "tl" or not env.caller.is_human:
+        return []
+    threads = []
+    for starter in list(BACKGROUND):
+
+        def run(fn: Callable[[Env], None] = starter) -> None:
+            try:
+                fn(env)
+            except Exception:
+                log.exception("background task %s failed", getattr(fn, "__name__", fn))
+
+        t = threading.Thread(target=run, name=f"exo-bg-{getattr(starter, '__name__', 'task')}", daemon=True)
+        t.start()
+        threads.append(t)
+    return threads
+
+
 def serve(env: Env, role: str) -> None:
-    """Run the server over stdio until the client disconnects."""
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="exo mcp: %(message)s")
+    """Run the server over stdio until the client disconnects.
+
+    Logs go to stderr (``EXO_DEBUG=1`` for debug level). Nothing but JSON-RPC reaches
+    stdout: anything printed while building the server goes to stderr, and while
+    serving the SDK points fd 1 (inherited by child processes too) at stderr.
+    """
+    debug = env.environ.get("EXO_DEBUG") == "1"
+    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if debug else logging.WARNING,
+                        format="exo mcp: %(levelname)s %(message)s")
     try:
-        server = build_server(env, role)
+        with contextlib.redirect_stdout(sys.stderr):
+            server = build_server(env, role)
+            start_background_tasks(env, env.role_cap or role)
     except ExoError as exc:
         sys.stderr.write(f"Error: {exc.message}\n")
         if exc.hint:

@@ -28,6 +28,10 @@ CORE_MODULES = (
     "exo_cli.core.init",
     "exo_cli.core.spawn",
     "exo_cli.core.lifecycle",
+    "exo_cli.core.beads_ops",
+    "exo_cli.core.pr",
+    "exo_cli.core.complete",
+    "exo_cli.core.watch",
 )
 
 

@@ -140,3 +140,21 @@ def test_zombie_counts_as_dead(tmp_path):
 def test_get_mux_headless(tmp_path):
     mux = get_mux("headless", repo_id="r", runtime_dir=tmp_path / "rt", session="main")
     assert isinstance(mux, Headless) and mux.list_states() == {}
+
+
+def test_launcher_request_round_trip():
+    from exo_cli.core.mux import _launch
+    from exo_cli.core.mux.base import encode_spec
+
+    spec = {
+        "argv": ["agent", "", "a\nb", "ü $(x)"],
+        "env": {"K": "v=w", "EMPTY": "", "NL": "1\n2"},
+        "cwd": "/w d",
+        "keep": ["TERM", "TMUX"],
+        "pid_file": "",
+    }
+    assert _launch.decode(encode_spec(spec)) == spec
+    with pytest.raises(InvalidInput):
+        encode_spec(dict(spec, argv=["a\x00b"]))
+    with pytest.raises(ValueError):
+        _launch.decode(b"EXO1\0/\0\0" + b"3\0only-one")

@@ -28,6 +28,13 @@ COMMANDS: dict[str, Entry] = {
     "attach": Entry("exo_cli.commands.lifecycle:attach", "Switch the terminal to an agent's pane (or follow its log when headless)."),
     "read": Entry("exo_cli.commands.lifecycle:read", "Read the tail of an agent's pane, or its log when headless."),
     "doctor": Entry("exo_cli.commands.lifecycle:doctor", "Reconcile exo's records with git, the multiplexer and process liveness; repair."),
+    "beads": Entry("exo_cli.commands.beads:beads", "Read the beads tracker: ready, show and list beads."),
+    "reconstitute": Entry("exo_cli.commands.reconstitute:reconstitute", "Sync beads from the main branch and refresh the agent's context."),
+    "pr": Entry("exo_cli.commands.pr:pr", "File, merge and list pull requests."),
+    "complete": Entry("exo_cli.commands.complete:complete",
+                      "Close the bead, stop the agent, and remove its worktree and branch if nothing would be lost."),
+    "watch": Entry("exo_cli.commands.watch:watch",
+                   "Poll the forge for review, check and merge changes and deliver them as events."),
     "mcp": Entry("exo_cli.commands.mcp:mcp", "Serve exo's operations as MCP tools over stdio."),
     "completion": Entry("exo_cli.commands.completion:completion", "Print the completion script for SHELL."),
 }

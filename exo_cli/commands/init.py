@@ -19,13 +19,21 @@ def render_init(out: Out, result: InitResult) -> None:
         out.line("Added /.exo/ to .git/info/exclude")
     out.line(f"State: {result.state_dir}")
     out.table(["TOOL", "PATH"], [[k, v or "not found"] for k, v in result.tools.items()])
+    if result.wiring is not None:
+        w = result.wiring
+        out.line(f"Wired {w.agent} as the root TL (MCP server: {' '.join(w.mcp_command)})")
+        for f in w.files:
+            out.line(f"  {'updated' if f in w.changed else 'unchanged'}: {f}")
+        for note in w.notes:
+            out.line(f"note: {note}")
     for w in result.warnings:
         out.line(f"warning: {w}")
 
 
-@click.command(help=op_help("init") + "\n\n\b\nExamples:\n  exo init\n  exo init --force --json")
+@click.command(help=op_help("init") + "\n\n\b\nExamples:\n  exo init\n  exo init --agent claude\n  exo init --force --json")
 @op_option("init", "force", "--force", is_flag=True)
+@op_option("init", "agent", "--agent", type=click.Choice(["claude", "gemini", "codex"]), default=None)
 @json_option
 @click.pass_obj
-def init(env: Any, force: bool, as_json: bool) -> None:
-    emit(invoke("init", env, force=force), as_json=as_json, human=render_init)
+def init(env: Any, force: bool, agent: str | None, as_json: bool) -> None:
+    emit(invoke("init", env, force=force, agent=agent), as_json=as_json, human=render_init)

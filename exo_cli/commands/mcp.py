@@ -21,11 +21,13 @@ def mcp(env: Any, role: str) -> None:
 
     Every tool is generated from the same operation registry as the CLI, so a tool and its
     command take the same arguments and return the same object. Only the protocol is
-    written to stdout; logs go to stderr.
+    written to stdout; logs go to stderr. Run from your own agent session, the server
+    makes it the root TL (``exo init --agent claude`` writes that wiring for you).
 
     \b
     Examples:
-      claude mcp add exo -- exo mcp
+      exo init --agent claude
+      claude mcp add exo -- exo mcp --role auto
       exo mcp --role dev
     """
     from exo_cli.mcp_server import serve

@@ -10,6 +10,7 @@ from exo_cli.core import gitutil
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
+    from exo_cli.core.rootwire import AgentWiring
     from exo_cli.env import Env
 
 TOOLS = ("git", "tmux", "zellij", "gh", "claude", "gemini", "codex", "bd", "process-compose")
@@ -49,6 +50,7 @@ class InitResult:
     state_dir: str
     tools: dict[str, str | None]
     warnings: list[str]
+    wiring: AgentWiring | None = None
 
 
 @op(
@@ -56,15 +58,31 @@ class InitResult:
     cli="init",
     roles=("human",),
     idempotent=True,
-    help={"force": "Overwrite an existing exo.toml with the defaults."},
+    help={
+        "force": "Overwrite an existing exo.toml with the defaults.",
+        "agent": "Wire your own agent session (claude, gemini or codex) as the root TL: the exo MCP "
+        "server and exo's hooks in that CLI's project settings, merged into what is there.",
+    },
 )
-def init(env: Env, *, force: bool = False) -> InitResult:
+def init(env: Env, *, force: bool = False, agent: str | None = None) -> InitResult:
     """Set up exo in this repository.
 
     Writes ``exo.toml`` with commented defaults (unless it exists), hides exo's own
     ``.exo/`` folder through ``.git/info/exclude`` (never a committed file), creates the
     state folder and reports which of git, tmux, gh and the agent CLIs are installed.
+    With ``agent``, also wires that agent CLI's project settings (``.mcp.json`` and
+    ``.claude/settings.local.json``, ``.gemini/settings.json``, or ``.codex/config.toml``
+    and ``.codex/hooks.json``) so the human's own session is the root TL; the user's
+    own keys are kept and a re-run changes nothing. Raises InvalidInput for an unknown
+    agent or a settings file that does not parse (it is never overwritten).
     """
+    if agent is not None:
+        from exo_cli.core.rootwire import AGENTS
+
+        if agent not in AGENTS:
+            from exo_cli.errors import InvalidInput
+
+            raise InvalidInput(f"Unknown agent {agent!r}", hint=f"Use one of: {', '.join(AGENTS)}.", agent=agent)
     repo = env.repo
     if not force:
         env.config  # noqa: B018 - an existing bad exo.toml is reported, naming the key
@@ -84,6 +102,13 @@ def init(env: Env, *, force: bool = False) -> InitResult:
         warnings.append("tmux is not installed: agents will run headless (install tmux to watch them in panes)")
     if not any(tools[c] for c in ("claude", "gemini", "codex")):
         warnings.append("no agent CLI found (claude, gemini, codex): only the demo and custom backends will work")
+    wiring = None
+    if agent is not None:
+        from exo_cli.core.rootwire import wire_agent
+
+        wiring = wire_agent(repo, agent)
+        if not tools.get(agent):
+            warnings.append(f"{agent} is not installed: the wiring is written and takes effect once it is")
     return InitResult(
         repo=str(repo.root),
         config_file=str(path),
@@ -92,4 +117,5 @@ def init(env: Env, *, force: bool = False) -> InitResult:
         state_dir=str(env.state_dir),
         tools=tools,
         warnings=warnings,
+        wiring=wiring,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.core import gitutil
 from exo_cli.core.models import ROOT, Agent
@@ -15,8 +15,7 @@ if TYPE_CHECKING:
     from exo_cli.env import Env
 
 
-@dataclass(frozen=True)
-class GitState:
+class GitState(NamedTuple):
     branch: str | None
     head: str | None
     dirty: list[str]
@@ -25,9 +24,9 @@ class GitState:
     behind: int | None
 
 
-@dataclass(frozen=True)
-class AgentView:
-    """One row of ``exo agents``."""
+class AgentView(NamedTuple):
+    """One row of ``exo agents`` (a NamedTuple: ~4x cheaper to define than a dataclass, and this
+    module is on the path of every `exo status`; it serializes the same through to_jsonable)."""
 
     id: str
     name: str

@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import shlex
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,25 +19,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from exo_cli.errors import StateError, UsageError
+from exo_cli.selfcmd import exo_command
 
 HOOK_EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
 """The events ``exo hook`` understands (the hook command contract)."""
 
 ROLES = ("tl", "dev")
-
-
-def exo_command() -> list[str]:
-    """Return the absolute argv that runs this exo.
-
-    The ``exo`` script installed beside the running interpreter when it exists (a venv or a
-    pipx install), else ``[sys.executable, "-m", "exo_cli"]``. Hooks and MCP entries use it
-    because an agent's PATH may not contain exo.
-    """
-    exe = Path(sys.executable)
-    script = exe.parent / "exo"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script.absolute())]
-    return [str(exe.absolute()), "-m", "exo_cli"]
 
 
 def hook_argv(event: str, cli: str) -> list[str]:
@@ -304,7 +290,11 @@ def cleanup(undo_records: list[dict[str, Any]]) -> None:
     """Replay undo records in reverse order; each kind is idempotent."""
     import exo_cli.core.backends.project_file  # noqa: F401  (registers its undo kinds)
 
-    for record in reversed(undo_records):
+    # Records that created a shared parent container (``projects`` in .claude.json) go last, so
+    # the container is empty - and removed - once every entry exo put in it is gone, whatever
+    # order concurrent spawns happened to create them in.
+    ordered = sorted(reversed(undo_records), key=lambda r: bool(r.get("added_parents")))
+    for record in ordered:
         kind = record.get("kind")
         handler = _UNDO.get(str(kind))
         if handler is None:

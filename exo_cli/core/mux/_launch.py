@@ -1,8 +1,8 @@
 """Start an agent with exactly the environment exo passes (run as a script, stdlib only).
 
 Usage: ``python -I -S _launch.py FIFO``. The multiplexer runs this as the pane's
-command; exo writes ``{"argv", "env", "cwd", "keep", "pid_file"}`` as JSON into
-FIFO. The launcher then replaces itself with ``argv`` (same pid) in ``cwd`` with
+command; exo writes the start request into FIFO as NUL-separated fields (see
+``decode``; no ``json`` import, which would double the start time). The launcher then replaces itself with ``argv`` (same pid) in ``cwd`` with
 ``env`` plus the variables named in ``keep`` that the multiplexer itself set for
 the pane (TERM, TMUX, TMUX_PANE, ZELLIJ...). Secrets therefore never reach a
 command line, a layout file or the long-running multiplexer server's environment.
@@ -10,9 +10,37 @@ command line, a layout file or the long-running multiplexer server's environment
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+
+MAGIC = "EXO1"
+
+
+def decode(data: bytes) -> dict:
+    """Decode ``MAGIC, cwd, pid_file, n, argv*n, m, (key, value)*m, k, keep*k`` (NUL-separated)."""
+    try:
+        return _decode(data)
+    except (IndexError, ValueError) as exc:
+        raise ValueError(f"bad exo start request: {exc}") from exc
+
+
+def _decode(data: bytes) -> dict:
+    fields = [f.decode("utf-8", "surrogateescape") for f in data.split(b"\0")]
+    if fields[0] != MAGIC:
+        raise ValueError("not an exo start request")
+    pos = 3
+    n = int(fields[pos])
+    argv = fields[pos + 1 : pos + 1 + n]
+    pos += 1 + n
+    m = int(fields[pos])
+    flat = fields[pos + 1 : pos + 1 + 2 * m]
+    env = dict(zip(flat[0::2], flat[1::2], strict=True))
+    pos += 1 + 2 * m
+    k = int(fields[pos])
+    keep = fields[pos + 1 : pos + 1 + k]
+    if not argv or len(argv) != n or len(keep) != k:
+        raise ValueError("truncated exo start request")
+    return {"cwd": fields[1], "pid_file": fields[2], "argv": argv, "env": env, "keep": keep}
 
 
 def main(args: list[str]) -> int:
@@ -23,7 +51,7 @@ def main(args: list[str]) -> int:
     fifo = args[0]
     try:
         with open(fifo, "rb") as fh:
-            spec = json.loads(fh.read().decode("utf-8"))
+            spec = decode(fh.read())
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"exo launcher: cannot read the start request: {exc}\n")
         return 126

@@ -121,6 +121,36 @@ class Mux(Protocol):
     def attach_argv(self, loc: Location) -> list[str]: ...
 
 
+# --------------------------------------------------------------------------- records
+
+
+def record_path(folder: Path, name: str, what: str = "agent name") -> Path:
+    """Where the Location record of ``name`` lives in ``folder``."""
+    from exo_cli.validate import check_name
+
+    return folder / f"{check_name(name, what)}.json"
+
+
+def write_record(path: Path, loc: Location) -> None:
+    """Write ``loc`` to ``path`` atomically, mode 0600 (a Location, never an environment)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(loc.to_dict(), fh)
+    os.replace(tmp, path)
+
+
+def read_records(folder: Path) -> list[Location]:
+    """Every readable Location record in ``folder``; broken ones are skipped."""
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            out.append(Location.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError, InvalidInput):
+            continue
+    return out
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -304,6 +334,20 @@ def make_fifo(path: Path) -> Path:
     return path
 
 
+def encode_spec(spec: Mapping[str, Any]) -> bytes:
+    """Encode a start request for ``_launch.py``: NUL-separated, counted fields."""
+    argv = list(spec["argv"])
+    env = dict(spec["env"])
+    keep = list(spec.get("keep", ()))
+    fields = ["EXO1", str(spec["cwd"]), str(spec.get("pid_file") or ""), str(len(argv)), *argv, str(len(env))]
+    for k, v in env.items():
+        fields += [k, v]
+    fields += [str(len(keep)), *keep]
+    if any("\0" in f for f in fields):
+        raise InvalidInput("Start request contains a NUL byte", field="argv")
+    return "\0".join(fields).encode("utf-8", "surrogateescape")
+
+
 def deliver_spec(
     fifo: Path,
     spec: Mapping[str, Any],
@@ -311,12 +355,12 @@ def deliver_spec(
     timeout: float = 20.0,
     still_waiting: Callable[[], bool] | None = None,
 ) -> None:
-    """Write ``spec`` (argv, env, cwd) as JSON into ``fifo`` once the launcher opens it.
+    """Write ``spec`` (argv, env, cwd, keep, pid_file) into ``fifo`` once the launcher opens it.
 
     ``still_waiting`` is asked about twice a second; when it returns False (the pane
     already died) or ``timeout`` passes, ExternalFailure is raised.
     """
-    data = json.dumps(dict(spec)).encode("utf-8")
+    data = encode_spec(spec)
     deadline = time.monotonic() + timeout
     next_check = time.monotonic() + 0.5
     delay = 0.001
@@ -340,7 +384,7 @@ def deliver_spec(
                 if not still_waiting():
                     raise ExternalFailure("The agent's pane exited before it started", fifo=str(fifo))
             time.sleep(delay)
-            delay = min(delay * 2, 0.02)
+            delay = min(delay * 2, 0.002)
         try:
             os.set_blocking(fd, True)
             view = memoryview(data)

@@ -9,7 +9,6 @@ the agent without any external call.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -25,8 +24,11 @@ from exo_cli.core.mux.base import (
     kill_group,
     pid_alive,
     proc_start_time,
+    read_records,
     reap,
+    record_path,
     tail_lines,
+    write_record,
 )
 from exo_cli.errors import EnvironmentError_, InvalidInput, NotFound, StateError
 from exo_cli.validate import check_name
@@ -105,25 +107,14 @@ class Headless:
     # ------------------------------------------------------------------ records
 
     def _record_path(self, name: str) -> Path:
-        return self.records_dir / f"{check_name(name, 'agent name')}.json"
+        return record_path(self.records_dir, name)
 
     def _write_record(self, loc: Location) -> None:
-        path = self._record_path(loc.name or str(loc.pid))
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(loc.to_dict(), fh)
-        os.replace(tmp, path)
+        write_record(self._record_path(loc.name or str(loc.pid)), loc)
 
     def locations(self) -> list[Location]:
         """Every agent this runtime folder has a record of."""
-        out = []
-        for path in sorted(self.records_dir.glob("*.json")):
-            try:
-                out.append(Location.from_dict(json.loads(path.read_text())))
-            except (OSError, ValueError, TypeError, InvalidInput):
-                continue
-        return out
+        return read_records(self.records_dir)
 
     # ------------------------------------------------------------------ observe
 

@@ -64,7 +64,11 @@ _thread_locks_guard = threading.Lock()
 
 
 def _dead_status(dead: str, status: str, sig: str) -> int | None:
-    """Exit status of a dead pane; killed by a signal N gives -N (as subprocess does)."""
+    """Exit status of a dead pane; killed by a signal N gives -N (as subprocess does).
+
+    tmux can report a pane dead (its terminal closed) a moment before it has the
+    status, so a dead pane may briefly have None.
+    """
     if dead != "1":
         return None
     if status.lstrip("-").isdigit():
@@ -158,9 +162,21 @@ class Tmux:
         return self._exec("list-sessions", "-F", "#{session_name}", check=False).returncode == 0
 
     def kill_server(self) -> None:
-        """Stop the private server and every pane in it (no error when none runs)."""
+        """Stop the private server and every pane in it (no error when none runs); remove its socket."""
         self._exec("kill-server", check=False)
         self._ready = False
+        path = self.socket_path()
+        if not os.path.exists(path):
+            return
+        deadline = time.monotonic() + 2.0
+        while self.server_running():  # the server finishes exiting after the client returns
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+        try:
+            os.unlink(path)  # tmux leaves its socket file behind
+        except OSError:
+            pass
 
     def ensure_session(self) -> None:
         """Create the detached session (with a quiet placeholder window) and set its options.
@@ -259,7 +275,19 @@ class Tmux:
     # ------------------------------------------------------------------ observe
 
     def list_states(self) -> dict[str, PaneState]:
-        """Return every agent pane of the session keyed by pane id, from one tmux call."""
+        """Return every agent pane of the session keyed by pane id, from one tmux call.
+
+        (Three calls only when a dead pane has no exit status yet, see below.)
+        """
+        states = self._list_states()
+        if any(not s.alive and s.dead_status is None for s in states.values()):
+            # tmux 3.3 sometimes misses the exit of a fast child and leaves it a zombie
+            # without status until another child exits: make one exit, then look again.
+            self._exec("run-shell", "true", check=False)
+            states = self._list_states()
+        return states
+
+    def _list_states(self) -> dict[str, PaneState]:
         proc = self._exec("list-panes", "-a", "-F", _LIST_FORMAT, check=False)
         if proc.returncode != 0:
             if self._no_server(proc):

@@ -19,7 +19,6 @@ exo is tested.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import subprocess
 import time
@@ -41,7 +40,10 @@ from exo_cli.core.mux.base import (
     make_fifo,
     pid_alive,
     proc_start_time,
+    read_records,
+    record_path,
     tail_lines,
+    write_record,
 )
 from exo_cli.errors import EnvironmentError_, ExternalFailure, InvalidInput, StateError
 from exo_cli.validate import check_name
@@ -231,7 +233,7 @@ class Zellij:
         return ensure_private_dir(ensure_private_dir(self.runtime_dir) / "zellij")
 
     def _record_path(self, name: str) -> Path:
-        return self._dir / f"{check_name(name, 'tab name')}.json"
+        return record_path(self._dir, name, "tab name")
 
     @contextmanager
     def _tab_lock(self) -> Iterator[None]:
@@ -311,22 +313,11 @@ class Zellij:
         raise ExternalFailure("The agent's Zellij pane did not report its process id", pid_file=str(pid_file))
 
     def _write_record(self, loc: Location) -> None:
-        path = self._record_path(loc.name or "")
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(loc.to_dict(), fh)
-        os.replace(tmp, path)
+        write_record(self._record_path(loc.name or ""), loc)
 
     def locations(self) -> list[Location]:
         """Every agent tab this runtime folder has a record of."""
-        out = []
-        for path in sorted(self._dir.glob("*.json")):
-            try:
-                out.append(Location.from_dict(json.loads(path.read_text())))
-            except (OSError, ValueError, TypeError, InvalidInput):
-                continue
-        return out
+        return read_records(self._dir)
 
     # ------------------------------------------------------------------ observe
 

@@ -1,0 +1,40 @@
+"""``exo complete``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.core.complete import CompleteResult
+from exo_cli.registry import invoke
+from exo_cli.render import emit
+from exo_cli.render.text import Out
+
+
+def render_complete(out: Out, r: CompleteResult) -> None:
+    who = r.agent or r.bead or "-"
+    out.line(f"Completed {who}: bead {'closed' if r.bead_closed else 'not closed' if r.bead else 'none'}, "
+             f"agent {'stopped' if r.stopped else 'not running'}, removal {r.removal}")
+    if r.worktree_removed:
+        out.line(f"Removed worktree {r.worktree}")
+    if r.branch_deleted:
+        out.line(f"Deleted branch {r.branch}")
+    for ref, sha in r.archived.items():
+        out.line(f"Archived {ref} = {sha[:12]}")
+    if r.restore:
+        out.line("Restore with:")
+        for cmd in r.restore:
+            out.line(f"  {cmd}")
+    for w in r.warnings:
+        out.line(f"warning: {w}")
+
+
+@click.command(help=op_help("complete") + "\n\n\b\nExamples:\n  exo complete bd-4hj\n  exo complete w1 --force --json")
+@click.argument("target", required=False)
+@op_option("complete", "force", "--force", is_flag=True)
+@json_option
+@click.pass_obj
+def complete(env: Any, target: str | None, force: bool, as_json: bool) -> None:
+    emit(invoke("complete", env, target=target, force=force), as_json=as_json, human=render_complete)

@@ -1,0 +1,98 @@
+"""``exo pr file|merge|list|show``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.core.pr import STATES, STRATEGIES, FileResult, MergeResult, PrList, PrView
+from exo_cli.registry import invoke
+from exo_cli.render import emit
+from exo_cli.render.text import Out
+
+
+def render_pr(out: Out, pr: PrView) -> None:
+    out.kv([
+        ("pr", f"#{pr.number} {pr.title}"),
+        ("state", pr.state + (" (draft)" if pr.draft else "")),
+        ("branch", f"{pr.head} -> {pr.base}"),
+        ("author", pr.author),
+        ("forge", pr.forge + (f" #{pr.remote_number}" if pr.remote_number else "")),
+        ("url", pr.url),
+        ("review", pr.review),
+        ("checks", pr.checks),
+        ("merged", f"{pr.strategy} as {pr.merge_commit[:12]}" if pr.merge_commit else None),
+    ])
+    if pr.body:
+        out.line()
+        out.line(pr.body)
+
+
+def render_file(out: Out, result: FileResult) -> None:
+    pr = result.pr
+    verb = "Filed" if result.created else "Updated"
+    out.line(f"{verb} PR #{pr.number}: {pr.title} ({pr.head} -> {pr.base}, {result.commits} commit(s))")
+    if pr.url:
+        out.line(pr.url)
+
+
+def render_merge(out: Out, result: MergeResult) -> None:
+    pr = result.pr
+    out.line(f"Merged PR #{pr.number} ({pr.head} -> {pr.base}) by {result.strategy} as {result.merge_commit[:12]}")
+    if result.base_worktree:
+        out.line(f"Updated {result.base_worktree}")
+    if result.notified:
+        out.line(f"Told: {', '.join(result.notified)}")
+    for w in result.warnings:
+        out.line(f"warning: {w}")
+
+
+def render_list(out: Out, result: PrList) -> None:
+    out.table(["PR", "STATE", "TITLE", "BRANCH", "AUTHOR", "REVIEW", "CHECKS"],
+              [[f"#{p.number}", p.state + (" draft" if p.draft else ""), p.title, f"{p.head} -> {p.base}", p.author,
+                p.review, p.checks] for p in result.prs],
+              empty="No pull requests. File one with `exo pr file`.")
+
+
+@click.group(help="File, merge and list pull requests.")
+def pr() -> None:
+    pass
+
+
+@pr.command("file", help=op_help("pr_file") + "\n\n\b\nExamples:\n  exo pr file\n"
+            "  exo pr file --title 'Add login' --body 'Closes bd-4hj' --draft")
+@op_option("pr_file", "title", "--title")
+@op_option("pr_file", "body", "--body")
+@op_option("pr_file", "draft", "--draft", is_flag=True)
+@json_option
+@click.pass_obj
+def file_cmd(env: Any, title: str | None, body: str | None, draft: bool, as_json: bool) -> None:
+    emit(invoke("pr_file", env, title=title, body=body, draft=draft), as_json=as_json, human=render_file)
+
+
+@pr.command("merge", help=op_help("pr_merge") + "\n\n\b\nExamples:\n  exo pr merge 3\n"
+            "  exo pr merge 3 --strategy merge --json")
+@click.argument("number", type=int)
+@op_option("pr_merge", "strategy", "--strategy", type=click.Choice(STRATEGIES))
+@json_option
+@click.pass_obj
+def merge_cmd(env: Any, number: int, strategy: str | None, as_json: bool) -> None:
+    emit(invoke("pr_merge", env, number=number, strategy=strategy), as_json=as_json, human=render_merge)
+
+
+@pr.command("list", help=op_help("pr_list") + "\n\n\b\nExamples:\n  exo pr list\n  exo pr list --state open --json")
+@op_option("pr_list", "state", "--state", type=click.Choice(STATES), default="all", show_default=True)
+@json_option
+@click.pass_obj
+def list_cmd(env: Any, state: str, as_json: bool) -> None:
+    emit(invoke("pr_list", env, state=state), as_json=as_json, human=render_list)
+
+
+@pr.command("show", help=op_help("pr_show") + "\n\n\b\nExamples:\n  exo pr show 3\n  exo pr show 3 --json")
+@click.argument("number", type=int)
+@json_option
+@click.pass_obj
+def show_cmd(env: Any, number: int, as_json: bool) -> None:
+    emit(invoke("pr_show", env, number=number), as_json=as_json, human=render_pr)

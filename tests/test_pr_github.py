@@ -1,0 +1,112 @@
+"""The GitHub forge driven through the REAL ``gh`` binary against a fake GitHub on 127.0.0.1.
+
+``gh`` sends every API call for the host ``github.localhost`` to ``http://api.github.localhost``
+through ``HTTP_PROXY``, which is the fake server of ``gh_fake``; git pushes and fetches go to a
+local bare repository (``url.<bare>.insteadOf``). Nothing reaches the network.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from gh_fake import FakeGitHub
+from pr_helpers import commit, env_for, git, make_agent
+
+from exo_cli import registry
+from exo_cli.core.forge import get_forge
+from exo_cli.core.forge.base import github_slug
+
+pytestmark = pytest.mark.skipif(shutil.which("gh") is None, reason="gh is not installed")
+
+URL = "https://github.localhost/o/r.git"
+
+
+@pytest.fixture
+def github(repo: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    bare = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(repo, "remote", "add", "origin", URL)
+    git(repo, "config", f"url.{bare}.insteadOf", URL)
+    git(repo, "push", "-q", "origin", "main")
+    (repo / "exo.toml").write_text('[forge]\nkind = "github"\n')
+    git(repo, "add", "exo.toml")
+    git(repo, "commit", "-q", "-m", "exo.toml")
+    git(repo, "push", "-q", "origin", "main")
+    with FakeGitHub() as fake:
+
+        def on_merge(pr: dict, method: str) -> str:
+            base, head = f"refs/heads/{pr['base']}", f"refs/heads/{pr['head']}"
+            tree = git(bare, "merge-tree", "--write-tree", base, head).splitlines()[0]
+            parents = ["-p", git(bare, "rev-parse", base)]
+            if method == "MERGE":
+                parents += ["-p", git(bare, "rev-parse", head)]
+            sha = git(bare, "commit-tree", tree, *parents, "-m", f"{pr['title']} (#{pr['number']})")
+            git(bare, "update-ref", base, sha)
+            return sha
+
+        fake.on_merge = on_merge
+        fake.bare = bare  # type: ignore[attr-defined]
+        fake.extra = fake.env(str(tmp_path / "gh-config"))  # type: ignore[attr-defined]
+        yield fake
+    # every request went to the fake server, with the dummy token
+    assert all(r["auth"] == "token dummy-token" for r in fake.requests)
+
+
+def test_slug_and_auto_detection(repo: Path, tmp_path: Path) -> None:
+    assert github_slug("git@github.com:acme/widgets.git", strict=True) == "github.com/acme/widgets"
+    assert github_slug("https://github.com/acme/widgets", strict=True) == "github.com/acme/widgets"
+    assert github_slug("ssh://git@github.com/acme/widgets.git") == "github.com/acme/widgets"
+    assert github_slug("https://gitlab.com/acme/widgets.git", strict=True) is None
+    assert github_slug("/srv/git/widgets.git") is None
+    assert get_forge(env_for(repo)).kind == "local"  # no remote
+    git(repo, "remote", "add", "origin", "git@github.com:acme/widgets.git")
+    assert get_forge(env_for(repo)).kind == "github"
+    assert get_forge(env_for(repo, extra={"PATH": str(tmp_path)})).kind == "local"  # no gh on PATH
+    assert get_forge(env_for(repo, extra={"EXO_FORGE": "local"})).kind == "local"
+
+
+def test_file_and_merge_through_real_gh(repo: Path, github: FakeGitHub) -> None:
+    a = make_agent(repo, "w1", parent="root")
+    commit(a.worktree, "a.txt", "a\n", "add a")
+    extra = github.extra  # type: ignore[attr-defined]
+    r = registry.invoke("pr_file", env_for(a.worktree, "w1", extra), title="Add a", body="--body-like text", draft=False)
+    assert r.created and r.pushed and r.pr.forge == "github"
+    assert r.pr.remote_number == 7 and r.pr.url == "https://github.localhost/o/r/pull/7"
+    bare = github.bare  # type: ignore[attr-defined]
+    assert git(bare, "rev-parse", "refs/heads/main.w1") == git(a.worktree, "rev-parse", "HEAD")
+    assert git(a.worktree, "rev-parse", "--abbrev-ref", "@{upstream}") == "origin/main.w1"
+    create = next(q for q in github.requests if q.get("op") == "PullRequestCreate")
+    assert create["variables"]["input"] == {
+        "baseRefName": "main", "body": "--body-like text", "draft": False, "headRefName": "main.w1",
+        "maintainerCanModify": True, "repositoryId": "R_1", "title": "Add a"}
+    # filing again pushes and edits the same PR
+    commit(a.worktree, "a2.txt", "a2\n")
+    again = registry.invoke("pr_file", env_for(a.worktree, "w1", extra), title="Add a (v2)", body="B2", draft=False)
+    assert not again.created and again.pr.remote_number == 7
+    assert github.prs[7]["title"] == "Add a (v2)"
+    assert git(bare, "rev-parse", "refs/heads/main.w1") == git(a.worktree, "rev-parse", "HEAD")
+    # merge: gh pr merge --squash, then the local main fast-forwards to origin/main
+    m = registry.invoke("pr_merge", env_for(repo, extra=extra), number=again.pr.number)
+    assert m.strategy == "squash" and m.local_updated and not m.warnings
+    assert github.prs[7]["mergeMethod"] == "SQUASH"
+    assert git(repo, "rev-parse", "main") == git(bare, "rev-parse", "main") == m.merge_commit
+    assert (repo / "a.txt").read_text() == "a\n" and (repo / "a2.txt").read_text() == "a2\n"
+    assert m.notified == ["w1"]
+    ops = [q.get("op") for q in github.requests]
+    assert "PullRequestMerge" in ops and "PullRequestUpdate" in ops
+
+
+def test_local_base_dirty_after_github_merge_is_a_warning(repo: Path, github: FakeGitHub) -> None:
+    a = make_agent(repo, "w1", parent="root")
+    commit(a.worktree, "a.txt", "a\n")
+    extra = github.extra  # type: ignore[attr-defined]
+    n = registry.invoke("pr_file", env_for(a.worktree, "w1", extra), title="A", body="", draft=False).pr.number
+    (repo / "README.md").write_text("local edit\n")
+    head = git(repo, "rev-parse", "HEAD")
+    m = registry.invoke("pr_merge", env_for(repo, extra=extra), number=n, strategy="merge")
+    assert github.prs[7]["mergeMethod"] == "MERGE"
+    assert not m.local_updated and "not updated" in m.warnings[0]
+    assert git(repo, "rev-parse", "HEAD") == head and (repo / "README.md").read_text() == "local edit\n"
+    assert env_for(repo).store.pr(n).state == "merged"  # type: ignore[union-attr]
