@@ -586,3 +586,20 @@ def test_roles_dev_cannot_spawn_and_tl_kills_only_its_subtree(team: Path) -> Non
     assert r.exit_code == 5 and "dev role cannot" in json.loads(r.stdout)["error"]["message"]
     r = exo("kill", "dev1", "--json", env={"EXO_AGENT": "lead"})
     assert r.exit_code == 5 and "not in your subtree" in json.loads(r.stdout)["error"]["message"]
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("exo_cli.demo_agent") is None, reason="exo_cli.demo_agent not merged yet"
+)
+def test_demo_workers(team: Path) -> None:
+    exo = Exo(team)
+    code, res = spawn_json(exo, "--worker", "d1", "--worker", "d2", "--prompt", "demo work", "--agent", "demo")
+    assert code == 0, res
+
+    def idle() -> bool:
+        rows = json.loads(exo("agents", "--json").stdout)["agents"]
+        return all(a["status"] == "idle" for a in rows)
+
+    wait_until(idle, 30, "demo agents idle")
+    for d in ("d1", "d2"):
+        assert "add" in git(team / ".exo" / "worktrees" / d, "log", "-1", "--format=%s")
