@@ -34,7 +34,6 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -1148,6 +1147,8 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
         for i in range(len(reqs)):
             one(i)
     else:
+        from concurrent.futures import ThreadPoolExecutor  # ~20 ms to import: only when needed
+
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="exo-spawn") as pool:
             list(pool.map(one, range(len(reqs))))
     worktrees: list[list[str]] = []

@@ -12,10 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import random
-import shlex
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -151,6 +148,8 @@ def git_locked(
             proc = gitutil.git(list(args), cwd=cwd, check=False)
         if proc.returncode == 0 or not any(t in proc.stderr for t in _TRANSIENT) or attempt == retries:
             break
+        import random
+
         time.sleep(delay * (1 + random.random()))
         delay *= 2
     if check and proc.returncode != 0:
@@ -275,6 +274,8 @@ def post_create_argv(env: Env) -> list[str] | None:
     if not cmd:
         return None
     if isinstance(cmd, str):
+        import shlex
+
         try:
             argv = shlex.split(cmd)
         except ValueError as exc:
@@ -361,6 +362,8 @@ def check_services(services: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def port_free(port: int) -> bool:
     """Whether nothing listens on 127.0.0.1:``port`` (and we may bind it)."""
+    import socket
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind(("127.0.0.1", port))
