@@ -172,14 +172,16 @@ def create(env: Env, *, path: Path, branch: str, base_commit: str) -> None:
     """
     root = env.repo.root
     path.parent.mkdir(parents=True, exist_ok=True)
-    proc = git_locked(env, ["worktree", "add", "--quiet", "--no-track", "-b", branch, str(path), base_commit],
-                      cwd=root, check=False)
+    proc = git_locked(env, ["worktree", "add", "--quiet", "--no-checkout", "--no-track", "-b", branch, str(path),
+                            base_commit], cwd=root, check=False)
     if proc.returncode != 0:
         if "already exists" in proc.stderr:
             what = f"Branch {branch}" if "branch" in proc.stderr else f"Worktree {path}"
             raise StateError(f"{what} already exists", hint="exo never reuses a branch or a worktree; pick another name.",
                              branch=branch, path=str(path))
         raise external("git worktree add", proc)
+    # The checkout touches only this worktree's own index and files: concurrent with other spawns.
+    gitutil.git(["reset", "-q", "--hard", "HEAD"], cwd=path)
 
 
 def is_registered(env: Env, path: str | os.PathLike[str]) -> bool:
