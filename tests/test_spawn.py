@@ -525,3 +525,88 @@ def test_usage_errors(team: Path) -> None:
     assert r.exit_code == 5
     r = exo("kill", "nobody", "--json")
     assert r.exit_code == 3
+
+
+# --------------------------------------------------------------------------- lifecycle details
+
+TICKER = 'import time\nfor i in range(100000):\n    print("tick", i, flush=True)\n    time.sleep(0.05)\n'
+
+
+def test_read_since_last_and_wait_for(team: Path, tmp_path: Path) -> None:
+    ticker = tmp_path / "ticker.py"
+    ticker.write_text(TICKER)
+    (team / "exo.toml").write_text(f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(ticker))}]\n')
+    exo = Exo(team)
+    assert spawn_json(exo, "--worker", "tk", "--prompt", "x", "--agent", "custom")[0] == 0
+    r = exo("read", "tk", "--wait-for", r"tick 5\b", "--timeout", "20", "--json")
+    assert json.loads(r.stdout)["matched"] is True
+    first = json.loads(exo("read", "tk", "--since-last", "--json").stdout)
+    last_seen = int(first["text"].split()[-1])
+    time.sleep(0.3)
+    second = json.loads(exo("read", "tk", "--since-last", "--json").stdout)
+    nums = [int(line.split()[1]) for line in second["text"].splitlines()]
+    assert nums and nums[0] == last_seen + 1 and nums == list(range(nums[0], nums[0] + len(nums)))
+    r = exo("read", "tk", "--wait-for", "never-printed", "--timeout", "0.3", "--json")
+    assert r.exit_code == 5 and json.loads(r.stdout)["matched"] is False
+    r = exo("read", "tk", "--wait-for", "(", "--json")
+    assert r.exit_code == 4
+    r = exo("attach", "tk", "--json")
+    assert json.loads(r.stdout)["argv"][:3] == ["tmux", "-L", f"exo-{repo_id(team)}"]
+
+
+DIALOG_CLI = r'''#!{python}
+import time
+print("Do you trust the contents of this directory?", flush=True)
+time.sleep(600)
+'''
+
+
+def test_blocked_on_dialog(team: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bindir = tmp_path / "dbin"
+    bindir.mkdir()
+    (bindir / "claude").write_text(DIALOG_CLI.format(python=sys.executable))
+    (bindir / "claude").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    with open(team / "exo.toml", "a") as fh:
+        fh.write("start_timeout = 0\n")  # under [agent]
+    exo = Exo(team)
+    code, res = spawn_json(exo, "--worker", "dlg", "--prompt", "x", "--agent", "claude")
+    assert code == 0, res
+    assert res["agents"][0]["status"] == "starting"
+    exo("read", "dlg", "--wait-for", "trust the contents", "--timeout", "20")
+    rows = {a["id"]: a for a in json.loads(exo("agents", "--json").stdout)["agents"]}
+    assert rows["dlg"]["status"] == "blocked-on-dialog"
+
+
+def test_roles_dev_cannot_spawn_and_tl_kills_only_its_subtree(team: Path) -> None:
+    exo = Exo(team)
+    assert spawn_json(exo, "--worker", "dev1", "--prompt", "x", "--agent", "custom")[0] == 0
+    assert spawn_json(exo, "--subtree", "--task", "t", "--branch", "lead", "--agent", "custom")[0] == 0
+    r = exo("spawn", "--worker", "x", "--prompt", "x", "--agent", "custom", "--json", env={"EXO_AGENT": "dev1"})
+    assert r.exit_code == 5 and "dev role cannot" in json.loads(r.stdout)["error"]["message"]
+    r = exo("kill", "dev1", "--json", env={"EXO_AGENT": "lead"})
+    assert r.exit_code == 5 and "not in your subtree" in json.loads(r.stdout)["error"]["message"]
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("exo_cli.demo_agent") is None, reason="exo_cli.demo_agent not merged yet"
+)
+def test_demo_workers(team: Path) -> None:
+    exo = Exo(team)
+    code, res = spawn_json(exo, "--worker", "d1", "--worker", "d2", "--prompt", "demo work", "--agent", "demo")
+    assert code == 0, res
+
+    def idle() -> bool:
+        rows = json.loads(exo("agents", "--json").stdout)["agents"]
+        return all(a["status"] == "idle" for a in rows)
+
+    wait_until(idle, 30, "demo agents idle")
+    for d in ("d1", "d2"):
+        assert "add" in git(team / ".exo" / "worktrees" / d, "log", "-1", "--format=%s")
+
+
+def test_zellij_outside_zellij_fails_like_seed_000(team: Path) -> None:
+    code, res = spawn_json(Exo(team), "--worker", "z1", "--prompt", "x", "--agent", "custom", "--mux", "zellij")
+    assert code == 7
+    assert res["failed"] == [["*", "Not running in Zellij session"]] and res["errors"][0]["code"] == -32005
+    assert not (team / ".exo" / "worktrees" / "z1").exists()

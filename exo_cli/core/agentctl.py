@@ -90,7 +90,8 @@ def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState |
     ]  # fmt: skip
     if not candidates:
         return agents
-    timeout = float(env.config.get("agent.start_timeout") or 60)
+    configured = env.config.get("agent.start_timeout")
+    timeout = float(60 if configured is None else configured)
     now = time.time()
     changed: dict[str, Agent] = {}
     for a in candidates:

@@ -34,7 +34,6 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -389,6 +388,8 @@ class _Call:
         self._lock = threading.Lock()
         self._beads: BeadsSource | None = None
         self._mux: Mux | None = None
+        self._heads: set[str] | None = None
+        self._commits: dict[str, str | None] = {}
 
     def warn(self, text: str) -> None:
         with self._lock:
@@ -398,10 +399,27 @@ class _Call:
     def beads(self) -> BeadsSource:
         with self._lock:
             if self._beads is None:
-                from exo_cli.core import beads
+                from exo_cli.core import tasks
 
-                self._beads = beads.open_beads(self.env.repo.root, env=self.env.environ)
+                self._beads = tasks.open_repo_beads(self.env)
             return self._beads
+
+    def heads(self) -> set[str]:
+        """The repository's local branch names, listed once per call."""
+        with self._lock:
+            if self._heads is None:
+                from exo_cli.core import gitutil
+
+                proc = gitutil.git(["for-each-ref", "--format=%(refname:short)", "refs/heads/"], cwd=self.env.repo.root)
+                self._heads = set(proc.stdout.split())
+            return self._heads
+
+    def commit(self, ref: str) -> str | None:
+        """The commit ``ref`` names, resolved once per call."""
+        with self._lock:
+            if ref not in self._commits:
+                self._commits[ref] = wt.rev(self.env.repo.root, ref)
+            return self._commits[ref]
 
     def mux(self) -> Mux:
         with self._lock:
@@ -551,8 +569,9 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
                     agent=agent_id,
                     status=existing.status,
                 )
+        bead_task = None
         if bead_full is not None:
-            from exo_cli.core import beads
+            from exo_cli.core import tasks
 
             owner = _live_owner(env, bead_full, agent_id)
             if owner is not None:
@@ -562,7 +581,8 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
                     bead_id=bead_full,
                     agent=owner.id,
                 )
-            beads.check_spawnable(call.beads(), bead_full, actor=agent_id)  # "Bead is blocked: <id>"
+            # Seed 000's checks ("Bead is blocked: <id>", ...); our own earlier claim is fine.
+            bead_task = tasks.resolve_bead_task(env, bead_full, actor=agent_id, source=call.beads())
         # Names, places and checks, before anything is created.
         parent_branch = common.parent_branch
         if common.no_worktree:
@@ -585,9 +605,7 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
                     hint=f"exo never reuses a worktree. Remove it (git worktree remove {path}) or pick another name.",
                     path=str(path),
                 )
-            from exo_cli.core import gitutil
-
-            if gitutil.ref_exists(env.repo.root, f"refs/heads/{branch}"):
+            if branch in call.heads():
                 raise StateError(
                     f"Branch {branch} already exists",
                     hint=f"exo never reuses a branch. Pick another name, or delete it: git branch -d {branch}",
@@ -597,7 +615,7 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
         mux = call.mux()
         base_commit = None
         if not common.no_worktree:
-            base_commit = wt.rev(env.repo.root, common.base or parent_branch or "HEAD")
+            base_commit = call.commit(common.base or parent_branch or "HEAD")
             if base_commit is None:
                 raise StateError(f"Base {common.base!r} does not name a commit", hint="Pass a branch with --from.")
         agent_dir = env.state_dir / "agents" / agent_id
@@ -608,6 +626,7 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
             "phase": "recorded",
             "creates_worktree": not common.no_worktree,
             "worktree_created": False,
+            "branch_created": False,
             "base": common.base or parent_branch,
             "base_commit": base_commit,
             "created_files": [],
@@ -625,7 +644,7 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
         spec = dict(agent.spec)
         try:
             fault.point("spawn.recorded", env.environ)
-            return _build(call, req, agent, spec, mux=mux, bead_full=bead_full, title=title)
+            return _build(call, req, agent, spec, mux=mux, bead_task=bead_task)
         except BaseException as exc:
             if isinstance(exc, ExoError | OSError):
                 current = env.store.agent(agent_id) or agent
@@ -635,8 +654,7 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
             raise
 
 
-def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux: Mux,
-           bead_full: str | None, title: str | None) -> Agent:
+def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux: Mux, bead_task: Any) -> Agent:
     """Create, prepare and start one recorded agent (its record is updated after each phase)."""
     from exo_cli.core.backends import LaunchContext
 
@@ -644,9 +662,11 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
     common = call.common
     agent_id = agent.id
     path = Path(agent.worktree or "")
+    bead_full = bead_task.id if bead_task is not None else None
+    title = bead_task.title if bead_task is not None else None
     if not common.no_worktree:
-        wt.create(env, path=path, branch=agent.branch or "", base=spec["base_commit"])
-        spec.update(phase="worktree", worktree_created=True)
+        wt.create(env, path=path, branch=agent.branch or "", base_commit=spec["base_commit"])
+        spec.update(phase="worktree", worktree_created=True, branch_created=True)
         _update_spec(env, agent_id, spec)
         fault.point("spawn.worktree", env.environ)
     # Prepare.
@@ -668,17 +688,8 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
         _update_spec(env, agent_id, spec)
         wt.run_post_create(env, path, {**base_env, **identity})
     bead_text = None
-    if bead_full is not None:
-        from exo_cli.core import beads
-
-        src = call.beads()
-        bead = src.get(bead_full)
-        deps: dict[str, Any] = {}
-        for d in bead.dependencies:
-            with contextlib.suppress(ExoError):
-                deps[d.depends_on_id] = src.get(d.depends_on_id)
-        bead_text = beads.render_context(bead, branch=agent.branch or "", parent_branch=agent.base_branch,
-                                         dependencies_resolved=deps)
+    if bead_task is not None:
+        bead_text = bead_task.context(agent.branch or "", agent.base_branch)
     ctx_name = wt.CONTEXT_FILE if not common.no_worktree else f".exo/context.{agent_id}.md"
     wt.write_file(path / ctx_name, _context(
         req, agent_id=agent_id, role=agent.role, branch=agent.branch, parent=common.parent,
@@ -718,8 +729,11 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
     spec["phase"] = "prepared"
     spec["launch_files"] = list(launch.files)
     env.store.update_agent(agent_id, spec=spec, undo=list(launch.undo))
-    if bead_full is not None:
-        call.beads().claim(bead_full, agent_id)
+    if bead_task is not None:
+        from exo_cli.core import tasks
+
+        claimed = tasks.claim(env, bead_task.id, agent_id, source=call.beads())
+        tasks.save_bead_snapshot(env, agent_id, claimed)  # what `exo reconstitute` diffs against
         spec["claimed"] = True
     fault.point("spawn.prepared", env.environ)
     # Start.
@@ -837,14 +851,14 @@ def _plan(env: Env, call_env: Env, *, beads: list[str], worker: list[str], promp
         if isinstance(ready, bool) or ready < 1:
             raise InvalidInput(f"Invalid --ready {ready!r}: expected a whole number of at least 1", field="ready")
         from exo_cli.core import beads as beads_mod
+        from exo_cli.core import tasks
 
-        src = beads_mod.open_beads(call_env.repo.root, env=call_env.environ)
-        owned = {a.bead for a in call_env.store.agents() if a.bead and a.status in LIVE_STATUSES}
+        src = tasks.open_repo_beads(call_env)
         given = set()
         for b in beads:
             with contextlib.suppress(ExoError):
                 given.add(beads_mod.resolve_id(src, b))
-        picked = [x for x in src.ready(sort="priority") if x.id not in owned and x.id not in given][:ready]
+        picked = tasks.pick_ready(call_env, ready, exclude_ids=given, source=src)
         if len(picked) < ready:
             warnings.append(f"Only {len(picked)} ready bead(s) to spawn (asked for {ready})")
         for x in picked:
@@ -1133,6 +1147,8 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
         for i in range(len(reqs)):
             one(i)
     else:
+        from concurrent.futures import ThreadPoolExecutor  # ~20 ms to import: only when needed
+
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="exo-spawn") as pool:
             list(pool.map(one, range(len(reqs))))
     worktrees: list[list[str]] = []

@@ -12,10 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import random
-import shlex
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -151,6 +148,8 @@ def git_locked(
             proc = gitutil.git(list(args), cwd=cwd, check=False)
         if proc.returncode == 0 or not any(t in proc.stderr for t in _TRANSIENT) or attempt == retries:
             break
+        import random
+
         time.sleep(delay * (1 + random.random()))
         delay *= 2
     if check and proc.returncode != 0:
@@ -164,32 +163,25 @@ def rev(cwd: str | os.PathLike[str], ref: str) -> str | None:
     return proc.stdout.strip() or None
 
 
-def create(env: Env, *, path: Path, branch: str, base: str) -> str:
-    """Create worktree ``path`` on new branch ``branch`` from ``base`` (``--no-track``); return base's commit.
+def create(env: Env, *, path: Path, branch: str, base_commit: str) -> None:
+    """Create worktree ``path`` on new branch ``branch`` at ``base_commit`` (``--no-track``).
 
     The branch and the worktree's metadata are created under the repo lock with
     ``--no-checkout``; the files are checked out afterwards, concurrently with other spawns.
+    git itself refuses an existing branch or path: that is a StateError (never reused).
     """
     root = env.repo.root
-    base_commit = rev(root, base)
-    if base_commit is None:
-        raise StateError(f"Base {base!r} does not name a commit", hint="Pass an existing branch with --from.", base=base)
-    if gitutil.ref_exists(root, f"refs/heads/{branch}"):
-        raise StateError(
-            f"Branch {branch} already exists",
-            hint=f"exo never reuses a branch. Pick another name, or delete it: git branch -d {branch}",
-            branch=branch,
-        )
-    if path.exists() or path.is_symlink():
-        raise StateError(
-            f"Worktree already exists at {path}",
-            hint=f"exo never reuses a worktree. Remove it first (git worktree remove {path}) or pick another name.",
-            path=str(path),
-        )
     path.parent.mkdir(parents=True, exist_ok=True)
-    git_locked(env, ["worktree", "add", "--no-checkout", "--no-track", "-b", branch, str(path), base_commit], cwd=root)
+    proc = git_locked(env, ["worktree", "add", "--quiet", "--no-checkout", "--no-track", "-b", branch, str(path),
+                            base_commit], cwd=root, check=False)
+    if proc.returncode != 0:
+        if "already exists" in proc.stderr:
+            what = f"Branch {branch}" if "branch" in proc.stderr else f"Worktree {path}"
+            raise StateError(f"{what} already exists", hint="exo never reuses a branch or a worktree; pick another name.",
+                             branch=branch, path=str(path))
+        raise external("git worktree add", proc)
+    # The checkout touches only this worktree's own index and files: concurrent with other spawns.
     gitutil.git(["reset", "-q", "--hard", "HEAD"], cwd=path)
-    return base_commit
 
 
 def is_registered(env: Env, path: str | os.PathLike[str]) -> bool:
@@ -284,6 +276,8 @@ def post_create_argv(env: Env) -> list[str] | None:
     if not cmd:
         return None
     if isinstance(cmd, str):
+        import shlex
+
         try:
             argv = shlex.split(cmd)
         except ValueError as exc:
@@ -370,6 +364,8 @@ def check_services(services: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def port_free(port: int) -> bool:
     """Whether nothing listens on 127.0.0.1:``port`` (and we may bind it)."""
+    import socket
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind(("127.0.0.1", port))
