@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.core.models import ROOT
 
@@ -28,9 +27,8 @@ STATE_DIR_VAR = "EXO_STATE_DIR"
 ROLE_RANK = {"dev": 1, "tl": 2, "human": 3}
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who is calling: an agent exo recorded, or the human at the root."""
+class Caller(NamedTuple):
+    """Who is calling: an agent exo recorded, or the human at the root (a cheap record: hot path)."""
 
     agent_id: str  # "root" for the human
     role: str  # "human" | "tl" | "dev"

@@ -7,15 +7,75 @@ instead. Heavier git work that benefits from GitPython lives in ``gitops.py``.
 from __future__ import annotations
 
 import os
-import subprocess
+import select
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import subprocess
 
 from exo_cli.errors import EnvironmentError_, external
 
 # Keep git from prompting or paging, whatever the user's config says.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C"}
+
+
+class Finished(NamedTuple):
+    """A finished git process (the fields of ``subprocess.CompletedProcess`` exo reads)."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _spawn_capture(argv: list[str], env: dict[str, str], timeout: float) -> Finished:
+    """posix_spawn ``argv`` with stdout/stderr captured and stdin from /dev/null.
+
+    The hooks and ``exo status`` run git on every call; importing ``subprocess`` costs
+    more than the git call itself, so this path spawns directly.
+    """
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, out_w, 1),
+        (os.POSIX_SPAWN_DUP2, err_w, 2),
+        (os.POSIX_SPAWN_CLOSE, out_r),
+        (os.POSIX_SPAWN_CLOSE, err_r),
+    ]
+    try:
+        pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions)
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    open_fds = [out_r, err_r]
+    deadline = time.monotonic() + timeout
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, 9)
+                break
+            ready, _, _ = select.select(open_fds, [], [], left)
+            for fd in ready:
+                data = os.read(fd, 65536)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    open_fds.remove(fd)
+    finally:
+        os.close(out_r)
+        os.close(err_r)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    stderr = b"".join(chunks[err_r]).decode("utf-8", "replace")
+    if open_fds:
+        stderr += f"\ntimed out after {timeout}s"
+    return Finished(argv, code, b"".join(chunks[out_r]).decode("utf-8", "replace"), stderr)
 
 
 def git(
@@ -26,23 +86,23 @@ def git(
     input: str | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 120,
-) -> subprocess.CompletedProcess[str]:
+) -> subprocess.CompletedProcess[str] | Finished:
     """Run ``git args`` in ``cwd``; raise ExternalFailure when it fails and ``check``."""
     full_env = dict(os.environ)
     full_env.update(_GIT_ENV)
     if env:
         full_env.update(env)
     try:
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            input=input,
-            env=full_env,
-            timeout=timeout,
-            stdin=None if input is not None else subprocess.DEVNULL,
-        )
+        if input is None:
+            proc: subprocess.CompletedProcess[str] | Finished = _spawn_capture(
+                ["git", "-C", os.fspath(cwd), *args], full_env, timeout
+            )
+        else:
+            import subprocess
+
+            proc = subprocess.run(
+                ["git", *args], cwd=cwd, capture_output=True, text=True, input=input, env=full_env, timeout=timeout
+            )
     except FileNotFoundError as exc:
         raise EnvironmentError_("git is not installed", hint="Install git.") from exc
     if check and proc.returncode != 0:
