@@ -99,7 +99,8 @@ def answer(env: Any, agent: str, message: str, as_json: bool) -> None:
 @json_option
 @click.pass_obj
 def send(env: Any, to: str, message: str, as_json: bool) -> None:
-    emit(invoke("send", env, to=[to], message=message), as_json=as_json, human=render_send)
+    recipients = [t.strip() for t in to.split(",") if t.strip()] or [to]
+    emit(invoke("send", env, to=recipients, message=message), as_json=as_json, human=render_send)
 
 
 @click.command(help=op_help("wait") + _examples("exo wait", "exo wait --timeout 0", "exo wait w1 w2 --timeout 600"))
