@@ -9,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT, Exo
 from test_spawn import spawn_json, team  # noqa: F401 - the fixture is used by name
+
+from conftest import ROOT, Exo
 
 
 def test_spawn_waits_for_a_free_slot(team: Path) -> None:  # noqa: F811
