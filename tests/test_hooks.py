@@ -316,3 +316,30 @@ def test_hook_imports_stay_light(team: Path) -> None:
                           input=json.dumps(STOP["claude"]), capture_output=True, text=True)
     line = [x for x in proc.stderr.splitlines() if x.startswith("HEAVY=")][-1]
     assert json.loads(line[6:]) == []
+
+
+def test_stop_hook_never_touches_the_network(repo: Path, tmp_path: Path) -> None:
+    """The rebase check uses local refs only: a remote whose every access would leave a canary is never used."""
+    canary = tmp_path / "network-was-used"
+    git(repo, "config", "protocol.ext.allow", "always")
+    git(repo, "remote", "add", "origin", f"ext::sh -c touch% {canary}")
+    git(repo, "config", "branch.main.remote", "origin")
+    git(repo, "config", "branch.main.merge", "refs/heads/main")
+    wt = _worktree(repo, tmp_path)
+    git(wt, "config", "branch.main.w1.remote", "origin")
+    (wt / "mine.txt").write_text("child\n")
+    git(wt, "add", "mine.txt")
+    git(wt, "commit", "-q", "-m", "child")
+    (repo / "theirs.txt").write_text("parent\n")
+    git(repo, "add", "theirs.txt")
+    git(repo, "commit", "-q", "-m", "parent moved")
+    # the canary works: any fetch through this remote would create it
+    import subprocess
+
+    subprocess.run(["git", "fetch", "-q", "origin"], cwd=tmp_path / "wt-w1", capture_output=True)
+    assert canary.exists()
+    canary.unlink()
+    out = hook_json(run_hook(repo, "w1", "stop", "claude", STOP["claude"], cwd=wt))
+    assert out == {}
+    assert (wt / "theirs.txt").exists()  # rebased onto the local parent branch
+    assert not canary.exists()
