@@ -67,3 +67,14 @@ def test_root_status_summarises_the_team(repo: Path) -> None:
     assert s["caller"] == "root" and s["agent"] is None
     assert s["team"] == {"agents": 4, "by_status": {"working": 1, "idle": 2, "done": 1}, "open_prs": 1}
     assert "4 agent(s): 1 done, 2 idle, 1 working; 1 open PR(s)" in Exo(repo)("status").stdout
+
+
+def test_agents_shows_turns_tool_calls_and_tokens(repo: Path) -> None:
+    env = Env(cwd=repo)
+    _agent(env, "w1", "working", turns=3, tool_calls=12, tokens=13_400, task="Write the parser")
+    env.store.bump_agent("w1", tool_calls=1)  # what `exo hook tool` does on every tool call
+    r = Exo(repo)("agents", "--json")
+    row = r.json()["agents"][0]
+    assert (row["turns"], row["tool_calls"], row["tokens"]) == (3, 13, 13_400)
+    text = Exo(repo)("agents").stdout
+    assert "TURNS/TOOLS/TOK" in text and "3/13/13.4k" in text
