@@ -269,7 +269,6 @@ def write_toml(path: Path, table: Mapping[str, Any]) -> None:
     """Write ``table`` to ``path`` atomically."""
     import tomli_w
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(tomli_w.dumps(dict(table)), encoding="utf-8")
-    os.replace(tmp, path)
+    from exo_cli.paths import atomic_write
+
+    atomic_write(path, tomli_w.dumps(dict(table)))

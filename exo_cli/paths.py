@@ -44,3 +44,43 @@ def runtime_dir_for(key: str, environ: Mapping[str, str] | None = None) -> Path:
     else:
         base = Path("/tmp") / f"exo-{os.getuid()}-{digest}"
     return ensure_private_dir(base)
+
+
+def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None, fsync: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically: a unique temporary file in the same folder, then rename.
+
+    The folder is created. ``mode`` sets the file's permissions; without it an existing file
+    keeps its mode and a new one gets 0644. Readers never see a half-written file, and two
+    writers never share a temporary file.
+    """
+    import contextlib
+    import tempfile
+
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".exo-tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:  # make the rename itself durable
+        with contextlib.suppress(OSError):
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)

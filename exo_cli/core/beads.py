@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import unicodedata
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -862,26 +861,10 @@ def _parse_jsonl(data: bytes) -> list[Bead]:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a fsynced temporary file in the same directory."""
-    mode = path.stat().st_mode & 0o777
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    """Write ``data`` to ``path`` durably and atomically, keeping the file's mode."""
+    from exo_cli.paths import atomic_write
+
+    atomic_write(path, data)
 
 
 # --- bd CLI --------------------------------------------------------------------------------

@@ -89,9 +89,9 @@ def init(env: Env, *, force: bool = False, agent: str | None = None) -> InitResu
     path = repo.root / "exo.toml"
     written = False
     if force or not path.exists():
-        tmp = path.with_name(".exo.toml.tmp")
-        tmp.write_text(EXO_TOML, encoding="utf-8")
-        tmp.replace(path)
+        from exo_cli.paths import atomic_write
+
+        atomic_write(path, EXO_TOML)
         written = True
     excluded = gitutil.add_exclude(repo.common_dir, "/.exo/")
     env.store.kv_set("initialized", "1")

@@ -81,12 +81,9 @@ def _object(parent: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.exo-tmp")
-    tmp.write_text(text, encoding="utf-8")
-    if path.exists():
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-    tmp.replace(path)
+    from exo_cli.paths import atomic_write
+
+    atomic_write(path, text)
 
 
 def _is_exo_hook(handler: Any, cli: str) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,22 +224,11 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     try:
         if path.read_bytes() == data:
             return False
-        mode = path.stat().st_mode & 0o777
     except FileNotFoundError:
-        mode = 0o644
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        pass
+    from exo_cli.paths import atomic_write
+
+    atomic_write(path, data)
     return True
 
 

@@ -303,12 +303,9 @@ def run_post_create(env: Env, worktree: Path, agent_env: Mapping[str, str]) -> N
 
 def write_file(path: Path, text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` atomically (creating folders)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    from exo_cli.paths import atomic_write
+
+    atomic_write(path, text, mode=mode, fsync=False)
 
 
 def exclude_exo(env: Env) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from exo_cli.errors import StateError, UsageError
+from exo_cli.paths import atomic_write
 from exo_cli.selfcmd import exo_command
 
 HOOK_EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
@@ -140,18 +141,7 @@ def ensure_private_dir(path: Path) -> Path:
 def write_private(path: Path, text: str) -> str:
     """Write ``text`` to ``path`` atomically with mode 0600 and return the path as a string."""
     ensure_private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, text, mode=0o600)
     return str(path)
 
 

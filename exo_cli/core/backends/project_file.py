@@ -23,6 +23,7 @@ from typing import Any
 
 from exo_cli import proc
 from exo_cli.core.backends.base import _UNDO, ensure_private_dir
+from exo_cli.paths import atomic_write
 
 
 def _git(worktree: Path, *args: str, check: bool = True) -> str:
@@ -36,12 +37,7 @@ def is_tracked(worktree: Path, relpath: str) -> bool:
 
 
 def _write_bytes(path: Path, data: bytes, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.exo-tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    atomic_write(path, data, mode=mode)
 
 
 def edit_project_file(

@@ -133,11 +133,9 @@ def record_path(folder: Path, name: str, what: str = "agent name") -> Path:
 
 def write_record(path: Path, loc: Location) -> None:
     """Write ``loc`` to ``path`` atomically, mode 0600 (a Location, never an environment)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(loc.to_dict(), fh)
-    os.replace(tmp, path)
+    from exo_cli.paths import atomic_write
+
+    atomic_write(path, json.dumps(loc.to_dict()), mode=0o600, fsync=False)
 
 
 def read_records(folder: Path) -> list[Location]:
