@@ -110,10 +110,11 @@ def _check_result(r: dict, mux: str) -> None:
         assert f"[{bead}]" in subjects
 
 
-def _run_demo(tmp_path: Path, *args: str, timeout: float = 100) -> tuple[subprocess.CompletedProcess[str], dict]:
+def _run_demo(tmp_path: Path, *args: str, timeout: float = 100,
+              extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], dict]:
     home = Path(os.environ["HOME"])
     before = _files(home)
-    env = _sandbox(tmp_path)
+    env = {**_sandbox(tmp_path), **(extra or {})}
     proc = run_exo("demo", "--json", *args, cwd=tmp_path, env=env, timeout=timeout)
     assert _files(home) == before, "the demo changed files in HOME"
     return proc, env
@@ -143,7 +144,14 @@ def test_demo_runs_the_whole_lifecycle_and_leaves_nothing(tmp_path: Path, mux: s
 
 def test_demo_keeps_the_repo_with_the_merged_work(tmp_path: Path) -> None:
     target = tmp_path / "scratch"
-    proc, env = _run_demo(tmp_path, "--mux", "headless", "--dir", str(target))
+    # As if run from inside an agent's pane of another repository: its identity, state folder,
+    # forge, hangar and user config must not leak into the demo.
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.toml").write_text('[forge]\nkind = "github"\n[worktree]\nroot = "/nonexistent"\n')
+    extra = {"EXO_AGENT": "bye", "EXO_ROLE": "dev", "EXO_PARENT": "root", "EXO_STATE_DIR": str(tmp_path / "other"),
+             "EXO_FORGE": "github", "HANGAR_ROOT": str(tmp_path / "hangar"), "EXO_CONFIG_DIR": str(tmp_path / "cfg"),
+             "BEADS_DIR": str(tmp_path / "otherbeads")}
+    proc, env = _run_demo(tmp_path, "--mux", "headless", "--dir", str(target), extra=extra)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     _check_result(r, "headless")
@@ -155,6 +163,7 @@ def test_demo_keeps_the_repo_with_the_merged_work(tmp_path: Path) -> None:
     assert git(target, "worktree", "list").count("\n") == 0  # every agent worktree removed
     assert git(target, "branch", "--format=%(refname:short)") == "main"
     assert _procs_in(target) == []
+    assert not (tmp_path / "other").exists() and not (tmp_path / "hangar").exists()
     beads = [json.loads(line) for line in (target / ".beads" / "issues.jsonl").read_text().splitlines()]
     assert {b["id"]: b["status"] for b in beads} == dict.fromkeys(
         ("demo-bye", "demo-cfg", "demo-test", "demo-doc"), "closed")
