@@ -34,6 +34,7 @@ CORE_MODULES = (
     "exo_cli.core.pr",
     "exo_cli.core.complete",
     "exo_cli.core.watch",
+    "exo_cli.core.demo",
 )
 
 

@@ -44,5 +44,6 @@ COMMANDS: dict[str, Entry] = {
     "wait": Entry("exo_cli.commands.messages:wait", "Wait for the next message, or fan in on several agents."),
     "output": Entry("exo_cli.commands.messages:output", "Show an agent's final output."),
     "done": Entry("exo_cli.commands.messages:done", "Mark your own task done with its output."),
+    "demo": Entry("exo_cli.commands.demo:demo", "Show the whole lifecycle on a scratch repository with the built-in demo agent."),
     "completion": Entry("exo_cli.commands.completion:completion", "Print the completion script for SHELL."),
 }

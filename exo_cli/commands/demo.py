@@ -1,0 +1,152 @@
+"""``exo demo``: the live status board while the demo runs, and its summary."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.core.demo import DemoResult
+from exo_cli.registry import invoke
+from exo_cli.render import emit
+from exo_cli.render.text import Out, fancy
+
+ROWS = 8  # recent progress lines shown under the live table
+
+
+def _short(text: str | None, n: int = 60) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _row(a: Any) -> list[str]:
+    pr = a.pr or {}
+    shown_pr = f"#{pr['number']} {pr['state']}" if pr else "-"
+    return [a.name, a.status, _short(a.task, 36), a.branch or "-", shown_pr, _short(a.last_message)]
+
+
+HEADERS = ["agent", "status", "task", "branch", "PR", "last message"]
+
+
+class PlainBoard:
+    """Progress lines on stderr, only when something changes (piped, NO_COLOR, or --json)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+
+    def board(self, agents: Any, elapsed: float) -> None:
+        for a in agents.agents:
+            if self.seen.get(a.id) != a.status:
+                self.seen[a.id] = a.status
+                self._line(f"{a.name}: {a.status}", elapsed)
+
+    def event(self, text: str) -> None:
+        self._line(text, None)
+
+    def _line(self, text: str, elapsed: float | None) -> None:
+        sys.stderr.write(f"demo: {text}\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        pass
+
+
+class LiveBoard:
+    """A rich Live table of the agents (refreshed ~4/s) with the latest progress lines under it."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self.console = Console(file=sys.stderr)
+        self.lines: list[str] = []
+        self.agents: Any = None
+        self.elapsed = 0.0
+        self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+        self.live.start()
+
+    def _render(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=f"exo demo  {self.elapsed:5.1f}s", title_justify="left", header_style="bold",
+                      expand=False)
+        for h in HEADERS:
+            table.add_column(h, overflow="ellipsis", no_wrap=True)
+        for a in (self.agents.agents if self.agents else []):
+            style = {"done": "green", "dead": "red", "asking": "yellow", "idle": "cyan"}.get(a.status, "")
+            table.add_row(*_row(a), style=style)
+        return Group(table, *(Text(line, style="dim") for line in self.lines[-ROWS:]))
+
+    def board(self, agents: Any, elapsed: float) -> None:
+        self.agents, self.elapsed = agents, elapsed
+        self.live.update(self._render())
+
+    def event(self, text: str) -> None:
+        self.lines.append(text)
+        self.live.update(self._render())
+
+    def close(self) -> None:
+        self.live.stop()
+
+
+def render_demo(out: Out, r: DemoResult) -> None:
+    out.heading(f"exo demo finished in {r.seconds:.1f} s ({r.mux})")
+    waited = [a for a in r.agents if a.waited_for]
+    out.line(f"Agents spawned: {len(r.agents)} ({', '.join(a.id for a in r.agents)})"
+             + (f"; {', '.join(a.id for a in waited)} only after {', '.join(a.waited_for or '' for a in waited)}"
+                " closed" if waited else ""))
+    out.line(f"Notes received: {len(r.notes)}")
+    for n in r.notes:
+        out.line(f"  {n.agent}: {_short(n.message, 100)}")
+    for q in r.questions:
+        out.line(f"Question from {q.agent}: {q.question}")
+        out.line(f"  answered: {q.answer}")
+    out.line(f"PRs merged: {len(r.prs)}")
+    for p in r.prs:
+        out.line(f"  #{p.number} {p.head} -> {p.base} ({p.strategy}) as {p.merge_commit[:9]}: {p.title}")
+    out.line(f"Beads closed: {', '.join(r.beads_closed) or '(none)'}")
+    if r.kept:
+        out.line(f"Scratch repository: {r.repo}")
+        out.line(f"  see the merged work: git -C {r.repo} log --oneline")
+    else:
+        out.line(f"Scratch repository {r.repo} was removed (--no-keep)")
+
+
+@click.command(help=op_help("demo") + "\n\n\b\nExamples:\n  exo demo\n  exo demo --mux headless --no-keep --json\n"
+               "  exo demo --dir /tmp/exo-demo")
+@op_option("demo", "mux", "--mux", type=click.Choice(["tmux", "headless"]), default=None)
+@op_option("demo", "path", "--dir", type=click.Path(file_okay=False, path_type=str), default=None)
+@op_option("demo", "keep", "--keep/--no-keep", default=True, show_default=True)
+@op_option("demo", "timeout", "--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
+           show_default=True)
+@json_option
+@click.pass_obj
+def demo(env: Any, mux: str | None, path: str | None, keep: bool, timeout: float, as_json: bool) -> None:
+    from exo_cli.env import Env
+
+    # The demo never works on the caller's repository: run it as the human from outside any
+    # repository (so a shell inside an agent's worktree is no obstacle), paths made absolute here.
+    if path is not None:
+        path = str((env.cwd / Path(path).expanduser()).absolute())
+    outer = Env(cwd=tempfile.gettempdir(), environ=env.environ)
+    board: Any = LiveBoard() if fancy(sys.stderr) else PlainBoard()
+    outer.demo_observer = board  # type: ignore[attr-defined]
+    started = time.monotonic()
+    try:
+        result = invoke("demo", outer, mux=mux, path=path, keep=keep, timeout=timeout)
+    except KeyboardInterrupt:
+        board.close()
+        board = None
+        sys.stderr.write(f"demo: interrupted after {time.monotonic() - started:.1f} s; every demo agent was stopped\n")
+        raise
+    finally:
+        if board is not None:
+            board.close()
+    emit(result, as_json=as_json, human=render_demo)
