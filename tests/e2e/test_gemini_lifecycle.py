@@ -13,7 +13,8 @@ completes the agent, which removes the worktree and branch and restores the proj
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,10 +31,8 @@ COMMIT = "printf 'hello from gemini\\n' > hello.txt && git add hello.txt && git 
 
 @pytest.fixture
 def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
-              agent_home: Callable[..., AgentHome], tmp_path: Path) -> Lifecycle:
+              agent_home: Callable[..., AgentHome], tmp_path: Path) -> Iterator[Lifecycle]:
     """A repository whose project tracks .gemini/settings.json, a Gemini home, exo's tmux killed after."""
-    import shutil
-
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     require_cli("gemini")
@@ -43,11 +42,11 @@ def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
     git(repo, "add", ".gemini/settings.json")
     git(repo, "commit", "-q", "-m", "Project Gemini settings")
     home = agent_home("gemini")
-    # Gemini's shell tool points GIT_CONFIG_GLOBAL at /dev/null, so the agent's commit identity comes
-    # from the environment; trust comes from exo, so the test's env does not pre-trust the worktree.
-    env = lifecycle_env(home, drop=["GEMINI_CLI_TRUST_WORKSPACE"], extra={
-        "GIT_AUTHOR_NAME": "Gemini Agent", "GIT_AUTHOR_EMAIL": "gemini@example.invalid",
-        "GIT_COMMITTER_NAME": "Gemini Agent", "GIT_COMMITTER_EMAIL": "gemini@example.invalid"})
+    # Trust comes from exo, so the test's env does not pre-trust the worktree. The commit identity is
+    # only in ~/.gitconfig ("E2E Agent"), which Gemini's shell tool hides (GIT_CONFIG_GLOBAL=/dev/null):
+    # exo passes it on as GIT_AUTHOR_*/GIT_COMMITTER_*.
+    env = lifecycle_env(home, drop=["GEMINI_CLI_TRUST_WORKSPACE"])
+    assert not any(k.startswith(("GIT_AUTHOR_", "GIT_COMMITTER_")) for k in env)
     lc = Lifecycle(repo, home, model_server, env)
     yield lc
     lc.close()
@@ -89,7 +88,7 @@ def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecy
     requests = server.agent_requests()
     assert [e["turn"] for e in requests] == [0, 1, 2, 3]
     assert "COMMITTED" in tool_results(requests[1])[-1]["output"]
-    assert git(worktree, "log", "-1", "--format=%s %an") == "Add hello.txt Gemini Agent"
+    assert git(worktree, "log", "-1", "--format=%s|%an") == "Add hello.txt|E2E Agent"
     assert (worktree / "hello.txt").read_text() == "hello from gemini\n"
     # exo's settings file never shows in git: tracked + skip-worktree, the project's keys kept.
     assert git(worktree, "status", "--porcelain") == ""
