@@ -52,6 +52,8 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
         {"text": "TURN-ONE-DONE"},
         {"tool": "mcp__exo__question", "input": {"message": "QUESTION-7: which colour?"}},
         {"text": "TURN-TWO-DONE"},
+        # the stop hook hands over a message that arrived while it was busy: the turn goes on
+        {"text": "TURN-THREE-DONE"},
     )
 
     spawned = lc.exo_json("spawn", "--worker", "w1", "--agent", "codex", "--skip-permissions", "--mux", "tmux",
@@ -104,14 +106,20 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
     lc.wait_until("question pending", lambda: lc.query(
         "SELECT id FROM messages WHERE kind = 'question' AND state = 'pending' AND recipient = 'root'"))
     assert lc.agent("w1")["status"] == "asking"
+    queued = lc.exo_json("send", "w1", "QUEUED-8: also mind the tests")  # busy asking: waits for a hook
+    assert queued["sent"][0]["delivery"] == "queued"
     answered = lc.exo_json("answer", "w1", "ANSWER-3: blue")
     assert answered["question"] == "QUESTION-7: which colour?"
     after = server.wait_for(lambda e: e["kind"] == "agent" and e["turn"] == 5, timeout=45)
     (result,) = [r for r in tool_results(after) if r["id"] == ask["tool_id"]]
     assert "ANSWER-3: blue" in result["output"] and "answered" in result["output"]
+    # The stop hook keeps it going with the queued message (its "block"/"deny" answer), then it goes idle.
+    resumed = server.wait_for(lambda e: e["kind"] == "agent" and e["turn"] == 6, timeout=45)
+    assert "[MESSAGE from root] QUEUED-8: also mind the tests" in lc.request_text(resumed)
     rec = lc.wait_status("w1", "idle", timeout=45, since_turns=1)
-    assert rec["output"] == "TURN-TWO-DONE" and rec["turns"] == 2
-    assert [e["kind"] for e in lc.events("w1")].count("idle") == 2  # one per turn: Stop and notify agree
+    assert rec["output"] == "TURN-THREE-DONE" and rec["turns"] == 2  # the continued turn keeps its turn_id
+
+    assert [e["kind"] for e in lc.events("w1")].count("idle") == 2  # a kept-going stop is not idle
 
     # The parent merges the PR, then completes the agent: worktree and branch gone.
     merge = lc.exo_json("pr", "merge", "1")

@@ -62,6 +62,8 @@ def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecy
         # second turn, after the parent's message: a question the parent answers
         {"tool": "mcp_exo_question", "input": {"message": "QUESTION-7: which colour?"}},
         {"text": "TURN-TWO-DONE"},
+        # the stop hook hands over a message that arrived while it was busy: the turn goes on
+        {"text": "TURN-THREE-DONE"},
     )
 
     spawned = lc.exo_json("spawn", "--worker", "w1", "--agent", "gemini", "--skip-permissions", "--mux", "tmux",
@@ -118,13 +120,21 @@ def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecy
     lc.wait_until("question pending", lambda: lc.query(
         "SELECT id FROM messages WHERE kind = 'question' AND state = 'pending' AND recipient = 'root'"))
     assert lc.agent("w1")["status"] == "asking"
+    queued = lc.exo_json("send", "w1", "QUEUED-8: also mind the tests")  # busy asking: waits for a hook
+    assert queued["sent"][0]["delivery"] == "queued"
     answered = lc.exo_json("answer", "w1", "ANSWER-3: blue")
     assert answered["question"] == "QUESTION-7: which colour?"
     after = server.wait_for(lambda e: e["kind"] == "agent" and e["turn"] == 5, timeout=45)
     (result,) = [r for r in tool_results(after) if r["name"] == "mcp_exo_question"]
     assert "ANSWER-3: blue" in result["output"] and "answered" in result["output"]
+    # The stop hook keeps it going with the queued message (its "block"/"deny" answer), then it goes idle.
+    resumed = server.wait_for(lambda e: e["kind"] == "agent" and e["turn"] == 6, timeout=45)
+    assert "[MESSAGE from root] QUEUED-8: also mind the tests" in lc.request_text(resumed)
     rec = lc.wait_status("w1", "idle", timeout=45, since_turns=1)
-    assert rec["output"] == "TURN-TWO-DONE"
+    # Gemini's AfterAgent prompt_response holds the whole continued turn's text
+    assert rec["output"].splitlines() == ["TURN-TWO-DONE", "TURN-THREE-DONE"]
+
+    assert [e["kind"] for e in lc.events("w1")].count("idle") == 2  # a kept-going stop is not idle
 
     # The parent merges the PR, then completes the agent: worktree, branch and exo's settings gone.
     merge = lc.exo_json("pr", "merge", "1")
