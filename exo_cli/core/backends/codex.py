@@ -21,12 +21,13 @@ from typing import Any
 
 from exo_cli.core.backends.base import Backend, Launch, LaunchContext, hook_argv, hook_command
 
-# Codex hook event -> (exo hook event, matcher or None, timeout in seconds).
+# Codex hook event -> (exo hook event, matcher or None, timeout in seconds). Codex 0.169 clamps a
+# SessionEnd timeout above 3 s to 3 s and says so in a startup warning of the TUI: ask for 3.
 HOOKS: tuple[tuple[str, str, str | None, int], ...] = (
     ("SessionStart", "session-start", "startup|resume|clear", 30),
     ("UserPromptSubmit", "prompt", None, 30),
     ("Stop", "stop", None, 120),
-    ("SessionEnd", "session-end", None, 10),
+    ("SessionEnd", "session-end", None, 3),
     ("PostToolUse", "tool", None, 10),
 )
 

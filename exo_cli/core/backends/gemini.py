@@ -14,8 +14,10 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from exo_cli import proc
 from exo_cli.core.backends.base import Backend, Launch, LaunchContext, hook_command
 from exo_cli.core.backends.project_file import edit_project_file
 from exo_cli.errors import StateError
@@ -31,6 +33,39 @@ HOOKS: tuple[tuple[str, str, str | None, int], ...] = (
     ("Notification", "notification", None, 10_000),
     ("AfterTool", "tool", "*", 10_000),
 )
+
+
+# The git identity variables an agent's commits need, and the git config key each comes from.
+IDENTITY_VARS: tuple[tuple[str, str], ...] = (
+    ("GIT_AUTHOR_NAME", "user.name"),
+    ("GIT_AUTHOR_EMAIL", "user.email"),
+    ("GIT_COMMITTER_NAME", "user.name"),
+    ("GIT_COMMITTER_EMAIL", "user.email"),
+)
+
+
+def git_identity_env(worktree: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """Return the GIT_AUTHOR_*/GIT_COMMITTER_* variables ``env`` lacks, from the identity git sees.
+
+    Gemini CLI 0.61 runs every shell command with ``GIT_CONFIG_GLOBAL=/dev/null`` and
+    ``GIT_CONFIG_SYSTEM=/dev/null`` (its ``getSafeGitEnv``), so the agent's ``git commit`` would
+    not find the user's name and e-mail in ``~/.gitconfig`` and fail with "Author identity
+    unknown". exo reads them once here, as the spawning call sees them, and passes them as
+    environment variables, which Gemini keeps. Variables already set are left alone.
+    """
+    missing = [(var, key) for var, key in IDENTITY_VARS if not env.get(var)]
+    if not missing:
+        return {}
+    found = proc.run(
+        ["git", "-C", str(worktree), "config", "--get-regexp", r"^user\.(name|email)$"],
+        what="git config", env=dict(env), check=False,
+    ).stdout
+    values: dict[str, str] = {}
+    for line in found.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip():
+            values[key] = value.strip()  # the last (most specific) level wins
+    return {var: values[key] for var, key in missing if key in values}
 
 
 def exo_settings(mcp_server: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,6 +148,7 @@ class GeminiBackend(Backend):
         launch.files.append(str(target))
         if ctx.created_worktree:
             env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
+        env.update(git_identity_env(ctx.worktree, env))
         argv = [self.binary or "gemini"]
         if ctx.skip_permissions:
             argv += ["--approval-mode", "yolo"]

@@ -1,0 +1,222 @@
+"""Helpers for the Gemini CLI and Codex CLI lifecycle tests: a repo, exo as the root TL, observations.
+
+The flow each test drives (issue 8, item 3): the test process is the root team lead; it runs
+``exo spawn --worker w1 --agent <cli> --skip-permissions --prompt ...`` as a real subprocess whose
+environment is the agent's (HOME, TMPDIR, the model server's base URLs and the egress trap), since
+exo hands the spawning call's environment to the agent. exo starts the real CLI in its own private
+tmux server (socket ``exo-<repo_id>``, killed by ``Lifecycle.close``). The scripted model server
+drives the agent; the test asserts on exo's state (read straight from the SQLite file), on exo's
+command output, and on the request log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from e2e.agents import AgentHome
+from e2e.model_server import Entry, ModelServer
+
+ROOT = Path(__file__).resolve().parents[2]
+EXO = [sys.executable, "-m", "exo_cli"]
+GIT_ID = {"GIT_AUTHOR_NAME": "E2E TL", "GIT_AUTHOR_EMAIL": "tl@example.invalid",
+          "GIT_COMMITTER_NAME": "E2E TL", "GIT_COMMITTER_EMAIL": "tl@example.invalid"}
+
+
+def make_repo(path: Path) -> Path:
+    """Create a git repository on main with one commit (README.md) at path; return it."""
+    path.mkdir(parents=True)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(path), "GIT_CONFIG_NOSYSTEM": "1", **GIT_ID}
+    (path / "README.md").write_text("# e2e\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "README.md"], ["commit", "-q", "-m", "initial"]):
+        subprocess.run(["git", *args], cwd=path, check=True, capture_output=True, env=env)
+    return path
+
+
+@dataclass
+class Lifecycle:
+    """One repository driven by exo as the root TL, with one agent CLI home and one model server."""
+
+    repo: Path
+    home: AgentHome
+    server: ModelServer
+    env: dict[str, str]
+    started: float = field(default_factory=time.monotonic)
+    marks: dict[str, float] = field(default_factory=dict)
+
+    # -- exo -------------------------------------------------------------------------------------
+
+    def exo(self, *args: str, check: bool = True, timeout: float = 60,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``exo ARGS`` from the repository as the root TL; fail with its output unless check=False."""
+        proc = subprocess.run([*EXO, *args], cwd=self.repo, env=self.env, input=input, capture_output=True,
+                              text=True, timeout=timeout, stdin=None if input is not None else subprocess.DEVNULL)
+        if check:
+            assert proc.returncode == 0, (f"exo {' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                                          f"stderr:\n{proc.stderr}\n{self.describe()}")
+        return proc
+
+    def exo_json(self, *args: str, timeout: float = 60) -> Any:
+        """Run ``exo ARGS --json`` and return the parsed output."""
+        return json.loads(self.exo(*args, "--json", timeout=timeout).stdout)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        """exo's state folder of this repository."""
+        return self.repo / ".git" / "exo"
+
+    @property
+    def socket(self) -> str:
+        """exo's private tmux socket name for this repository (``exo-<repo_id>``)."""
+        from exo_cli.env import Env
+
+        return f"exo-{Env(cwd=self.repo, environ=self.env).repo_id}"
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Run a read-only query on exo's state database; rows as dicts."""
+        db = self.state_dir / "state.db"
+        if not db.exists():
+            return []
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        try:
+            conn.row_factory = sqlite3.Row
+            return [dict(r) for r in conn.execute(sql, params)]
+        finally:
+            conn.close()
+
+    def agent(self, name: str) -> dict[str, Any]:
+        """Return the newest agent record named name (empty dict when none)."""
+        rows = self.query("SELECT * FROM agents WHERE name = ? ORDER BY created_at DESC LIMIT 1", (name,))
+        return rows[0] if rows else {}
+
+    def hook_state(self, agent_id: str) -> dict[str, Any]:
+        """Return exo's per-agent hook bookkeeping (kv ``hook:<id>``)."""
+        rows = self.query("SELECT value FROM kv WHERE key = ?", (f"hook:{agent_id}",))
+        return json.loads(rows[0]["value"]) if rows else {}
+
+    def events(self, agent_id: str) -> list[dict[str, Any]]:
+        """Return exo's events about an agent, oldest first."""
+        return self.query("SELECT kind, data FROM events WHERE agent = ? ORDER BY id", (agent_id,))
+
+    def mark(self, what: str) -> None:
+        """Record when a step happened (seconds since the test began), for the timings report."""
+        self.marks[what] = round(time.monotonic() - self.started, 1)
+
+    def wait_until(self, what: str, predicate: Callable[[], Any], timeout: float = 45.0) -> Any:
+        """Poll predicate until it returns a truthy value; return it, or fail describing the state."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                self.mark(what)
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.describe()}")
+            time.sleep(0.2)
+
+    def wait_status(self, name: str, status: str, timeout: float = 45.0, *,
+                    since_turns: int | None = None) -> dict[str, Any]:
+        """Wait until the agent has status (and, with since_turns, more turns than that); return its record."""
+        def ok() -> dict[str, Any] | None:
+            rec = self.agent(name)
+            if rec.get("status") != status:
+                return None
+            if since_turns is not None and int(rec.get("turns") or 0) <= since_turns:
+                return None
+            return rec
+
+        label = f"{name} {status}" + (f" after turn {since_turns + 1}" if since_turns is not None else "")
+        return self.wait_until(label, ok, timeout)
+
+    # -- tmux ------------------------------------------------------------------------------------
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run one tmux command against exo's private server."""
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30)
+
+    def screen(self, name: str) -> str:
+        """Return the visible text of the agent's pane ('' when it has none)."""
+        pane = json.loads(self.agent(name).get("location") or "{}").get("pane")
+        if not pane:
+            return ""
+        return self.tmux("capture-pane", "-p", "-J", "-t", pane).stdout
+
+    def wait_screen(self, name: str, needle: str, timeout: float = 30.0) -> str:
+        """Wait until needle shows in the agent's pane; return the screen."""
+        return self.wait_until(f"screen {needle!r}", lambda: (s := self.screen(name)) and needle in s and s, timeout)
+
+    # -- model log -------------------------------------------------------------------------------
+
+    def agent_requests(self) -> list[Entry]:
+        """The agent requests the model server got."""
+        return self.server.agent_requests()
+
+    def request_text(self, entry: Entry) -> str:
+        """The whole body of one logged request as JSON text (for substring assertions)."""
+        return json.dumps(entry.get("body"))
+
+    def describe(self) -> str:
+        """A summary of exo's state, the model log and the agent's screen, for failure messages."""
+        lines = ["--- agents:"]
+        for rec in self.query("SELECT id, name, status, status_reason, turns, session_id FROM agents"):
+            lines.append(f"  {rec}")
+        lines.append("--- messages:")
+        for rec in self.query("SELECT id, kind, sender, recipient, body, delivered_at, consumed_at, state "
+                              "FROM messages ORDER BY id"):
+            lines.append(f"  {rec}")
+        lines.append("--- model log: " + ", ".join(f"{e['kind']}:{e.get('turn')}" for e in self.server.entries()))
+        for rec in self.query("SELECT name FROM agents"):
+            lines.append(f"--- screen of {rec['name']}:\n{self.screen(rec['name'])}")
+        return "\n".join(lines)
+
+    # -- end ---------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Kill exo's tmux server for this repository and remove exo's runtime folder."""
+        from exo_cli.env import Env
+
+        with contextlib.suppress(Exception):
+            self.tmux("kill-server")
+        with contextlib.suppress(Exception):
+            shutil.rmtree(Env(cwd=self.repo, environ=self.env).runtime_dir, ignore_errors=True)
+
+
+def lifecycle_env(home: AgentHome, drop: Sequence[str] = (), extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the env of the root TL's exo calls: the agent's env (trap on) plus exo's own needs.
+
+    PYTHONPATH puts this checkout's exo_cli first (the hooks and MCP server exo writes for the agent
+    run this interpreter, whose ``exo`` script would otherwise import the installed copy). ``drop``
+    removes variables so that exo's own settings are what the CLI sees (e.g. Gemini's trust).
+    """
+    env = home.env({"PYTHONPATH": str(ROOT), "NO_COLOR": "1", "GIT_CONFIG_GLOBAL": str(home.home / ".gitconfig"),
+                    "EXO_CONFIG_DIR": str(home.home / ".config" / "exo"), "XDG_CONFIG_HOME": str(home.home / ".config"),
+                    **(extra or {})})
+    for name in drop:
+        env.pop(name, None)
+    return env
+
+
+def assert_no_egress(server: ModelServer) -> None:
+    """Every proxied attempt was refused; no request named a host other than 127.0.0.1."""
+    assert all(e["status"] == 403 for e in server.entries("proxy"))
+    for entry in server.entries():
+        if entry["kind"] != "proxy":
+            assert entry["headers"].get("host", "127.0.0.1").startswith("127.0.0.1"), entry
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in repo; return stdout stripped."""
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(repo), "GIT_CONFIG_NOSYSTEM": "1", **GIT_ID}
+                          ).stdout.strip()
