@@ -137,7 +137,8 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     sent = team.exo_json("send", "w1", send_text)
     assert [s["delivery"] for s in sent["sent"]] == ["typed"], sent
     typed = team.wait_request(lambda e: e["turn"] == 4, what="the typed message's turn", agent="w1")
-    assert f"[MESSAGE from root] {send_text}" in user_texts(typed)
+    assert user_texts(typed)[-1] == f"[MESSAGE from root] {send_text}"  # the last entry: a new user turn
+    assert json.dumps(typed["body"]["messages"]).count(send_text) == 1  # typed once, not re-injected by a hook
     team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "TURN-2-DONE: got your message.",
                     what="idle after the typed turn")
 
@@ -156,22 +157,27 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     assert_no_egress(server)
 
 
-def test_claude_question_answered_by_the_parent(team: Team) -> None:
+def test_claude_question_answered_by_the_parent_and_a_queued_message(team: Team) -> None:
     server = team.server
     question = "QUESTION-W1-9d1: which greeting should hello.txt hold?"
     answer = "ANSWER-ROOT-4e8: say 'hi there'"
+    queued = "QUEUED-W1-b71: and keep it short."
     server.script(
         {"tool": "mcp__exo__question", "input": {"message": question}},
         {"text": "ANSWERED: will say hi there."},
+        {"text": "GOT-QUEUED: keeping it short."},
     )
     spawn_w1(team, "Ask your parent which greeting to use, then stop.")
 
-    # The question blocks w1 in `asking`; the parent sees it as a pending message and answers it.
+    # The question blocks w1 in `asking`; the parent sees it as a pending message.
     asked = team.wait_request(lambda e: e["turn"] == 0, what="the question call", agent="w1")
     team.wait_status("w1", "asking", timeout=30)
     waited = team.exo_json("wait", "w1", "--timeout", "30")
     (entry,) = waited["results"]
     assert (entry["status"], entry["kind"], entry["message"]) == ("received", "question", question)
+    # A message sent while w1 is busy waits for its next hook (here the Stop hook, which keeps it going).
+    sent = team.exo_json("send", "w1", queued)
+    assert [s["delivery"] for s in sent["sent"]] == ["queued"], sent
     answered = team.exo_json("answer", "w1", answer)
     assert answered["question"] == question
 
@@ -181,6 +187,12 @@ def test_claude_question_answered_by_the_parent(team: Team) -> None:
     assert result is not None and not anthropic_is_error(after, asked["tool_id"]), result
     got = json.loads(result["output"])
     assert (got["status"], got["answer"], got["question"], got["answered_by"]) == ("answered", answer, question, "root")
-    idle = team.wait_agent("w1", lambda a: a.status == "idle" and a.turns >= 1, what="idle after the answer")
-    assert idle.output == "ANSWERED: will say hi there."
+    assert queued not in json.dumps(after["body"]["messages"])
+
+    # The turn ends; exo's Stop hook blocks it with the queued message, which Claude passes to the model.
+    kept = team.wait_request(lambda e: e["turn"] == 2, what="the turn the Stop hook asked for", agent="w1")
+    assert f"[MESSAGE from root] {queued}" in "\n".join(user_texts(kept))
+    idle = team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "GOT-QUEUED: keeping it short.",
+                           what="idle after the queued message")
+    assert idle.turns >= 1
     assert_no_egress(server)
