@@ -55,9 +55,13 @@ def test_session_start_ignores_a_marker_of_another_process_and_gives_up(repo: Pa
     assert env_for(repo).store.agent("w1").status == "working"
 
 
-def test_session_start_without_the_variable_does_not_wait(repo: Path) -> None:
+def test_session_start_without_the_variable_or_for_another_cli_does_not_wait(repo: Path) -> None:
     make_agent(repo, "w1", task="Add a flag", status="starting")
     proc = run_hook(repo, "w1", "session-start", "claude", START["claude"])
+    assert "Add a flag" in hook_json(proc)["hookSpecificOutput"]["additionalContext"]
+    assert "MCP" not in proc.stderr
+    # A Gemini child of a Claude agent inherits EXO_MCP_WAIT: its hook must not wait on it.
+    proc = run_hook(repo, "w1", "session-start", "gemini", START["gemini"], extra_env={hooks.MCP_WAIT_VAR: "0.3"})
     assert "Add a flag" in hook_json(proc)["hookSpecificOutput"]["additionalContext"]
     assert "MCP" not in proc.stderr
 

@@ -213,8 +213,8 @@ def on_session_start(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> 
         text += "\n\nMessages for you:\n" + pending
     actions = ["working", "session_id" if "session_id" in changes else "no-session-id"]
     warning = None
-    try:
-        wait = float(env.environ.get(MCP_WAIT_VAR) or 0)
+    try:  # Claude only: a Gemini or Codex child of a Claude agent inherits the variable
+        wait = float(env.environ.get(MCP_WAIT_VAR) or 0) if cli == "claude" else 0.0
     except ValueError:
         wait = 0.0
     if wait > 0:
