@@ -171,11 +171,36 @@ def make_tool(env: Env, op: Op, tool: Tool) -> Callable[..., Any]:
     return fn
 
 
+class _Server(MCPServer):
+    """An MCPServer that calls ``on_listed`` once, when it first answers tools/list."""
+
+    on_listed: Callable[[], None] | None = None
+
+    async def list_tools(self) -> Any:
+        tools = await super().list_tools()
+        callback, self.on_listed = self.on_listed, None
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # readiness is best effort; never fail the client's tools/list
+                log.exception("recording MCP readiness failed")
+        return tools
+
+
 def build_server(env: Env, role: str = "auto") -> MCPServer:
-    """An MCPServer listing the registry's tools that ``role`` may use."""
+    """An MCPServer listing the registry's tools that ``role`` may use.
+
+    An agent's server records, once its client has listed the tools, that it is ready
+    (``hooks.mark_mcp_ready``): the Claude agent's session-start hook waits for that.
+    """
     served = serving_role(env, role)
     env.role_cap = served
-    server: MCPServer = MCPServer("exo", version=__version__, instructions=INSTRUCTIONS)
+    server = _Server("exo", version=__version__, instructions=INSTRUCTIONS)
+    if not env.caller.is_human:
+        from exo_cli.core.hooks import mark_mcp_ready
+
+        agent_id = env.caller.agent_id
+        server.on_listed = lambda: mark_mcp_ready(env, agent_id)
     for op in registry.load_all().values():
         for tool in op.tools:
             if not lists_tool(op, tool, served):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,9 @@ MAX_BLOCKS = 5  # consecutive stop-hook blocks before the agent is let go idle
 TITLE_PREFIX = "Generate a concise"  # Codex's title-generation side thread
 PERMISSION_TYPES = ("permission_prompt", "ToolPermission")
 TRANSCRIPT_TAIL = 4 * 1024 * 1024
+# Seconds session-start waits for the agent's own exo MCP server (set by the Claude backend: its TUI
+# sends the first prompt while MCP servers still connect, and a first mcp__exo__* call then fails).
+MCP_WAIT_VAR = "EXO_MCP_WAIT"
 
 
 @dataclass(frozen=True)
@@ -207,8 +211,54 @@ def on_session_start(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> 
     pending = _pending_text(env, agent)
     if pending:
         text += "\n\nMessages for you:\n" + pending
-    return HookResult("session-start", cli, agent.id, context_output(cli, "session-start", text),
-                      ["working", "session_id" if "session_id" in changes else "no-session-id"])
+    actions = ["working", "session_id" if "session_id" in changes else "no-session-id"]
+    warning = None
+    try:  # Claude only: a Gemini or Codex child of a Claude agent inherits the variable
+        wait = float(env.environ.get(MCP_WAIT_VAR) or 0) if cli == "claude" else 0.0
+    except ValueError:
+        wait = 0.0
+    if wait > 0:
+        if wait_mcp_ready(env, agent.id, wait):
+            actions.append("mcp-ready")
+        else:
+            warning = f"exo's MCP server did not answer within {wait:g}s; starting without waiting for it"
+    return HookResult("session-start", cli, agent.id, context_output(cli, "session-start", text), actions,
+                      warning)
+
+
+def mcp_ready_key(agent_id: str) -> str:
+    """The kv key (and doorbell) where an agent's exo MCP server says it listed its tools."""
+    return f"mcp-ready:{agent_id}"
+
+
+def mark_mcp_ready(env: Env, agent_id: str) -> None:
+    """Record (for ``wait_mcp_ready``) that this MCP server answered tools/list: its parent's pid."""
+    key = mcp_ready_key(agent_id)
+    env.store.kv_set(key, str(os.getppid()))
+    env.store.bell.ring(key)
+
+
+def wait_mcp_ready(env: Env, agent_id: str, timeout: float) -> bool:
+    """Wait until the exo MCP server of the agent CLI process running this hook has listed its tools.
+
+    The server records its parent's pid (``mark_mcp_ready``); it counts only when that
+    process is an ancestor of this hook, i.e. the same agent CLI process (a marker left by
+    an earlier run of the agent does not). Returns False after ``timeout`` seconds.
+    """
+    from exo_cli.env import _ancestors
+
+    mine = set(_ancestors(os.getpid()))
+    key = mcp_ready_key(agent_id)
+    deadline = time.monotonic() + timeout
+    with env.store.bell.listen([key]) as waiter:
+        while True:
+            raw = env.store.kv_get(key) or ""
+            if raw.isdigit() and int(raw) in mine:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            waiter.wait(min(left, 1.0))
 
 
 def on_prompt(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:

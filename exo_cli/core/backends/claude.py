@@ -37,6 +37,9 @@ HOOKS: tuple[tuple[str, str, str | None, int], ...] = (
     ("PostToolUse", "tool", None, 10),
 )
 
+MCP_WAIT_VAR = "EXO_MCP_WAIT"  # read by exo_cli.core.hooks (same name there)
+MCP_WAIT = 20  # seconds; below the SessionStart hook's timeout (30)
+
 TRUST_KEYS = {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
@@ -106,9 +109,12 @@ class ClaudeBackend(Backend):
         if ctx.skip_permissions and hasattr(os, "geteuid") and os.geteuid() == 0:
             env["IS_SANDBOX"] = "1"
         # Claude Code sends its first request while MCP servers may still be connecting, and a
-        # call to mcp__exo__* then fails with "No such tool"; this makes it wait for them
-        # (seen with 2.1.197 on a loaded machine; tests/e2e/README.md).
+        # call to mcp__exo__* then fails with "No such tool ... still connecting" (2.1.197).
+        # MCP_CONNECTION_NONBLOCKING=0 makes `claude -p` wait, but not the TUI exo runs; so
+        # the SessionStart hook waits (EXO_MCP_WAIT seconds at most) until exo's MCP server
+        # started by this claude has listed its tools (tests/e2e/test_claude_lifecycle.py).
         env.setdefault("MCP_CONNECTION_NONBLOCKING", "0")
+        env.setdefault(MCP_WAIT_VAR, str(MCP_WAIT))
 
         prompt = ctx.prompt
         if ctx.fork_session:

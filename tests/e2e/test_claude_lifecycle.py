@@ -1,0 +1,198 @@
+"""exo's whole lifecycle with the real Claude Code TUI (2.1.197) against the scripted model server.
+
+The test is the human at the root: it runs the real ``exo`` commands as subprocesses in a real git
+repository. ``exo spawn --agent claude`` starts the real ``claude`` TUI in exo's own tmux server,
+in a fresh worktree, with exo's hooks (``--settings``) and exo's MCP server (``--mcp-config``);
+the scripted model drives the agent through a Bash commit and exo's MCP tools; the assertions are
+on exo's state and on what the model server received. Each test has its own HOME, TMPDIR, model
+server and exo tmux server (killed in a finalizer); the egress trap is in the environment ``exo
+spawn`` passes to the agent, so nothing leaves 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.agents import AgentHome
+from e2e.lifecycle import (
+    DialogWatch,
+    Team,
+    anthropic_is_error,
+    assert_no_egress,
+    git,
+    git_repo,
+    result_for,
+    user_texts,
+)
+from e2e.model_server import ModelServer, tool_names
+
+pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
+
+CLAUDE_VERSION = "2.1.197"
+TASK = "LIFECYCLE-TASK-7f3: add hello.txt saying hello, commit it, note your parent and file a PR."
+
+
+@pytest.fixture
+def team(require_cli: Callable[[str], Path], model_server: ModelServer, agent_home: Callable[..., AgentHome],
+         tmp_path: Path) -> Iterator[Team]:
+    """A repository, a Claude HOME (onboarding done, no trusted folder), and the root's env; kills exo's tmux."""
+    require_cli("claude")
+    import shutil
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    repo = git_repo(tmp_path / "repo")
+    home = agent_home("claude")
+    # The user's HOME as it is after Claude's own onboarding (key approved), but without the bypass-warning
+    # pre-emption or any trusted folder: exo itself must keep those dialogs away (--settings, .claude.json).
+    (home.home / ".claude" / "settings.json").write_text("{}\n")
+    team = Team.create(repo, home)
+    try:
+        yield team
+    finally:
+        print(team.trace())  # shown when the test fails: exo calls and model requests, in time order
+        team.close()
+
+
+def spawn_w1(team: Team, prompt: str) -> dict:
+    """Run ``exo spawn --worker w1 --agent claude --skip-permissions --prompt PROMPT --json``; return its result."""
+    result = team.exo_json("spawn", "--worker", "w1", "--agent", "claude", "--skip-permissions",
+                           "--mux", "tmux", "--prompt", prompt)
+    assert result["failed"] == [], result
+    return result
+
+
+def test_claude_worker_lifecycle(team: Team) -> None:
+    server = team.server
+    note_text = "NOTE-W1: hello.txt is committed"
+    send_text = "SEND-W1-5c2: please also say goodbye, then stop."
+    bash = ("printf 'hello\\n' > hello.txt && git add hello.txt && "
+            "git -c user.name=W1 -c user.email=w1@example.invalid commit -q -m 'Add hello.txt'")
+    server.script(
+        {"tool": "Bash", "input": {"command": bash, "description": "write and commit hello.txt"}},
+        {"tool": "mcp__exo__note", "input": {"message": note_text}},
+        {"tool": "mcp__exo__file_pr", "input": {"title": "Add hello.txt", "body": "Says hello."}},
+        {"text": "TURN-1-DONE: committed, noted and filed the PR."},
+        {"text": "TURN-2-DONE: got your message."},
+    )
+
+    # 1. The human spawns w1: the real claude TUI starts in a new worktree, with no dialog.
+    result = spawn_w1(team, TASK)
+    (spawned,) = result["agents"]
+    worktree = Path(spawned["worktree"])
+    assert (spawned["branch"], spawned["backend"], spawned["mux"]) == ("main.w1", "claude", "tmux")
+    assert worktree.is_dir() and worktree.parent == team.repo / ".exo" / "worktrees"
+    claude_json = team.home.home / ".claude.json"
+    assert json.loads(claude_json.read_text())["projects"][str(worktree)]["hasTrustDialogAccepted"] is True
+
+    with DialogWatch(team, "w1") as watch:
+        team.wait_status("w1", "working", "idle")  # exo's SessionStart hook ran
+        first, bash_req, note_req, pr_req = (
+            team.wait_request(lambda e, n=n: e["turn"] == n, what=f"agent request for turn {n}", agent="w1")
+            for n in range(4))
+        # 2. The Stop hook marks it idle with its last message as output.
+        idle = team.wait_agent("w1", lambda a: a.status == "idle" and a.turns >= 1, what="idle after turn 1")
+    assert watch.samples > 0 and not watch.hits, f"dialog on screen: {watch.hits[0][1] if watch.hits else ''}"
+    assert idle.output == "TURN-1-DONE: committed, noted and filed the PR."
+    assert idle.session_id  # recorded from the SessionStart payload
+
+    # The task arrives in the first model request as the SessionStart hook's additional context.
+    contexts = [m["content"] for m in first["body"]["messages"]
+                if m.get("role") == "system" and "SessionStart hook additional context" in str(m.get("content"))]
+    assert contexts and TASK in contexts[0] and "**Branch:** main.w1" in contexts[0]
+    assert TASK in user_texts(first)  # the prompt exo put on claude's command line
+    assert first["headers"]["user-agent"].startswith(f"claude-cli/{CLAUDE_VERSION} ")  # the real, pinned CLI
+    # exo's MCP tools are listed from the very first request (the hook waited for exo's MCP server).
+    assert {"mcp__exo__note", "mcp__exo__file_pr", "mcp__exo__question"} <= set(tool_names(first))
+
+    # 3. The Bash call edited and committed the file in the worktree, on the agent's branch.
+    bash_result = result_for(bash_req, first["tool_id"])
+    assert bash_result is not None and not anthropic_is_error(bash_req, first["tool_id"]), bash_result
+    assert (worktree / "hello.txt").read_text() == "hello\n"
+    assert git(team.repo, "log", "-1", "--format=%s", "main.w1") == "Add hello.txt"
+    assert git(worktree, "status", "--porcelain") == ""
+
+    # 4. mcp__exo__note and mcp__exo__file_pr ran in exo's MCP server, without error.
+    note_result = result_for(note_req, bash_req["tool_id"])
+    assert note_result is not None and not anthropic_is_error(note_req, bash_req["tool_id"]), note_result
+    assert json.loads(note_result["output"])["to"] == "root"
+    pr_result = result_for(pr_req, note_req["tool_id"])
+    assert pr_result is not None and not anthropic_is_error(pr_req, note_req["tool_id"]), pr_result
+    filed = json.loads(pr_result["output"])
+    assert filed["created"] is True and filed["commits"] == 1
+    assert (filed["pr"]["head"], filed["pr"]["base"], filed["pr"]["author"]) == ("main.w1", "main", "w1")
+    number = filed["pr"]["number"]
+
+    # 5. The parent's fan-in wait returns the note.
+    waited = team.exo_json("wait", "w1", "--timeout", "30")
+    assert waited["timed_out"] is False
+    (entry,) = waited["results"]
+    assert (entry["name"], entry["status"], entry["kind"], entry["message"]) == ("w1", "received", "note", note_text)
+
+    # 6. `exo send` is typed into the idle TUI and arrives as a new user turn.
+    sent = team.exo_json("send", "w1", send_text)
+    assert [s["delivery"] for s in sent["sent"]] == ["typed"], sent
+    typed = team.wait_request(lambda e: e["turn"] == 4, what="the typed message's turn", agent="w1")
+    assert user_texts(typed)[-1] == f"[MESSAGE from root] {send_text}"  # the last entry: a new user turn
+    assert json.dumps(typed["body"]["messages"]).count(send_text) == 1  # typed once, not re-injected by a hook
+    team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "TURN-2-DONE: got your message.",
+                    what="idle after the typed turn")
+
+    # 7. The parent merges the PR and completes w1: the agent stops and every trace is removed.
+    merged = team.exo_json("pr", "merge", str(number))
+    assert merged["pr"]["state"] == "merged" and merged["strategy"] == "squash"
+    assert (team.repo / "hello.txt").read_text() == "hello\n"  # the base checkout got the change
+    done = team.exo_json("complete", "w1")
+    assert (done["status"], done["removal"], done["worktree_removed"], done["branch_deleted"]) == (
+        "done", "removed", True, True), done
+    assert done["stopped"] is True and done["undone"] >= 1
+    assert not worktree.exists()
+    assert git(team.repo, "branch", "--list", "main.w1") == ""
+    assert str(worktree) not in json.loads(claude_json.read_text()).get("projects", {})
+    assert team.agent("w1").status == "done"
+    assert_no_egress(server)
+
+
+def test_claude_question_answered_by_the_parent_and_a_queued_message(team: Team) -> None:
+    server = team.server
+    question = "QUESTION-W1-9d1: which greeting should hello.txt hold?"
+    answer = "ANSWER-ROOT-4e8: say 'hi there'"
+    queued = "QUEUED-W1-b71: and keep it short."
+    server.script(
+        {"tool": "mcp__exo__question", "input": {"message": question}},
+        {"text": "ANSWERED: will say hi there."},
+        {"text": "GOT-QUEUED: keeping it short."},
+    )
+    spawn_w1(team, "Ask your parent which greeting to use, then stop.")
+
+    # The question blocks w1 in `asking`; the parent sees it as a pending message.
+    asked = team.wait_request(lambda e: e["turn"] == 0, what="the question call", agent="w1")
+    team.wait_status("w1", "asking", timeout=30)
+    waited = team.exo_json("wait", "w1", "--timeout", "30")
+    (entry,) = waited["results"]
+    assert (entry["status"], entry["kind"], entry["message"]) == ("received", "question", question)
+    # A message sent while w1 is busy waits for its next hook (here the Stop hook, which keeps it going).
+    sent = team.exo_json("send", "w1", queued)
+    assert [s["delivery"] for s in sent["sent"]] == ["queued"], sent
+    answered = team.exo_json("answer", "w1", answer)
+    assert answered["question"] == question
+
+    # The tool result the model receives is the answer.
+    after = team.wait_request(lambda e: e["turn"] == 1, what="the request after the answer", agent="w1")
+    result = result_for(after, asked["tool_id"])
+    assert result is not None and not anthropic_is_error(after, asked["tool_id"]), result
+    got = json.loads(result["output"])
+    assert (got["status"], got["answer"], got["question"], got["answered_by"]) == ("answered", answer, question, "root")
+    assert queued not in json.dumps(after["body"]["messages"])
+
+    # The turn ends; exo's Stop hook blocks it with the queued message, which Claude passes to the model.
+    kept = team.wait_request(lambda e: e["turn"] == 2, what="the turn the Stop hook asked for", agent="w1")
+    assert f"[MESSAGE from root] {queued}" in "\n".join(user_texts(kept))
+    idle = team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "GOT-QUEUED: keeping it short.",
+                           what="idle after the queued message")
+    assert idle.turns >= 1
+    assert_no_egress(server)
