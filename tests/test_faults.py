@@ -145,3 +145,14 @@ def test_cli_on_a_missing_state_db(repo: Path) -> None:
     err = json.loads(r.stdout)["error"]
     assert err["code"] == -32004 and "state database is missing" in err["message"] and "w1" in err["message"]
     assert "exo doctor" in err["hint"] and "exo spawn" in err["hint"]
+
+
+def test_a_server_shutting_down_counts_as_no_server(tmp_path: Path) -> None:
+    """Right after kill-server, a client may reach the dying server: that is "no panes", not a failure."""
+    from exo_cli.core.mux.tmux import Tmux
+
+    fake = tmp_path / "tmux"
+    fake.write_text("#!/bin/sh\necho 'server exited unexpectedly' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    t = Tmux("exo-test-dying", "exo", runtime_dir=tmp_path / "rt", binary=str(fake))
+    assert t.list_states() == {}
