@@ -115,7 +115,8 @@ def gh_runner(env: Env) -> GhRunner | None:
 
 
 def _get(env: Env, number: int) -> PullRequest:
-    pr = env.store.pr(number) if env.has_state() else None
+    # A number SQLite cannot hold names no pull request (and must not reach the driver).
+    pr = env.store.pr(number) if env.has_state() and 0 < number < 2**63 else None
     if pr is None:
         raise NotFound(f"No pull request #{number}", hint="List them with `exo pr list`.", pr=number)
     return pr

@@ -220,6 +220,21 @@ def _error_obj(key: str, exc: ExoError) -> dict[str, Any]:
     return {"id": key, "code": exc.rpc_code, "name": exc.name, "message": exc.message, "hint": exc.hint}
 
 
+def _private_dir(path: Path) -> None:
+    """Create ``path`` and its missing parents with mode 0700 (``mkdir(parents=True)`` would use the umask)."""
+    if not path.parent.is_dir():
+        _private_dir(path.parent)
+    path.mkdir(exist_ok=True, mode=0o700)
+
+
+def _exists(path: Path, kind: str) -> bool:
+    """Whether ``path`` is a directory (``kind`` "dir") or a file; False for names the OS refuses."""
+    try:
+        return path.is_dir() if kind == "dir" else path.is_file()
+    except (OSError, ValueError):  # too long, NUL byte, ...
+        return False
+
+
 def _target_env(env: Env, repo: str | None) -> Env:
     if not repo:
         return env
@@ -228,7 +243,7 @@ def _target_env(env: Env, repo: str | None) -> Env:
     path = Path(repo).expanduser()
     if not path.is_absolute():
         path = env.cwd / path
-    if not path.is_dir():
+    if not _exists(path, "dir"):
         raise NotFound(f"Repository {path} does not exist", hint="Pass the path of a git repository to --repo.")
     target = EnvCls(cwd=path, environ=env.environ, overrides=env.overrides)
     target.repo  # noqa: B018 - EnvironmentError_ when it is not a repository
@@ -260,7 +275,7 @@ def _backend_for(env: Env, name: str, common: Common, agent_dir: Path) -> Any:
         if not script and inline:
             import json
 
-            agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _private_dir(agent_dir)
             path = agent_dir / "demo-script.json"
             wt.write_file(path, json.dumps(inline), 0o600)
             script = str(path)
@@ -701,7 +716,7 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
         doc = wt.process_compose(services, spec.get("ports") or {}, path)
         spec["process_compose"] = str(wt.write_process_compose(doc, path))
     agent_dir = Path(spec["agent_dir"])
-    agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _private_dir(agent_dir)
     backend = _backend_for(env, req.agent, common, agent_dir)
     fork = False
     resume = None
@@ -1038,6 +1053,8 @@ def spawn(
             prompts = [p.read_text(encoding="utf-8")]
         except OSError as exc:
             raise NotFound(f"Cannot read prompt file {p}: {exc.strerror}", path=str(p)) from exc
+        except ValueError as exc:  # a NUL in the path, or a file that is not UTF-8 text
+            raise InvalidInput(f"Cannot read prompt file {p!r}: {exc}", field="prompt_file") from exc
     if edit and not prompts:
         raise UsageError("--edit needs an interactive terminal: write the prompt with --prompt or --prompt-file")
     target = _target_env(env, repo)
@@ -1047,7 +1064,7 @@ def spawn(
     kind = mux or str(target.config.get("mux.default"))
     if kind not in MUXES:
         raise InvalidInput(f"Invalid multiplexer {kind!r}", hint=f"Use one of: {', '.join(MUXES)}.")
-    if demo_script and not Path(demo_script).is_file():
+    if demo_script and not _exists(Path(demo_script), "file"):
         raise NotFound(f"Demo script {demo_script} does not exist", path=demo_script)
     if demo_script:
         demo_script = str(Path(demo_script).absolute())

@@ -57,7 +57,9 @@ _FIELDS = (
     "#{window_name}",
 )
 _LIST_FORMAT = "\t".join(_FIELDS)
-_NO_SERVER = ("no server running", "error connecting to", "No such file or directory")
+# "server exited unexpectedly": the client reached a server that was shutting down (just killed).
+_NO_SERVER = ("no server running", "error connecting to", "No such file or directory",
+              "server exited unexpectedly")
 
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()

@@ -1,0 +1,138 @@
+"""Run every benchmark in bench/ and print one table: name, figure, budget, ok or gap.
+
+Each script runs as its own process (``sys.executable bench/<name>.py``) with its default
+settings unless ``--quick`` (fewer runs, for a smoke check); its full output is printed as
+it finishes, then the summary table is printed last. A script that fails shows as ``error``.
+
+    python bench/all.py [--quick] [--only startup,hooks,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+Row = tuple[str, str, str, str]  # name, figure, budget, verdict
+
+
+def _num(pattern: str, text: str) -> float:
+    m = re.search(pattern, text, re.M)
+    if m is None:
+        raise ValueError(f"no match for {pattern!r}")
+    return float(m.group(1))
+
+
+def _verdict(ok: bool) -> str:
+    return "ok" if ok else "gap"
+
+
+def _ratio_rows(out: str, names: list[str], budget: float) -> list[Row]:
+    rows: list[Row] = []
+    for name in names:
+        m = re.search(rf"^{re.escape(name)}\s+([\d.]+)\s+([\d.]+)\s*$", out, re.M)
+        if m is None:
+            raise ValueError(f"no line for {name}")
+        ms, ratio = float(m.group(1)), float(m.group(2))
+        rows.append((name, f"{ratio:.2f}x import click ({ms:.0f} ms)", f"<= {budget:.1f}x", _verdict(ratio <= budget)))
+    return rows
+
+
+def parse_startup(out: str) -> list[Row]:
+    return _ratio_rows(out, ["exo --help", "exo status --json", "exo agents --json"], 1.5)
+
+
+def parse_hooks(out: str) -> list[Row]:
+    return _ratio_rows(out, ["exo hook stop --cli claude"], 1.5)
+
+
+def parse_spawn(out: str) -> list[Row]:
+    ratio = _num(r"ratio exo spawn / shell loop \(\d+ agents\): ([\d.]+)", out)
+    exo_ms = _num(r"^exo spawn\s+median\s+([\d.]+) ms", out)
+    loop_ms = _num(r"^shell loop\s+median\s+([\d.]+) ms", out)
+    return [("exo spawn, 10 workers in tmux", f"{ratio:.2f}x shell loop ({exo_ms:.0f} vs {loop_ms:.0f} ms)",
+             "<= 1.3x", _verdict(ratio <= 1.3))]
+
+
+def parse_wake(out: str) -> list[Row]:
+    p50 = _num(r"note -> wake-up latency: p50\s+([\d.]+) ms", out)
+    p99 = _num(r"note -> wake-up latency: p50\s+[\d.]+ ms\s+p99\s+([\d.]+) ms", out)
+    lost = int(_num(r"lost notes: (\d+)", out))
+    fifo = _num(r"bare FIFO round trip .*?p50\s+([\d.]+) ms", out)
+    return [
+        ("note -> wake, p50 (20 writers)", f"{p50:.1f} ms (bare FIFO {fifo:.2f} ms)", "< 20 ms", _verdict(p50 < 20)),
+        ("note -> wake, p99 (20 writers)", f"{p99:.1f} ms", "< 100 ms", _verdict(p99 < 100)),
+        ("notes lost", str(lost), "0", _verdict(lost == 0)),
+    ]
+
+
+def parse_agents100(out: str) -> list[Row]:
+    ms = _num(r"exo agents --json \(\d+ runs\): median\s+([\d.]+) ms", out)
+    calls = int(_num(r"tmux calls per refresh (\d+)", out))
+    return [
+        ("exo agents --json, 100 live agents", f"{ms:.0f} ms", "< 300 ms", _verdict(ms < 300)),
+        ("tmux processes per agents call", str(calls), "1", _verdict(calls == 1)),
+    ]
+
+
+def parse_mcp(out: str) -> list[Row]:
+    m = re.search(r"^exo mcp\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s*$", out, re.M)
+    if m is None:
+        raise ValueError("no exo mcp line")
+    t_ratio = _num(r"time ratio ([\d.]+)", out)
+    return [
+        ("exo mcp start -> first tools/list", f"{float(m.group(2)):.0f} ms ({t_ratio:.2f}x minimal server)",
+         "report", "ok"),
+        ("exo mcp peak RSS", f"{float(m.group(3)):.1f} MiB ({m.group(1)} tools)", "report", "ok"),
+    ]
+
+
+BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
+    "startup": (parse_startup, ["--runs", "10"]),
+    "hooks": (parse_hooks, ["--runs", "10"]),
+    "spawn": (parse_spawn, ["--runs", "2"]),
+    "wake": (parse_wake, ["--notes", "5"]),
+    "agents100": (parse_agents100, ["--runs", "5"]),
+    "mcp": (parse_mcp, ["--runs", "3"]),
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer runs per bench (a smoke check, noisier)")
+    parser.add_argument("--only", default="", help="comma-separated bench names (default: all)")
+    args = parser.parse_args()
+    chosen = [n for n in (args.only.split(",") if args.only else BENCHES) if n]
+    unknown = [n for n in chosen if n not in BENCHES]
+    if unknown:
+        parser.error(f"unknown bench: {', '.join(unknown)} (known: {', '.join(BENCHES)})")
+    rows: list[Row] = []
+    for name in chosen:
+        parse, quick_args = BENCHES[name]
+        argv = [sys.executable, str(HERE / f"{name}.py"), *(quick_args if args.quick else [])]
+        print(f"== {name}: {' '.join(argv[1:])}", flush=True)
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, cwd=HERE.parent, capture_output=True, text=True)
+        print(proc.stdout + proc.stderr, end="", flush=True)
+        print(f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+        try:
+            if proc.returncode != 0:
+                raise ValueError(f"exit {proc.returncode}")
+            rows.extend(parse(proc.stdout))
+        except ValueError as exc:
+            rows.append((name, f"error: {exc}", "-", "gap"))
+    widths = [max(len(r[i]) for r in [("bench", "figure", "budget", "ok/gap"), *rows]) for i in range(4)]
+    print()
+    for row in [("bench", "figure", "budget", "ok/gap"), tuple("-" * w for w in widths), *rows]:
+        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
