@@ -125,3 +125,22 @@ def tmux_socket(tmp_path: Path) -> Iterator[str]:
     name = f"exo-test-{uuid.uuid4().hex[:8]}"
     yield name
     subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+
+
+def stop_repo_agents(repo: Path, *, tmux: bool = True) -> None:
+    """Leave nothing running for ``repo``: its private tmux server and every headless agent group."""
+    from exo_cli.core.mux.base import kill_group
+    from exo_cli.env import Env
+
+    env = Env(cwd=repo)
+    if tmux:
+        subprocess.run(["tmux", "-L", f"exo-{env.repo_id}", "kill-server"], capture_output=True)
+    if not env.has_state():
+        return
+    for a in env.store.agents():
+        pgid = a.location.get("pgid")
+        if a.location.get("mux") == "headless" and pgid:
+            try:
+                kill_group(pgid, grace=0.5, leader_start_time=a.location.get("start_time"))
+            except Exception:  # noqa: BLE001 - already gone
+                pass

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import Exo, git
+from conftest import Exo, git, stop_repo_agents
 
 CODES = {-32602, -32001, -32002, -32003, -32004, -32005}
 EXITS = {0, 2, 3, 4, 5, 6, 7}
@@ -160,19 +160,7 @@ def world(repo: Path, tmp_path: Path, isolate: Path, monkeypatch: pytest.MonkeyP
 
 def kill_headless_agents(repo: Path) -> None:
     """Stop every headless agent process group recorded for ``repo``."""
-    from exo_cli.core.mux.base import kill_group
-    from exo_cli.env import Env
-
-    env = Env(cwd=repo)
-    if not env.has_state():
-        return
-    for a in env.store.agents():
-        pgid = a.location.get("pgid")
-        if a.location.get("mux") == "headless" and pgid:
-            try:
-                kill_group(pgid, grace=0.5, leader_start_time=a.location.get("start_time"))
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+    stop_repo_agents(repo, tmux=False)
 
 
 def _cli_argv(op_name: str, kwargs: dict[str, Any]) -> list[str] | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXO, ROOT, git, run_exo
+from conftest import EXO, ROOT, git, run_exo, stop_repo_agents
 from exo_cli.env import Env
 
 N = 20
@@ -33,17 +33,7 @@ def team(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     yield repo
-    env = Env(cwd=repo)
-    subprocess.run(["tmux", "-L", f"exo-{env.repo_id}", "kill-server"], capture_output=True)
-    if env.has_state():
-        from exo_cli.core.mux.base import kill_group
-
-        for a in env.store.agents():
-            if a.location.get("mux") == "headless" and a.location.get("pgid"):
-                try:
-                    kill_group(a.location["pgid"], grace=0.5, leader_start_time=a.location.get("start_time"))
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
+    stop_repo_agents(repo)
 
 
 def test_parallel_spawns_record_each_agent_once(team: Path) -> None:

@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import stat
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, Exo, run_exo
+from conftest import ROOT, Exo, run_exo, stop_repo_agents
 from exo_cli import registry
 from exo_cli.env import Env
 
@@ -74,17 +73,7 @@ def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
         monkeypatch.setenv(key, value)
     (repo / "exo.toml").write_text(f"[agent]\ncommand = {json.dumps([sys.executable, '-c', CUSTOM])}\n")
     yield repo
-    env = Env(cwd=repo)
-    subprocess.run(["tmux", "-L", f"exo-{env.repo_id}", "kill-server"], capture_output=True)
-    if env.has_state():
-        from exo_cli.core.mux.base import kill_group
-
-        for a in env.store.agents():
-            if a.location.get("mux") == "headless" and a.location.get("pgid"):
-                try:
-                    kill_group(a.location["pgid"], grace=0.5, leader_start_time=a.location.get("start_time"))
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
+    stop_repo_agents(repo)
 
 
 def _files(base: Path) -> Iterator[Path]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, Exo, git, run_exo
+from conftest import ROOT, Exo, git, run_exo, stop_repo_agents
 
 AGENT = r'''
 import os, subprocess, sys, time
@@ -78,19 +78,7 @@ def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
 
 
 def _kill_headless(repo: Path) -> None:
-    from exo_cli.core.mux.base import kill_group
-    from exo_cli.env import Env
-
-    env = Env(cwd=repo)
-    if not env.has_state():
-        return
-    for a in env.store.agents():
-        pgid = a.location.get("pgid")
-        if a.location.get("mux") == "headless" and pgid:
-            try:
-                kill_group(pgid, grace=0.5, leader_start_time=a.location.get("start_time"))
-            except Exception:
-                pass
+    stop_repo_agents(repo, tmux=False)
 
 
 def spawn_json(exo: Exo, *args: str) -> tuple[int, dict]:
