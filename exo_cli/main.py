@@ -73,7 +73,7 @@ class ExoGroup(click.Group):
 @click.option(
     "-C",
     "directory",
-    type=click.Path(file_okay=False, path_type=str),
+    metavar="DIRECTORY",
     default=None,
     help="Run as if exo was started in this directory.",
 )
@@ -97,7 +97,7 @@ def cli(ctx: click.Context, directory: str | None) -> None:
     from exo_cli.env import Env
 
     if directory is not None:
-        if not os.path.isdir(directory):
+        if "\x00" in directory or not os.path.isdir(directory):
             raise click.BadParameter(f"{directory!r} is not a directory", param_hint="-C")
         directory = os.path.abspath(directory)
     ctx.obj = Env(cwd=directory)

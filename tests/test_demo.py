@@ -183,15 +183,16 @@ def test_demo_human_output(tmp_path: Path) -> None:
 
 def test_demo_refuses_a_folder_inside_a_repository(repo: Path, tmp_path: Path) -> None:
     proc = run_exo("demo", "--json", "--dir", str(repo / "scratch"), cwd=repo)
-    assert proc.returncode == 2
+    assert proc.returncode == 4  # a value exo's own validation rejects: InvalidInput (DESIGN "Errors")
     err = json.loads(proc.stdout)["error"]
+    assert err["code"] == -32002
     assert "inside the git repository" in err["message"]
     assert not (repo / "scratch").exists()
     full = tmp_path / "full"
     full.mkdir()
     (full / "mine.txt").write_text("keep me")
     proc = run_exo("demo", "--json", "--dir", str(full), cwd=tmp_path)
-    assert proc.returncode == 2 and (full / "mine.txt").read_text() == "keep me"
+    assert proc.returncode == 4 and (full / "mine.txt").read_text() == "keep me"
 
 
 def test_demo_timeout_stops_every_agent(tmp_path: Path) -> None:

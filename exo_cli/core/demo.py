@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import threading
@@ -269,19 +270,27 @@ def _scratch_dir(env: Env, path: str | None) -> tuple[Path, bool]:
             raise UsageError(f"The temp folder {base} is inside the git repository {top}",
                              hint="Set TMPDIR to a folder outside any repository, or pass --dir.")
         return Path(tempfile.mkdtemp(prefix="exo-demo-", dir=base)), True
-    target = Path(path).expanduser()
+    try:
+        return _check_dir(env, path, probe)
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a folder we may not read...
+        raise InvalidInput(f"Cannot use --dir {path[:200]!r}: {getattr(exc, 'strerror', None) or exc}",
+                           hint="Pass --dir a new (or empty) folder outside any repository.", field="path") from exc
+
+
+def _check_dir(env: Env, path: str, probe: dict[str, str]) -> tuple[Path, bool]:
+    target = Path(os.path.expanduser(path))
     if not target.is_absolute():
         target = env.cwd / target
     target = target.absolute()
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise UsageError(f"{target} already exists and is not an empty folder",
+        raise InvalidInput(f"{target} already exists and is not an empty folder",
                          hint="Pass --dir a new (or empty) folder; the demo never writes into existing files.")
     parent = target if target.is_dir() else target.parent
     while not parent.exists():
         parent = parent.parent
     top = _inside_work_tree(parent, probe)
     if top is not None:
-        raise UsageError(f"{target} is inside the git repository {top}",
+        raise InvalidInput(f"{target} is inside the git repository {top}",
                          hint="The demo never writes into your repositories: pass a --dir outside any repository.")
     created = not target.exists()
     target.mkdir(parents=True, exist_ok=True)

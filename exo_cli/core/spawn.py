@@ -240,7 +240,7 @@ def _target_env(env: Env, repo: str | None) -> Env:
         return env
     from exo_cli.env import Env as EnvCls
 
-    path = Path(repo).expanduser()
+    path = Path(os.path.expanduser(repo))
     if not path.is_absolute():
         path = env.cwd / path
     if not _exists(path, "dir"):
@@ -1047,7 +1047,7 @@ def spawn(
     if prompt_file:
         if prompts:
             raise UsageError("Give --prompt or --prompt-file, not both")
-        p = Path(prompt_file).expanduser()
+        p = Path(os.path.expanduser(prompt_file))
         p = p if p.is_absolute() else env.cwd / p
         try:
             prompts = [p.read_text(encoding="utf-8")]

@@ -53,7 +53,7 @@ def hangar_root(env: Env) -> Path | None:
     """The hangar (seed 000): ``$HANGAR_ROOT``, else the nearest folder with ``Hangar.toml`` above the repo."""
     override = env.environ.get("HANGAR_ROOT")
     if override:
-        return Path(override).expanduser().absolute()
+        return Path(os.path.expanduser(override)).absolute()
     start = env.repo.root.absolute()
     for folder in (start, *start.parents):
         if (folder / HANGAR_FILE).is_file():
@@ -68,7 +68,7 @@ def worktree_root(env: Env) -> Path:
         return hangar / "worktrees"
     configured = str(env.config.get("worktree.root") or "")
     if configured:
-        path = Path(configured).expanduser()
+        path = Path(os.path.expanduser(configured))
         return path if path.is_absolute() else env.repo.root / path
     return env.repo.root / ".exo" / "worktrees"
 
