@@ -390,6 +390,9 @@ class _Call:
         self._mux: Mux | None = None
         self._heads: set[str] | None = None
         self._commits: dict[str, str | None] = {}
+        self._backends_ok: set[str] = set()
+        self._exclude_lock = threading.Lock()
+        self._excluded = False
 
     def warn(self, text: str) -> None:
         with self._lock:
@@ -420,6 +423,21 @@ class _Call:
             if ref not in self._commits:
                 self._commits[ref] = wt.rev(self.env.repo.root, ref)
             return self._commits[ref]
+
+    def check_backend(self, name: str) -> None:
+        """``_check_backend`` once per backend and call (its config and PATH do not change)."""
+        if name in self._backends_ok:
+            return
+        _check_backend(self.env, name)
+        with self._lock:
+            self._backends_ok.add(name)
+
+    def exclude_exo(self) -> None:
+        """Put ``/.exo/`` in the repository's info/exclude once per call, before any task writes there."""
+        with self._exclude_lock:
+            if not self._excluded:
+                wt.exclude_exo(self.env)
+                self._excluded = True
 
     def mux(self) -> Mux:
         with self._lock:
@@ -611,7 +629,7 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
                     hint=f"exo never reuses a branch. Pick another name, or delete it: git branch -d {branch}",
                     branch=branch,
                 )
-        _check_backend(env, req.agent)
+        call.check_backend(req.agent)
         mux = call.mux()
         base_commit = None
         if not common.no_worktree:
@@ -670,7 +688,7 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
         _update_spec(env, agent_id, spec)
         fault.point("spawn.worktree", env.environ)
     # Prepare.
-    wt.exclude_exo(env)
+    call.exclude_exo()
     identity = {
         "EXO_AGENT": agent_id,
         "EXO_PARENT": common.parent,
@@ -685,7 +703,8 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
         spec["created_files"] = created
         for w in warns:
             call.warn(f"{agent_id}: {w}")
-        _update_spec(env, agent_id, spec)
+        if created:  # nothing copied: the record already says so
+            _update_spec(env, agent_id, spec)
         wt.run_post_create(env, path, {**base_env, **identity})
     bead_text = None
     if bead_task is not None:
@@ -1142,15 +1161,7 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
         except OSError as exc:
             outcomes[i] = StateError(f"{req.key}: {exc}", hint="See the message; nothing was left behind.")
 
-    workers = min(len(reqs), 8)
-    if workers <= 1:
-        for i in range(len(reqs)):
-            one(i)
-    else:
-        from concurrent.futures import ThreadPoolExecutor  # ~20 ms to import: only when needed
-
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="exo-spawn") as pool:
-            list(pool.map(one, range(len(reqs))))
+    _run_all(one, len(reqs))
     worktrees: list[list[str]] = []
     tabs: list[list[str]] = []
     failed: list[list[str]] = []
@@ -1177,6 +1188,41 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
     if awaiting:
         call.warn("WORKERS NEED TASKS: " + ", ".join(awaiting) + " — send each its task now (exo send)")
     return SpawnResult(worktrees, tabs, failed, errors, agents, awaiting, call.warnings)
+
+
+def _run_all(fn: Any, count: int, *, max_threads: int = 16) -> None:
+    """Run ``fn(0) .. fn(count - 1)`` on up to ``max_threads`` threads; re-raise the first unexpected error.
+
+    Plain threads rather than concurrent.futures (whose import costs ~15 ms of CPU at every
+    spawn); every task gets its own thread up to the cap, so all of them queue for the repo
+    lock at once and the serialized ``git worktree add`` calls run back to back.
+    """
+    if count <= 1:
+        for i in range(count):
+            fn(i)
+        return
+    lock = threading.Lock()
+    indexes = iter(range(count))
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                i = next(indexes, None)
+            if i is None:
+                return
+            try:
+                fn(i)
+            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, name=f"exo-spawn-{k}") for k in range(min(count, max_threads))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def launch_pending(env: Env, agent_id: str, *, prompt: str | None = None) -> SpawnResult:

@@ -14,11 +14,11 @@ import os
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from exo_cli.core.mux import _launch
 from exo_cli.core.mux.base import (
     Location,
     PaneState,
@@ -26,6 +26,7 @@ from exo_cli.core.mux.base import (
     check_env,
     check_send_text,
     deliver_spec,
+    encode_spec,
     ensure_private_dir,
     kill_group,
     launcher_argv,
@@ -58,6 +59,10 @@ _FIELDS = (
 )
 _LIST_FORMAT = "\t".join(_FIELDS)
 _NO_SERVER = ("no server running", "error connecting to", "No such file or directory")
+
+LAUNCHERS = ("auto", "sh", "python")
+_UNSET = object()
+_programs: object = _UNSET  # the shell launcher's (dash, env), looked up once per process
 
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
@@ -94,7 +99,11 @@ class Tmux:
         height: int = 50,
         history_limit: int = 50000,
         confirm_timeout: float = 1.5,
+        launcher: str = "auto",
     ) -> None:
+        if launcher not in LAUNCHERS:
+            raise InvalidInput(f"Invalid launcher {launcher!r}", hint=f"Use one of: {', '.join(LAUNCHERS)}.")
+        self.launcher = launcher
         self.socket_name = check_name(socket_name, "tmux socket name")
         self.session = check_name(session, "tmux session name")
         if runtime_dir is None:
@@ -212,6 +221,27 @@ class Tmux:
 
     # ------------------------------------------------------------------ start
 
+    def _launch_command(self, fifo: Path, spec: dict[str, object]) -> tuple[list[str], bytes]:
+        """The pane command and the FIFO payload: the shell launcher where it can, else Python's.
+
+        ``launcher="auto"`` takes the shell launcher when dash and env exist and every
+        variable name is a shell name; ``"sh"`` insists on it (EnvironmentError_ /
+        InvalidInput when it cannot); ``"python"`` always runs ``_launch.py``.
+        """
+        global _programs
+        if self.launcher != "python":
+            if _programs is _UNSET:
+                _programs = _launch.shell_programs()
+            programs = _programs
+            data = _launch.encode_sh(spec) if programs else None
+            if data is not None and isinstance(programs, tuple):
+                return _launch.sh_argv(str(fifo), PANE_VARS, programs), data
+            if self.launcher == "sh":
+                if not programs:
+                    raise EnvironmentError_("The shell launcher needs dash and env", hint="Install dash.")
+                raise InvalidInput("The shell launcher cannot pass this environment (a name is not a shell name)")
+        return launcher_argv(fifo), encode_spec(spec)
+
     def start(
         self,
         name: str,
@@ -232,11 +262,14 @@ class Tmux:
         cwd = os.fspath(cwd)
         if not os.path.isdir(cwd):
             raise InvalidInput(f"Working folder {cwd} does not exist", field="cwd")
+        spec: dict[str, object] = {"argv": argv, "env": env, "cwd": cwd, "keep": list(PANE_VARS)}
         fifo_dir = ensure_private_dir(ensure_private_dir(self.runtime_dir) / "fifo")
-        fifo = make_fifo(fifo_dir / f"{name}-{uuid.uuid4().hex[:8]}")
+        fifo = fifo_dir / f"{name}-{os.urandom(4).hex()}"
+        command, payload = self._launch_command(fifo, spec)
+        make_fifo(fifo)
         new_window = (
             "new-window", "-d", "-P", "-F", "#{pane_id} #{pane_pid} #{window_id}",
-            "-n", name, "-t", f"={self.session}:", "-c", cwd, "--", *launcher_argv(fifo),
+            "-n", name, "-t", f"={self.session}:", "-c", cwd, "--", *command,
         )  # fmt: skip
         try:
             self.ensure_session()
@@ -255,9 +288,8 @@ class Tmux:
                 pass
             raise
         pid = int(pid_s)
-        spec = {"argv": argv, "env": env, "cwd": cwd, "keep": list(PANE_VARS)}
         try:
-            deliver_spec(fifo, spec, still_waiting=lambda: self._pane_info(pane) is not None)
+            deliver_spec(fifo, payload, still_waiting=lambda: self._pane_info(pane) is not None)
         except BaseException:
             self._exec("kill-window", "-t", window, check=False)
             raise
@@ -420,7 +452,7 @@ class Tmux:
                 self._exec("send-keys", "-t", pane, "-X", "cancel", check=False)
             before = self._snapshot(pane) if submit and confirm else ""
             if text:
-                buf = f"exo-{uuid.uuid4().hex}"
+                buf = f"exo-{os.urandom(16).hex()}"
                 self._exec("load-buffer", "-b", buf, "-", input=text.encode("utf-8"))
                 try:
                     self._exec("paste-buffer", "-p", "-d", "-b", buf, "-t", pane)
