@@ -378,6 +378,132 @@ def cleanup_partial(env: Env, agent: Agent) -> list[str]:
 # --------------------------------------------------------------------------- one task
 
 
+def _quietly(fn: Any) -> None:
+    """Call ``fn()``, ignoring exo's and the OS's errors (the caller repeats the call where it matters)."""
+    with contextlib.suppress(ExoError, OSError):
+        fn()
+
+
+class _StartItem:
+    """One agent waiting in a ``_Starter`` batch."""
+
+    def __init__(self, name: str, argv: list[str], cwd: str, env: dict[str, str]) -> None:
+        self.request = (name, argv, cwd, env)
+        self.result: Any = None
+        self.done = False
+
+
+class _Starter:
+    """Start the agents of one call together: on tmux, one ``new-window`` call for all windows.
+
+    Every task of the call is expected (``enter``) until it either hands its agent to
+    ``start`` or ends without one (``leave``; also before it waits for a free agent slot, so
+    a full ``limits.max_agents`` can never hold the others back). The batch runs when no
+    expected task is left, or ``patience`` seconds after a task queued. Until then the
+    queued tasks wait, so the serialized ``git worktree add`` calls of the other tasks do
+    not compete with agents starting up, and the whole call costs one tmux client call.
+    Other multiplexers start each agent at once, from its own task's thread.
+    """
+
+    def __init__(self, mux: Mux, *, patience: float = 3.0) -> None:
+        self.mux = mux
+        self.patience = patience
+        self._many = getattr(mux, "start_many", None)
+        self._cond = threading.Condition()
+        self._expected = 0
+        self._queue: list[_StartItem] = []
+        self._local = threading.local()
+        self._warm: threading.Thread | None = None
+
+    def warm_up(self) -> None:
+        """Start the tmux server and session in the background (once), while the tasks make worktrees.
+
+        Called when the first task has recorded its agent; ``start_many`` checks again
+        (and reports any error) when the batch runs.
+        """
+        ensure = getattr(self.mux, "ensure_session", None)
+        if self._many is None or not callable(ensure):
+            return
+        with self._cond:
+            if self._warm is not None:
+                return
+            self._warm = threading.Thread(target=_quietly, args=(ensure,), name="exo-spawn-tmux", daemon=True)
+            self._warm.start()
+
+    def enter(self) -> None:
+        """The calling thread's task may start an agent: wait for it before running a batch."""
+        with self._cond:
+            self._expected += 1
+            self._local.expected = True
+
+    def leave(self) -> None:
+        """The calling thread's task will not queue an agent (now): run the batch if all others wait."""
+        batch = None
+        with self._cond:
+            if getattr(self._local, "expected", False):
+                self._local.expected = False
+                self._expected -= 1
+                batch = self._take()
+        if batch:
+            self._run(batch)
+
+    def start(self, name: str, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
+        """Start one agent (batched on tmux); its Location, or its ExoError raised."""
+        if self._many is None:
+            return self.mux.start(name, argv, cwd=cwd, env=env, log_path=log_path)
+        item = _StartItem(name, argv, cwd, env)
+        with self._cond:
+            self._queue.append(item)
+            if getattr(self._local, "expected", False):
+                self._local.expected = False
+                self._expected -= 1
+            batch = self._take()
+        if batch:
+            self._run(batch)
+        deadline = time.monotonic() + self.patience
+        with self._cond:
+            while not item.done:
+                left = deadline - time.monotonic()
+                if left <= 0 and item in self._queue:  # a slow task holds the batch back: go now
+                    batch, self._queue = self._queue, []
+                    break
+                self._cond.wait(max(left, 0.05))
+            else:
+                batch = None
+        if batch:
+            self._run(batch)
+        if isinstance(item.result, BaseException):
+            raise item.result
+        return item.result
+
+    def _take(self) -> list[_StartItem]:
+        """The queue, when no expected task is left (call with the lock held)."""
+        if self._expected > 0 or not self._queue:
+            return []
+        batch, self._queue = self._queue, []
+        return batch
+
+    def _run(self, batch: list[_StartItem]) -> None:
+        from exo_cli.core.mux.tmux import StartRequest
+
+        assert self._many is not None
+        with self._cond:
+            warm = self._warm
+        if warm is not None:
+            warm.join()
+        try:
+            results = self._many([StartRequest(*item.request) for item in batch])
+        except BaseException as exc:
+            results = [exc] * len(batch)
+            raise
+        finally:
+            with self._cond:
+                for item, result in zip(batch, results, strict=True):
+                    item.result = result
+                    item.done = True
+                self._cond.notify_all()
+
+
 class _Call:
     """State shared by the tasks of one spawn call."""
 
@@ -391,6 +517,7 @@ class _Call:
         self._heads: set[str] | None = None
         self._commits: dict[str, str | None] = {}
         self._backends_ok: set[str] = set()
+        self._starter: _Starter | None = None
         self._exclude_lock = threading.Lock()
         self._excluded = False
 
@@ -445,6 +572,14 @@ class _Call:
                 self._mux = _check_mux(self.env, self.common.mux)
             return self._mux
 
+    def starter(self) -> _Starter:
+        """The call's agent starter (batched windows on tmux)."""
+        mux = self.mux()
+        with self._lock:
+            if self._starter is None:
+                self._starter = _Starter(mux)
+            return self._starter
+
 
 def _resolve_bead(call: _Call, req: Request) -> tuple[str, str, str, str, str]:
     """(full id, short id, agent id, branch slug, title) of a bead request; InvalidInput/NotFound as seed 000."""
@@ -497,6 +632,8 @@ def _slot(call: _Call, agent: Agent) -> Agent:
         if not waited:
             call.warn(f"Waiting for a free agent slot (limits.max_agents = {limit})")
             waited = True
+            if call.common.mux == "tmux":
+                call.starter().leave()  # never hold the call's other agents back while waiting
         from exo_cli import cancel
 
         for _ in range(10):
@@ -659,6 +796,8 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
             status_reason="spawning", created_at=now, updated_at=now, status_at=now, spec=spec,
         )  # fmt: skip
         agent = _slot(call, agent)
+        if common.mux == "tmux":
+            call.starter().warm_up()
         spec = dict(agent.spec)
         try:
             fault.point("spawn.recorded", env.environ)
@@ -758,7 +897,8 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
     # Start.
     logs = env.state_dir / "logs"
     logs.mkdir(mode=0o700, exist_ok=True)
-    loc = mux.start(agent_id, launch.argv, cwd=launch.cwd, env=launch.env, log_path=logs / f"{agent_id}.log")
+    loc = call.starter().start(agent_id, list(launch.argv), cwd=launch.cwd, env=dict(launch.env),
+                               log_path=logs / f"{agent_id}.log")
     spec["phase"] = "started"
     env.store.update_agent(agent_id, spec=spec, location=loc.to_dict())
     fault.point("spawn.started", env.environ)
@@ -1147,8 +1287,12 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
         if not waits:
             call.mux()
 
+    starter = call.starter() if call.common.mux == "tmux" and not waits else None
+
     def one(i: int) -> None:
         req = reqs[i]
+        if starter is not None:
+            starter.enter()
         try:
             if (req.name or req.key) in duplicates:
                 raise InvalidInput(f"Agent name {req.name or req.key} appears twice in this spawn", field="name")
@@ -1160,6 +1304,9 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
             outcomes[i] = exc
         except OSError as exc:
             outcomes[i] = StateError(f"{req.key}: {exc}", hint="See the message; nothing was left behind.")
+        finally:
+            if starter is not None:
+                starter.leave()
 
     _run_all(one, len(reqs))
     worktrees: list[list[str]] = []
