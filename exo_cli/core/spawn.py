@@ -393,6 +393,132 @@ def cleanup_partial(env: Env, agent: Agent) -> list[str]:
 # --------------------------------------------------------------------------- one task
 
 
+def _quietly(fn: Any) -> None:
+    """Call ``fn()``, ignoring exo's and the OS's errors (the caller repeats the call where it matters)."""
+    with contextlib.suppress(ExoError, OSError):
+        fn()
+
+
+class _StartItem:
+    """One agent waiting in a ``_Starter`` batch."""
+
+    def __init__(self, name: str, argv: list[str], cwd: str, env: dict[str, str]) -> None:
+        self.request = (name, argv, cwd, env)
+        self.result: Any = None
+        self.done = False
+
+
+class _Starter:
+    """Start the agents of one call together: on tmux, one ``new-window`` call for all windows.
+
+    Every task of the call is expected (``enter``) until it either hands its agent to
+    ``start`` or ends without one (``leave``; also before it waits for a free agent slot, so
+    a full ``limits.max_agents`` can never hold the others back). The batch runs when no
+    expected task is left, or ``patience`` seconds after a task queued. Until then the
+    queued tasks wait, so the serialized ``git worktree add`` calls of the other tasks do
+    not compete with agents starting up, and the whole call costs one tmux client call.
+    Other multiplexers start each agent at once, from its own task's thread.
+    """
+
+    def __init__(self, mux: Mux, *, patience: float = 3.0) -> None:
+        self.mux = mux
+        self.patience = patience
+        self._many = getattr(mux, "start_many", None)
+        self._cond = threading.Condition()
+        self._expected = 0
+        self._queue: list[_StartItem] = []
+        self._local = threading.local()
+        self._warm: threading.Thread | None = None
+
+    def warm_up(self) -> None:
+        """Start the tmux server and session in the background (once), while the tasks make worktrees.
+
+        Called when the first task has recorded its agent; ``start_many`` checks again
+        (and reports any error) when the batch runs.
+        """
+        ensure = getattr(self.mux, "ensure_session", None)
+        if self._many is None or not callable(ensure):
+            return
+        with self._cond:
+            if self._warm is not None:
+                return
+            self._warm = threading.Thread(target=_quietly, args=(ensure,), name="exo-spawn-tmux", daemon=True)
+            self._warm.start()
+
+    def enter(self) -> None:
+        """The calling thread's task may start an agent: wait for it before running a batch."""
+        with self._cond:
+            self._expected += 1
+            self._local.expected = True
+
+    def leave(self) -> None:
+        """The calling thread's task will not queue an agent (now): run the batch if all others wait."""
+        batch = None
+        with self._cond:
+            if getattr(self._local, "expected", False):
+                self._local.expected = False
+                self._expected -= 1
+                batch = self._take()
+        if batch:
+            self._run(batch)
+
+    def start(self, name: str, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
+        """Start one agent (batched on tmux); its Location, or its ExoError raised."""
+        if self._many is None:
+            return self.mux.start(name, argv, cwd=cwd, env=env, log_path=log_path)
+        item = _StartItem(name, argv, cwd, env)
+        with self._cond:
+            self._queue.append(item)
+            if getattr(self._local, "expected", False):
+                self._local.expected = False
+                self._expected -= 1
+            batch = self._take()
+        if batch:
+            self._run(batch)
+        deadline = time.monotonic() + self.patience
+        with self._cond:
+            while not item.done:
+                left = deadline - time.monotonic()
+                if left <= 0 and item in self._queue:  # a slow task holds the batch back: go now
+                    batch, self._queue = self._queue, []
+                    break
+                self._cond.wait(max(left, 0.05))
+            else:
+                batch = None
+        if batch:
+            self._run(batch)
+        if isinstance(item.result, BaseException):
+            raise item.result
+        return item.result
+
+    def _take(self) -> list[_StartItem]:
+        """The queue, when no expected task is left (call with the lock held)."""
+        if self._expected > 0 or not self._queue:
+            return []
+        batch, self._queue = self._queue, []
+        return batch
+
+    def _run(self, batch: list[_StartItem]) -> None:
+        from exo_cli.core.mux.tmux import StartRequest
+
+        assert self._many is not None
+        with self._cond:
+            warm = self._warm
+        if warm is not None:
+            warm.join()
+        try:
+            results = self._many([StartRequest(*item.request) for item in batch])
+        except BaseException as exc:
+            results = [exc] * len(batch)
+            raise
+        finally:
+            with self._cond:
+                for item, result in zip(batch, results, strict=True):
+                    item.result = result
+                    item.done = True
+                self._cond.notify_all()
+
+
 class _Call:
     """State shared by the tasks of one spawn call."""
 
@@ -405,6 +531,10 @@ class _Call:
         self._mux: Mux | None = None
         self._heads: set[str] | None = None
         self._commits: dict[str, str | None] = {}
+        self._backends_ok: set[str] = set()
+        self._starter: _Starter | None = None
+        self._exclude_lock = threading.Lock()
+        self._excluded = False
 
     def warn(self, text: str) -> None:
         with self._lock:
@@ -436,11 +566,34 @@ class _Call:
                 self._commits[ref] = wt.rev(self.env.repo.root, ref)
             return self._commits[ref]
 
+    def check_backend(self, name: str) -> None:
+        """``_check_backend`` once per backend and call (its config and PATH do not change)."""
+        if name in self._backends_ok:
+            return
+        _check_backend(self.env, name)
+        with self._lock:
+            self._backends_ok.add(name)
+
+    def exclude_exo(self) -> None:
+        """Put ``/.exo/`` in the repository's info/exclude once per call, before any task writes there."""
+        with self._exclude_lock:
+            if not self._excluded:
+                wt.exclude_exo(self.env)
+                self._excluded = True
+
     def mux(self) -> Mux:
         with self._lock:
             if self._mux is None:
                 self._mux = _check_mux(self.env, self.common.mux)
             return self._mux
+
+    def starter(self) -> _Starter:
+        """The call's agent starter (batched windows on tmux)."""
+        mux = self.mux()
+        with self._lock:
+            if self._starter is None:
+                self._starter = _Starter(mux)
+            return self._starter
 
 
 def _resolve_bead(call: _Call, req: Request) -> tuple[str, str, str, str, str]:
@@ -494,6 +647,8 @@ def _slot(call: _Call, agent: Agent) -> Agent:
         if not waited:
             call.warn(f"Waiting for a free agent slot (limits.max_agents = {limit})")
             waited = True
+            if call.common.mux == "tmux":
+                call.starter().leave()  # never hold the call's other agents back while waiting
         from exo_cli import cancel
 
         for _ in range(10):
@@ -626,7 +781,7 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
                     hint=f"exo never reuses a branch. Pick another name, or delete it: git branch -d {branch}",
                     branch=branch,
                 )
-        _check_backend(env, req.agent)
+        call.check_backend(req.agent)
         mux = call.mux()
         base_commit = None
         if not common.no_worktree:
@@ -656,6 +811,8 @@ def _run_task(call: _Call, req: Request, *, launching: bool = False) -> Agent:
             status_reason="spawning", created_at=now, updated_at=now, status_at=now, spec=spec,
         )  # fmt: skip
         agent = _slot(call, agent)
+        if common.mux == "tmux":
+            call.starter().warm_up()
         spec = dict(agent.spec)
         try:
             fault.point("spawn.recorded", env.environ)
@@ -685,7 +842,7 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
         _update_spec(env, agent_id, spec)
         fault.point("spawn.worktree", env.environ)
     # Prepare.
-    wt.exclude_exo(env)
+    call.exclude_exo()
     identity = {
         "EXO_AGENT": agent_id,
         "EXO_PARENT": common.parent,
@@ -700,7 +857,8 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
         spec["created_files"] = created
         for w in warns:
             call.warn(f"{agent_id}: {w}")
-        _update_spec(env, agent_id, spec)
+        if created:  # nothing copied: the record already says so
+            _update_spec(env, agent_id, spec)
         wt.run_post_create(env, path, {**base_env, **identity})
     bead_text = None
     if bead_task is not None:
@@ -754,7 +912,8 @@ def _build(call: _Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux
     # Start.
     logs = env.state_dir / "logs"
     logs.mkdir(mode=0o700, exist_ok=True)
-    loc = mux.start(agent_id, launch.argv, cwd=launch.cwd, env=launch.env, log_path=logs / f"{agent_id}.log")
+    loc = call.starter().start(agent_id, list(launch.argv), cwd=launch.cwd, env=dict(launch.env),
+                               log_path=logs / f"{agent_id}.log")
     spec["phase"] = "started"
     env.store.update_agent(agent_id, spec=spec, location=loc.to_dict())
     fault.point("spawn.started", env.environ)
@@ -1145,8 +1304,12 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
         if not waits:
             call.mux()
 
+    starter = call.starter() if call.common.mux == "tmux" and not waits else None
+
     def one(i: int) -> None:
         req = reqs[i]
+        if starter is not None:
+            starter.enter()
         try:
             if (req.name or req.key) in duplicates:
                 raise InvalidInput(f"Agent name {req.name or req.key} appears twice in this spawn", field="name")
@@ -1158,16 +1321,11 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
             outcomes[i] = exc
         except OSError as exc:
             outcomes[i] = StateError(f"{req.key}: {exc}", hint="See the message; nothing was left behind.")
+        finally:
+            if starter is not None:
+                starter.leave()
 
-    workers = min(len(reqs), 8)
-    if workers <= 1:
-        for i in range(len(reqs)):
-            one(i)
-    else:
-        from concurrent.futures import ThreadPoolExecutor  # ~20 ms to import: only when needed
-
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="exo-spawn") as pool:
-            list(pool.map(one, range(len(reqs))))
+    _run_all(one, len(reqs))
     worktrees: list[list[str]] = []
     tabs: list[list[str]] = []
     failed: list[list[str]] = []
@@ -1194,6 +1352,41 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
     if awaiting:
         call.warn("WORKERS NEED TASKS: " + ", ".join(awaiting) + " — send each its task now (exo send)")
     return SpawnResult(worktrees, tabs, failed, errors, agents, awaiting, call.warnings)
+
+
+def _run_all(fn: Any, count: int, *, max_threads: int = 16) -> None:
+    """Run ``fn(0) .. fn(count - 1)`` on up to ``max_threads`` threads; re-raise the first unexpected error.
+
+    Plain threads rather than concurrent.futures (whose import costs ~15 ms of CPU at every
+    spawn); every task gets its own thread up to the cap, so all of them queue for the repo
+    lock at once and the serialized ``git worktree add`` calls run back to back.
+    """
+    if count <= 1:
+        for i in range(count):
+            fn(i)
+        return
+    lock = threading.Lock()
+    indexes = iter(range(count))
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                i = next(indexes, None)
+            if i is None:
+                return
+            try:
+                fn(i)
+            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, name=f"exo-spawn-{k}") for k in range(min(count, max_threads))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def launch_pending(env: Env, agent_id: str, *, prompt: str | None = None) -> SpawnResult:

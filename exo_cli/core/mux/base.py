@@ -348,17 +348,18 @@ def encode_spec(spec: Mapping[str, Any]) -> bytes:
 
 def deliver_spec(
     fifo: Path,
-    spec: Mapping[str, Any],
+    spec: Mapping[str, Any] | bytes,
     *,
     timeout: float = 20.0,
     still_waiting: Callable[[], bool] | None = None,
 ) -> None:
     """Write ``spec`` (argv, env, cwd, keep, pid_file) into ``fifo`` once the launcher opens it.
 
-    ``still_waiting`` is asked about twice a second; when it returns False (the pane
-    already died) or ``timeout`` passes, ExternalFailure is raised.
+    ``spec`` may also be an already encoded payload (bytes, e.g. the shell launcher's
+    script). ``still_waiting`` is asked about twice a second; when it returns False (the
+    pane already died) or ``timeout`` passes, ExternalFailure is raised.
     """
-    data = encode_spec(spec)
+    data = spec if isinstance(spec, bytes) else encode_spec(spec)
     deadline = time.monotonic() + timeout
     next_check = time.monotonic() + 0.5
     delay = 0.001

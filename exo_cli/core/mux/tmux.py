@@ -14,11 +14,12 @@ import os
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
+from exo_cli.core.mux import _launch
 from exo_cli.core.mux.base import (
     Location,
     PaneState,
@@ -26,6 +27,7 @@ from exo_cli.core.mux.base import (
     check_env,
     check_send_text,
     deliver_spec,
+    encode_spec,
     ensure_private_dir,
     kill_group,
     launcher_argv,
@@ -33,7 +35,7 @@ from exo_cli.core.mux.base import (
     proc_start_time,
     tail_lines,
 )
-from exo_cli.errors import EnvironmentError_, InvalidInput, NotFound, StateError, external
+from exo_cli.errors import EnvironmentError_, ExoError, InvalidInput, NotFound, StateError, external
 from exo_cli.validate import check_name
 
 PLACEHOLDER = "_exo"
@@ -61,8 +63,41 @@ _LIST_FORMAT = "\t".join(_FIELDS)
 _NO_SERVER = ("no server running", "error connecting to", "No such file or directory",
               "server exited unexpectedly")
 
+LAUNCHERS = ("auto", "sh", "python")
+_UNSET = object()
+_programs: object = _UNSET  # the shell launcher's (dash, env), looked up once per process
+
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
+
+
+class StartRequest(NamedTuple):
+    """One window for ``Tmux.start_many``: what ``Tmux.start`` takes."""
+
+    name: str
+    argv: Sequence[str]
+    cwd: str | os.PathLike[str]
+    env: Mapping[str, str]
+
+
+class _Pending(NamedTuple):
+    index: int
+    name: str
+    fifo: Path
+    payload: bytes
+    args: list[str]
+
+
+def _tmux_arg(arg: str) -> str:
+    """Protect an argument ending in ``;`` (tmux would take it as a command separator)."""
+    return arg[:-1] + "\\;" if arg.endswith(";") else arg
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _dead_status(dead: str, status: str, sig: str) -> int | None:
@@ -96,7 +131,11 @@ class Tmux:
         height: int = 50,
         history_limit: int = 50000,
         confirm_timeout: float = 1.5,
+        launcher: str = "auto",
     ) -> None:
+        if launcher not in LAUNCHERS:
+            raise InvalidInput(f"Invalid launcher {launcher!r}", hint=f"Use one of: {', '.join(LAUNCHERS)}.")
+        self.launcher = launcher
         self.socket_name = check_name(socket_name, "tmux socket name")
         self.session = check_name(session, "tmux session name")
         if runtime_dir is None:
@@ -214,6 +253,27 @@ class Tmux:
 
     # ------------------------------------------------------------------ start
 
+    def _launch_command(self, fifo: Path, spec: dict[str, object]) -> tuple[list[str], bytes]:
+        """The pane command and the FIFO payload: the shell launcher where it can, else Python's.
+
+        ``launcher="auto"`` takes the shell launcher when dash and env exist and every
+        variable name is a shell name; ``"sh"`` insists on it (EnvironmentError_ /
+        InvalidInput when it cannot); ``"python"`` always runs ``_launch.py``.
+        """
+        global _programs
+        if self.launcher != "python":
+            if _programs is _UNSET:
+                _programs = _launch.shell_programs()
+            programs = _programs
+            data = _launch.encode_sh(spec) if programs else None
+            if data is not None and isinstance(programs, tuple):
+                return _launch.sh_argv(str(fifo), PANE_VARS, programs), data
+            if self.launcher == "sh":
+                if not programs:
+                    raise EnvironmentError_("The shell launcher needs dash and env", hint="Install dash.")
+                raise InvalidInput("The shell launcher cannot pass this environment (a name is not a shell name)")
+        return launcher_argv(fifo), encode_spec(spec)
+
     def start(
         self,
         name: str,
@@ -228,51 +288,97 @@ class Tmux:
         tmux adds only TERM, TMUX and TMUX_PANE. ``log_path`` is not used: the
         pane's history (``capture``) is the log and stays after exit.
         """
-        check_name(name, "window name")
-        argv = check_argv(argv)
-        env = check_env(env)
-        cwd = os.fspath(cwd)
+        out = self.start_many([StartRequest(name, argv, cwd, env)])[0]
+        if isinstance(out, ExoError):
+            raise out
+        return out
+
+    def start_many(self, requests: Sequence[StartRequest]) -> list[Location | ExoError]:
+        """Open one window per request with ONE tmux call; a Location or the ExoError of each, in order.
+
+        Every request is checked and gets its own FIFO and launcher as ``start`` does; the
+        windows are created by one client call (``new-window ... ; new-window ...``) and
+        then every launcher gets its start request. tmux stops a command list at the first
+        failing command: the windows before it are kept, that request fails with tmux's
+        message, and the rest are tried again in a new call.
+        """
+        results: list[Location | ExoError | None] = [None] * len(requests)
+        todo: list[_Pending] = []
+        try:
+            for i, req in enumerate(requests):
+                try:
+                    todo.append(self._prepare(i, req))
+                except ExoError as exc:
+                    results[i] = exc
+            created: list[tuple[_Pending, str, int, str]] = []
+            retried = False
+            while todo:
+                try:
+                    self.ensure_session()
+                except ExoError as exc:
+                    for p in todo:
+                        results[p.index] = exc
+                        _unlink(p.fifo)
+                    todo = []
+                    break
+                args: list[str] = []
+                for p in todo:
+                    args += [*p.args, ";"]
+                proc = self._exec(*args[:-1], check=False)
+                lines = proc.stdout.splitlines()
+                for p, line in zip(todo, lines, strict=False):
+                    pane, pid_s, window = line.split()
+                    created.append((p, pane, int(pid_s), window))
+                done, todo = len(lines), todo[len(lines):]
+                if proc.returncode == 0 or not todo:
+                    break
+                if not done and not retried and (self._no_server(proc) or "can't find session" in proc.stderr):
+                    self._ready = False  # the server or session went away: make it again, once
+                    retried = True
+                    continue
+                failed, todo = todo[0], todo[1:]
+                results[failed.index] = external("tmux new-window", proc)
+                _unlink(failed.fifo)
+            while created:
+                p, pane, pid, window = created[0]
+                try:
+                    deliver_spec(p.fifo, p.payload, still_waiting=lambda pane=pane: self._pane_info(pane) is not None)
+                except ExoError as exc:
+                    self._exec("kill-window", "-t", window, check=False)
+                    results[p.index] = exc
+                else:
+                    results[p.index] = Location(
+                        mux="tmux", session=self.session, window=window, pane=pane, pid=pid, pgid=pid,
+                        name=p.name, start_time=proc_start_time(pid),
+                    )  # fmt: skip
+                created.pop(0)
+        except BaseException:
+            for p, _pane, _pid, window in created:  # started windows nobody will ever hear of
+                self._exec("kill-window", "-t", window, check=False)
+                _unlink(p.fifo)
+            for p in todo:
+                _unlink(p.fifo)
+            raise
+        return [r if r is not None else ExoError("tmux did not start the window") for r in results]
+
+    def _prepare(self, index: int, req: StartRequest) -> _Pending:
+        """Check one request, make its FIFO and its ``new-window`` arguments."""
+        check_name(req.name, "window name")
+        argv = check_argv(req.argv)
+        env = check_env(req.env)
+        cwd = os.fspath(req.cwd)
         if not os.path.isdir(cwd):
             raise InvalidInput(f"Working folder {cwd} does not exist", field="cwd")
+        spec: dict[str, object] = {"argv": argv, "env": env, "cwd": cwd, "keep": list(PANE_VARS)}
         fifo_dir = ensure_private_dir(ensure_private_dir(self.runtime_dir) / "fifo")
-        fifo = make_fifo(fifo_dir / f"{name}-{uuid.uuid4().hex[:8]}")
-        new_window = (
+        fifo = fifo_dir / f"{req.name}-{os.urandom(4).hex()}"
+        command, payload = self._launch_command(fifo, spec)
+        make_fifo(fifo)
+        args = [
             "new-window", "-d", "-P", "-F", "#{pane_id} #{pane_pid} #{window_id}",
-            "-n", name, "-t", f"={self.session}:", "-c", cwd, "--", *launcher_argv(fifo),
-        )  # fmt: skip
-        try:
-            self.ensure_session()
-            proc = self._exec(*new_window, check=False)
-            if proc.returncode != 0 and (self._no_server(proc) or "can't find session" in proc.stderr):
-                self._ready = False
-                self.ensure_session()
-                proc = self._exec(*new_window, check=False)
-            if proc.returncode != 0:
-                raise external("tmux new-window", proc)
-            pane, pid_s, window = proc.stdout.split()
-        except BaseException:
-            try:
-                os.unlink(fifo)
-            except FileNotFoundError:
-                pass
-            raise
-        pid = int(pid_s)
-        spec = {"argv": argv, "env": env, "cwd": cwd, "keep": list(PANE_VARS)}
-        try:
-            deliver_spec(fifo, spec, still_waiting=lambda: self._pane_info(pane) is not None)
-        except BaseException:
-            self._exec("kill-window", "-t", window, check=False)
-            raise
-        return Location(
-            mux="tmux",
-            session=self.session,
-            window=window,
-            pane=pane,
-            pid=pid,
-            pgid=pid,
-            name=name,
-            start_time=proc_start_time(pid),
-        )
+            "-n", req.name, "-t", f"={self.session}:", "-c", cwd, "--", *command,
+        ]  # fmt: skip
+        return _Pending(index, req.name, fifo, payload, [_tmux_arg(a) for a in args])
 
     # ------------------------------------------------------------------ observe
 
@@ -422,7 +528,7 @@ class Tmux:
                 self._exec("send-keys", "-t", pane, "-X", "cancel", check=False)
             before = self._snapshot(pane) if submit and confirm else ""
             if text:
-                buf = f"exo-{uuid.uuid4().hex}"
+                buf = f"exo-{os.urandom(16).hex()}"
                 self._exec("load-buffer", "-b", buf, "-", input=text.encode("utf-8"))
                 try:
                     self._exec("paste-buffer", "-p", "-d", "-b", buf, "-t", pane)
