@@ -144,3 +144,16 @@ def stop_repo_agents(repo: Path, *, tmux: bool = True) -> None:
                 kill_group(pgid, grace=0.5, leader_start_time=a.location.get("start_time"))
             except Exception:  # noqa: BLE001 - already gone
                 pass
+
+
+def wait_for(pred, timeout: float = 15.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Poll ``pred`` until it returns something truthy (and return it), or fail after ``timeout``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.03)
+    raise AssertionError(f"timed out waiting for {what}")

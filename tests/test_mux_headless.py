@@ -7,26 +7,16 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
+from conftest import wait_for
 from exo_cli.core.mux import get_mux
 from exo_cli.core.mux.base import pid_alive
 from exo_cli.core.mux.headless import Headless
 from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
 
 PY = sys.executable
-
-
-def wait_for(pred, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.03)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

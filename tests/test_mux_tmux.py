@@ -8,12 +8,12 @@ import shutil
 import sys
 import textwrap
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from exo_cli.core.mux import Location, get_mux, runtime_dir_for
 from exo_cli.core.mux.base import pid_alive
 from exo_cli.core.mux.tmux import PANE_VARS, Tmux
@@ -26,16 +26,6 @@ pytestmark = [
 
 PY = sys.executable
 TRICKY = 'it\'s "quoted" $(touch /tmp/pwned) `id` $HOME \\ back; -leading ünïcødé 日本 ✓;'
-
-
-def wait_for(pred, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.03)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

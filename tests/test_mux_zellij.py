@@ -13,11 +13,11 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from exo_cli.core.mux import get_mux
 from exo_cli.core.mux.zellij import NOT_IN_ZELLIJ, PANE_VARS, Zellij, in_zellij, layout_kdl, require_zellij
 from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
@@ -149,16 +149,6 @@ class FakeZellij:
 
     def actions(self) -> list[list[str]]:
         return [c[4:] for c in self.calls]
-
-
-def wait_for(pred, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.03)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
