@@ -50,3 +50,18 @@ def time_commands(cmds: dict[str, Sequence[str]], *, runs: int, cwd: Path, env: 
 
 def median_ms(values: list[float]) -> float:
     return statistics.median(values) * 1000
+
+
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+
+
+def scratch_repo(parent: Path, env: dict[str, str], *, exo_init: bool = True) -> Path:
+    """A fresh repository ``parent/repo`` on branch main with one commit (and ``exo init`` run)."""
+    repo = parent / "repo"
+    repo.mkdir()
+    git_env = {**env, **GIT_IDENTITY}
+    for cmd in (["git", "init", "-q", "-b", "main"], ["git", "commit", "-q", "--allow-empty", "-m", "init"]):
+        subprocess.run(cmd, cwd=repo, check=True, env=git_env)
+    if exo_init:
+        subprocess.run([*exo_argv(), "init"], cwd=repo, env=env, capture_output=True, check=True)
+    return repo

@@ -22,19 +22,24 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, bench_env, exo_argv, median_ms, precompile, time_commands  # noqa: E402
+from _common import (  # noqa: E402
+    GIT_IDENTITY,
+    ROOT,
+    bench_env,
+    exo_argv,
+    median_ms,
+    precompile,
+    scratch_repo,
+    time_commands,
+)
 
 sys.path.insert(0, str(ROOT))
 
 
 def setup(tmp: Path, env: dict[str, str]) -> tuple[Path, dict[str, str], str]:
     """A repo with exo state, one dev agent (its worktree = a branch off main) and its payload."""
-    repo = tmp / "repo"
-    repo.mkdir()
-    genv = {**env, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-            "GIT_COMMITTER_EMAIL": "b@b"}
-    for cmd in (["git", "init", "-q", "-b", "main"], ["git", "commit", "-q", "--allow-empty", "-m", "init"]):
-        subprocess.run(cmd, cwd=repo, check=True, env=genv)
+    repo = scratch_repo(tmp, env, exo_init=False)
+    genv = {**env, **GIT_IDENTITY}
     wt = tmp / "wt"
     subprocess.run(["git", "worktree", "add", "-q", "-b", "main.w1", str(wt), "main"], cwd=repo, check=True, env=genv)
     state = repo / ".git" / "exo"

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_env, exo_argv, median_ms, precompile  # noqa: E402
+from _common import bench_env, exo_argv, median_ms, precompile, scratch_repo  # noqa: E402
 
 MINIMAL = '''\
 from mcp.server.mcpserver import MCPServer
@@ -90,14 +90,8 @@ def main() -> int:
     precompile()
     env = bench_env()
     with tempfile.TemporaryDirectory() as tmp:
-        repo = Path(tmp) / "repo"
-        repo.mkdir()
-        git_env = {**env, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-                   "GIT_COMMITTER_EMAIL": "b@b"}
-        for cmd in (["git", "init", "-q", "-b", "main"], ["git", "commit", "-q", "--allow-empty", "-m", "init"]):
-            subprocess.run(cmd, cwd=repo, check=True, env=git_env)
+        repo = scratch_repo(Path(tmp), env)
         exo = exo_argv()
-        subprocess.run([*exo, "init"], cwd=repo, env=env, capture_output=True, check=True)
         minimal = Path(tmp) / "minimal_server.py"
         minimal.write_text(MINIMAL)
         servers = {

@@ -9,13 +9,12 @@ Prints one line per command with its median and ratio, and the worst ratio last.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_env, exo_argv, median_ms, precompile, time_commands  # noqa: E402
+from _common import bench_env, exo_argv, median_ms, precompile, scratch_repo, time_commands  # noqa: E402
 
 
 def main() -> int:
@@ -25,13 +24,8 @@ def main() -> int:
     precompile()
     env = bench_env()
     with tempfile.TemporaryDirectory() as tmp:
-        repo = Path(tmp) / "repo"
-        repo.mkdir()
-        for cmd in (["git", "init", "-q", "-b", "main"], ["git", "commit", "-q", "--allow-empty", "-m", "init"]):
-            subprocess.run(cmd, cwd=repo, check=True, env={**env, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
-                                                           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"})
+        repo = scratch_repo(Path(tmp), env)
         exo = exo_argv()
-        subprocess.run([*exo, "init"], cwd=repo, env=env, capture_output=True, check=True)
         cmds = {
             "baseline: python -c 'import click'": [sys.executable, "-c", "import click"],
             "exo --help": [*exo, "--help"],
