@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_mux_tmux import RAW_READER
 
 from conftest import Exo, git, stop_repo_agents
 
@@ -255,18 +256,6 @@ def test_hostile_parameter(world: dict[str, Any], op_name: str, param: str) -> N
 
 # --------------------------------------------------------------------------- text into a pane
 
-RAW_READER = """
-    import os, sys, tty
-    out = sys.argv[1]
-    tty.setraw(0)
-    os.write(1, b"\\x1b[?2004hREADY\\r\\n")
-    while True:
-        data = os.read(0, 65536)
-        if not data:
-            break
-        with open(out, "ab") as fh:
-            fh.write(data)
-"""
 
 
 @pytest.fixture
