@@ -120,6 +120,7 @@ def test_starter_runs_one_batch_when_every_task_is_ready():
     starter = _Starter(mux, patience=60)  # type: ignore[arg-type]  # batch on readiness, not on the clock
     results: dict[str, object] = {}
     names = ["t0", "t1", "x2", "t3", "t4"]
+    starter.reserve(len(names))  # as _execute does before its threads run
 
     def task(i: int) -> None:
         starter.enter()

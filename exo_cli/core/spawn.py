@@ -426,6 +426,7 @@ class _Starter:
         self._many = getattr(mux, "start_many", None)
         self._cond = threading.Condition()
         self._expected = 0
+        self._reserved = 0
         self._queue: list[_StartItem] = []
         self._local = threading.local()
         self._warm: threading.Thread | None = None
@@ -445,10 +446,19 @@ class _Starter:
             self._warm = threading.Thread(target=_quietly, args=(ensure,), name="exo-spawn-tmux", daemon=True)
             self._warm.start()
 
+    def reserve(self, count: int) -> None:
+        """Expect ``count`` tasks before their threads run (so a fast one cannot batch alone)."""
+        with self._cond:
+            self._expected += count
+            self._reserved += count
+
     def enter(self) -> None:
         """The calling thread's task may start an agent: wait for it before running a batch."""
         with self._cond:
-            self._expected += 1
+            if self._reserved > 0:
+                self._reserved -= 1  # already counted by reserve()
+            else:
+                self._expected += 1
             self._local.expected = True
 
     def leave(self) -> None:
@@ -1306,6 +1316,9 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
 
     starter = call.starter() if call.common.mux == "tmux" and not waits else None
 
+    if starter is not None:
+        starter.reserve(min(len(reqs), RUN_THREADS))  # the first wave, announced before any thread runs
+
     def one(i: int) -> None:
         req = reqs[i]
         if starter is not None:
@@ -1354,7 +1367,10 @@ def _execute(call: _Call, reqs: list[Request], *, duplicates: set[str] = frozens
     return SpawnResult(worktrees, tabs, failed, errors, agents, awaiting, call.warnings)
 
 
-def _run_all(fn: Any, count: int, *, max_threads: int = 16) -> None:
+RUN_THREADS = 16  # spawn tasks running at once
+
+
+def _run_all(fn: Any, count: int, *, max_threads: int = RUN_THREADS) -> None:
     """Run ``fn(0) .. fn(count - 1)`` on up to ``max_threads`` threads; re-raise the first unexpected error.
 
     Plain threads rather than concurrent.futures (whose import costs ~15 ms of CPU at every
