@@ -43,8 +43,8 @@ def setup(tmp: Path, env: dict[str, str]) -> tuple[Path, dict[str, str], str]:
     wt = tmp / "wt"
     subprocess.run(["git", "worktree", "add", "-q", "-b", "main.w1", str(wt), "main"], cwd=repo, check=True, env=genv)
     state = repo / ".git" / "exo"
-    from exo_cli.core.models import Agent
     from exo_cli.env import Env
+    from exo_cli.records import Agent
 
     e = Env(cwd=repo, environ={**env, "EXO_STATE_DIR": str(state)})
     now = time.time()

@@ -1,7 +1,7 @@
 """Wake-up latency: 20 agents write notes at once while their parent waits (DESIGN.md budgets).
 
 Each of 20 writer processes is a recorded agent (EXO_AGENT) that posts notes through the
-real code path (``exo_cli.core.messages.note``: the durable row, then the parent's
+real code path (``exo_cli.ops.messages.note``: the durable row, then the parent's
 doorbell); the parent blocks in the real ``wait`` operation. The note carries its send
 time (CLOCK_MONOTONIC, shared by all processes); latency = the moment ``wait`` returned
 it in the parent minus that. Prints p50/p99 and the count of lost notes (must be 0),
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 WRITER = r"""
 import os, random, sys, time
 from exo_cli.env import Env
-from exo_cli.core import messages
+from exo_cli.ops import messages
 n, go = int(sys.argv[1]), sys.argv[2]
 env = Env()
 env.store.agents()
@@ -82,9 +82,9 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--notes", type=int, default=25, help="notes per agent")
     args = parser.parse_args()
-    from exo_cli.core import messages
-    from exo_cli.core.models import Agent
     from exo_cli.env import Env
+    from exo_cli.ops import messages
+    from exo_cli.records import Agent
 
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)

@@ -269,6 +269,6 @@ def write_toml(path: Path, table: Mapping[str, Any]) -> None:
     """Write ``table`` to ``path`` atomically."""
     import tomli_w
 
-    from exo_cli.paths import atomic_write
+    from exo_cli.adapters.files import atomic_write
 
     atomic_write(path, tomli_w.dumps(dict(table)))

@@ -13,13 +13,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from exo_cli.core.models import ROOT
+from exo_cli.records import ROOT
 
 if TYPE_CHECKING:
+    from exo_cli.adapters.git import RepoInfo
+    from exo_cli.adapters.store.sqlite import Store
     from exo_cli.config import Config
-    from exo_cli.core.gitutil import RepoInfo
-    from exo_cli.core.models import Agent
-    from exo_cli.store import Store
+    from exo_cli.records import Agent
 
 # Same names as config.EnvVars (kept here so the hot path does not import tomllib).
 AGENT_VAR = "EXO_AGENT"
@@ -62,7 +62,7 @@ class Env:
     # -- repository and state ---------------------------------------------------------------
     @cached_property
     def repo(self) -> RepoInfo:
-        from exo_cli.core.gitutil import discover
+        from exo_cli.adapters.git import discover
 
         return discover(self.cwd)
 
@@ -81,7 +81,7 @@ class Env:
 
     @cached_property
     def runtime_dir(self) -> Path:
-        from exo_cli.paths import runtime_dir_for
+        from exo_cli.adapters.files import runtime_dir_for
 
         return runtime_dir_for(str(self.state_dir.resolve()), self.environ)
 
@@ -97,7 +97,7 @@ class Env:
 
     @cached_property
     def store(self) -> Store:
-        from exo_cli.store import Store
+        from exo_cli.adapters.store.sqlite import Store
 
         return Store(self.state_dir / "state.db", lambda: self.runtime_dir)
 

@@ -33,9 +33,9 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from exo_cli import __version__, cancel, registry
-from exo_cli.core.models import to_jsonable
 from exo_cli.env import ROLE_RANK, Env
 from exo_cli.errors import ExoError
+from exo_cli.records import to_jsonable
 from exo_cli.registry import Op, Tool
 
 log = logging.getLogger("exo.mcp")
@@ -54,7 +54,7 @@ INSTRUCTIONS = (
 # item 11). Modules append ``fn(env)``; each runs in its own daemon thread and must take
 # its own per-repository lock so only one runs per repository.
 def _default_background() -> list[Callable[[Env], None]]:
-    from exo_cli.core.watch import background_poller  # the forge poller (one per repo, by a lock)
+    from exo_cli.ops.watch import background_poller  # the forge poller (one per repo, by a lock)
 
     return [background_poller]
 
@@ -197,7 +197,7 @@ def build_server(env: Env, role: str = "auto") -> MCPServer:
     env.role_cap = served
     server = _Server("exo", version=__version__, instructions=INSTRUCTIONS)
     if not env.caller.is_human:
-        from exo_cli.core.hooks import mark_mcp_ready
+        from exo_cli.ops.hooks import mark_mcp_ready
 
         agent_id = env.caller.agent_id
         server.on_listed = lambda: mark_mcp_ready(env, agent_id)

@@ -22,20 +22,35 @@ from exo_cli.errors import StateError
 if TYPE_CHECKING:
     from exo_cli.env import Env
 
-# Modules that declare operations; importing them fills OPS. Keep them light at import time.
-CORE_MODULES = (
-    "exo_cli.core.status",
-    "exo_cli.core.init",
-    "exo_cli.core.spawn",
-    "exo_cli.core.lifecycle",
-    "exo_cli.core.messages",
-    "exo_cli.core.hooks",
-    "exo_cli.core.beads_ops",
-    "exo_cli.core.pr",
-    "exo_cli.core.complete",
-    "exo_cli.core.watch",
-    "exo_cli.core.demo",
-)
+OPS_PACKAGE = "exo_cli.ops"
+
+
+def op_modules() -> list[str]:
+    """Every module under ``exo_cli/ops/`` (recursively), in a stable order.
+
+    Found by listing the package's folder, so an operation in a new module is served by the
+    CLI and by ``exo mcp`` without any hand-kept list (a forgotten entry used to drop its MCP
+    tools silently). Listing a folder costs far less than importing ``pkgutil``.
+    """
+    import os
+
+    base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops")
+    found: list[str] = []
+
+    def walk(folder: str, prefix: str) -> None:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for e in entries:
+            if e.name.startswith(("_", ".")):
+                continue
+            if e.is_dir() and os.path.isfile(os.path.join(e.path, "__init__.py")):
+                found.append(f"{prefix}.{e.name}")
+                walk(e.path, f"{prefix}.{e.name}")
+            elif e.is_file() and e.name.endswith(".py"):
+                found.append(f"{prefix}.{e.name[:-3]}")
+
+    walk(base, OPS_PACKAGE)
+    return found
 
 
 class Tool(NamedTuple):
@@ -126,9 +141,16 @@ def op(
     return deco
 
 
+_loaded = False
+
+
 def load_all() -> dict[str, Op]:
-    for mod in CORE_MODULES:
-        importlib.import_module(mod)
+    """Import every module under ``ops/`` once; each ``@op`` fills ``OPS``."""
+    global _loaded
+    if not _loaded:
+        for mod in op_modules():
+            importlib.import_module(mod)
+        _loaded = True
     return OPS
 
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from exo_cli.core.models import IDLE, Agent
 from exo_cli.env import Env
+from exo_cli.records import IDLE, Agent
 
 
 def git(cwd: Path | str, *args: str, check: bool = True) -> str:
@@ -38,12 +38,12 @@ def env_for(cwd: Path | str, agent: str | None = None, extra: dict[str, str] | N
 def make_agent(repo: Path, name: str, *, parent: str = "root", role: str = "dev", base: str = "main",
                branch: str | None = None, start: list[str] | None = None, bead: str | None = None) -> Agent:
     """A real worktree on a new branch off ``base`` plus an agent record; optionally a live headless process."""
-    from exo_cli.core import agentctl
+    from exo_cli.ops import agentctl
 
     branch = branch or f"{base}.{name}"
     wt = repo / ".exo" / "worktrees" / name
     wt.parent.mkdir(parents=True, exist_ok=True)
-    from exo_cli.core.gitutil import add_exclude
+    from exo_cli.adapters.git import add_exclude
 
     add_exclude(repo / ".git", "/.exo/")
     git(repo, "worktree", "add", "-q", "-b", branch, str(wt), base)

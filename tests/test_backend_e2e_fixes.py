@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from exo_cli.core import backends
-from exo_cli.core.backends import codex, gemini
-from exo_cli.core.backends.base import LaunchContext
+from exo_cli.adapters import agents as backends
+from exo_cli.adapters.agents import codex, gemini
+from exo_cli.adapters.agents.base import LaunchContext
 
 
 def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:

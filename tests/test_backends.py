@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exo_cli.core import backends
-from exo_cli.core.backends import base, claude, codex
-from exo_cli.core.backends.base import LaunchContext
+from exo_cli.adapters import agents as backends
+from exo_cli.adapters.agents import base, claude, codex
+from exo_cli.adapters.agents.base import LaunchContext
 from exo_cli.errors import InvalidInput, UsageError
 
 CANARY = "sk-canary-123"

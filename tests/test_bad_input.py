@@ -260,7 +260,7 @@ def test_hostile_parameter(world: dict[str, Any], op_name: str, param: str) -> N
 
 @pytest.fixture
 def raw_pane(tmp_path: Path) -> Iterator[tuple[Any, Any, Path]]:
-    from exo_cli.core.mux.tmux import Tmux
+    from exo_cli.adapters.mux.tmux import Tmux
 
     tmux = Tmux(f"exo-test-{uuid.uuid4().hex[:10]}", "exotest", runtime_dir=tmp_path / "rt")
     prog = tmp_path / "raw.py"

@@ -1,4 +1,4 @@
-"""Tests for exo_cli.core.beads against the real beads exports in tests/fixtures/beads/."""
+"""Tests for exo_cli.adapters.beads against the real beads exports in tests/fixtures/beads/."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_cli.core.beads import (
+from exo_cli.adapters.beads import (
     BdSource,
     Bead,
     BeadGraph,

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from conftest import Exo, git
-from exo_cli.core.models import Agent
 from exo_cli.env import Env
+from exo_cli.records import Agent
 
 FIX = Path(__file__).parent / "fixtures" / "beads"
 FAKE_BD = Path(__file__).parent / "fake_bd.py"

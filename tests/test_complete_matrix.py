@@ -14,8 +14,8 @@ import pytest
 from pr_helpers import commit, env_for, git, make_agent, snapshot, tree_bytes
 
 from exo_cli import registry
-from exo_cli.core.complete import CompleteResult
 from exo_cli.errors import StateError
+from exo_cli.ops.complete import CompleteResult
 
 
 def complete(repo: Path, target: str | None, force: bool = False) -> CompleteResult:

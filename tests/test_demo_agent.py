@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from test_messages_helpers import ROOT, env_for, git, make_agent, state_dir
 
-from exo_cli.core import agentctl, messages
 from exo_cli.demo_agent import load_script, read_input
+from exo_cli.ops import agentctl, messages
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ def test_tmux_server_killed_under_live_agents(team: Path) -> None:
 
 def _state(repo: Path) -> Path:
     Exo(repo)("init")
-    from exo_cli.core.models import Agent
+    from exo_cli.records import Agent
 
     Env(cwd=repo).store.insert_agent(Agent(id="w1", name="w1", role="dev", parent="root", status="working",
                                            backend="claude", mux="headless"))
@@ -149,7 +149,7 @@ def test_cli_on_a_missing_state_db(repo: Path) -> None:
 
 def test_a_server_shutting_down_counts_as_no_server(tmp_path: Path) -> None:
     """Right after kill-server, a client may reach the dying server: that is "no panes", not a failure."""
-    from exo_cli.core.mux.tmux import Tmux
+    from exo_cli.adapters.mux.tmux import Tmux
 
     fake = tmp_path / "tmux"
     fake.write_text("#!/bin/sh\necho 'server exited unexpectedly' >&2\nexit 1\n")

@@ -308,7 +308,7 @@ def test_hook_imports_stay_light(team: Path) -> None:
     probe = (
         "import sys, json\nfrom exo_cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'mcp','git','rich','yaml','tomli_w','pydantic'}"
-        " or m in ('exo_cli.core.spawn', 'exo_cli.core.messages', 'exo_cli.core.mux.tmux'))\n"
+        " or m in ('exo_cli.ops.spawn', 'exo_cli.ops.messages', 'exo_cli.adapters.mux.tmux'))\n"
         "sys.stderr.write('\\nHEAVY=' + json.dumps(bad) + '\\n')\n"
     )
     env = {**os.environ, **agent_vars(team, "w1"), "PYTHONPATH": str(ROOT)}

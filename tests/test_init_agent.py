@@ -120,7 +120,7 @@ def test_codex_wiring_keeps_user_toml_and_comments(repo: Path) -> None:
     assert cfg["model"] == "gpt-5" and cfg["mcp_servers"]["docs"] == {"command": "docs-mcp"}
     assert cfg["mcp_servers"]["exo"] == {"command": exo[0], "args": [*exo[1:], "mcp", "--role", "auto"]}
     hooks = json.loads((repo / ".codex" / "hooks.json").read_text())
-    from exo_cli.core.backends import codex
+    from exo_cli.adapters.agents import codex
 
     assert set(hooks["hooks"]) == {event for event, *_ in codex.HOOKS}
     assert {"SessionStart", "UserPromptSubmit", "Stop"} <= set(hooks["hooks"])

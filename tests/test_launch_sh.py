@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from exo_cli.core.mux import _launch
-from exo_cli.core.mux.base import deliver_spec, make_fifo
-from exo_cli.core.mux.tmux import PANE_VARS, Tmux
+from exo_cli.adapters.mux import _launch
+from exo_cli.adapters.mux.base import deliver_spec, make_fifo
+from exo_cli.adapters.mux.tmux import PANE_VARS, Tmux
 from exo_cli.errors import InvalidInput
 
 PROGRAMS = _launch.shell_programs()

@@ -91,8 +91,8 @@ sys.exit(r.returncode)
 
 
 def test_200_parallel_notes_all_recorded_once_and_received(repo: Path, tmp_path: Path) -> None:
-    from exo_cli.core import messages
-    from exo_cli.core.models import Agent
+    from exo_cli.ops import messages
+    from exo_cli.records import Agent
 
     parent = Env(cwd=repo)
     now = time.time()

@@ -21,8 +21,9 @@ from test_backends import make_ctx
 from test_hooks import START
 from test_messages_helpers import EXO, agent_vars, env_for, hook_json, make_agent, run_hook
 
-from exo_cli.core import backends, hooks
-from exo_cli.core.backends import claude
+from exo_cli.adapters import agents as backends
+from exo_cli.adapters.agents import claude
+from exo_cli.ops import hooks
 
 
 def test_claude_backend_asks_the_hook_to_wait_for_exos_mcp_server(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from conftest import ROOT
 from exo_cli import registry
-from exo_cli.core.models import Agent
 from exo_cli.env import Env
 from exo_cli.errors import StateError
+from exo_cli.records import Agent
 
 TESTS = Path(__file__).resolve().parent
 LAUNCH = [sys.executable, "-c", "import mcp_extra_ops; mcp_extra_ops.main()"]
@@ -213,7 +213,7 @@ def test_background_tasks_start_only_for_the_root_tl(repo: Path) -> None:
     def broken(env: Env) -> None:
         raise RuntimeError("a failing starter is logged, never raised")
 
-    from exo_cli.core.watch import background_poller
+    from exo_cli.ops.watch import background_poller
 
     assert background_poller in mcp_server.BACKGROUND  # the root TL's server runs the forge poller
     registered = len(mcp_server.BACKGROUND)

@@ -14,8 +14,8 @@ from test_messages_helpers import EXO, agent_vars, env_for, hook_json, make_agen
 
 from conftest import Exo
 from exo_cli import cancel
-from exo_cli.core import messages
-from exo_cli.core.delivery import start_dependents, substitute_outputs
+from exo_cli.ops import messages
+from exo_cli.ops.delivery import start_dependents, substitute_outputs
 
 STOP = {"session_id": "s", "transcript_path": None, "cwd": "/x", "hook_event_name": "Stop",
         "stop_hook_active": False, "last_assistant_message": "finished"}

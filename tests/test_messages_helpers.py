@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from exo_cli.core.models import Agent
 from exo_cli.env import Env
+from exo_cli.records import Agent
 
 ROOT = Path(__file__).resolve().parent.parent
 EXO = [sys.executable, "-m", "exo_cli"]

@@ -11,9 +11,9 @@ import textwrap
 import pytest
 
 from conftest import wait_for
-from exo_cli.core.mux import get_mux
-from exo_cli.core.mux.base import pid_alive
-from exo_cli.core.mux.headless import Headless
+from exo_cli.adapters.mux import get_mux
+from exo_cli.adapters.mux.base import pid_alive
+from exo_cli.adapters.mux.headless import Headless
 from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
 
 PY = sys.executable
@@ -133,8 +133,8 @@ def test_get_mux_headless(tmp_path):
 
 
 def test_launcher_request_round_trip():
-    from exo_cli.core.mux import _launch
-    from exo_cli.core.mux.base import encode_spec
+    from exo_cli.adapters.mux import _launch
+    from exo_cli.adapters.mux.base import encode_spec
 
     spec = {
         "argv": ["agent", "", "a\nb", "ü $(x)"],

@@ -18,8 +18,15 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from exo_cli.core.mux import get_mux
-from exo_cli.core.mux.zellij import NOT_IN_ZELLIJ, PANE_VARS, Zellij, in_zellij, layout_kdl, require_zellij
+from exo_cli.adapters.mux import get_mux
+from exo_cli.adapters.mux.zellij import (
+    NOT_IN_ZELLIJ,
+    PANE_VARS,
+    Zellij,
+    in_zellij,
+    layout_kdl,
+    require_zellij,
+)
 from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
 
 PY = sys.executable
@@ -260,7 +267,7 @@ def test_attach_argv(tmp_path, fake):
         "work", runtime_dir=tmp_path, run=fake, environ={"ZELLIJ": "0", "ZELLIJ_SESSION_NAME": "work"}
     )
     outside = Zellij("work", runtime_dir=tmp_path, run=fake, environ={})
-    from exo_cli.core.mux import Location
+    from exo_cli.adapters.mux import Location
 
     loc = Location(mux="zellij", session="work", tab="4hj", name="4hj", pid=1)
     assert inside.attach_argv(loc) == ["zellij", "--session", "work", "action", "go-to-tab-name", "4hj"]

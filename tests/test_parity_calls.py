@@ -105,7 +105,7 @@ def test_cli_and_tool_reach_the_same_call(repo: Path, recorder: list[tuple[str, 
 
 @pytest.fixture
 def planned(monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
-    from exo_cli.core import spawn as spawn_mod
+    from exo_cli.ops import spawn as spawn_mod
 
     plans: list[list[dict[str, Any]]] = []
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, Exo
-from exo_cli.core.mux.tmux import StartRequest, Tmux
-from exo_cli.core.spawn import _run_all, _Starter
+from exo_cli.adapters.mux.tmux import StartRequest, Tmux
 from exo_cli.errors import ExoError, InvalidInput, StateError
+from exo_cli.ops.spawn import _run_all, _Starter
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 PY = sys.executable

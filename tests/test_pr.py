@@ -9,8 +9,8 @@ from pr_helpers import commit, env_for, git, make_agent, snapshot
 
 from conftest import Exo
 from exo_cli import registry
-from exo_cli.core import pr as prmod
 from exo_cli.errors import NotFound, StateError
+from exo_cli.ops import pr as prmod
 
 
 def file_as(agent_id: str, wt: str, **kw: object) -> prmod.FileResult:

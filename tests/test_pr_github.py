@@ -15,8 +15,8 @@ from gh_fake import FakeGitHub
 from pr_helpers import commit, env_for, git, make_agent
 
 from exo_cli import registry
-from exo_cli.core.forge import get_forge
-from exo_cli.core.forge.base import github_slug
+from exo_cli.adapters.forge import get_forge
+from exo_cli.adapters.forge.base import github_slug
 
 pytestmark = pytest.mark.skipif(shutil.which("gh") is None, reason="gh is not installed")
 

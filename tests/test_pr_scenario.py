@@ -12,8 +12,8 @@ import pytest
 from pr_helpers import commit, env_for, git, make_agent, snapshot
 
 from exo_cli import registry
-from exo_cli.core import pr as prmod
 from exo_cli.errors import StateError
+from exo_cli.ops import pr as prmod
 
 AGENT = ["python3", "-c", "import time; time.sleep(300)"]
 

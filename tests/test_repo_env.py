@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import Exo, git
-from exo_cli.core.models import Agent
 from exo_cli.env import Env
 from exo_cli.errors import EnvironmentError_, StateError
+from exo_cli.records import Agent
 from exo_cli.registry import check_role, get
 
 

@@ -133,7 +133,7 @@ def test_no_secret_on_disk_and_private_modes(team: Path, tmp_path: Path, isolate
 
 def record_agent(repo: Path, agent_id: str, role: str) -> None:
     """Insert an agent record the way spawn does, with no process to match."""
-    from exo_cli.core.models import Agent
+    from exo_cli.records import Agent
 
     Env(cwd=repo).store.insert_agent(
         Agent(id=agent_id, name=agent_id, role=role, parent="root", status="working", backend="custom",

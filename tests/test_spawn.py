@@ -347,7 +347,7 @@ def test_real_backend_command_lines(team: Path, fake_clis: Path, backend: str, t
 
 
 def test_subtree_forks_claude_session(team: Path, fake_clis: Path, tmp_path: Path, isolate: Path) -> None:
-    from exo_cli.core.backends.claude import encode_project_dir
+    from exo_cli.adapters.agents.claude import encode_project_dir
 
     sid = "abc123"
     proj = isolate / ".claude" / "projects" / encode_project_dir(team)
@@ -484,9 +484,9 @@ def test_spawn_into_another_repo(team: Path, tmp_path: Path) -> None:
 
 
 def test_after_records_pending_and_launch(team: Path) -> None:
-    from exo_cli.core.spawn import launch_pending
     from exo_cli.env import Env
     from exo_cli.errors import StateError
+    from exo_cli.ops.spawn import launch_pending
 
     exo = Exo(team)
     assert spawn_json(exo, "--worker", "first", "--prompt", "x", "--agent", "custom")[0] == 0

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from conftest import Exo, git
-from exo_cli.core.models import Agent
 from exo_cli.env import Env
+from exo_cli.records import Agent
 
 
 def _agent(env: Env, agent_id: str, status: str, **kw: object) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from exo_cli.bell import Doorbell
-from exo_cli.core.models import Agent
+from exo_cli.adapters.bell import Doorbell
+from exo_cli.adapters.store.sqlite import SCHEMA_VERSION, Store
 from exo_cli.errors import StateError
-from exo_cli.store import SCHEMA_VERSION, Store
+from exo_cli.records import Agent
 
 
 def make_store(tmp_path: Path) -> Store:

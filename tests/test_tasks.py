@@ -1,4 +1,4 @@
-"""exo_cli.core.tasks: the beads functions spawn, complete and reconstitute build on."""
+"""exo_cli.ops.tasks: the beads functions spawn, complete and reconstitute build on."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import git
-from exo_cli.core import tasks
-from exo_cli.core.beads import BdSource, Bead, JsonlSource
-from exo_cli.core.models import Agent
+from exo_cli.adapters.beads import BdSource, Bead, JsonlSource
 from exo_cli.env import Env
 from exo_cli.errors import EnvironmentError_, InvalidInput, NotFound, StateError
+from exo_cli.ops import tasks
+from exo_cli.records import Agent
 
 FIX = Path(__file__).parent / "fixtures" / "beads"
 SMALL = FIX / "small"

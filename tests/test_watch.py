@@ -18,7 +18,7 @@ from pr_helpers import env_for, git, make_agent
 
 from conftest import ROOT
 from exo_cli import registry
-from exo_cli.core import watch
+from exo_cli.ops import watch
 
 
 class Gh:
@@ -118,7 +118,7 @@ def test_one_poller_per_repository(repo: Path) -> None:
     assert stop is not None
     assert watch.start_poller(env_for(repo), runner=Gh([view()])) is None  # same process, second env
     # another process cannot take it either
-    code = ("import sys; from exo_cli.env import Env; from exo_cli.core.watch import PollerLock; "
+    code = ("import sys; from exo_cli.env import Env; from exo_cli.ops.watch import PollerLock; "
             "sys.exit(0 if PollerLock(Env()).acquire() else 9)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

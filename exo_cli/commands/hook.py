@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from exo_cli.commands._options import json_option, op_help, op_option
-from exo_cli.core import hooks as _hooks  # registers the operation without loading the others
-from exo_cli.core.models import to_jsonable
+from exo_cli.ops import hooks as _hooks  # registers the operation without loading the others
+from exo_cli.records import to_jsonable
 from exo_cli.registry import invoke
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from exo_cli.commands._options import json_option, op_help, op_option
-from exo_cli.core.init import InitResult
+from exo_cli.ops.init import InitResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out

@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from exo_cli.commands._options import json_option, op_help, op_option
-from exo_cli.core import messages as _messages  # registers the operations
-from exo_cli.core.delivery import LABELS as _LABELS
+from exo_cli.ops import messages as _messages  # registers the operations
+from exo_cli.ops.delivery import LABELS as _LABELS
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from exo_cli.commands._options import json_option, op_help
-from exo_cli.core.status import AgentsResult, StatusResult
+from exo_cli.ops.status import AgentsResult, StatusResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out, ago

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from exo_cli.core.models import to_jsonable
+from exo_cli.records import to_jsonable
 
 
 def dump_json(result: Any) -> str:

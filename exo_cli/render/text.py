@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from exo_cli.core.models import to_jsonable
+from exo_cli.records import to_jsonable
 
 
 def fancy(stream: TextIO) -> bool:

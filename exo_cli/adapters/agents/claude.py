@@ -1,0 +1,177 @@
+"""Claude Code: hooks and MCP through exo's own files (--settings, --mcp-config), trust via ~/.claude.json.
+
+Nothing is written into the worktree. The only user file exo touches is Claude's global state
+file (``$CLAUDE_CONFIG_DIR/.claude.json`` or ``~/.claude.json``), and only to mark a worktree
+exo created as trusted; the undo record removes exactly that again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from exo_cli.adapters.agents.base import (
+    Backend,
+    Launch,
+    LaunchContext,
+    add_json_entry,
+    hook_command,
+    write_private_json,
+)
+from exo_cli.errors import InvalidInput, NotFound, UsageError
+
+SETTINGS_FILE = "claude-settings.json"
+MCP_FILE = "mcp.json"
+
+# Claude hook event -> (exo hook event, matcher or None, timeout in seconds).
+HOOKS: tuple[tuple[str, str, str | None, int], ...] = (
+    ("SessionStart", "session-start", "startup|resume|clear|compact", 30),
+    ("UserPromptSubmit", "prompt", None, 30),
+    ("Stop", "stop", None, 120),
+    ("SessionEnd", "session-end", None, 10),
+    ("Notification", "notification", "permission_prompt", 10),
+    ("PostToolUse", "tool", None, 10),
+)
+
+MCP_WAIT_VAR = "EXO_MCP_WAIT"  # read by exo_cli.ops.hooks (same name there)
+MCP_WAIT = 20  # seconds; below the SessionStart hook's timeout (30)
+
+TRUST_KEYS = {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}
+
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def stale_paths_warning(worktree: Path, branch: str | None) -> str:
+    """Return seed 001's warning for a child forked from its parent's conversation."""
+    where = f"You are now in worktree {worktree}" + (f" on branch {branch}" if branch else "")
+    return (
+        f"{where}. All file paths from your inherited context are STALE — use relative paths "
+        "only and re-read files before editing."
+    )
+
+
+def encode_project_dir(path: Path | str) -> str:
+    """Return Claude's folder name for a cwd: every non-alphanumeric character becomes '-'."""
+    return re.sub(r"[^A-Za-z0-9]", "-", str(path))
+
+
+def config_dir(env: Mapping[str, str], home: Path) -> Path:
+    """Return Claude's config folder: ``$CLAUDE_CONFIG_DIR`` or ``~/.claude``."""
+    custom = env.get("CLAUDE_CONFIG_DIR")
+    return Path(custom) if custom else home / ".claude"
+
+
+def global_state_file(env: Mapping[str, str], home: Path) -> Path:
+    """Return Claude's global state file: ``$CLAUDE_CONFIG_DIR/.claude.json`` or ``~/.claude.json``."""
+    custom = env.get("CLAUDE_CONFIG_DIR")
+    return Path(custom) / ".claude.json" if custom else home / ".claude.json"
+
+
+def settings_document(skip_permissions: bool) -> dict[str, Any]:
+    """Return the ``--settings`` file: exo's hooks (and the bypass-warning pre-emption)."""
+    hooks: dict[str, list[dict[str, Any]]] = {}
+    for claude_event, exo_event, matcher, timeout in HOOKS:
+        group: dict[str, Any] = {}
+        if matcher:
+            group["matcher"] = matcher
+        group["hooks"] = [{"type": "command", "command": hook_command(exo_event, "claude"), "timeout": timeout}]
+        hooks[claude_event] = [group]
+    doc: dict[str, Any] = {"hooks": hooks}
+    if skip_permissions:
+        # Claude reads this from user, local, flag (--settings) and policy settings, never from
+        # project settings; the flag source is exo's own file, so no user file is rewritten.
+        doc["skipDangerousModePermissionPrompt"] = True
+    return doc
+
+
+class ClaudeBackend(Backend):
+    """Claude Code (``claude``)."""
+
+    name = "claude"
+    binary = "claude"
+    hook_cli = "claude"
+    idle_signal = "Stop hook (exo hook stop --cli claude) after every turn"
+
+    def prepare(self, ctx: LaunchContext, identity_env: Mapping[str, str]) -> Launch:
+        """Write the settings and MCP files, trust a created worktree, fork a transcript."""
+        env = self.base_env(ctx, identity_env)
+        launch = Launch(argv=[], env=env, cwd=str(ctx.worktree))
+        settings = ctx.agent_dir / SETTINGS_FILE
+        mcp = ctx.agent_dir / MCP_FILE
+        launch.files.append(write_private_json(settings, settings_document(ctx.skip_permissions)))
+        mcp_entry = {"type": "stdio", **self.mcp_server(ctx, env)}
+        launch.files.append(write_private_json(mcp, {"mcpServers": {"exo": mcp_entry}}))
+
+        if ctx.skip_permissions and hasattr(os, "geteuid") and os.geteuid() == 0:
+            env["IS_SANDBOX"] = "1"
+        # Claude Code sends its first request while MCP servers may still be connecting, and a
+        # call to mcp__exo__* then fails with "No such tool ... still connecting" (2.1.197).
+        # MCP_CONNECTION_NONBLOCKING=0 makes `claude -p` wait, but not the TUI exo runs; so
+        # the SessionStart hook waits (EXO_MCP_WAIT seconds at most) until exo's MCP server
+        # started by this claude has listed its tools (tests/e2e/test_claude_lifecycle.py).
+        env.setdefault("MCP_CONNECTION_NONBLOCKING", "0")
+        env.setdefault(MCP_WAIT_VAR, str(MCP_WAIT))
+
+        prompt = ctx.prompt
+        if ctx.fork_session:
+            if not ctx.resume_session:
+                raise UsageError("--fork-session needs the parent's session id (--resume)")
+            copied = self._copy_transcript(ctx)
+            if copied is not None:
+                launch.files.append(copied["path"])
+                launch.undo.append(copied)
+            warning = stale_paths_warning(ctx.worktree, ctx.branch)
+            prompt = f"{warning}\n\n{prompt}" if prompt else warning
+
+        if ctx.created_worktree:
+            record = add_json_entry(
+                global_state_file(ctx.env, ctx.home), ["projects", str(ctx.worktree)], TRUST_KEYS
+            )
+            if record is not None:
+                launch.undo.append(record)
+
+        argv = [self.binary or "claude"]
+        if ctx.skip_permissions:
+            argv.append("--dangerously-skip-permissions")
+        if ctx.resume_session:
+            argv += ["--resume", ctx.resume_session]
+            if ctx.fork_session:
+                argv.append("--fork-session")
+        # --mcp-config is variadic: another option must follow it before any positional.
+        argv += ["--mcp-config", str(mcp), "--settings", str(settings), *ctx.extra_args]
+        if prompt:
+            argv += ["--", prompt]
+        launch.argv = argv
+        return launch
+
+    def _copy_transcript(self, ctx: LaunchContext) -> dict[str, Any] | None:
+        """Copy the parent's transcript under the worktree's project folder; return its undo."""
+        session = ctx.resume_session or ""
+        if not _SESSION_ID.match(session):
+            raise InvalidInput(f"invalid Claude session id {session!r}")
+        projects = config_dir(ctx.env, ctx.home) / "projects"
+        source: Path | None = None
+        if ctx.parent_cwd is not None:
+            candidate = projects / encode_project_dir(ctx.parent_cwd) / f"{session}.jsonl"
+            if candidate.is_file():
+                source = candidate
+        if source is None:
+            found = sorted(projects.glob(f"*/{session}.jsonl")) if projects.is_dir() else []
+            source = found[0] if found else None
+        if source is None:
+            raise NotFound(
+                f"no Claude transcript for session {session}",
+                hint=f"Expected {projects}/<encoded parent cwd>/{session}.jsonl.",
+            )
+        dest_dir = projects / encode_project_dir(ctx.worktree)
+        dest = dest_dir / f"{session}.jsonl"
+        if dest.resolve() == source.resolve() or dest.exists():
+            return None
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, dest)
+        os.chmod(dest, 0o600)
+        return {"kind": "remove-file", "path": str(dest)}

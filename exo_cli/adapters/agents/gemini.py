@@ -1,0 +1,163 @@
+"""Gemini CLI: hooks and MCP in the worktree's ``.gemini/settings.json``, kept out of git.
+
+Gemini CLI has no per-run settings flag. ``GEMINI_CLI_SYSTEM_SETTINGS_PATH`` would move the
+system layer, but Gemini 0.61 skips any system settings file (and system defaults file) that is
+not owned by root with root-owned, non-group/other-writable parents
+(``isFileAndDirectorySecureSync`` -> ``checkPosixStatsSecurity`` in the bundle), so an ordinary
+user cannot use it. exo therefore merges its keys into the workspace settings file through
+``project_file.edit_project_file``: the worktree stays clean in ``git status``, the main checkout
+is untouched, and ``cleanup`` restores the project's own file byte for byte.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from exo_cli.adapters import proc
+from exo_cli.adapters.agents.base import Backend, Launch, LaunchContext, hook_command
+from exo_cli.adapters.agents.project_file import edit_project_file
+from exo_cli.errors import StateError
+
+SETTINGS_RELPATH = ".gemini/settings.json"
+
+# Gemini hook event -> (exo hook event, matcher or None, timeout in milliseconds).
+HOOKS: tuple[tuple[str, str, str | None, int], ...] = (
+    ("SessionStart", "session-start", None, 30_000),
+    ("BeforeAgent", "prompt", None, 30_000),
+    ("AfterAgent", "stop", None, 120_000),
+    ("SessionEnd", "session-end", None, 10_000),
+    ("Notification", "notification", None, 10_000),
+    ("AfterTool", "tool", "*", 10_000),
+)
+
+
+# The git identity variables an agent's commits need, and the git config key each comes from.
+IDENTITY_VARS: tuple[tuple[str, str], ...] = (
+    ("GIT_AUTHOR_NAME", "user.name"),
+    ("GIT_AUTHOR_EMAIL", "user.email"),
+    ("GIT_COMMITTER_NAME", "user.name"),
+    ("GIT_COMMITTER_EMAIL", "user.email"),
+)
+
+
+def git_identity_env(worktree: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """Return the GIT_AUTHOR_*/GIT_COMMITTER_* variables ``env`` lacks, from the identity git sees.
+
+    Gemini CLI 0.61 runs every shell command with ``GIT_CONFIG_GLOBAL=/dev/null`` and
+    ``GIT_CONFIG_SYSTEM=/dev/null`` (its ``getSafeGitEnv``), so the agent's ``git commit`` would
+    not find the user's name and e-mail in ``~/.gitconfig`` and fail with "Author identity
+    unknown". exo reads them once here, as the spawning call sees them, and passes them as
+    environment variables, which Gemini keeps. Variables already set are left alone.
+    """
+    missing = [(var, key) for var, key in IDENTITY_VARS if not env.get(var)]
+    if not missing:
+        return {}
+    found = proc.run(
+        ["git", "-C", str(worktree), "config", "--get-regexp", r"^user\.(name|email)$"],
+        what="git config", env=dict(env), check=False,
+    ).stdout
+    values: dict[str, str] = {}
+    for line in found.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip():
+            values[key] = value.strip()  # the last (most specific) level wins
+    return {var: values[key] for var, key in missing if key in values}
+
+
+def exo_settings(mcp_server: Mapping[str, Any]) -> dict[str, Any]:
+    """Return exo's own Gemini settings: hooks enabled, exo's hooks, the exo MCP server."""
+    hooks: dict[str, list[dict[str, Any]]] = {}
+    for gemini_event, exo_event, matcher, timeout in HOOKS:
+        group: dict[str, Any] = {}
+        if matcher:
+            group["matcher"] = matcher
+        group["hooks"] = [
+            {
+                "name": f"exo-{exo_event}",
+                "type": "command",
+                "command": hook_command(exo_event, "gemini"),
+                "timeout": timeout,
+            }
+        ]
+        hooks[gemini_event] = [group]
+    return {
+        "hooksConfig": {"enabled": True},
+        "hooks": hooks,
+        "mcpServers": {"exo": {**mcp_server, "trust": True}},
+    }
+
+
+def merge_settings(base: Mapping[str, Any], ours: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge exo's settings into a copy of ``base``: hook arrays append, other objects merge."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in ours.items():
+        if key == "hooks":
+            hooks = merged.setdefault("hooks", {})
+            for event, groups in value.items():
+                hooks[event] = [*hooks.get(event, []), *groups]
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def render_settings(original: bytes | None, ours: Mapping[str, Any], path: str) -> bytes:
+    """Return the settings file bytes: the project's JSON object (if any) with exo's keys merged."""
+    base: dict[str, Any] = {}
+    if original is not None and original.strip():
+        try:
+            loaded = json.loads(original.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise StateError(
+                f"cannot merge exo's hooks into {path}: {exc}",
+                hint="The project's .gemini/settings.json must be plain JSON (no comments) for exo to merge it.",
+                path=path,
+            ) from exc
+        if not isinstance(loaded, dict):
+            raise StateError(f"{path} does not hold a JSON object", path=path)
+        base = loaded
+    return (json.dumps(merge_settings(base, ours), indent=2) + "\n").encode()
+
+
+class GeminiBackend(Backend):
+    """Gemini CLI (``gemini``)."""
+
+    name = "gemini"
+    binary = "gemini"
+    hook_cli = "gemini"
+    idle_signal = "AfterAgent hook (exo hook stop --cli gemini) after every turn"
+
+    def prepare(self, ctx: LaunchContext, identity_env: Mapping[str, str]) -> Launch:
+        """Merge exo's keys into the worktree's settings file and return the ``gemini -i`` launch."""
+        self.no_resume(ctx)
+        env = self.base_env(ctx, identity_env)
+        launch = Launch(argv=[], env=env, cwd=str(ctx.worktree))
+        ours = exo_settings(self.mcp_server(ctx, env))
+        target = ctx.worktree / SETTINGS_RELPATH
+        launch.undo += edit_project_file(
+            ctx.worktree,
+            SETTINGS_RELPATH,
+            lambda original: render_settings(original, ours, str(target)),
+            ctx.agent_dir / "backup",
+        )
+        launch.files.append(str(target))
+        if ctx.created_worktree:
+            env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
+        env.update(git_identity_env(ctx.worktree, env))
+        argv = [self.binary or "gemini"]
+        if ctx.skip_permissions:
+            argv += ["--approval-mode", "yolo"]
+        argv += list(ctx.extra_args)
+        if ctx.prompt:
+            # yargs would read a value starting with '-' as an option: use the '=' form then.
+            if ctx.prompt.startswith("-"):
+                argv.append(f"--prompt-interactive={ctx.prompt}")
+            else:
+                argv += ["-i", ctx.prompt]
+        launch.argv = argv
+        return launch

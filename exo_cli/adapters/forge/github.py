@@ -1,0 +1,189 @@
+"""The GitHub forge: ``git push`` plus the ``gh`` CLI with the user's own authentication.
+
+Every ``gh`` call passes ``--repo HOST/OWNER/REPO`` taken from the ``forge.remote`` remote's
+configured URL, so ``gh`` never guesses the repository; the runner is injectable so the
+poller and tests can stand in for the real binary.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.adapters import git as gitutil
+from exo_cli.adapters.forge.base import (
+    Filed,
+    Forge,
+    GhRunner,
+    MergeOutcome,
+    RemoteState,
+    fast_forward,
+    github_slug,
+    remote_url,
+    rev,
+)
+from exo_cli.errors import EnvironmentError_, ExternalFailure, StateError, external
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+    from exo_cli.records import PullRequest
+
+VIEW_FIELDS = "number,url,state,isDraft,reviewDecision,latestReviews,statusCheckRollup,mergedAt,mergeCommit"
+_FAILED = {"FAILURE", "TIMED_OUT", "CANCELLED", "ACTION_REQUIRED", "STARTUP_FAILURE", "ERROR", "STALE"}
+_PENDING = {"PENDING", "EXPECTED", "QUEUED", "IN_PROGRESS", "WAITING", "REQUESTED"}
+
+
+def run_gh(argv: Sequence[str], cwd: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run the real ``gh`` (never prompting) and return the finished process."""
+    from exo_cli.adapters.proc import run
+
+    env = dict(environ)
+    env.setdefault("GH_PROMPT_DISABLED", "1")
+    env.setdefault("GH_NO_UPDATE_NOTIFIER", "1")
+    env.setdefault("NO_COLOR", "1")
+    return run(["gh", *argv], what=f"gh {' '.join(argv[:2])}", cwd=cwd, env=env, check=False)
+
+
+def checks_state(rollup: Any) -> str | None:
+    """Summarize ``statusCheckRollup`` (check runs and status contexts): pending, failure, success."""
+    if not rollup:
+        return None
+    states = []
+    for item in rollup:
+        status = (item.get("status") or "").upper()
+        conclusion = (item.get("conclusion") or item.get("state") or "").upper()
+        if status and status != "COMPLETED":
+            states.append("pending")
+        elif conclusion in _FAILED:
+            states.append("failure")
+        elif conclusion in _PENDING or not conclusion:
+            states.append("pending")
+        else:
+            states.append("success")
+    if "failure" in states:
+        return "failure"
+    if "pending" in states:
+        return "pending"
+    return "success"
+
+
+def parse_view(data: dict[str, Any]) -> RemoteState:
+    """A ``gh pr view --json`` object as a RemoteState."""
+    state = (data.get("state") or "OPEN").lower()
+    review = (data.get("reviewDecision") or "").lower() or None
+    merge = data.get("mergeCommit") or {}
+    return RemoteState(
+        state=state if state in ("open", "merged", "closed") else "open",
+        review=review,
+        checks=checks_state(data.get("statusCheckRollup")),
+        reviews=len(data.get("latestReviews") or []),
+        merge_commit=merge.get("oid") if isinstance(merge, dict) else None,
+        merged_at=data.get("mergedAt"),
+        draft=bool(data.get("isDraft")),
+        url=data.get("url"),
+        raw=data,
+    )
+
+
+class GitHubForge(Forge):
+    """Pull requests on GitHub through ``gh``."""
+
+    kind = "github"
+
+    def __init__(self, *, remote: str = "origin", runner: GhRunner | None = None) -> None:
+        self.remote = remote
+        self.runner: GhRunner = runner or run_gh
+
+    # -- helpers ---------------------------------------------------------------------------
+    def slug(self, env: Env) -> str:
+        url = remote_url(env, self.remote)
+        slug = github_slug(url or "")
+        if not slug:
+            raise EnvironmentError_(
+                f"The remote {self.remote!r} is not a GitHub repository ({url or 'not set'})",
+                hint="Set forge.remote to a GitHub remote, or forge.kind = \"local\" in exo.toml.",
+                remote=self.remote, url=url,
+            )
+        return slug
+
+    def gh(self, env: Env, argv: Sequence[str], *, what: str) -> subprocess.CompletedProcess[str]:
+        proc = self.runner(list(argv), str(env.repo.root), dict(env.environ))
+        if proc.returncode != 0:
+            raise external(what, proc, hint="Check `gh auth status` and the repository's remote.")
+        return proc
+
+    def push(self, env: Env, branch: str, worktree: str | None) -> None:
+        cwd = worktree or env.repo.root
+        proc = gitutil.git(["push", "-u", self.remote, f"refs/heads/{branch}:refs/heads/{branch}"],
+                           cwd=cwd, check=False, timeout=300)
+        if proc.returncode != 0:
+            raise external("git push", proc, hint="Fetch and rebase onto the remote branch, then file again.")
+
+    # -- the interface ---------------------------------------------------------------------
+    def file(self, env: Env, *, head: str, base: str, title: str, body: str, draft: bool,
+             existing: PullRequest | None, worktree: str | None) -> Filed:
+        slug = self.slug(env)
+        self.push(env, head, worktree)
+        if existing is not None and existing.remote_number:
+            self.gh(env, ["pr", "edit", str(existing.remote_number), "--repo", slug, f"--title={title}",
+                          f"--body={body}"], what="gh pr edit")
+            return Filed(url=existing.url, remote_number=existing.remote_number, pushed=True)
+        argv = ["pr", "create", "--repo", slug, f"--base={base}", f"--head={head}", f"--title={title}", f"--body={body}"]
+        if draft:
+            argv.append("--draft")
+        out = self.gh(env, argv, what="gh pr create").stdout
+        urls = re.findall(r"https?://\S+/pull/(\d+)", out)
+        url = next((w for w in out.split() if re.search(r"/pull/\d+$", w)), None)
+        return Filed(url=url, remote_number=int(urls[-1]) if urls else None, pushed=True)
+
+    def merge(self, env: Env, pr: PullRequest, *, strategy: str, message: str) -> MergeOutcome:
+        if not pr.remote_number:
+            raise StateError(f"PR #{pr.number} has no GitHub number", pr=pr.number)
+        slug = self.slug(env)
+        number = str(pr.remote_number)
+        self.gh(env, ["pr", "merge", number, "--repo", slug, "--squash" if strategy == "squash" else "--merge"],
+                what="gh pr merge")
+        state = self.view(env, pr)
+        warnings: list[str] = []
+        if state is not None and state.state != "merged":
+            raise StateError(f"GitHub did not merge PR #{pr.number} (state {state.state})",
+                             hint="Look at the PR on GitHub (required reviews or checks?).", pr=pr.number)
+        root = env.repo.root
+        tracking = f"refs/remotes/{self.remote}/{pr.base}"
+        proc = gitutil.git(["fetch", "--no-tags", self.remote, f"+refs/heads/{pr.base}:{tracking}"],
+                           cwd=root, check=False, timeout=300)
+        if proc.returncode != 0:
+            raise external("git fetch", proc, hint=f"PR #{pr.number} is merged on GitHub; run `git pull` in the base worktree.")
+        new = rev(root, tracking) or ""
+        old = rev(root, f"refs/heads/{pr.base}")
+        wt = None
+        updated = False
+        if old is None:
+            warnings.append(f"no local branch {pr.base}; nothing to update")
+        elif old == new:
+            updated = True
+        elif gitutil.git(["merge-base", "--is-ancestor", old, new], cwd=root, check=False).returncode != 0:
+            warnings.append(f"local {pr.base} has commits that {self.remote}/{pr.base} lacks; not updated")
+        else:
+            try:
+                wt = fast_forward(root, pr.base, old, new, reason=f"exo: PR #{pr.number} merged on GitHub",
+                                  what=f"update the local {pr.base}")
+                updated = True
+            except StateError as exc:
+                warnings.append(f"merged on GitHub, but the local {pr.base} was not updated: {exc.message}")
+        merge = (state.merge_commit if state else None) or new
+        return MergeOutcome(merge_commit=merge, base_worktree=wt, local_updated=updated, warnings=warnings)
+
+    def view(self, env: Env, pr: PullRequest) -> RemoteState | None:
+        if not pr.remote_number:
+            return None
+        proc = self.gh(env, ["pr", "view", str(pr.remote_number), "--repo", self.slug(env), "--json", VIEW_FIELDS],
+                       what="gh pr view")
+        try:
+            data = json.loads(proc.stdout)
+        except ValueError as exc:
+            raise ExternalFailure(f"gh pr view printed something that is not JSON: {proc.stdout[:200]!r}") from exc
+        return parse_view(data)

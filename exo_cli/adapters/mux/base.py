@@ -1,0 +1,409 @@
+"""Shared types and process helpers of the multiplexer layer.
+
+A ``Location`` says where an agent runs (tmux pane, Zellij tab or headless process);
+a ``PaneState`` is one observation of it; ``Mux`` is the protocol every backend
+implements. The process helpers work on Linux ``/proc`` and fall back to signals
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from exo_cli.adapters.files import ensure_private_dir  # noqa: F401 - re-exported for the backends
+from exo_cli.errors import ExternalFailure, InvalidInput
+
+MUX_KINDS = ("tmux", "zellij", "headless")
+
+# The launcher that gives a pane's process exactly the environment exo passes.
+LAUNCHER = Path(__file__).with_name("_launch.py")
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where an agent runs: enough to find, observe, type into and stop it later."""
+
+    mux: str
+    session: str | None = None
+    window: str | None = None  # tmux window id ("@3")
+    pane: str | None = None  # tmux pane id ("%3")
+    tab: str | None = None  # Zellij tab name
+    pid: int | None = None  # the agent process (tmux: pane_pid)
+    pgid: int | None = None
+    log: str | None = None  # headless: the log file
+    name: str | None = None  # window / tab / agent name
+    start_time: int | None = None  # /proc start time of pid, guards against pid reuse
+
+    @property
+    def key(self) -> str:
+        """The key this location has in ``Mux.list_states()``."""
+        if self.mux == "tmux" and self.pane:
+            return self.pane
+        if self.mux == "zellij" and self.tab:
+            return self.tab
+        return str(self.pid) if self.pid is not None else (self.name or "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict without the unset fields."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Location:
+        """Build a Location from ``to_dict`` output, ignoring unknown keys."""
+        known = {f.name for f in fields(cls)}
+        if data.get("mux") not in MUX_KINDS:
+            raise InvalidInput(f"Invalid location: unknown multiplexer {data.get('mux')!r}", field="mux")
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class PaneState:
+    """One observation of an agent's pane or process."""
+
+    location: Location
+    alive: bool
+    dead_status: int | None = None
+    current_command: str | None = None
+    pid: int | None = None
+    in_mode: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return {
+            "location": self.location.to_dict(),
+            "alive": self.alive,
+            "dead_status": self.dead_status,
+            "current_command": self.current_command,
+            "pid": self.pid,
+            "in_mode": self.in_mode,
+        }
+
+
+@runtime_checkable
+class Mux(Protocol):
+    """What every multiplexer backend offers."""
+
+    kind: str
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str],
+        env: Mapping[str, str],
+        log_path: str | os.PathLike[str] | None = None,
+    ) -> Location: ...
+
+    def list_states(self) -> dict[str, PaneState]: ...
+
+    def alive(self, loc: Location) -> bool: ...
+
+    def capture(self, loc: Location, lines: int = 200) -> str: ...
+
+    def send_text(
+        self, loc: Location, text: str, *, submit: bool = True, enter_delay: float = 0.5
+    ) -> None: ...
+
+    def kill(self, loc: Location, *, grace: float = 3.0) -> None: ...
+
+    def close(self, loc: Location) -> None: ...
+
+    def attach_argv(self, loc: Location) -> list[str]: ...
+
+
+# --------------------------------------------------------------------------- records
+
+
+def record_path(folder: Path, name: str, what: str = "agent name") -> Path:
+    """Where the Location record of ``name`` lives in ``folder``."""
+    from exo_cli.validate import check_name
+
+    return folder / f"{check_name(name, what)}.json"
+
+
+def write_record(path: Path, loc: Location) -> None:
+    """Write ``loc`` to ``path`` atomically, mode 0600 (a Location, never an environment)."""
+    from exo_cli.adapters.files import atomic_write
+
+    atomic_write(path, json.dumps(loc.to_dict()), mode=0o600, fsync=False)
+
+
+def read_records(folder: Path) -> list[Location]:
+    """Every readable Location record in ``folder``; broken ones are skipped."""
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            out.append(Location.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError, InvalidInput):
+            continue
+    return out
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_argv(argv: Sequence[str]) -> list[str]:
+    """Return ``argv`` as a list if it is a non-empty list of NUL-free strings."""
+    if isinstance(argv, str) or not argv:
+        raise InvalidInput("Invalid command: expected a non-empty list of arguments", field="argv")
+    out = []
+    for a in argv:
+        if not isinstance(a, str) or "\x00" in a:
+            raise InvalidInput("Invalid command: every argument must be a string without NUL", field="argv")
+        out.append(a)
+    return out
+
+
+def check_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Return ``env`` as a dict if every key and value can be put in an environment."""
+    out = {}
+    for k, v in env.items():
+        if not isinstance(k, str) or not k or "=" in k or "\x00" in k:
+            raise InvalidInput(f"Invalid environment variable name {k!r}", field="env")
+        if not isinstance(v, str) or "\x00" in v:
+            raise InvalidInput(f"Invalid value for environment variable {k}", field="env")
+        out[k] = v
+    return out
+
+
+def check_send_text(text: object) -> str:
+    """Return ``text`` if it can be typed into a pane (any string without NUL)."""
+    if not isinstance(text, str):
+        raise InvalidInput("Invalid text: expected a string", field="text")
+    if "\x00" in text:
+        raise InvalidInput("Invalid text: it contains a NUL byte", field="text")
+    return text
+
+
+# --------------------------------------------------------------------------- runtime dir
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """Return (state, pgrp, session id, start time) of ``pid`` from /proc, or None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = raw[raw.rfind(")") + 2 :].split()
+    try:
+        return rest[0], int(rest[2]), int(rest[3]), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Return the /proc start time of ``pid`` (None where /proc is missing)."""
+    st = proc_stat(pid)
+    return st[3] if st else None
+
+
+def reap(pid: int) -> int | None:
+    """Reap ``pid`` if it is a finished child of this process; return its exit status."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    if done == 0:
+        return None
+    return os.waitstatus_to_exitcode(status)
+
+
+def pid_alive(pid: int | None, start_time: int | None = None, *, reap_child: bool = True) -> bool:
+    """Whether ``pid`` runs (not a zombie) and, if given, has the recorded start time."""
+    if not pid or pid <= 0:
+        return False
+    if reap_child:
+        reap(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    st = proc_stat(pid)
+    if st is None:
+        return not Path("/proc/self/stat").exists()
+    state, _pgrp, _sid, started = st
+    if state in ("Z", "X"):
+        return False
+    return start_time is None or started == start_time
+
+
+def group_members(pgid: int) -> list[int]:
+    """Return the live (non-zombie) processes of group ``pgid`` and of session ``pgid``.
+
+    A pane's process leads its own session, so descendants that moved to another
+    process group (a shell's jobs) are found through the session id.
+    """
+    if not Path("/proc/self/stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [pgid]
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        st = proc_stat(int(entry.name))
+        if st and (st[1] == pgid or st[2] == pgid) and st[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def kill_group(pgid: int, *, grace: float = 3.0, leader_start_time: int | None = None) -> bool:
+    """Stop process group ``pgid``: SIGTERM, then SIGKILL after ``grace`` seconds.
+
+    When the leader still runs but its start time differs from ``leader_start_time``
+    the id was reused by another program and nothing is signalled. Returns whether
+    the group had live members.
+    """
+    if pgid <= 1:
+        raise InvalidInput(f"Refusing to signal process group {pgid}", field="pgid")
+    if leader_start_time is not None:
+        st = proc_stat(pgid)
+        if st and st[0] not in ("Z", "X") and st[3] != leader_start_time:
+            return False
+    if not group_members(pgid):
+        return False
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        _signal_group(pgid, sig)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        reap(pgid)
+        if not group_members(pgid):
+            return True
+        time.sleep(0.02)
+    _signal_group(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        reap(pgid)
+        if not group_members(pgid):
+            break
+        time.sleep(0.02)
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError as exc:
+        raise ExternalFailure(f"Not allowed to signal process group {pgid}", pgid=pgid) from exc
+    for pid in group_members(pgid):  # members of the session in other groups
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# --------------------------------------------------------------------------- launcher
+
+
+def launcher_argv(fifo: Path) -> list[str]:
+    """The pane command that reads its real argv and env from ``fifo`` and execs it."""
+    return [sys.executable, "-I", "-S", str(LAUNCHER), str(fifo)]
+
+
+def make_fifo(path: Path) -> Path:
+    """Create a fresh FIFO (mode 0600) at ``path``."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.mkfifo(path, 0o600)
+    return path
+
+
+def encode_spec(spec: Mapping[str, Any]) -> bytes:
+    """Encode a start request for ``_launch.py``: NUL-separated, counted fields."""
+    argv = list(spec["argv"])
+    env = dict(spec["env"])
+    keep = list(spec.get("keep", ()))
+    fields = ["EXO1", str(spec["cwd"]), str(spec.get("pid_file") or ""), str(len(argv)), *argv, str(len(env))]
+    for k, v in env.items():
+        fields += [k, v]
+    fields += [str(len(keep)), *keep]
+    if any("\0" in f for f in fields):
+        raise InvalidInput("Start request contains a NUL byte", field="argv")
+    return "\0".join(fields).encode("utf-8", "surrogateescape")
+
+
+def deliver_spec(
+    fifo: Path,
+    spec: Mapping[str, Any] | bytes,
+    *,
+    timeout: float = 20.0,
+    still_waiting: Callable[[], bool] | None = None,
+) -> None:
+    """Write ``spec`` (argv, env, cwd, keep, pid_file) into ``fifo`` once the launcher opens it.
+
+    ``spec`` may also be an already encoded payload (bytes, e.g. the shell launcher's
+    script). ``still_waiting`` is asked about twice a second; when it returns False (the
+    pane already died) or ``timeout`` passes, ExternalFailure is raised.
+    """
+    data = spec if isinstance(spec, bytes) else encode_spec(spec)
+    deadline = time.monotonic() + timeout
+    next_check = time.monotonic() + 0.5
+    delay = 0.001
+    try:
+        while True:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+            now = time.monotonic()
+            if now > deadline:
+                raise ExternalFailure(
+                    "The agent's pane did not start its launcher in time",
+                    hint="Check that the Python interpreter running exo can be started by the multiplexer.",
+                    fifo=str(fifo),
+                )
+            if still_waiting is not None and now > next_check:
+                next_check = now + 0.5
+                if not still_waiting():
+                    raise ExternalFailure("The agent's pane exited before it started", fifo=str(fifo))
+            time.sleep(delay)
+            delay = min(delay * 2, 0.002)
+        try:
+            os.set_blocking(fd, True)
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+        finally:
+            os.close(fd)
+    finally:
+        try:
+            os.unlink(fifo)
+        except FileNotFoundError:
+            pass
+
+
+def tail_lines(text: str, lines: int) -> str:
+    """Return the last ``lines`` lines of ``text`` without trailing blank lines."""
+    rows = text.rstrip("\n").split("\n")
+    while rows and not rows[-1].strip():
+        rows.pop()
+    if lines > 0:
+        rows = rows[-lines:]
+    return "\n".join(rows) + ("\n" if rows else "")

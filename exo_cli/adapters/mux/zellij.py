@@ -1,0 +1,413 @@
+"""Zellij backend: one tab per agent in the Zellij session exo runs in (seed 000).
+
+Command lines follow Zellij's documented CLI (``zellij --session S action ...``):
+``new-tab --layout FILE --cwd DIR --name NAME``, ``go-to-tab-name NAME``,
+``write-chars -- TEXT``, ``write 13`` (Enter), ``dump-screen --full FILE``,
+``close-tab``. The tab layout puts the agent in a 60% pane with focus and, with
+services, process-compose and its log stacked in the other 40%.
+
+The agent pane runs exo's launcher, which reads argv and environment from a FIFO:
+no secret reaches the layout file, a command line, or the Zellij server's
+environment. The launcher also reports the agent's pid, so liveness, listing and
+stopping need no Zellij call. Actions that work on "the focused pane" (typing,
+dumping, closing) first focus the agent's tab by name; they move the user's view.
+
+The runner is injectable (``run``) because Zellij cannot be installed everywhere
+exo is tested.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from exo_cli.adapters.mux.base import (
+    Location,
+    PaneState,
+    check_argv,
+    check_env,
+    check_send_text,
+    deliver_spec,
+    ensure_private_dir,
+    kill_group,
+    launcher_argv,
+    make_fifo,
+    pid_alive,
+    proc_start_time,
+    read_records,
+    record_path,
+    tail_lines,
+    write_record,
+)
+from exo_cli.errors import EnvironmentError_, ExternalFailure, InvalidInput, StateError
+from exo_cli.validate import check_name
+
+Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+
+NOT_IN_ZELLIJ = "Not running in Zellij session"
+# Variables Zellij sets for the pane that the agent keeps on top of the given env.
+PANE_VARS = ("TERM", "ZELLIJ", "ZELLIJ_SESSION_NAME", "ZELLIJ_PANE_ID")
+WRITE_CHUNK = 16384  # characters per write-chars call (argv size limits)
+PC_LOG = ".exo/logs/process-compose.log"
+
+
+def in_zellij(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process runs inside a Zellij session (``ZELLIJ`` / ``ZELLIJ_SESSION_NAME``)."""
+    env = os.environ if environ is None else environ
+    return "ZELLIJ" in env or bool(env.get("ZELLIJ_SESSION_NAME"))
+
+
+def require_zellij(environ: Mapping[str, str] | None = None) -> str:
+    """Return the current Zellij session name; raise EnvironmentError_ outside Zellij."""
+    env = os.environ if environ is None else environ
+    name = env.get("ZELLIJ_SESSION_NAME")
+    if not in_zellij(env) or not name:
+        raise EnvironmentError_(
+            NOT_IN_ZELLIJ,
+            hint="Start zellij first, then run exo inside it (or use --mux tmux or headless).",
+        )
+    return name
+
+
+# --------------------------------------------------------------------------- KDL
+
+
+def kdl_str(value: str) -> str:
+    """Quote ``value`` as a KDL string (backslash, quote and control characters escaped)."""
+    out = ['"']
+    for ch in value:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\b":
+            out.append("\\b")
+        elif ch == "\f":
+            out.append("\\f")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{{{ord(ch):x}}}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _command_pane(indent: str, attrs: str, argv: Sequence[str], cwd: str | None) -> list[str]:
+    lines = [f"{indent}pane {attrs}{{"]
+    lines.append(f"{indent}    command {kdl_str(argv[0])}")
+    if len(argv) > 1:
+        lines.append(f"{indent}    args " + " ".join(kdl_str(a) for a in argv[1:]))
+    if cwd is not None:
+        lines.append(f"{indent}    cwd {kdl_str(cwd)}")
+    lines.append(f"{indent}}}")
+    return lines
+
+
+def layout_kdl(
+    agent_argv: Sequence[str],
+    cwd: str | os.PathLike[str],
+    *,
+    services: bool,
+    services_argv: Sequence[str] | None = None,
+    services_log: str = PC_LOG,
+    tab_bars: bool = True,
+) -> str:
+    """Return the KDL layout of an agent tab (seed 000's ``worktree.kdl``).
+
+    The agent pane takes 60% with focus. With ``services``, the other 40% holds
+    two stacked panes: ``process-compose`` (``services_argv``, by default
+    ``process-compose up --config process-compose.yaml --log-file <log> --no-server``)
+    and ``logs`` (``tail -F <log>``). Without services the agent pane fills the tab.
+    ``tab_bars`` keeps Zellij's tab and status bars (its default tab template).
+    """
+    argv = check_argv(agent_argv)
+    cwd_s = os.fspath(cwd)
+    lines = ["layout {"]
+    if tab_bars:
+        lines += [
+            "    default_tab_template {",
+            "        pane size=1 borderless=true {",
+            '            plugin location="zellij:tab-bar"',
+            "        }",
+            "        children",
+            "        pane size=2 borderless=true {",
+            '            plugin location="zellij:status-bar"',
+            "        }",
+            "    }",
+        ]
+    if services:
+        pc = check_argv(
+            services_argv
+            or [
+                "process-compose",
+                "up",
+                "--config",
+                "process-compose.yaml",
+                "--log-file",
+                services_log,
+                "--no-server",
+            ]
+        )
+        lines.append('    pane split_direction="vertical" {')
+        lines += _command_pane("        ", 'name="agent" size="60%" focus=true ', argv, cwd_s)
+        lines.append('        pane split_direction="horizontal" size="40%" stacked=true {')
+        lines += _command_pane("            ", 'name="process-compose" ', pc, cwd_s)
+        lines += _command_pane("            ", 'name="logs" ', ["tail", "-F", services_log], cwd_s)
+        lines.append("        }")
+        lines.append("    }")
+    else:
+        lines += _command_pane("    ", 'name="agent" focus=true ', argv, cwd_s)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- backend
+
+
+def _default_runner(binary: str) -> Runner:
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        from exo_cli.adapters.proc import run as proc_run
+
+        return proc_run(argv, what=f"zellij {' '.join(argv[3:5])}".strip(), timeout=30)
+
+    return run
+
+
+class Zellij:
+    """Agent tabs in a Zellij session."""
+
+    kind = "zellij"
+
+    def __init__(
+        self,
+        session: str | None = None,
+        *,
+        runtime_dir: Path,
+        run: Runner | None = None,
+        binary: str = "zellij",
+        environ: Mapping[str, str] | None = None,
+        services: bool = False,
+        services_argv: Sequence[str] | None = None,
+        start_timeout: float = 20.0,
+    ) -> None:
+        self.environ = os.environ if environ is None else environ
+        self.session = session if session is not None else require_zellij(self.environ)
+        if run is None:
+            from exo_cli.adapters.proc import which
+
+            if which(binary) is None:
+                raise EnvironmentError_(
+                    f"{binary} is not installed or not on PATH", hint="Install zellij.", binary=binary
+                )
+            run = _default_runner(binary)
+        self.run = run
+        self.binary = binary
+        self.runtime_dir = Path(runtime_dir)
+        self.services = services
+        self.services_argv = list(services_argv) if services_argv else None
+        self.start_timeout = start_timeout
+
+    # ------------------------------------------------------------------ plumbing
+
+    def action_argv(self, *args: str) -> list[str]:
+        """``zellij --session <session> action <args...>``."""
+        return [self.binary, "--session", self.session, "action", *args]
+
+    def _action(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run(self.action_argv(*args))
+
+    @property
+    def _dir(self) -> Path:
+        return ensure_private_dir(ensure_private_dir(self.runtime_dir) / "zellij")
+
+    def _record_path(self, name: str) -> Path:
+        return record_path(self._dir, name, "tab name")
+
+    @contextmanager
+    def _tab_lock(self) -> Iterator[None]:
+        """Serialize focus-then-act sequences (typing, dumping, closing) across processes."""
+        fd = os.open(self._dir / "focus.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def go_to_tab(self, name: str) -> None:
+        """Focus the agent's tab (``go-to-tab-name NAME``)."""
+        self._action("go-to-tab-name", check_name(name, "tab name"))
+
+    # ------------------------------------------------------------------ start
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str],
+        env: Mapping[str, str],
+        log_path: str | os.PathLike[str] | None = None,
+    ) -> Location:
+        """Open tab ``name`` with the agent layout running ``argv`` in ``cwd`` with exactly ``env``.
+
+        Zellij adds only TERM, ZELLIJ, ZELLIJ_SESSION_NAME and ZELLIJ_PANE_ID.
+        ``log_path`` is not used (the pane's scrollback is the log).
+        """
+        check_name(name, "tab name")
+        argv = check_argv(argv)
+        env = check_env(env)
+        cwd = os.fspath(cwd)
+        if not os.path.isdir(cwd):
+            raise InvalidInput(f"Working folder {cwd} does not exist", field="cwd")
+        if self.services:
+            Path(cwd, PC_LOG).parent.mkdir(parents=True, exist_ok=True)
+        token = uuid.uuid4().hex[:8]
+        fifo = make_fifo(self._dir / f"{name}-{token}.fifo")
+        pid_file = self._dir / f"{name}-{token}.pid"
+        layout = self._dir / f"{name}-{token}.kdl"
+        fd = os.open(layout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(
+                layout_kdl(launcher_argv(fifo), cwd, services=self.services, services_argv=self.services_argv)
+            )
+        try:
+            self._action("new-tab", "--layout", str(layout), "--cwd", cwd, "--name", name)
+            spec = {"argv": argv, "env": env, "cwd": cwd, "keep": list(PANE_VARS), "pid_file": str(pid_file)}
+            deliver_spec(fifo, spec, timeout=self.start_timeout)
+            pid = self._read_pid(pid_file)
+        finally:
+            for leftover in (fifo, layout, pid_file):
+                try:
+                    os.unlink(leftover)
+                except FileNotFoundError:
+                    pass
+        loc = Location(
+            mux="zellij", session=self.session, tab=name, pid=pid, pgid=pid, name=name,
+            start_time=proc_start_time(pid),
+        )  # fmt: skip
+        self._write_record(loc)
+        return loc
+
+    def _read_pid(self, pid_file: Path) -> int:
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            try:
+                text = pid_file.read_text().strip()
+                if text:
+                    return int(text)
+            except (FileNotFoundError, ValueError):
+                pass
+            time.sleep(0.01)
+        raise ExternalFailure("The agent's Zellij pane did not report its process id", pid_file=str(pid_file))
+
+    def _write_record(self, loc: Location) -> None:
+        write_record(self._record_path(loc.name or ""), loc)
+
+    def locations(self) -> list[Location]:
+        """Every agent tab this runtime folder has a record of."""
+        return read_records(self._dir)
+
+    # ------------------------------------------------------------------ observe
+
+    def list_states(self, locations: Sequence[Location] | None = None) -> dict[str, PaneState]:
+        """Return the state of ``locations`` (default: every recorded tab) keyed by tab name.
+
+        Liveness comes from the recorded pid: no Zellij call at all.
+        """
+        locs = self.locations() if locations is None else list(locations)
+        states = {}
+        for loc in locs:
+            if loc.mux != "zellij":
+                continue
+            alive = pid_alive(loc.pid, loc.start_time)
+            states[loc.key] = PaneState(location=loc, alive=alive, pid=loc.pid)
+        return states
+
+    def alive(self, loc: Location) -> bool:
+        """Whether the agent's process still runs."""
+        return pid_alive(loc.pid, loc.start_time)
+
+    def capture(self, loc: Location, lines: int = 200) -> str:
+        """Return the last ``lines`` lines of the agent's pane (focuses its tab, then ``dump-screen``)."""
+        name = check_name(loc.tab or loc.name, "tab name")
+        dump = self._dir / f"dump-{uuid.uuid4().hex[:8]}.txt"
+        with self._tab_lock():
+            self.go_to_tab(name)
+            self._action("dump-screen", "--full", str(dump))
+        try:
+            text = dump.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError as exc:
+            raise ExternalFailure("zellij dump-screen wrote no file", path=str(dump)) from exc
+        finally:
+            try:
+                os.unlink(dump)
+            except FileNotFoundError:
+                pass
+        return tail_lines(text, lines)
+
+    # ------------------------------------------------------------------ type
+
+    def send_text(self, loc: Location, text: str, *, submit: bool = True, enter_delay: float = 0.5) -> None:
+        """Type ``text`` into the agent's tab with ``write-chars`` and press Enter (``write 13``) after a pause.
+
+        The text is passed after ``--`` so a leading ``-`` is never read as a flag,
+        and is split into chunks for long messages. Only NUL is refused.
+        """
+        text = check_send_text(text)
+        name = check_name(loc.tab or loc.name, "tab name")
+        if not self.alive(loc):
+            raise StateError(f"The agent in Zellij tab {name} has exited", tab=name)
+        with self._tab_lock():
+            self.go_to_tab(name)
+            for i in range(0, len(text), WRITE_CHUNK):
+                self._action("write-chars", "--", text[i : i + WRITE_CHUNK])
+            if submit:
+                time.sleep(max(enter_delay, 0.0))
+                self._action("write", "13")
+
+    # ------------------------------------------------------------------ stop
+
+    def kill(self, loc: Location, *, grace: float = 3.0) -> None:
+        """Stop the agent's process group (SIGTERM, SIGKILL after ``grace``); the tab stays."""
+        pgid = loc.pgid or loc.pid
+        if not pgid:
+            raise InvalidInput("Not a Zellij location", field="location")
+        kill_group(pgid, grace=grace, leader_start_time=loc.start_time)
+
+    def close(self, loc: Location, *, force: bool = False) -> None:
+        """Close the agent's tab (``go-to-tab-name`` then ``close-tab``); a live agent needs ``force``."""
+        name = check_name(loc.tab or loc.name, "tab name")
+        if self.alive(loc):
+            if not force:
+                raise StateError(
+                    f"The agent in Zellij tab {name} is still running",
+                    hint="Stop it first (kill), or close with force.",
+                    tab=name,
+                )
+            self.kill(loc)
+        with self._tab_lock():
+            self.go_to_tab(name)
+            self._action("close-tab")
+        try:
+            self._record_path(name).unlink()
+        except FileNotFoundError:
+            pass
+
+    def attach_argv(self, loc: Location) -> list[str]:
+        """Inside this session: ``go-to-tab-name``; elsewhere: ``zellij attach <session>``."""
+        name = check_name(loc.tab or loc.name, "tab name")
+        if self.environ.get("ZELLIJ_SESSION_NAME") == self.session:
+            return self.action_argv("go-to-tab-name", name)
+        return [self.binary, "attach", self.session]

@@ -1,0 +1,459 @@
+"""Worktrees for agents: where they go, how they are named, created, prepared and removed.
+
+Git's metadata operations (``worktree add/remove/prune``, branch creation and deletion) are
+serialized per repository by an ``fcntl`` lock in exo's state folder (``repo.lock``), so twenty
+parallel spawns never fight over ``.git/config.lock`` or half-written ``.git/worktrees``
+entries (field-lessons F3). The checkout itself (``git reset --hard`` in the new worktree, its
+own index) runs outside the lock, concurrently. Everything here is argv-only, never a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.adapters import git as gitutil
+from exo_cli.errors import InvalidInput, StateError, external
+from exo_cli.validate import check_branch, check_name
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+EXO_EXCLUDE = "/.exo/"
+CONTEXT_FILE = ".exo/context.md"
+PC_FILE = ".exo/process-compose.yaml"
+PC_LOG = ".exo/logs/process-compose.log"
+HANGAR_FILE = "Hangar.toml"
+
+# Themed sets of short memorable names for unnamed workers (seed 002 picks from such sets).
+NAME_SETS: tuple[tuple[str, ...], ...] = (
+    ("john", "paul", "george", "ringo"),
+    ("groucho", "harpo", "chico", "zeppo", "gummo"),
+    ("ada", "grace", "alan", "edsger", "barbara", "donald"),
+    ("mercury", "venus", "earth", "mars", "jupiter", "saturn", "uranus", "neptune"),
+    ("oak", "ash", "elm", "yew", "fir", "pine", "birch", "rowan"),
+    ("otter", "badger", "heron", "lynx", "marten", "raven", "stoat", "wren"),
+)
+
+_TRANSIENT = ("could not lock", ".lock': File exists", "Unable to create", "index.lock", "cannot lock ref")
+_lock_guard = threading.Lock()
+
+
+# --------------------------------------------------------------------------- locations
+
+
+def hangar_root(env: Env) -> Path | None:
+    """The hangar (seed 000): ``$HANGAR_ROOT``, else the nearest folder with ``Hangar.toml`` above the repo."""
+    override = env.environ.get("HANGAR_ROOT")
+    if override:
+        return Path(os.path.expanduser(override)).absolute()
+    start = env.repo.root.absolute()
+    for folder in (start, *start.parents):
+        if (folder / HANGAR_FILE).is_file():
+            return folder
+    return None
+
+
+def worktree_root(env: Env) -> Path:
+    """Where exo puts worktrees: ``<hangar>/worktrees``, config ``worktree.root``, or ``<repo>/.exo/worktrees``."""
+    hangar = hangar_root(env)
+    if hangar is not None:
+        return hangar / "worktrees"
+    configured = str(env.config.get("worktree.root") or "")
+    if configured:
+        path = Path(os.path.expanduser(configured))
+        return path if path.is_absolute() else env.repo.root / path
+    return env.repo.root / ".exo" / "worktrees"
+
+
+def fill(template: str, key: str, **values: str) -> str:
+    """Fill a naming template's ``{placeholders}``; an unknown one is InvalidInput naming ``key``."""
+    try:
+        return template.format(**values)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise InvalidInput(
+            f"Bad template for {key}: {template!r} ({exc})",
+            hint=f"Placeholders available: {', '.join('{' + k + '}' for k in values)}.",
+            key=key,
+        ) from exc
+
+
+def bead_names(env: Env, short_id: str, slug: str) -> tuple[str, str]:
+    """Branch and folder of a bead's worktree: ``bd-<id>/<slug>`` and ``bd-<id>-<slug>`` by default."""
+    branch = fill(str(env.config.get("worktree.bead_branch")), "worktree.bead_branch", id=short_id, slug=slug)
+    folder = fill(str(env.config.get("worktree.bead_dir")), "worktree.bead_dir", id=short_id, slug=slug)
+    return check_branch(branch, "branch"), check_name(folder, "worktree folder")
+
+
+def child_names(env: Env, parent_branch: str, name: str) -> tuple[str, str]:
+    """Branch and folder of a worker or subtree: ``<parent>.<name>`` and ``<name>`` by default."""
+    tpl_b = str(env.config.get("worktree.child_branch"))
+    tpl_d = str(env.config.get("worktree.child_dir"))
+    branch = fill(tpl_b, "worktree.child_branch", parent=parent_branch, name=name)
+    folder = fill(tpl_d, "worktree.child_dir", parent=parent_branch.replace("/", "-"), name=name)
+    return check_branch(branch, "branch"), check_name(folder, "worktree folder")
+
+
+def pick_names(count: int, taken: set[str]) -> list[str]:
+    """``count`` short memorable names not in ``taken``, from one themed set where possible."""
+    out: list[str] = []
+    for names in NAME_SETS:  # prefer a set that fits the whole batch (seed 002)
+        free = [n for n in names if n not in taken]
+        if len(free) >= count:
+            return free[:count]
+    pool = [n for names in NAME_SETS for n in names]
+    n = 2
+    while len(out) < count:
+        for base in pool:
+            cand = base if base not in taken and base not in out else None
+            if cand is None:
+                cand = f"{base}{n}"
+                if cand in taken or cand in out:
+                    continue
+            out.append(cand)
+            if len(out) == count:
+                break
+        n += 1
+    return out
+
+
+# --------------------------------------------------------------------------- the repo lock
+
+
+@contextlib.contextmanager
+def repo_lock(state_dir: Path, name: str = "repo") -> Iterator[None]:
+    """Hold ``<state_dir>/<name>.lock`` exclusively (threads and processes alike)."""
+    fd = os.open(state_dir / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # flock: one lock per open file, so threads exclude too
+        yield
+    finally:
+        os.close(fd)
+
+
+def git_locked(
+    env: Env, args: Sequence[str], *, cwd: str | os.PathLike[str], check: bool = True, retries: int = 4
+) -> Any:
+    """Run a git metadata command under the repo lock, retrying transient lock errors with jitter."""
+    delay = 0.05
+    for attempt in range(retries + 1):
+        with repo_lock(env.state_dir):
+            proc = gitutil.git(list(args), cwd=cwd, check=False)
+        if proc.returncode == 0 or not any(t in proc.stderr for t in _TRANSIENT) or attempt == retries:
+            break
+        import random
+
+        time.sleep(delay * (1 + random.random()))
+        delay *= 2
+    if check and proc.returncode != 0:
+        raise external(f"git {args[0]} {args[1] if len(args) > 1 else ''}".strip(), proc)
+    return proc
+
+
+def rev(cwd: str | os.PathLike[str], ref: str) -> str | None:
+    """The commit ``ref`` names, or None."""
+    proc = gitutil.git(["rev-parse", "--verify", "--quiet", ref + "^{commit}"], cwd=cwd, check=False)
+    return proc.stdout.strip() or None
+
+
+def create(env: Env, *, path: Path, branch: str, base_commit: str) -> None:
+    """Create worktree ``path`` on new branch ``branch`` at ``base_commit`` (``--no-track``).
+
+    The branch and the worktree's metadata are created under the repo lock with
+    ``--no-checkout``; the files are checked out afterwards, concurrently with other spawns.
+    git itself refuses an existing branch or path: that is a StateError (never reused).
+    """
+    root = env.repo.root
+    path.parent.mkdir(parents=True, exist_ok=True)
+    proc = git_locked(env, ["worktree", "add", "--quiet", "--no-checkout", "--no-track", "-b", branch, str(path),
+                            base_commit], cwd=root, check=False)
+    if proc.returncode != 0:
+        if "already exists" in proc.stderr:
+            what = f"Branch {branch}" if "branch" in proc.stderr else f"Worktree {path}"
+            raise StateError(f"{what} already exists", hint="exo never reuses a branch or a worktree; pick another name.",
+                             branch=branch, path=str(path))
+        raise external("git worktree add", proc)
+    # The checkout touches only this worktree's own index and files: concurrent with other spawns.
+    gitutil.git(["reset", "-q", "--hard", "HEAD"], cwd=path)
+
+
+def is_registered(env: Env, path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is one of the repository's worktrees."""
+    return os.path.realpath(path) in {os.path.realpath(p) for p in list_worktrees(env)}
+
+
+def list_worktrees(env: Env) -> dict[str, dict[str, str]]:
+    """``git worktree list --porcelain`` parsed: path -> its attributes (branch, HEAD, prunable...)."""
+    proc = gitutil.git(["worktree", "list", "--porcelain"], cwd=env.repo.root)
+    out: dict[str, dict[str, str]] = {}
+    cur: dict[str, str] | None = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("worktree "):
+            cur = {}
+            out[line[9:]] = cur
+        elif cur is not None and line:
+            key, _, value = line.partition(" ")
+            cur[key] = value
+    return out
+
+
+def remove(env: Env, path: str | os.PathLike[str], *, force: bool = False) -> tuple[bool, str]:
+    """``git worktree remove`` under the repo lock; (True, "") or (False, git's refusal). Never retried with force."""
+    args = ["worktree", "remove", *(["--force"] if force else []), os.fspath(path)]
+    proc = git_locked(env, args, cwd=env.repo.root, check=False)
+    if proc.returncode == 0:
+        return True, ""
+    return False, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+
+
+def delete_branch_if_at(env: Env, branch: str, commit: str) -> bool:
+    """Delete ``branch`` only while it still points at ``commit`` (no work of anyone's on it)."""
+    proc = git_locked(env, ["update-ref", "-d", f"refs/heads/{branch}", commit], cwd=env.repo.root, check=False)
+    return proc.returncode == 0
+
+
+def prune(env: Env) -> None:
+    """``git worktree prune`` under the repo lock."""
+    git_locked(env, ["worktree", "prune"], cwd=env.repo.root, check=False)
+
+
+def dirty_files(path: str | os.PathLike[str]) -> list[str]:
+    """Modified, staged and untracked (not ignored) files of a worktree."""
+    return gitutil.status_porcelain(path)
+
+
+# --------------------------------------------------------------------------- preparing
+
+
+def _rel(value: str, key: str) -> str:
+    p = Path(value)
+    if not value or p.is_absolute() or ".." in p.parts:
+        raise InvalidInput(f"Bad path in {key}: {value!r} (expected a relative path inside the repo)", key=key)
+    return value
+
+
+def copy_files(env: Env, worktree: Path) -> tuple[list[str], list[str]]:
+    """Copy and symlink the files config ``worktree.copy``/``worktree.symlink`` lists; (created, warnings).
+
+    Sources are relative to the main checkout. A path the worktree already has (a tracked
+    file) is left alone; a missing source is a warning, not a failure.
+    """
+    created: list[str] = []
+    warnings: list[str] = []
+    src_root = env.repo.root
+    for key, link in (("worktree.copy", False), ("worktree.symlink", True)):
+        for rel in env.config.get(key) or []:
+            _rel(rel, key)
+            src = src_root / rel
+            dst = worktree / rel
+            if not (src.exists() or src.is_symlink()):
+                warnings.append(f"{key}: {rel} does not exist in {src_root}; skipped")
+                continue
+            if dst.exists() or dst.is_symlink():
+                warnings.append(f"{key}: {rel} already exists in the worktree; left as is")
+                continue
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if link:
+                os.symlink(src, dst, target_is_directory=src.is_dir())
+            elif src.is_dir() and not src.is_symlink():
+                shutil.copytree(src, dst, symlinks=True)
+            else:
+                shutil.copy2(src, dst, follow_symlinks=False)
+            created.append(str(dst))
+    return created, warnings
+
+
+def post_create_argv(env: Env) -> list[str] | None:
+    """The post-create command as argv (a string is split like a shell would, never run by one)."""
+    cmd = env.config.get("worktree.post_create")
+    if not cmd:
+        return None
+    if isinstance(cmd, str):
+        import shlex
+
+        try:
+            argv = shlex.split(cmd)
+        except ValueError as exc:
+            raise InvalidInput(f"Bad worktree.post_create: {exc}", key="worktree.post_create") from exc
+    else:
+        argv = list(cmd)
+    return argv or None
+
+
+def run_post_create(env: Env, worktree: Path, agent_env: Mapping[str, str]) -> None:
+    """Run the post-create command in the new worktree with the agent's environment."""
+    argv = post_create_argv(env)
+    if argv is None:
+        return
+    from exo_cli.adapters.proc import run
+
+    proc = run(argv, what="worktree.post_create", cwd=worktree, env=agent_env, check=False, timeout=900)
+    if proc.returncode != 0:
+        raise external(
+            "worktree.post_create", proc, hint="Fix the command in exo.toml (worktree.post_create) and spawn again."
+        )
+
+
+def write_file(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` atomically (creating folders)."""
+    from exo_cli.adapters.files import atomic_write
+
+    atomic_write(path, text, mode=mode, fsync=False)
+
+
+def exclude_exo(env: Env) -> None:
+    """Keep exo's per-worktree folder out of git everywhere (``/.exo/`` in ``info/exclude``)."""
+    with _lock_guard, repo_lock(env.state_dir, "exclude"):
+        gitutil.add_exclude(env.repo.common_dir, EXO_EXCLUDE)
+
+
+# --------------------------------------------------------------------------- services
+
+
+_RESTART = ("always", "on_failure", "exit_on_failure", "no")
+
+
+def _svc_err(name: str, key: str, expected: str) -> InvalidInput:
+    return InvalidInput(f"Bad value for services.{name}.{key} (expected {expected})", key=f"services.{name}.{key}")
+
+
+def check_services(services: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Validate config ``services``: name -> {command, port?, readiness?, restart?, max_restarts?, shutdown?, ...}."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, svc in services.items():
+        check_name(name, "service name")
+        if not isinstance(svc, dict):
+            raise InvalidInput(f"services.{name} must be a table", key=f"services.{name}")
+        if not isinstance(svc.get("command"), str) or not svc["command"].strip():
+            raise _svc_err(name, "command", "a command string")
+        port = svc.get("port")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+            raise _svc_err(name, "port", "a port number")
+        if svc.get("restart", "on_failure") not in _RESTART:
+            raise _svc_err(name, "restart", "one of " + ", ".join(_RESTART))
+        for key in ("max_restarts", "initial_delay", "period", "failure_threshold", "shutdown_timeout"):
+            v = svc.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                raise _svc_err(name, key, "a whole number")
+        for key in ("readiness", "shutdown"):
+            v = svc.get(key)
+            if v is not None and not isinstance(v, str):
+                raise _svc_err(name, key, "a command string")
+        http = svc.get("readiness_http")
+        if http is not None and not isinstance(http, str):
+            raise _svc_err(name, "readiness_http", "a URL path such as /health")
+        env = svc.get("environment", {})
+        if not isinstance(env, dict) or not all(isinstance(v, str | int) for v in env.values()):
+            raise _svc_err(name, "environment", "a table of strings")
+        deps = svc.get("depends_on", [])
+        if not isinstance(deps, list) or not all(d in services for d in deps):
+            raise _svc_err(name, "depends_on", "a list of declared service names")
+        out[name] = dict(svc)
+    return out
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:``port`` (and we may bind it)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def allocate_ports(services: Mapping[str, Mapping[str, Any]], used: set[int], *, step: int = 10) -> dict[str, int]:
+    """A port per service: its declared port plus a multiple of ``step``, unused by other agents and free now."""
+    ports: dict[str, int] = {}
+    declared = {n: int(s["port"]) for n, s in services.items() if s.get("port")}
+    if not declared:
+        return ports
+    for k in range(0, 2000):
+        cand = {n: p + k * step for n, p in declared.items()}
+        if any(p > 65535 for p in cand.values()):
+            break
+        if any(p in used for p in cand.values()) or len(set(cand.values())) != len(cand):
+            continue
+        if all(port_free(p) for p in cand.values()):
+            return cand
+    raise StateError("No free ports left for the declared services", hint="Stop some agents or change services.*.port.")
+
+
+def port_env(ports: Mapping[str, int]) -> dict[str, str]:
+    """``<SERVICE>_PORT`` variables for every allocated port."""
+    return {f"{n.upper().replace('-', '_').replace('.', '_')}_PORT": str(p) for n, p in ports.items()}
+
+
+def process_compose(
+    services: Mapping[str, Mapping[str, Any]], ports: Mapping[str, int], worktree: Path
+) -> dict[str, Any]:
+    """The process-compose document (seed 000's shape) for the declared services of one worktree."""
+    processes: dict[str, Any] = {}
+    shared = port_env(ports)
+    for name, svc in services.items():
+        env = {**shared, **{k: str(v) for k, v in (svc.get("environment") or {}).items()}}
+        if name in ports:
+            env["PORT"] = str(ports[name])
+        proc: dict[str, Any] = {
+            "command": svc["command"],
+            "working_dir": str(worktree),
+            "environment": [f"{k}={v}" for k, v in sorted(env.items())],
+        }
+        probe: dict[str, Any] | None = None
+        if svc.get("readiness"):
+            probe = {"exec": {"command": svc["readiness"]}}
+        elif svc.get("readiness_http") and name in ports:
+            probe = {"http_get": {"host": "127.0.0.1", "scheme": "http", "path": svc["readiness_http"],
+                                  "port": ports[name]}}
+        if probe is not None:
+            probe.update(
+                initial_delay_seconds=int(svc.get("initial_delay", 2)),
+                period_seconds=int(svc.get("period", 3)),
+                failure_threshold=int(svc.get("failure_threshold", 10)),
+            )
+            proc["readiness_probe"] = probe
+        proc["availability"] = {
+            "restart": svc.get("restart", "on_failure"),
+            "max_restarts": int(svc.get("max_restarts", 5)),
+        }
+        shutdown: dict[str, Any] = {"timeout_seconds": int(svc.get("shutdown_timeout", 5))}
+        if svc.get("shutdown"):
+            shutdown["command"] = svc["shutdown"]
+        proc["shutdown"] = shutdown
+        if svc.get("depends_on"):
+            proc["depends_on"] = {
+                d: {"condition": "process_healthy" if _has_probe(services[d]) else "process_started"}
+                for d in svc["depends_on"]
+            }
+        processes[name] = proc
+    return {"version": "0.5", "log_location": str(worktree / PC_LOG), "processes": processes}
+
+
+def _has_probe(svc: Mapping[str, Any]) -> bool:
+    return bool(svc.get("readiness") or svc.get("readiness_http"))
+
+
+def write_process_compose(doc: Mapping[str, Any], worktree: Path) -> Path:
+    """Write ``.exo/process-compose.yaml`` (ignored by git through ``/.exo/``)."""
+    import yaml
+
+    path = worktree / PC_FILE
+    write_file(path, yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False))
+    (worktree / PC_LOG).parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def services_argv(worktree: Path) -> list[str]:
+    """The side window's command: ``process-compose up -f <file> -L <log> --no-server``."""
+    return ["process-compose", "up", "--config", str(worktree / PC_FILE), "--log-file", str(worktree / PC_LOG),
+            "--no-server"]
+

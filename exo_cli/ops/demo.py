@@ -1,0 +1,643 @@
+"""``exo demo``: the whole lifecycle on a scratch repository with the built-in scripted agent.
+
+It needs no model and no agent CLI: it creates a scratch git repository (a temp folder, or
+``--dir``) holding a tiny Python project and four beads (one blocked by another), runs
+``init``, spawns one demo agent per ready bead (tmux when installed, else headless), and
+then drives the team exactly as a human lead would, through the registry: it waits on its
+own inbox with the fan-in ``wait`` operation, answers the question one agent asks, merges
+each pull request as it is filed (squash; siblings are told), completes each task (bead
+closed, worktree and branch removed) and spawns the bead that becomes ready when its
+blocker closes. Everything runs in-process as the human at the root of the scratch repo's
+own, fresh state: nothing of the caller's repository, tmux server, configuration or HOME is
+read or written (the caller's exo/tmux/git identity variables are dropped, the user config
+is ignored and worktrees are pinned inside the scratch repo).
+
+Progress goes to an observer the command puts on the Env (``env.demo_observer``, with
+``board(agents, elapsed)`` and ``event(text)``); the operation itself never prints. A
+global timeout, Ctrl-C or SIGTERM stop every demo agent and the scratch tmux server before
+the error (or the interrupt) goes up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from exo_cli.errors import EnvironmentError_, ExoError, InvalidInput, StateError, UsageError
+from exo_cli.registry import op
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+MUXES = ("tmux", "headless")
+PREFIX = "demo"
+DEFAULT_TIMEOUT = 120.0
+BOARD_EVERY = 0.25  # the status board refreshes about 4 times a second
+WAIT_SLICE = 0.25  # each turn of the loop waits this long on exo's own fan-in wait
+# Variables of the caller that never reach the scratch repo (identity, placement, other servers).
+_DROP = ("TMUX", "TMUX_PANE", "ZELLIJ", "ZELLIJ_SESSION_NAME", "ZELLIJ_PANE_ID", "HANGAR_ROOT", "BEADS_DIR",
+         "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
+         "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_PREFIX")
+_KEEP_EXO = ("EXO_DEBUG",)
+
+
+# ------------------------------------------------------------------------------------ results
+
+
+@dataclass(frozen=True)
+class DemoAgent:
+    """One demo agent: its bead, branch, PR and how it ended."""
+
+    id: str
+    bead: str
+    branch: str | None
+    pr: int | None
+    status: str
+    completed: bool
+    waited_for: str | None  # the bead that blocked this one, when it had to wait
+
+
+@dataclass(frozen=True)
+class DemoNote:
+    agent: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DemoQuestion:
+    agent: str
+    question: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class DemoPr:
+    """A merged pull request and the commit it became on main."""
+
+    number: int
+    agent: str
+    head: str
+    base: str
+    title: str
+    strategy: str
+    merge_commit: str
+    notified: list[str]
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What the demo did, and where its scratch repository is."""
+
+    agents: list[DemoAgent]
+    notes: list[DemoNote]
+    questions: list[DemoQuestion]
+    prs: list[DemoPr]
+    beads_closed: list[str]
+    repo: str
+    kept: bool
+    seconds: float
+    mux: str
+    log: list[str] = field(default_factory=list)  # `git log --oneline main` at the end
+    events: list[str] = field(default_factory=list)  # the timeline, as the progress lines showed it
+
+
+class Observer(Protocol):
+    """What the command shows while the demo runs (set as ``env.demo_observer``)."""
+
+    def board(self, agents: Any, elapsed: float) -> None: ...
+
+    def event(self, text: str) -> None: ...
+
+
+class _Quiet:
+    def board(self, agents: Any, elapsed: float) -> None:
+        pass
+
+    def event(self, text: str) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------------ the project
+
+HELLO_PY = '''"""A tiny greeting module: the demo agents extend it."""
+
+
+def hello(name: str = "world") -> str:
+    """Return a greeting for ``name``."""
+    return f"Hello, {name}!"
+'''
+
+README = """# hello
+
+A tiny project created by `exo demo`. The demo agents each took one bead from
+`.beads/issues.jsonl`, worked in their own worktree and branch, and had their pull
+request squash-merged here. `git log --oneline` shows their work.
+"""
+
+EXO_TOML = """# exo configuration of this scratch repository (written by `exo demo`).
+
+[agent]
+default = "demo"
+
+[mux]
+default = "{mux}"
+
+[forge]
+kind = "local"
+"""
+
+
+@dataclass(frozen=True)
+class _Bead:
+    id: str
+    title: str
+    priority: int
+    type: str
+    description: str
+    path: str
+    content: str
+    question: str | None = None
+    answer: str | None = None
+    finish: str = "idle"  # "idle" or "done"
+    blocked_by: str | None = None
+
+
+BEADS = (
+    _Bead("demo-bye", "Add a goodbye() function", 1, "feature",
+          "hello() needs a counterpart: goodbye(name) returning 'Goodbye, <name>!'.", "goodbye.py",
+          '"""Farewells."""\n\n\ndef goodbye(name: str = "world") -> str:\n'
+          '    """Return a farewell for ``name``."""\n    return f"Goodbye, {name}!"\n', finish="done"),
+    _Bead("demo-cfg", "Make the greeting configurable", 1, "feature",
+          "Let users pick the greeting word through the HELLO_GREETING environment variable.", "greeting.py",
+          '"""The greeting word, configurable through HELLO_GREETING."""\n\nimport os\n\n\n'
+          'def greeting() -> str:\n    """Return the configured greeting word (default: Hello)."""\n'
+          '    return os.environ.get("HELLO_GREETING", "Hello")\n',
+          question="Which greeting should be the default when HELLO_GREETING is not set?",
+          answer="Keep 'Hello' as the default; HELLO_GREETING overrides it."),
+    _Bead("demo-test", "Add tests for hello()", 2, "task",
+          "A pytest module covering hello() with and without a name.", "test_hello.py",
+          'from hello import hello\n\n\ndef test_hello_default() -> None:\n    assert hello() == "Hello, world!"\n\n\n'
+          'def test_hello_name() -> None:\n    assert hello("exo") == "Hello, exo!"\n'),
+    _Bead("demo-doc", "Document goodbye() in the README", 2, "task",
+          "Once goodbye() exists, describe it in the README.", "README.md",
+          README + "\n## Usage\n\n```python\nfrom hello import hello\nfrom goodbye import goodbye\n\n"
+          "print(hello(\"exo\"))    # Hello, exo!\nprint(goodbye(\"exo\"))  # Goodbye, exo!\n```\n",
+          finish="done", blocked_by="demo-bye"),
+)
+
+
+def _issues_jsonl(now: str) -> str:
+    """The beads export (the shape of tests/fixtures/beads/small): one JSON object a line."""
+    lines = []
+    for b in BEADS:
+        obj: dict[str, Any] = {
+            "id": b.id, "title": b.title, "status": "open", "priority": b.priority, "issue_type": b.type,
+            "description": b.description, "created_at": now, "updated_at": now,
+        }  # fmt: skip
+        if b.blocked_by:
+            obj["dependencies"] = [{"issue_id": b.id, "depends_on_id": b.blocked_by, "type": "blocks",
+                                    "created_at": now, "created_by": "exo-demo"}]
+        lines.append(json.dumps(obj, separators=(",", ":")))
+    return "\n".join(lines) + "\n"
+
+
+def _script(b: _Bead) -> list[Any]:
+    """The demo agent's steps for bead ``b`` (exo_cli/demo_agent.py)."""
+    steps: list[Any] = []
+    if b.question:
+        steps.append({"question": {"message": b.question, "timeout": 60}})
+    verb, done = ("Update", "updated") if b.path == "README.md" else ("Add", "added")
+    steps += [
+        {"write": {"path": b.path, "content": b.content}},
+        {"commit": {"message": f"[{b.id}] {b.title}"}},
+        {"note": {"message": f"{b.id}: {done} {b.path} and committed it"}},
+        {"pr": {"title": f"[{b.id}] {b.title}", "body": f"{verb}s {b.path} for bead {b.id}."}},
+    ]
+    if b.finish == "done":
+        steps.append({"done": {"output": f"{b.id} is done: {b.path} is in PR."}})
+    steps.append("idle")
+    return steps
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def clean_environ(environ: dict[str, str] | Any, root: Path) -> dict[str, str]:
+    """The caller's environment for the scratch repo: no exo/tmux/git identity, no user config.
+
+    Every ``EXO_*`` variable but EXO_DEBUG is dropped (so the caller's agent identity,
+    state folder, forge or worktree root never apply), the user's exo config is replaced
+    by an empty folder inside the scratch repo, and worktrees are pinned under it.
+    """
+    env = {k: v for k, v in environ.items()
+           if k not in _DROP and (not k.startswith("EXO_") or k in _KEEP_EXO)}
+    env["EXO_CONFIG_DIR"] = str(root / ".git" / "exo-demo-config")
+    env["EXO_WORKTREE_ROOT"] = str(root / ".exo" / "worktrees")
+    return env
+
+
+def _git(args: list[str], cwd: Path, env: dict[str, str], *, check: bool = True) -> Any:
+    from exo_cli.adapters.proc import run
+
+    return run(["git", *args], what=f"git {args[0]}", cwd=str(cwd), env=env, check=check)
+
+
+def _inside_work_tree(path: Path, env: dict[str, str]) -> str | None:
+    """The top of the git work tree ``path`` (an existing folder) is in, or None."""
+    from exo_cli.adapters.proc import run
+
+    proc = run(["git", "rev-parse", "--show-toplevel"], what="git rev-parse", cwd=str(path), env=env, check=False)
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def _scratch_dir(env: Env, path: str | None) -> tuple[Path, bool]:
+    """The folder for the scratch repo and whether the demo created it; never inside a repository."""
+    import tempfile
+
+    probe = {k: v for k, v in env.environ.items() if not k.startswith("GIT_")}
+    if path is None:
+        base = Path(tempfile.gettempdir())
+        top = _inside_work_tree(base, probe)
+        if top is not None:
+            raise UsageError(f"The temp folder {base} is inside the git repository {top}",
+                             hint="Set TMPDIR to a folder outside any repository, or pass --dir.")
+        return Path(tempfile.mkdtemp(prefix="exo-demo-", dir=base)), True
+    try:
+        return _check_dir(env, path, probe)
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a folder we may not read...
+        raise InvalidInput(f"Cannot use --dir {path[:200]!r}: {getattr(exc, 'strerror', None) or exc}",
+                           hint="Pass --dir a new (or empty) folder outside any repository.", field="path") from exc
+
+
+def _check_dir(env: Env, path: str, probe: dict[str, str]) -> tuple[Path, bool]:
+    target = Path(os.path.expanduser(path))
+    if not target.is_absolute():
+        target = env.cwd / target
+    target = target.absolute()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise InvalidInput(f"{target} already exists and is not an empty folder",
+                         hint="Pass --dir a new (or empty) folder; the demo never writes into existing files.")
+    parent = target if target.is_dir() else target.parent
+    while not parent.exists():
+        parent = parent.parent
+    top = _inside_work_tree(parent, probe)
+    if top is not None:
+        raise InvalidInput(f"{target} is inside the git repository {top}",
+                         hint="The demo never writes into your repositories: pass a --dir outside any repository.")
+    created = not target.exists()
+    target.mkdir(parents=True, exist_ok=True)
+    return target, created
+
+
+def _setup(root: Path, environ: dict[str, str], kind: str) -> Env:
+    """Create the project, the beads, the commit and run ``init``; return the scratch repo's Env."""
+    from datetime import UTC, datetime
+
+    from exo_cli.adapters import git as gitutil
+    from exo_cli.env import Env
+    from exo_cli.registry import invoke
+
+    _git(["init", "-q", "-b", "main"], root, environ)
+    if _git(["var", "GIT_COMMITTER_IDENT"], root, environ, check=False).returncode != 0:
+        _git(["config", "user.name", "exo demo"], root, environ)
+        _git(["config", "user.email", "demo@exo.invalid"], root, environ)
+    # The user's global git settings must not get in the way: no signing prompt, no hooks.
+    _git(["config", "commit.gpgsign", "false"], root, environ)
+    _git(["config", "core.hooksPath", str(root / ".git" / "hooks")], root, environ)
+    (root / "README.md").write_text(README, encoding="utf-8")
+    (root / "hello.py").write_text(HELLO_PY, encoding="utf-8")
+    (root / "exo.toml").write_text(EXO_TOML.format(mux=kind), encoding="utf-8")
+    beads = root / ".beads"
+    beads.mkdir()
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    (beads / "config.yaml").write_text(f'# written by exo demo\nissue-prefix: "{PREFIX}"\n', encoding="utf-8")
+    (beads / "issues.jsonl").write_text(_issues_jsonl(now), encoding="utf-8")
+    # The tracker is rewritten as beads are claimed and closed: keep it out of the commits, or
+    # the main checkout would be dirty and merges into it refused.
+    gitutil.add_exclude(root / ".git", "/.beads/")
+    _git(["add", "README.md", "hello.py", "exo.toml"], root, environ)
+    _git(["commit", "-q", "-m", "A tiny greeting module"], root, environ)
+    senv = Env(cwd=root, environ=environ)
+    invoke("init", senv)
+    return senv
+
+
+# ------------------------------------------------------------------------------------ the run
+
+
+class _Run:
+    """The lead's side of the demo: spawn, answer, merge, complete, spawn what became ready."""
+
+    def __init__(self, env: Env, kind: str, observer: Observer, started: float) -> None:
+        self.env = env
+        self.kind = kind
+        self.observer = observer
+        self.started = started
+        self.agents: dict[str, dict[str, Any]] = {}  # agent id -> {bead, branch, pr, completed, waited_for}
+        self.by_bead: dict[str, str] = {}
+        self.notes: list[DemoNote] = []
+        self.questions: list[DemoQuestion] = []
+        self.prs: list[DemoPr] = []
+        self.closed: list[str] = []
+        self.events: list[str] = []
+        self.finished: set[str] = set()
+        self.merge_due = 0.0  # monotonic time of the next merge attempt (0: none pending)
+        self.merge_tries = 0
+        self.complete_tries: dict[str, int] = {}
+
+    def say(self, text: str) -> None:
+        text = " ".join(text.split())
+        if len(text) > 160:
+            text = text[:159] + "…"
+        stamp = f"{time.monotonic() - self.started:5.1f}s"
+        self.events.append(f"{stamp} {text}")
+        self.observer.event(text)
+
+    # -- steps ---------------------------------------------------------------------------
+    def scripts_dir(self) -> Path:
+        path = self.env.state_dir / "demo"
+        path.mkdir(mode=0o700, exist_ok=True)
+        return path
+
+    def spawn(self, bead: _Bead) -> None:
+        from exo_cli.registry import invoke
+
+        script = self.scripts_dir() / f"{bead.id}.json"
+        script.write_text(json.dumps(_script(bead), indent=1), encoding="utf-8")
+        result = invoke("spawn", self.env, beads=[bead.id], agent="demo", mux=self.kind, demo_script=str(script))
+        if result.errors:
+            err = result.errors[0]
+            raise StateError(f"Could not spawn a demo agent for {bead.id}: {err['message']}",
+                             hint=err.get("hint"), bead=bead.id)
+        a = result.agents[0]
+        waited = bead.blocked_by if bead.blocked_by in self.closed else None
+        self.agents[a.id] = {"bead": bead.id, "branch": a.branch, "pr": None, "completed": False,
+                             "waited_for": waited}
+        self.by_bead[bead.id] = a.id
+        where = f"tmux window {a.id}" if self.kind == "tmux" else f"pid {a.location.get('pid')}"
+        self.say(f"spawned {a.id} for {bead.id} ({bead.title}) on {a.branch}, {where}")
+
+    def spawn_ready_beads(self) -> None:
+        from exo_cli.registry import invoke
+
+        ready = {b["id"] for b in invoke("beads_ready", self.env).beads}
+        for bead in BEADS:
+            if bead.id in ready and bead.id not in self.by_bead:
+                if bead.blocked_by:
+                    self.say(f"{bead.id} is ready now that {bead.blocked_by} is closed")
+                self.spawn(bead)
+
+    def handle(self, entry: Any) -> None:
+        from exo_cli.registry import invoke
+
+        who = entry.name or entry.agent_id
+        kind = entry.kind
+        text = entry.message or ""
+        if kind == "note":
+            self.notes.append(DemoNote(agent=entry.agent_id, message=text))
+            self.say(f"note from {who}: {text}")
+        elif kind == "question":
+            bead = next((b for b in BEADS if b.question == text), None)
+            reply = bead.answer if bead and bead.answer else "Use your best judgement."
+            invoke("answer", self.env, agent=entry.agent_id, message=reply)
+            self.questions.append(DemoQuestion(agent=entry.agent_id, question=text, answer=reply))
+            self.say(f"question from {who}: {text}")
+            self.say(f"answered {who}: {reply}")
+        elif kind == "pr-filed":
+            self.say(f"{who}: {text}")
+            self.merge_due = self.merge_due or time.monotonic()
+        elif kind == "done":
+            self.finished.add(entry.agent_id)
+            self.say(f"{who} is done: {text}")
+        elif kind == "event" and text.startswith(f"{who} is idle"):
+            self.finished.add(entry.agent_id)
+            self.say(text)
+
+    def merge_open(self) -> None:
+        """Squash-merge every open PR of a demo agent; retried a few times when refused."""
+        from exo_cli.registry import invoke
+
+        if not self.merge_due or time.monotonic() < self.merge_due:
+            return
+        self.merge_due = 0.0
+        for pr in invoke("pr_list", self.env, state="open").prs:
+            if pr.author not in self.agents:
+                continue
+            try:
+                r = invoke("pr_merge", self.env, number=pr.number, strategy="squash")
+            except ExoError as exc:
+                self.merge_tries += 1
+                if self.merge_tries > 10:
+                    raise
+                self.say(f"merging PR #{pr.number} was refused ({exc.message}); trying again")
+                self.merge_due = time.monotonic() + 0.5
+                continue
+            self.agents[pr.author]["pr"] = pr.number
+            self.prs.append(DemoPr(number=pr.number, agent=pr.author, head=pr.head, base=pr.base, title=pr.title,
+                                   strategy=r.strategy, merge_commit=r.merge_commit, notified=list(r.notified)))
+            told = f"; told {', '.join(n for n in r.notified if n != pr.author)}" if len(r.notified) > 1 else ""
+            self.say(f"merged PR #{pr.number} ({pr.head} -> {pr.base}) as {r.merge_commit[:9]}{told}")
+
+    def complete_finished(self) -> None:
+        """Complete every agent that finished and whose PR is merged; then spawn what became ready."""
+        from exo_cli.records import DONE, IDLE
+        from exo_cli.registry import invoke
+
+        closed_any = False
+        for agent_id, info in self.agents.items():
+            if info["completed"] or info["pr"] is None:
+                continue
+            rec = self.env.store.agent(agent_id)
+            if agent_id not in self.finished and (rec is None or rec.status not in (IDLE, DONE)):
+                continue
+            tries = self.complete_tries.get(agent_id, 0)
+            self.complete_tries[agent_id] = tries + 1
+            try:
+                r = invoke("complete", self.env, target=agent_id, force=tries >= 4)
+            except StateError as exc:
+                if tries >= 4:
+                    raise
+                self.say(f"completing {agent_id} was refused ({exc.message}); trying again")
+                continue
+            info["completed"] = True
+            if r.bead_closed and r.bead:
+                self.closed.append(r.bead)
+                closed_any = True
+            removed = "worktree and branch removed" if r.worktree_removed and r.branch_deleted else r.removal
+            self.say(f"completed {agent_id}: bead {r.bead} {'closed' if r.bead_closed else 'not closed'}, {removed}")
+        if closed_any:
+            self.spawn_ready_beads()
+
+    def board(self, force: bool = False) -> None:
+        from exo_cli.registry import invoke
+
+        now = time.monotonic()
+        if not force and now - getattr(self, "_board_at", 0.0) < BOARD_EVERY:
+            return
+        self._board_at = now
+        self.observer.board(invoke("agents", self.env), now - self.started)
+
+    def all_done(self) -> bool:
+        return len(self.closed) == len(BEADS) and all(i["completed"] for i in self.agents.values())
+
+    def loop(self, deadline: float) -> None:
+        from exo_cli.registry import invoke
+
+        self.spawn_ready_beads()
+        while not self.all_done():
+            self.board()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            res = invoke("wait", self.env, timeout=min(WAIT_SLICE, remaining))
+            for entry in res.results:
+                if entry.status == "received":
+                    self.handle(entry)
+            self.merge_open()
+            self.complete_finished()
+        self.board(force=True)
+
+    # -- stopping and reporting -----------------------------------------------------------
+    def stop_everything(self) -> None:
+        """Stop every demo agent still running and the scratch repo's tmux server."""
+        from exo_cli.ops import agentctl
+        from exo_cli.records import DONE, ROOT
+
+        with contextlib.suppress(Exception):
+            for a in self.env.store.agents():
+                if a.id == ROOT or agentctl.location(a) is None:
+                    continue
+                with contextlib.suppress(ExoError, OSError):
+                    agentctl.stop_agent(self.env, a, reason="demo stopped", status=a.status if a.status == DONE
+                                        else "dead")
+        if self.kind == "tmux":
+            with contextlib.suppress(ExoError, OSError):
+                agentctl.mux_for(self.env, "tmux").kill_server()
+
+    def result(self, root: Path, kept: bool) -> DemoResult:
+        agents = []
+        for agent_id, info in self.agents.items():
+            rec = self.env.store.agent(agent_id)
+            agents.append(DemoAgent(id=agent_id, bead=info["bead"], branch=info["branch"], pr=info["pr"],
+                                    status=rec.status if rec else "unknown", completed=info["completed"],
+                                    waited_for=info["waited_for"]))
+        log: list[str] = []
+        with contextlib.suppress(ExoError, OSError):
+            out = _git(["log", "--oneline", "main"], root, dict(self.env.environ), check=False)
+            log = out.stdout.splitlines()
+        return DemoResult(agents=agents, notes=list(self.notes), questions=list(self.questions), prs=list(self.prs),
+                          beads_closed=list(self.closed), repo=str(root), kept=kept,
+                          seconds=round(time.monotonic() - self.started, 2), mux=self.kind, log=log,
+                          events=list(self.events))
+
+
+def _choose_mux(env: Env, mux: str | None) -> str:
+    if mux is not None and mux not in MUXES:
+        raise InvalidInput(f"Invalid multiplexer {mux!r} for the demo", hint="Use tmux or headless.", field="mux")
+    has_tmux = shutil.which("tmux", path=env.environ.get("PATH")) is not None
+    if mux == "tmux" and not has_tmux:
+        raise EnvironmentError_("tmux is not installed or not on PATH", hint="Install tmux, or use --mux headless.")
+    return mux or ("tmux" if has_tmux else "headless")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Any:
+    """While the demo runs, SIGTERM stops it like Ctrl-C does (agents stopped, nothing left)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@op(
+    "demo",
+    cli="demo",
+    roles=("human",),
+    help={
+        "mux": "Where the demo agents run: tmux or headless (default: tmux when installed, else headless).",
+        "path": "Create the scratch repository here (a new or empty folder outside any repository; "
+        "default: a new temp folder).",
+        "keep": "Keep the scratch repository afterwards to look at it (--no-keep removes it).",
+        "timeout": "Give up (stopping every demo agent) after this many seconds.",
+    },
+)
+def demo(env: Env, *, mux: str | None = None, path: str | None = None, keep: bool = True,
+         timeout: float = DEFAULT_TIMEOUT) -> DemoResult:
+    """Show the whole lifecycle on a scratch repository with the built-in demo agent.
+
+    Creates a scratch git repository (a small Python project and four beads, one blocked by
+    another), spawns a scripted demo agent per ready bead (tmux when installed, else
+    headless), and leads them as the human at the root: answers the question one asks,
+    squash-merges each PR as it is filed, completes each task (bead closed, worktree and
+    branch removed) and then spawns the bead its blocker held back. Needs no model and no
+    agent CLI, and touches none of your repositories, tmux sessions or files. Ctrl-C or
+    the timeout stop every demo agent.
+    """
+    if timeout <= 0:
+        raise InvalidInput(f"Invalid timeout {timeout}: it must be more than 0 seconds", field="timeout")
+    kind = _choose_mux(env, mux)
+    observer: Observer = getattr(env, "demo_observer", None) or _Quiet()
+    started = time.monotonic()
+    root, created = _scratch_dir(env, path)
+    environ = clean_environ(env.environ, root)
+    run: _Run | None = None
+    runtime: Path | None = None
+    ok = False
+    try:
+        with _sigterm_as_interrupt():
+            observer.event(f"scratch repository: {root}")
+            senv = _setup(root, environ, kind)
+            runtime = senv.runtime_dir
+            run = _Run(senv, kind, observer, started)
+            run.say(f"created the project, {len(BEADS)} beads and exo's state; agents run {kind}")
+            try:
+                run.loop(started + timeout)
+            except TimeoutError:
+                run.say(f"timed out after {timeout:g} s: stopping every demo agent")
+                run.stop_everything()
+                partial = run.result(root, keep)
+                raise StateError(
+                    f"The demo did not finish within {timeout:g} s: {len(partial.beads_closed)} of {len(BEADS)} "
+                    f"beads closed, {len(partial.prs)} PRs merged; every demo agent was stopped",
+                    hint=(f"Look at the agents' logs in {senv.state_dir / 'logs'}" if keep else
+                          "Run it again with --keep to look at the scratch repository and the agents' logs")
+                    + ", or give it longer with --timeout.",
+                    **asdict(partial),
+                ) from None
+            run.stop_everything()
+            ok = True
+            return run.result(root, keep)
+    finally:
+        if run is not None and not ok:
+            run.stop_everything()  # Ctrl-C, SIGTERM or an error: leave nothing running
+        if not keep:
+            if runtime is not None:
+                shutil.rmtree(runtime, ignore_errors=True)
+            if created:
+                shutil.rmtree(root, ignore_errors=True)
+            else:
+                for child in list(root.iterdir()) if root.is_dir() else []:
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        with contextlib.suppress(OSError):
+                            child.unlink()
+
+
+__all__ = ["BEADS", "DemoResult", "clean_environ", "demo"]

@@ -1,0 +1,537 @@
+"""``exo hook EVENT --cli CLI``: the agent CLIs' hooks (Claude Code, Gemini CLI, Codex CLI, exo's own).
+
+Each hook reads the CLI's JSON (stdin; Codex ``notify``: the last argv) and answers in
+that CLI's format (``reference/formats.md`` 2a/2b/2c):
+
+- additional context: ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``
+  with E = SessionStart / UserPromptSubmit (Claude, Codex, exo) or SessionStart /
+  BeforeAgent (Gemini);
+- keep going after a turn: ``{"decision": "block", "reason": R}`` (Claude, Codex, exo) or
+  ``{"decision": "deny", "reason": R}`` (Gemini AfterAgent);
+- otherwise ``{}`` (neutral); Codex ``notify`` prints nothing.
+
+Hooks run on the agent's hot path: this module imports only the stdlib and light exo
+modules, and a hook fails open (``fail_open``): any error becomes one warning line on
+stderr, a neutral answer and exit 0, and a hook never creates a state database.
+
+Per-agent hook bookkeeping (consecutive stop-hook blocks, the last turn id, the Codex
+thread, the transcript offset, rebase failures) lives in ``kv`` under ``hook:<agent id>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.ops import delivery as msgs
+from exo_cli.records import DEAD, DONE, IDLE, ROOT, WAITING_PERMISSION, WORKING, Agent
+from exo_cli.registry import op
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
+CLIS = ("claude", "gemini", "codex", "exo")
+MAX_BLOCKS = 5  # consecutive stop-hook blocks before the agent is let go idle
+TITLE_PREFIX = "Generate a concise"  # Codex's title-generation side thread
+PERMISSION_TYPES = ("permission_prompt", "ToolPermission")
+TRANSCRIPT_TAIL = 4 * 1024 * 1024
+# Seconds session-start waits for the agent's own exo MCP server (set by the Claude backend: its TUI
+# sends the first prompt while MCP servers still connect, and a first mcp__exo__* call then fails).
+MCP_WAIT_VAR = "EXO_MCP_WAIT"
+
+
+@dataclass(frozen=True)
+class HookResult:
+    """What a hook did, and the JSON it prints for the agent CLI (``output``; None: print nothing)."""
+
+    event: str
+    cli: str
+    agent: str | None
+    output: dict[str, Any] | None
+    actions: list[str] = field(default_factory=list)
+    warning: str | None = None
+
+
+def neutral(event: str, cli: str) -> dict[str, Any] | None:
+    return None if event == "notify" else {}
+
+
+def context_output(cli: str, event: str, text: str) -> dict[str, Any]:
+    """Additional context in the CLI's format (empty text: neutral)."""
+    if not text:
+        return {}
+    if event == "session-start":
+        name = "SessionStart"
+    else:
+        name = "BeforeAgent" if cli == "gemini" else "UserPromptSubmit"
+    return {"hookSpecificOutput": {"hookEventName": name, "additionalContext": text}}
+
+
+def block_output(cli: str, reason: str) -> dict[str, Any]:
+    """Keep the agent going with ``reason`` as its next instruction."""
+    return {"decision": "deny" if cli == "gemini" else "block", "reason": reason}
+
+
+def parse_payload(payload: str | None) -> tuple[dict[str, Any], str | None]:
+    if not payload or not payload.strip():
+        return {}, None
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        return {}, f"unreadable hook payload ({exc})"
+    return (data, None) if isinstance(data, dict) else ({}, "hook payload is not a JSON object")
+
+
+# ---------------------------------------------------------------------------------- the operation
+
+
+@op(
+    "hook",
+    cli="hook",
+    tools=[],  # called by the agent CLIs, never listed as an MCP tool
+    roles=("tl", "dev"),
+    help={
+        "event": "The hook event: session-start, prompt, stop, session-end, notification, tool or notify.",
+        "cli": "The agent CLI whose payload and answer format to use: claude, gemini, codex or exo.",
+        "payload": "The hook's JSON payload (Codex notify passes it as the last argument; otherwise stdin).",
+    },
+)
+def hook(env: Env, *, event: str, cli: str = "claude", payload: str | None = None) -> HookResult:
+    """Handle an agent CLI's hook event and answer in that CLI's format.
+
+    session-start injects the task context and pending messages and records the CLI's
+    session id; prompt marks the agent working and injects pending messages; stop marks it
+    idle, records its output, rebases onto a parent branch that moved ahead (local refs
+    only) and keeps it going with pending messages (never more than 5 times in a row);
+    session-end marks it dead unless done; notification marks it waiting-permission; tool
+    counts tool calls; notify handles Codex's agent-turn-complete of the agent's own thread.
+    Fails open: on any problem it warns on stderr and lets the agent continue.
+    """
+    if cli not in CLIS:
+        cli_warning = f"unknown --cli {cli!r}, answering in Claude's format"
+        cli = "claude"
+    else:
+        cli_warning = None
+    if event not in EVENTS:
+        return HookResult(event, cli, None, {}, warning=f"unknown hook event {event!r}; nothing done")
+    data, warning = parse_payload(payload)
+    warning = warning or cli_warning
+    if not env.has_state():
+        return HookResult(event, cli, None, neutral(event, cli),
+                          warning=warning or "no exo state for this repository; hook did nothing")
+    caller = env.caller
+    if caller.is_human:
+        claimed = env.environ.get("EXO_AGENT")
+        if claimed and claimed != ROOT:  # an agent's hook that could not be matched: say why
+            env.store.kv_get("schema-probe")  # raises when the state database is broken
+            warning = warning or f"EXO_AGENT={claimed} is not an agent exo recorded; hook did nothing"
+        return HookResult(event, cli, None, neutral(event, cli), warning=warning)
+    agent = env.store.agent(caller.agent_id)
+    if agent is None:
+        return HookResult(event, cli, None, neutral(event, cli), warning=warning)
+    result = HANDLERS[event](env, agent, cli, data)
+    if warning and result.warning is None:
+        return HookResult(result.event, result.cli, result.agent, result.output, result.actions, warning)
+    return result
+
+
+# ---------------------------------------------------------------------------------- state
+
+
+def _key(agent_id: str) -> str:
+    return f"hook:{agent_id}"
+
+
+def load_state(env: Env, agent_id: str) -> dict[str, Any]:
+    raw = env.store.kv_get(_key(agent_id))
+    try:
+        state = json.loads(raw) if raw else {}
+    except ValueError:
+        state = {}
+    return state if isinstance(state, dict) else {}
+
+
+def save_state(env: Env, agent_id: str, state: dict[str, Any]) -> None:
+    env.store.kv_set(_key(agent_id), json.dumps(state, separators=(",", ":")))
+
+
+def _update(env: Env, agent: Agent, **changes: Any) -> None:
+    if agent.status == DONE:
+        changes.pop("status", None)
+        changes.pop("status_reason", None)
+    if changes:
+        env.store.update_agent(agent.id, **changes)
+
+
+# ---------------------------------------------------------------------------------- handlers
+
+
+def task_context(agent: Agent) -> str:
+    """The agent's ``.exo/context.md`` when its worktree has one, else its task."""
+    if agent.worktree:
+        path = os.path.join(agent.worktree, ".exo", "context.md")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read().strip()
+            if text:
+                return text
+        except OSError:
+            pass
+    lines = [f"You are exo agent {agent.name} (role {agent.role}); your parent is {agent.parent or ROOT}."]
+    if agent.task:
+        lines.append(f"Your task: {agent.task}")
+    if agent.bead:
+        lines.append(f"Your bead: {agent.bead} (`bd show {agent.bead} --json`).")
+    if agent.branch:
+        lines.append(f"Your branch: {agent.branch} (parent branch {agent.base_branch or '-'}).")
+    return "\n".join(lines)
+
+
+def _pending_text(env: Env, agent: Agent) -> str:
+    taken = msgs.claim_pending(env, agent.id)
+    return msgs.render_all(taken)
+
+
+def on_session_start(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
+    sid = data.get("session_id")
+    changes: dict[str, Any] = {"status": WORKING, "status_reason": "session started"}
+    if isinstance(sid, str) and sid:
+        changes["session_id"] = sid
+    _update(env, agent, **changes)
+    state = load_state(env, agent.id)
+    state["blocks"] = 0
+    if cli == "codex" and isinstance(sid, str) and sid and data.get("source", "startup") == "startup":
+        state.setdefault("thread", sid)
+    save_state(env, agent.id, state)
+    text = task_context(agent)
+    pending = _pending_text(env, agent)
+    if pending:
+        text += "\n\nMessages for you:\n" + pending
+    actions = ["working", "session_id" if "session_id" in changes else "no-session-id"]
+    warning = None
+    try:  # Claude only: a Gemini or Codex child of a Claude agent inherits the variable
+        wait = float(env.environ.get(MCP_WAIT_VAR) or 0) if cli == "claude" else 0.0
+    except ValueError:
+        wait = 0.0
+    if wait > 0:
+        if wait_mcp_ready(env, agent.id, wait):
+            actions.append("mcp-ready")
+        else:
+            warning = f"exo's MCP server did not answer within {wait:g}s; starting without waiting for it"
+    return HookResult("session-start", cli, agent.id, context_output(cli, "session-start", text), actions,
+                      warning)
+
+
+def mcp_ready_key(agent_id: str) -> str:
+    """The kv key (and doorbell) where an agent's exo MCP server says it listed its tools."""
+    return f"mcp-ready:{agent_id}"
+
+
+def mark_mcp_ready(env: Env, agent_id: str) -> None:
+    """Record (for ``wait_mcp_ready``) that this MCP server answered tools/list: its parent's pid."""
+    key = mcp_ready_key(agent_id)
+    env.store.kv_set(key, str(os.getppid()))
+    env.store.bell.ring(key)
+
+
+def wait_mcp_ready(env: Env, agent_id: str, timeout: float) -> bool:
+    """Wait until the exo MCP server of the agent CLI process running this hook has listed its tools.
+
+    The server records its parent's pid (``mark_mcp_ready``); it counts only when that
+    process is an ancestor of this hook, i.e. the same agent CLI process (a marker left by
+    an earlier run of the agent does not). Returns False after ``timeout`` seconds.
+    """
+    from exo_cli.env import _ancestors
+
+    mine = set(_ancestors(os.getpid()))
+    key = mcp_ready_key(agent_id)
+    deadline = time.monotonic() + timeout
+    with env.store.bell.listen([key]) as waiter:
+        while True:
+            raw = env.store.kv_get(key) or ""
+            if raw.isdigit() and int(raw) in mine:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            waiter.wait(min(left, 1.0))
+
+
+def on_prompt(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
+    _update(env, agent, status=WORKING, status_reason=None)
+    pending = _pending_text(env, agent)
+    return HookResult("prompt", cli, agent.id, context_output(cli, "prompt", pending),
+                      ["working", *(["messages"] if pending else [])])
+
+
+def on_tool(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
+    with env.store.write() as c:
+        c.execute(
+            "UPDATE agents SET tool_calls = tool_calls + 1,"
+            " status = CASE WHEN status = ? THEN ? ELSE status END WHERE id = ?",
+            (WAITING_PERMISSION, WORKING, agent.id),
+        )
+    return HookResult("tool", cli, agent.id, {}, ["tool_calls+1"])
+
+
+def on_session_end(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
+    if agent.status in (DONE, DEAD):
+        return HookResult("session-end", cli, agent.id, {}, [])
+    reason = str(data.get("reason") or "session ended")
+    env.store.update_agent(agent.id, status=DEAD, status_reason=f"session ended ({reason})")
+    msgs.notify_parent(env, agent, "dead", f"{agent.name} ended its session ({reason})", reason=reason)
+    return HookResult("session-end", cli, agent.id, {}, ["dead"])
+
+
+def on_notification(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
+    kind = data.get("notification_type")
+    text = str(data.get("message") or "")
+    if not (kind in PERMISSION_TYPES or (kind is None and "permission" in text.lower())):
+        return HookResult("notification", cli, agent.id, {}, [])
+    if agent.status == DONE:
+        return HookResult("notification", cli, agent.id, {}, [])
+    env.store.update_agent(agent.id, status=WAITING_PERMISSION, status_reason=text[:200] or "permission prompt")
+    msgs.notify_parent(env, agent, WAITING_PERMISSION,
+                       f"{agent.name} is waiting for permission: {text or 'a tool needs approval'}", message=text)
+    return HookResult("notification", cli, agent.id, {}, [WAITING_PERMISSION])
+
+
+def _last_message(data: dict[str, Any]) -> str | None:
+    for key in ("last_assistant_message", "prompt_response", "last-assistant-message"):
+        value = data.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def transcript_tokens(path: str, state: dict[str, Any]) -> int:
+    """Tokens of the assistant messages added to a Claude transcript since the last call."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return 0
+    off = state.get("toff", 0) if state.get("tpath") == path else 0
+    if not isinstance(off, int) or off > size:
+        off = 0
+    skip_partial = False
+    if size - off > TRANSCRIPT_TAIL:
+        off, skip_partial = size - TRANSCRIPT_TAIL, True
+    with open(path, "rb") as fh:
+        fh.seek(off)
+        chunk = fh.read(size - off)
+    if skip_partial:
+        first = chunk.find(b"\n") + 1
+        chunk, off = chunk[first:], off + first
+    end = chunk.rfind(b"\n") + 1
+    chunk = chunk[:end]
+    state["toff"], state["tpath"] = off + end, path
+    seen = list(state.get("tids") or [])
+    total = 0
+    for line in chunk.splitlines():
+        if b'"usage"' not in line:
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        message = obj.get("message") if isinstance(obj, dict) else None
+        usage = message.get("usage") if isinstance(message, dict) else None
+        if not isinstance(usage, dict):
+            continue
+        mid = message.get("id")
+        if mid in seen:
+            continue
+        seen.append(mid)
+        for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+            v = usage.get(k)
+            if isinstance(v, int):
+                total += v
+    state["tids"] = seen[-20:]
+    return total
+
+
+def ref_sha(worktree: str, ref: str) -> str | None:
+    """Resolve a branch ref by reading the repository files (no git process); None when unsure."""
+    try:
+        dotgit = os.path.join(worktree, ".git")
+        if os.path.isdir(dotgit):
+            gitdir = dotgit
+        else:
+            with open(dotgit, encoding="utf-8") as fh:
+                line = fh.read().strip()
+            if not line.startswith("gitdir:"):
+                return None
+            gitdir = os.path.join(worktree, line[7:].strip())
+        common = gitdir
+        try:
+            with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
+                common = os.path.join(gitdir, fh.read().strip())
+        except FileNotFoundError:
+            pass
+        try:
+            with open(os.path.join(common, ref), encoding="utf-8") as fh:
+                sha = fh.read().strip()
+            return sha if len(sha) >= 40 and not sha.startswith("ref:") else None
+        except FileNotFoundError:
+            pass
+        with open(os.path.join(common, "packed-refs"), encoding="utf-8") as fh:
+            for line in fh:
+                if line.rstrip("\n").endswith(" " + ref) and not line.startswith(("#", "^")):
+                    return line.split(" ", 1)[0]
+    except OSError:
+        return None
+    return None
+
+
+def rebase_check(agent: Agent, state: dict[str, Any] | None = None) -> tuple[str, str | None, list[str]]:
+    """Rebase the agent's branch onto its parent branch when that moved ahead (local refs only).
+
+    Returns (outcome, base sha, conflicting files) with outcome none | dirty | rebased |
+    conflict. On conflict the rebase is aborted, so the tree is exactly as before. With
+    ``state``, a parent branch tip already checked is recognised without running git.
+    """
+    wt, base = agent.worktree, agent.base_branch
+    if not wt or not base or not os.path.isdir(wt):
+        return "none", None, []
+    ref = base if base.startswith("refs/") else f"refs/heads/{base}"
+    known = ref_sha(wt, ref)
+    if state is not None and known and state.get("base_ok") == known:
+        return "none", known, []
+    from exo_cli.adapters.git import git
+
+    sha = git(["rev-parse", "--verify", "--quiet", ref + "^{commit}"], cwd=wt, check=False).stdout.strip()
+    if not sha:
+        return "none", None, []
+    if not git(["rev-list", "-1", sha, "--not", "HEAD"], cwd=wt, check=False).stdout.strip():
+        if state is not None:
+            state["base_ok"] = sha
+        return "none", sha, []
+    if git(["status", "--porcelain", "--untracked-files=no"], cwd=wt, check=False).stdout.strip():
+        return "dirty", sha, []
+    env = {"GIT_EDITOR": "true", "GIT_SEQUENCE_EDITOR": "true"}
+    proc = git(["rebase", "--no-autostash", sha], cwd=wt, check=False, env=env)
+    if proc.returncode == 0:
+        if state is not None:
+            state["base_ok"] = sha
+        return "rebased", sha, []
+    files = git(["diff", "--name-only", "--diff-filter=U"], cwd=wt, check=False).stdout.split()
+    git(["rebase", "--abort"], cwd=wt, check=False)
+    return "conflict", sha, files
+
+
+def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block: bool = True) -> HookResult:
+    event = "notify" if not can_block else "stop"
+    actions: list[str] = []
+    state = load_state(env, agent.id)
+    turn = data.get("turn_id") or data.get("turn-id")
+    first_for_turn = not turn or state.get("last_turn") != turn
+    if turn:
+        state["last_turn"] = turn
+    text = _last_message(data)
+    active = bool(data.get("stop_hook_active"))
+    tokens = 0
+    tpath = data.get("transcript_path")
+    if first_for_turn and cli == "claude" and isinstance(tpath, str) and tpath:
+        try:
+            tokens = transcript_tokens(tpath, state)
+        except OSError:
+            tokens = 0
+
+    reasons: list[str] = []
+    if can_block:
+        outcome, sha, files = rebase_check(agent, state)
+        if outcome != "none":
+            actions.append(f"rebase:{outcome}")
+        if outcome == "conflict":
+            failures = state.setdefault("rebase_failures", {})
+            n = failures[sha] = int(failures.get(sha, 0)) + 1
+            listed = ", ".join(files) or "(see git status)"
+            if n == 1 and not active:
+                reasons.append(
+                    f"Your parent branch {agent.base_branch} moved ahead and rebasing onto it conflicts in: {listed}. "
+                    "exo aborted the rebase, so your tree is exactly as before. Resolve it: commit your work, run "
+                    f"`git rebase {agent.base_branch}`, fix the conflicts, `git add` them and "
+                    "`git rebase --continue`. If you cannot, ask your parent with `exo question`."
+                )
+            elif n == 2:
+                msgs.post(env, msgs.QUESTION, agent.id, agent.parent or ROOT,
+                          f"My branch {agent.branch} cannot be rebased onto {agent.base_branch}: "
+                          f"conflicts in {listed}. How should I resolve them?",
+                          state=msgs.PENDING, data={"rebase": sha})
+                actions.append("asked-parent")
+                state["base_ok"] = sha  # asked once for this tip: do not retry it every turn
+        pending = env.store.messages(recipient=agent.id, unconsumed=True, undelivered=True, limit=1)
+        if pending or reasons:
+            if int(state.get("blocks", 0)) < MAX_BLOCKS:
+                taken = msgs.claim_pending(env, agent.id)
+                if taken:
+                    reasons.append(msgs.render_all(taken))
+            else:
+                reasons = []
+                actions.append("block-limit")
+    blocking = bool(reasons)
+    state["blocks"] = int(state.get("blocks", 0)) + 1 if blocking else 0
+
+    changes: dict[str, Any] = {}
+    if text is not None:
+        changes["output"] = text
+    if blocking:
+        changes.update(status=WORKING, status_reason="continuing with messages")
+    else:
+        changes.update(status=IDLE, status_reason=None)
+    if agent.status == DONE:
+        changes.pop("status", None)
+        changes.pop("status_reason", None)
+    with env.store.write() as c:  # one short transaction for the record, counters and bookkeeping
+        env.store.update_agent(agent.id, conn=c, **changes)
+        c.execute("UPDATE agents SET turns = turns + ?, tokens = tokens + ? WHERE id = ?",
+                  (1 if first_for_turn else 0, tokens, agent.id))
+        c.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                  (_key(agent.id), json.dumps(state, separators=(",", ":"))))
+    if not blocking and agent.status != DONE and (first_for_turn or agent.status != IDLE):
+        msgs.notify_parent(env, agent, "idle", f"{agent.name} is idle" + (f": {_short(text)}" if text else ""),
+                           output=(text or "")[:4000])
+        actions.append("idle")
+        msgs.start_dependents(env, agent.id)
+    out = block_output(cli, "\n\n".join(reasons)) if blocking else neutral(event, cli)
+    return HookResult(event, cli, agent.id, out, actions)
+
+
+def _short(text: str, n: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def on_notify(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
+    """Codex ``notify``: agent-turn-complete of the agent's own thread only (not its title threads)."""
+    if data.get("type") != "agent-turn-complete":
+        return HookResult("notify", cli, agent.id, None, [])
+    inputs = data.get("input-messages") or []
+    if inputs and isinstance(inputs[0], str) and inputs[0].startswith(TITLE_PREFIX):
+        return HookResult("notify", cli, agent.id, None, ["ignored:title-thread"])
+    thread = data.get("thread-id")
+    state = load_state(env, agent.id)
+    if thread:
+        own = state.get("thread")
+        if own is None:
+            state["thread"] = thread
+            save_state(env, agent.id, state)
+        elif own != thread:
+            return HookResult("notify", cli, agent.id, None, ["ignored:other-thread"])
+    return on_stop(env, agent, cli, data, can_block=False)
+
+
+HANDLERS = {
+    "session-start": on_session_start,
+    "prompt": on_prompt,
+    "stop": on_stop,
+    "session-end": on_session_end,
+    "notification": on_notification,
+    "tool": on_tool,
+    "notify": on_notify,
+}
+

@@ -1,0 +1,121 @@
+"""``exo init``: write exo.toml defaults, hide .exo/, report which tools are available."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from exo_cli.adapters import git as gitutil
+from exo_cli.registry import op
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+    from exo_cli.ops.rootwire import AgentWiring
+
+TOOLS = ("git", "tmux", "zellij", "gh", "claude", "gemini", "codex", "bd", "process-compose")
+
+EXO_TOML = """\
+# exo configuration for this repository (see `exo --help`). Every key is optional.
+
+[agent]
+default = "claude"          # claude | gemini | codex | custom | demo
+skip_permissions = false    # start agents with their CLI's "run tools without asking" flag
+
+[mux]
+default = "tmux"            # tmux | zellij | headless
+
+[worktree]
+# root = ""                 # default: <hangar>/worktrees or <repo>/.exo/worktrees
+# base = "main"             # default: the parent's branch
+copy = []                   # files copied into each new worktree, e.g. [".env"]
+symlink = []                # files or folders symlinked, e.g. ["node_modules"]
+# post_create = ["npm", "ci"]
+
+[forge]
+kind = "auto"               # auto | local | github
+
+[limits]
+max_agents = 0              # 0 = no limit
+on_limit = "fail"           # fail | wait
+"""
+
+
+@dataclass(frozen=True)
+class InitResult:
+    repo: str
+    config_file: str
+    config_written: bool
+    excluded: bool
+    state_dir: str
+    tools: dict[str, str | None]
+    warnings: list[str]
+    wiring: AgentWiring | None = None
+
+
+@op(
+    "init",
+    cli="init",
+    roles=("human",),
+    idempotent=True,
+    help={
+        "force": "Overwrite an existing exo.toml with the defaults.",
+        "agent": "Wire your own agent session (claude, gemini or codex) as the root TL: the exo MCP "
+        "server and exo's hooks in that CLI's project settings, merged into what is there.",
+    },
+)
+def init(env: Env, *, force: bool = False, agent: str | None = None) -> InitResult:
+    """Set up exo in this repository.
+
+    Writes ``exo.toml`` with commented defaults (unless it exists), hides exo's own
+    ``.exo/`` folder through ``.git/info/exclude`` (never a committed file), creates the
+    state folder and reports which of git, tmux, gh and the agent CLIs are installed.
+    With ``agent``, also wires that agent CLI's project settings (``.mcp.json`` and
+    ``.claude/settings.local.json``, ``.gemini/settings.json``, or ``.codex/config.toml``
+    and ``.codex/hooks.json``) so the human's own session is the root TL; the user's
+    own keys are kept and a re-run changes nothing. Raises InvalidInput for an unknown
+    agent or a settings file that does not parse (it is never overwritten).
+    """
+    if agent is not None:
+        from exo_cli.ops.rootwire import AGENTS
+
+        if agent not in AGENTS:
+            from exo_cli.errors import InvalidInput
+
+            raise InvalidInput(f"Unknown agent {agent!r}", hint=f"Use one of: {', '.join(AGENTS)}.", agent=agent)
+    repo = env.repo
+    if not force:
+        env.config  # noqa: B018 - an existing bad exo.toml is reported, naming the key
+    path = repo.root / "exo.toml"
+    written = False
+    if force or not path.exists():
+        from exo_cli.adapters.files import atomic_write
+
+        atomic_write(path, EXO_TOML)
+        written = True
+    excluded = gitutil.add_exclude(repo.common_dir, "/.exo/")
+    env.store.kv_set("initialized", "1")
+    path_env = env.environ.get("PATH")
+    tools = {name: shutil.which(name, path=path_env) for name in TOOLS}
+    warnings = []
+    if not tools["tmux"]:
+        warnings.append("tmux is not installed: agents will run headless (install tmux to watch them in panes)")
+    if not any(tools[c] for c in ("claude", "gemini", "codex")):
+        warnings.append("no agent CLI found (claude, gemini, codex): only the demo and custom backends will work")
+    wiring = None
+    if agent is not None:
+        from exo_cli.ops.rootwire import wire_agent
+
+        wiring = wire_agent(repo, agent)
+        if not tools.get(agent):
+            warnings.append(f"{agent} is not installed: the wiring is written and takes effect once it is")
+    return InitResult(
+        repo=str(repo.root),
+        config_file=str(path),
+        config_written=written,
+        excluded=excluded,
+        state_dir=str(env.state_dir),
+        tools=tools,
+        warnings=warnings,
+        wiring=wiring,
+    )

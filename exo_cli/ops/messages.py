@@ -1,0 +1,591 @@
+"""Messages between agents: note, question/answer, send, fan-in wait, output and done.
+
+Every message is a durable row (``Store.post``) before anything else happens; posting
+rings the recipient's doorbell, so a waiter blocked in ``wait`` or ``question`` wakes at
+once. An agent idle in a tmux pane also gets the text typed into its input
+(``core/delivery.py``); a busy or headless one gets it at its next hook (``core/hooks.py``).
+The sender is always the calling agent exo recorded (``env.caller``), never a name the
+caller supplies.
+
+Kinds: ``note`` (child -> parent), ``question`` (child -> parent, ``state`` pending ->
+answered -> closed: the ticket), ``answer`` (parent -> child, ``reply_to`` the ticket),
+``send`` (any -> any), ``done`` (an agent's final output, to its parent) and ``event``
+(lifecycle: idle, dead, waiting-permission; never typed into panes).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from exo_cli import cancel
+from exo_cli.errors import InvalidInput, NotFound, StateError
+from exo_cli.ops.delivery import (
+    ANSWER,
+    ANSWERED,
+    CLOSED,
+    DONE_KIND,
+    EVENT,
+    NOTE,
+    PENDING,
+    QUESTION,
+    SEND,
+    agent_name,
+    post,
+    start_dependents,
+)
+from exo_cli.records import ASKING, DEAD, DONE, IDLE, ROOT, WORKING, Agent, Message
+from exo_cli.registry import Tool, op
+from exo_cli.validate import check_text
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+# Wake-ups come from doorbells; this is only the slow fallback (and liveness re-check) period.
+FALLBACK_POLL = 1.0
+# How often a waiter re-checks pane/process liveness of the agents it waits on.
+LIVENESS_EVERY = 2.0
+
+
+
+# ---------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Posted:
+    """One stored message and how it reached its recipient."""
+
+    agent_id: str
+    name: str
+    message_id: int
+    delivery: str  # "typed" (into an idle pane) | "queued" (next hook, or a waiter)
+
+
+@dataclass(frozen=True)
+class NoteResult:
+    to: str
+    to_name: str
+    message_id: int
+    delivery: str
+
+
+@dataclass(frozen=True)
+class QuestionResult:
+    status: str  # answered | timeout | parent-dead | cancelled
+    ticket: int
+    question: str
+    answer: str | None
+    answered_by: str | None
+    parent: str
+
+
+@dataclass(frozen=True)
+class AnswerResult:
+    agent_id: str
+    name: str
+    ticket: int
+    question: str
+    message_id: int
+    delivery: str
+
+
+@dataclass(frozen=True)
+class SendResult:
+    sent: list[Posted]
+
+
+@dataclass(frozen=True)
+class WaitEntry:
+    """One agent's state in a wait (seed 004): received | running | idle | dead."""
+
+    agent_id: str
+    name: str
+    status: str
+    message: str | None
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    results: list[WaitEntry]
+    timed_out: bool
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class OutputResult:
+    agent_id: str
+    name: str
+    status: str
+    output: str | None
+    turns: int
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class DoneResult:
+    agent_id: str
+    name: str
+    status: str
+    output: str | None
+    parent: str
+    started: list[str]
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def caller_agent(env: Env, what: str) -> Agent:
+    """The calling agent's record; StateError for the human at the root."""
+    claimed = env.environ.get("EXO_AGENT")
+    if env.caller.is_human and claimed and claimed != ROOT and not env.has_state():
+        raise StateError(
+            f"exo's state database is missing: EXO_AGENT={claimed} names an agent, but this repository "
+            "has no exo state",
+            hint="The state folder (.git/exo, or $EXO_STATE_DIR) was removed: run `exo doctor` in the "
+            "repository to clean up, then spawn the agent again with `exo spawn`.",
+            agent=claimed,
+        )
+    if env.caller.is_human:
+        raise StateError(
+            f"Only an agent started by exo can {what}: you are the human at the root",
+            hint="Run it from inside an agent's session (its pane, or its MCP server).",
+        )
+    agent = env.store.agent(env.caller.agent_id)
+    if agent is None:
+        raise NotFound(f"The calling agent {env.caller.agent_id!r} has no record", agent=env.caller.agent_id)
+    return agent
+
+
+def find_agent(env: Env, ref: str) -> Agent:
+    """An agent by id, else by name (a live one first, then the newest)."""
+    ref = check_text(ref, "agent", max_len=200).strip()
+    if ref == ROOT:
+        return Agent(id=ROOT, name=ROOT, role="tl", parent=None, status=WORKING, backend="human", mux="none")
+    agent = env.store.agent(ref) if env.has_state() else None
+    if agent is not None:
+        return agent
+    named = [a for a in (env.store.agents() if env.has_state() else []) if a.name == ref]
+    if not named:
+        raise NotFound(f"No agent named {ref!r}", hint="List agents with `exo agents`.", agent=ref)
+    named.sort(key=lambda a: (a.live, a.created_at))
+    return named[-1]
+
+
+def _deliver(env: Env, msg_id: int, recipient: Agent) -> str:
+    if recipient.id == ROOT or recipient.status != IDLE or not recipient.location:
+        return "queued"
+    from exo_cli.ops.delivery import deliver
+
+    return deliver(env, msg_id, recipient)
+
+
+def _timeout(value: float | None, what: str = "timeout") -> float | None:
+    if value is None:
+        return None
+    if value < 0:
+        raise InvalidInput(f"Invalid {what} {value}: it must be 0 or more seconds", field=what)
+    return float(value)
+
+
+# ---------------------------------------------------------------------------------- note
+
+
+@op(
+    "note",
+    cli="note",
+    tools=["note"],
+    roles=("tl", "dev"),
+    help={"message": "The note for your parent (fire and forget)."},
+)
+def note(env: Env, *, message: str) -> NoteResult:
+    """Send a fire-and-forget note to your parent.
+
+    The parent sees it as ``[NOTE from <name>] ...``: at its next hook, typed into its pane
+    when it is idle, or as the result of its ``wait``. Stored durably first.
+    """
+    message = check_text(message, "message")
+    me = caller_agent(env, "send a note")
+    parent_id = me.parent or ROOT
+    msg_id = post(env, NOTE, me.id, parent_id, message)
+    parent = find_agent(env, parent_id) if parent_id != ROOT else None
+    delivery = _deliver(env, msg_id, parent) if parent is not None else "queued"
+    return NoteResult(to=parent_id, to_name=parent.name if parent else ROOT, message_id=msg_id, delivery=delivery)
+
+
+# ---------------------------------------------------------------------------------- question
+
+
+def _ticket(env: Env, me: Agent, message: str) -> Message | None:
+    """The open ticket for this exact question: pending, or answered but not yet read."""
+    for m in reversed(env.store.messages(sender=me.id, kinds=[QUESTION])):
+        if m.body == message and m.state in (PENDING, ANSWERED):
+            return m
+    return None
+
+
+def _answer_to(env: Env, ticket: int) -> Message | None:
+    found = env.store.messages(reply_to=ticket, kinds=[ANSWER], limit=1)
+    return found[0] if found else None
+
+
+@op(
+    "question",
+    cli="question",
+    tools=["question"],
+    roles=("tl", "dev"),
+    blocking=True,
+    help={
+        "message": "The question for your parent.",
+        "timeout": "Give up waiting after this many seconds (default: wait until answered). "
+        "Asking the same question again continues waiting on the same ticket.",
+    },
+)
+def question(env: Env, *, message: str, timeout: float | None = None) -> QuestionResult:
+    """Ask your parent a question and wait for the answer.
+
+    Blocks until the parent answers (``exo answer`` / ``answer_question``), the timeout
+    passes, or the parent dies, and says which in ``status``. Asking the same text again
+    while it is unanswered (say after an MCP client's own tool timeout) waits on the same
+    ticket and never asks twice; an answer that arrived in between is returned at once.
+    """
+    message = check_text(message, "message")
+    timeout = _timeout(timeout)
+    me = caller_agent(env, "ask a question")
+    parent_id = me.parent or ROOT
+    store = env.store
+    with store.bell.listen([me.id]) as waiter:
+        found = _ticket(env, me, message)
+        if found is None:
+            ticket = post(env, QUESTION, me.id, parent_id, message, state=PENDING)
+            parent = find_agent(env, parent_id) if parent_id != ROOT else None
+            if parent is not None:
+                _deliver(env, ticket, parent)
+        else:
+            ticket = found.id
+        if me.status != DONE:
+            store.update_agent(me.id, status=ASKING, status_reason=f"question #{ticket}")
+        status = "timeout"
+        answer: Message | None = None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        next_live = time.monotonic() + LIVENESS_EVERY
+        try:
+            while True:
+                answer = _answer_to(env, ticket)
+                if answer is not None:
+                    status = "answered"
+                    break
+                if parent_id != ROOT:
+                    parent = store.agent(parent_id)
+                    if parent is None or parent.status in (DEAD, DONE):
+                        status = "parent-dead"
+                        break
+                if cancel.cancelled():
+                    status = "cancelled"
+                    break
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    break
+                if parent_id != ROOT and now >= next_live:
+                    next_live = now + LIVENESS_EVERY
+                    _refresh(env, [parent_id])
+                slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
+                waiter.wait(max(slice_, 0.0))
+        finally:
+            current = store.agent(me.id)
+            if current is not None and current.status == ASKING:
+                store.update_agent(me.id, status=WORKING, status_reason=None)
+    if answer is not None:
+        now_ts = time.time()
+        store.mark_messages([answer.id], delivered_at=answer.delivered_at or now_ts, consumed_at=now_ts)
+        store.mark_messages([ticket], state=CLOSED)
+        return QuestionResult(
+            status=status, ticket=ticket, question=message, answer=answer.body,
+            answered_by=answer.data.get("from_name") or answer.sender, parent=parent_id,
+        )  # fmt: skip
+    return QuestionResult(status=status, ticket=ticket, question=message, answer=None, answered_by=None,
+                          parent=parent_id)
+
+
+@op(
+    "answer",
+    cli="answer",
+    tools=[Tool("answer_question")],
+    roles=("tl",),
+    help={"agent": "The child agent (name or id) whose pending question you answer.", "message": "The answer."},
+)
+def answer(env: Env, *, agent: str, message: str) -> AnswerResult:
+    """Answer a child's pending question and wake it.
+
+    The child blocked in ``question`` returns with the answer at once; a child that gave
+    up waiting gets it as a message (typed into its pane when idle, else at its next hook)
+    and, if it asks the same question again, the same answer.
+    """
+    message = check_text(message, "message")
+    child = find_agent(env, agent)
+    me = env.caller.agent_id
+    pending = [
+        m for m in env.store.messages(sender=child.id, kinds=[QUESTION])
+        if m.state == PENDING and (env.caller.is_human or m.recipient == me)
+    ]  # fmt: skip
+    if not pending:
+        raise StateError(
+            f"{child.name} has no pending question for you",
+            hint="See questions with `exo wait` (kind question), or message it with `exo send`.",
+            agent=child.id,
+        )
+    q = pending[0]
+    msg_id = post(env, ANSWER, me, child.id, message, reply_to=q.id)
+    env.store.mark_messages([q.id], state=ANSWERED)
+    if q.consumed_at is None:  # the question is handled: do not hand it to a later wait
+        env.store.consume([q.id])
+    fresh = env.store.agent(child.id) or child
+    delivery = _deliver(env, msg_id, fresh)
+    return AnswerResult(agent_id=child.id, name=child.name, ticket=q.id, question=q.body, message_id=msg_id,
+                        delivery=delivery)
+
+
+# ---------------------------------------------------------------------------------- send
+
+
+def _targets(refs: list[str]) -> list[str]:
+    out: list[str] = []
+    for r in refs:
+        for part in str(r).split(","):
+            part = part.strip()
+            if part and part not in out:
+                out.append(part)
+    return out
+
+
+@op(
+    "send",
+    cli="send",
+    tools=["send"],
+    roles=("tl", "dev"),
+    help={
+        "to": "Recipient agents (names or ids; several separated by commas). A dev agent may send to its "
+        "parent and its siblings only.",
+        "message": "The message text (any characters; delivered byte for byte).",
+    },
+)
+def send(env: Env, *, to: list[str], message: str) -> SendResult:
+    """Send a message to one or several agents.
+
+    Stored durably first; an agent idle in a tmux pane gets it typed into its input, a
+    busy one at its next hook, a headless one through its hooks only. A dev agent may send
+    to its parent and its siblings only.
+    """
+    message = check_text(message, "message")
+    refs = _targets(list(to) if not isinstance(to, str) else [to])
+    if not refs:
+        raise InvalidInput("No recipient given", hint="Name one or more agents: exo send w1,w2 MSG", field="to")
+    sender = env.caller.agent_id
+    me = None if env.caller.is_human else env.store.agent(sender)
+    recipients = [find_agent(env, r) for r in refs]
+    if env.role == "dev" and me is not None:
+        for r in recipients:
+            parent = me.parent or ROOT
+            if r.id == parent or (r.id != me.id and (r.parent or ROOT) == parent):
+                continue
+            raise StateError(
+                f"A dev agent may send to its parent and siblings only, not to {r.name}",
+                hint="Ask your parent to pass it on (exo note).",
+                agent=r.id,
+            )
+    sent: list[Posted] = []
+    for r in recipients:
+        msg_id = post(env, SEND, sender, r.id, message)
+        sent.append(Posted(agent_id=r.id, name=r.name, message_id=msg_id, delivery=_deliver(env, msg_id, r)))
+    return SendResult(sent=sent)
+
+
+# ---------------------------------------------------------------------------------- wait
+
+
+def _refresh(env: Env, ids: list[str]) -> None:
+    """Re-check pane/process liveness of these agents (one multiplexer call)."""
+    try:
+        from exo_cli.ops import agentctl
+
+        agents = [a for a in (env.store.agent(i) for i in ids) if a is not None and a.live and a.location]
+        if agents:
+            agentctl.refresh(env, agents)
+    except Exception:  # liveness is best effort while waiting
+        pass
+
+
+def _wait_tool(*, timeout: float = 30.0, from_agents: list[str] | None = None) -> dict[str, Any]:
+    """Map the seed's ``wait{timeout, from_agents?}`` onto the operation."""
+    return {"timeout": timeout, "agents": from_agents}
+
+
+def _entry_status(agent: Agent | None) -> str:
+    if agent is None or agent.status == DEAD:
+        return "dead"
+    if agent.status in (IDLE, DONE):
+        return "idle"
+    return "running"
+
+
+@op(
+    "wait",
+    cli="wait",
+    tools=[
+        Tool(
+            "wait",
+            adapt=_wait_tool,
+            help={
+                "timeout": "Seconds to wait; 0 is an instant, non-blocking check.",
+                "from_agents": "Agents (ids or names) to fan in on; omit to take the next message from anyone.",
+            },
+        )
+    ],
+    roles=("tl",),
+    blocking=True,
+    help={
+        "agents": "Agents to wait for (fan-in); none: the next message from anyone.",
+        "timeout": "Seconds to wait (0: check without blocking; default: no limit).",
+    },
+)
+def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = None) -> WaitResult:
+    """Wait for the next message, or fan in on several agents.
+
+    Without agents: return the first unconsumed message to you from anyone (``--timeout
+    0`` checks without blocking). With agents: wait until each has a message for you
+    (``received``), or is ``idle`` or ``dead``, or the timeout passes; return one entry per
+    agent with its status (received, running, idle, dead) and message. Messages returned
+    are consumed.
+    """
+    timeout = _timeout(timeout)
+    me = env.caller.agent_id
+    refs = _targets(list(agents or []))
+    targets = [find_agent(env, r) for r in refs]
+    store = env.store
+    settled: dict[str, WaitEntry] = {}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    next_live = time.monotonic()
+    with store.bell.listen([me]) as waiter:
+        while True:
+            if not targets:
+                for m in store.messages(recipient=me, unconsumed=True, limit=20):
+                    if _take(env, [m.id]):
+                        name = m.data.get("from_name") or agent_name(env, m.sender)
+                        entry = WaitEntry(agent_id=m.sender, name=name, status="received", message=m.body, kind=m.kind)
+                        return WaitResult(results=[entry], timed_out=False)
+            else:
+                for t in targets:
+                    if t.id in settled and settled[t.id].status == "received":
+                        continue
+                    settled.pop(t.id, None)
+                    events: list[int] = []
+                    got: Message | None = None
+                    for m in store.messages(recipient=me, sender=t.id, unconsumed=True):
+                        if m.kind == EVENT:
+                            events.append(m.id)
+                            continue
+                        got = m
+                        break
+                    if got is not None:
+                        if got.id in _take(env, [*events, got.id]):
+                            settled[t.id] = WaitEntry(t.id, t.name, "received", got.body, got.kind)
+                            continue
+                    elif events:
+                        _take(env, events)
+                    rec = store.agent(t.id)
+                    status = _entry_status(rec)
+                    if status != "running":
+                        out = rec.output if (rec is not None and status == "idle") else None
+                        settled[t.id] = WaitEntry(t.id, t.name, status, out, None)
+                if all(t.id in settled for t in targets):
+                    return WaitResult(results=[settled[t.id] for t in targets], timed_out=False)
+            now = time.monotonic()
+            stop = cancel.cancelled()
+            if stop or (deadline is not None and now >= deadline):
+                return WaitResult(results=_partial(env, targets, settled), timed_out=not stop, cancelled=stop)
+            if targets and now >= next_live:
+                next_live = now + LIVENESS_EVERY
+                _refresh(env, [t.id for t in targets if t.id not in settled])
+            slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
+            waiter.wait(max(slice_, 0.0))
+
+
+def _take(env: Env, ids: list[int]) -> list[int]:
+    """Consume (and mark delivered) these messages in one write; return the ids this call took."""
+    now = time.time()
+    taken = []
+    with env.store.write() as c:
+        for i in ids:
+            cur = c.execute(
+                "UPDATE messages SET consumed_at = ?, delivered_at = COALESCE(delivered_at, ?)"
+                " WHERE id = ? AND consumed_at IS NULL",
+                (now, now, i),
+            )
+            if cur.rowcount:
+                taken.append(i)
+    return taken
+
+
+def _partial(env: Env, targets: list[Agent], settled: dict[str, WaitEntry]) -> list[WaitEntry]:
+    out = []
+    for t in targets:
+        if t.id in settled:
+            out.append(settled[t.id])
+        else:
+            out.append(WaitEntry(t.id, t.name, _entry_status(env.store.agent(t.id)), None, None))
+    return out
+
+
+# ---------------------------------------------------------------------------------- output / done
+
+
+@op(
+    "output",
+    cli="output",
+    tools=["get_artifact"],
+    roles=("tl",),
+    read_only=True,
+    idempotent=True,
+    help={"agent": "The agent (name or id) whose final output you want."},
+)
+def output(env: Env, *, agent: str) -> OutputResult:
+    """Show an agent's final output.
+
+    The last assistant message its Stop hook reported (a later turn replaces an earlier
+    one), or what it passed to ``exo done --output``; null when it has none yet.
+    """
+    a = find_agent(env, agent)
+    return OutputResult(agent_id=a.id, name=a.name, status=a.status, output=a.output, turns=a.turns,
+                        updated_at=a.updated_at)
+
+
+@op(
+    "done",
+    cli="done",
+    tools=["done"],
+    roles=("tl", "dev"),
+    help={"output": "Your final output (default: the last output exo recorded for you)."},
+)
+def done(env: Env, *, output: str | None = None) -> DoneResult:
+    """Mark your own task done with its output.
+
+    For agents whose CLI has no Stop hook: records the output, sets the status ``done``,
+    tells the parent (a ``done`` message, which its ``wait`` receives) and starts agents
+    spawned ``--after`` you.
+    """
+    if output is not None:
+        output = check_text(output, "output", allow_empty=True)
+    me = caller_agent(env, "mark its task done")
+    text = output if output is not None else me.output
+    env.store.update_agent(me.id, status=DONE, status_reason="done", output=text, completed_at=time.time())
+    env.store.event("completed", me.id, {"output": (text or "")[:2000]})
+    parent = me.parent or ROOT
+    post(env, DONE_KIND, me.id, parent, text or "(done, no output)", data={"event": "done"})
+    started = start_dependents(env, me.id)
+    return DoneResult(agent_id=me.id, name=me.name, status=DONE, output=text, parent=parent, started=started)
+
+
+# ---------------------------------------------------------------------------------- --after
+
+

@@ -1,0 +1,244 @@
+"""Wire the human's own agent session as the root TL (``exo init --agent claude|gemini|codex``).
+
+Writes the project-level files each agent CLI reads, merging into what is there and never
+dropping the user's keys: the ``exo`` MCP server entry (``exo mcp --role auto``, which
+serves the human's session as the root TL) and hooks calling ``<abs exo> hook EVENT --cli
+CLI``. Re-running is idempotent; exo's own earlier entries (even with an older exo path)
+are replaced, not duplicated. A file exo creates is hidden through ``.git/info/exclude``
+(it holds this machine's absolute paths); a file the user already had is left visible.
+
+- claude: ``.mcp.json`` ``mcpServers.exo`` and ``.claude/settings.local.json`` hooks plus
+  ``enabledMcpjsonServers: ["exo"]`` (the local settings may approve project servers).
+- gemini: ``.gemini/settings.json`` ``mcpServers.exo``, hooks, ``hooksConfig.enabled``.
+- codex: ``.codex/config.toml`` ``[mcp_servers.exo]`` and ``.codex/hooks.json``. Codex
+  reads both only in a trusted project; exo never edits ``$CODEX_HOME/config.toml`` (the
+  result's notes give the ``codex mcp add`` command for a user-wide entry instead).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.adapters import git as gitutil
+from exo_cli.errors import InvalidInput
+from exo_cli.selfcmd import exo_command
+
+if TYPE_CHECKING:
+    from exo_cli.adapters.git import RepoInfo
+
+AGENTS = ("claude", "gemini", "codex")
+SERVER = "exo"
+
+# The hook tables are the backends' own (one source of truth for what exo hooks where):
+# (agent CLI event, exo hook event, matcher or None, timeout in the CLI's unit).
+HookTable = tuple[tuple[str, str, str | None, int], ...]
+
+
+def _hook_tables() -> dict[str, HookTable]:
+    from exo_cli.adapters.agents import claude, codex, gemini
+
+    return {"claude": claude.HOOKS, "gemini": gemini.HOOKS, "codex": codex.HOOKS}
+
+
+@dataclass(frozen=True)
+class AgentWiring:
+    """What ``exo init --agent`` wrote for the human's own agent session."""
+
+    agent: str
+    mcp_command: list[str]
+    files: list[str]
+    changed: list[str]
+    excluded: list[str]
+    notes: list[str]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{path} is not valid JSON: {exc}", hint="Fix or move the file, then run exo init again.",
+                           file=str(path)) from exc
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{path} does not hold a JSON object", hint="Fix or move the file, then run exo init again.",
+                           file=str(path))
+    return data
+
+
+def _object(parent: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    value = parent.setdefault(key, {})
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{path}: `{key}` is not an object", hint="Fix the file, then run exo init again.",
+                           file=str(path), key=key)
+    return value
+
+
+def _write(path: Path, text: str) -> None:
+    from exo_cli.adapters.files import atomic_write
+
+    atomic_write(path, text)
+
+
+def _is_exo_hook(handler: Any, cli: str) -> bool:
+    """True for a handler exo wrote: ``<...exo or python -m exo_cli> hook EVENT --cli CLI``."""
+    if not isinstance(handler, dict) or not isinstance(handler.get("command"), str):
+        return False
+    try:
+        argv = shlex.split(handler["command"])
+    except ValueError:
+        return False
+    if len(argv) < 5 or argv[-4] != "hook" or argv[-2:] != ["--cli", cli]:
+        return False
+    head = argv[:-4]
+    return os.path.basename(head[0]) == "exo" or head[-2:] == ["-m", "exo_cli"]
+
+
+def merge_hooks(settings: dict[str, Any], path: Path, cli: str, table: HookTable,
+                exo: list[str], *, named: bool = False) -> None:
+    """Put one exo handler group per event into ``settings["hooks"]``, keeping the user's own."""
+    hooks = _object(settings, "hooks", path)
+    for event, exo_event, matcher, timeout in table:
+        groups = hooks.get(event, [])
+        if not isinstance(groups, list):
+            raise InvalidInput(f"{path}: hooks.{event} is not a list", hint="Fix the file, then run exo init again.",
+                               file=str(path), key=f"hooks.{event}")
+        kept = []
+        for group in groups:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                handlers = [h for h in group["hooks"] if not _is_exo_hook(h, cli)]
+                if not handlers:
+                    continue  # a group that held only exo's handler
+                group = {**group, "hooks": handlers}
+            kept.append(group)
+        handler: dict[str, Any] = {"type": "command", "command": shlex.join([*exo, "hook", exo_event, "--cli", cli]),
+                                   "timeout": timeout}
+        if named:
+            handler = {"name": f"exo-{exo_event}", **handler}
+        kept.append({"matcher": matcher, "hooks": [handler]} if matcher else {"hooks": [handler]})
+        hooks[event] = kept
+
+
+def _json_file(path: Path, update: Any) -> bool:
+    """Apply ``update(data)`` to a JSON object file; write only on change. True when written."""
+    before = _read_json(path)
+    data = json.loads(json.dumps(before)) if before is not None else {}
+    update(data)
+    if before is not None and data == before:
+        return False
+    _write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    return True
+
+
+def _codex_config(path: Path, entry: dict[str, Any], notes: list[str]) -> bool:
+    """Add ``[mcp_servers.exo]`` to a project ``.codex/config.toml`` without losing comments."""
+    import tomli_w
+
+    if not path.exists():
+        _write(path, tomli_w.dumps({"mcp_servers": {SERVER: entry}}))
+        return True
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{path} is not valid TOML: {exc}", hint="Fix or move the file, then run exo init again.",
+                           file=str(path)) from exc
+    servers = data.get("mcp_servers", {})
+    current = servers.get(SERVER) if isinstance(servers, dict) else None
+    if current == entry:
+        return False
+    if current is None:  # append a table: the user's text and comments stay as they are
+        sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
+        _write(path, text + sep + f"[mcp_servers.{SERVER}]\n" + tomli_w.dumps(entry))
+        return True
+    if "#" not in text:  # nothing a rewrite could lose
+        servers[SERVER] = entry
+        _write(path, tomli_w.dumps(data))
+        return True
+    notes.append(f"{path} already has a different [mcp_servers.{SERVER}] and comments exo would lose; "
+                 f"left unchanged. Set it to command = {json.dumps(entry['command'])}, "
+                 f"args = {json.dumps(entry['args'])}.")
+    return False
+
+
+def wire_agent(repo: RepoInfo, agent: str) -> AgentWiring:
+    """Wire ``agent`` (claude, gemini or codex) in ``repo`` as the root TL's session."""
+    if agent not in AGENTS:
+        raise InvalidInput(f"Unknown agent {agent!r}", hint=f"Use one of: {', '.join(AGENTS)}.", agent=agent)
+    root = repo.root
+    exo = exo_command()
+    server_argv = [*exo, "mcp", "--role", "auto"]
+    entry = {"command": server_argv[0], "args": server_argv[1:]}
+    notes: list[str] = []
+    files: dict[Path, bool] = {}  # path -> existed before
+
+    def track(rel: str) -> Path:
+        path = root / rel
+        files.setdefault(path, path.exists())
+        return path
+
+    changed: list[Path] = []
+    if agent == "claude":
+        mcp_json = track(".mcp.json")
+        if _json_file(mcp_json, lambda d: _object(d, "mcpServers", mcp_json).__setitem__(
+                SERVER, {"type": "stdio", **entry})):
+            changed.append(mcp_json)
+        local = track(".claude/settings.local.json")
+
+        def claude_settings(d: dict[str, Any]) -> None:
+            merge_hooks(d, local, "claude", _hook_tables()["claude"], exo)
+            enabled = d.setdefault("enabledMcpjsonServers", [])
+            if isinstance(enabled, list) and SERVER not in enabled:
+                enabled.append(SERVER)
+
+        if _json_file(local, claude_settings):
+            changed.append(local)
+        notes.append(f"Start `claude` in {root}: it loads the exo server from .mcp.json (approved in "
+                     ".claude/settings.local.json) and exo's hooks once you trust the folder; your session "
+                     "is then the root TL of the tree.")
+    elif agent == "gemini":
+        settings = track(".gemini/settings.json")
+
+        def gemini_settings(d: dict[str, Any]) -> None:
+            _object(d, "mcpServers", settings)[SERVER] = dict(entry)
+            merge_hooks(d, settings, "gemini", _hook_tables()["gemini"], exo, named=True)
+            cfg = _object(d, "hooksConfig", settings)
+            if cfg.get("enabled") is False:
+                notes.append(f"{settings}: hooksConfig.enabled is false (your choice, kept): exo's hooks will "
+                             "not run until you enable them.")
+            cfg.setdefault("enabled", True)
+
+        if _json_file(settings, gemini_settings):
+            changed.append(settings)
+        notes.append(f"Start `gemini` in {root}: Gemini reads .gemini/settings.json only in a trusted folder "
+                     "(trust it when asked); your session is then the root TL of the tree.")
+    else:
+        config = track(".codex/config.toml")
+        if _codex_config(config, entry, notes):
+            changed.append(config)
+        hooks_json = track(".codex/hooks.json")
+        if _json_file(hooks_json, lambda d: merge_hooks(d, hooks_json, "codex", _hook_tables()["codex"], exo)):
+            changed.append(hooks_json)
+        notes.append(f"Codex reads .codex/config.toml and .codex/hooks.json only in a trusted project: trust {root} "
+                     "when Codex asks (and review the hooks with /hooks). exo never edits $CODEX_HOME/config.toml; "
+                     f"for a user-wide entry run: codex mcp add {SERVER} -- {shlex.join(server_argv)}")
+    excluded = []
+    for path, existed in files.items():
+        if not existed and path.exists():
+            rel = "/" + path.relative_to(root).as_posix()
+            gitutil.add_exclude(repo.common_dir, rel)
+            excluded.append(rel)
+    return AgentWiring(
+        agent=agent,
+        mcp_command=server_argv,
+        files=[str(p) for p in files],
+        changed=[str(p) for p in changed],
+        excluded=excluded,
+        notes=notes,
+    )

@@ -1,0 +1,223 @@
+"""``exo status`` and ``exo agents``: what the caller is doing, and the team's tree."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from exo_cli.adapters import git as gitutil
+from exo_cli.records import ROOT, Agent
+from exo_cli.registry import op
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+
+class GitState(NamedTuple):
+    branch: str | None
+    head: str | None
+    dirty: list[str]
+    parent_branch: str | None
+    ahead: int | None
+    behind: int | None
+
+
+class AgentView(NamedTuple):
+    """One row of ``exo agents`` (a NamedTuple: ~4x cheaper to define than a dataclass, and this
+    module is on the path of every `exo status`; it serializes the same through to_jsonable)."""
+
+    id: str
+    name: str
+    role: str
+    parent: str | None
+    depth: int
+    status: str
+    backend: str
+    mux: str
+    task: str | None
+    bead: str | None
+    branch: str | None
+    base_branch: str | None
+    worktree: str | None
+    location: dict[str, Any]
+    pr: dict[str, Any] | None
+    last_message: str | None
+    age_seconds: float
+    status_age_seconds: float
+    turns: int
+    tool_calls: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class AgentsResult:
+    agents: list[AgentView]
+    count: int
+    by_status: dict[str, int]
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    repo: str
+    worktree: str
+    state_dir: str
+    caller: str
+    role: str
+    via: str
+    agent: AgentView | None
+    task: str | None
+    bead: str | None
+    git: GitState
+    pr: dict[str, Any] | None
+    team: dict[str, Any] | None = field(default=None)
+
+
+def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
+    """Agents as a depth-first tree under root, with their PR and last message."""
+    now = time.time()
+    prs: dict[str, dict[str, Any]] = {}
+    last: dict[str, str] = {}
+    if env.has_state():
+        for pr in env.store.prs():
+            prs[pr.head] = {"number": pr.number, "state": pr.state, "base": pr.base}
+        for row in env.store.query(
+            "SELECT sender, body FROM messages WHERE id IN (SELECT MAX(id) FROM messages GROUP BY sender)"
+        ):
+            last[row["sender"]] = row["body"]
+    children: dict[str | None, list[Agent]] = {}
+    ids = {a.id for a in agents}
+    for a in agents:
+        parent = a.parent if a.parent in ids else None
+        children.setdefault(parent, []).append(a)
+    out: list[AgentView] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for a in children.get(parent, []):
+            out.append(
+                AgentView(
+                    id=a.id,
+                    name=a.name,
+                    role=a.role,
+                    parent=a.parent,
+                    depth=depth,
+                    status=a.status,
+                    backend=a.backend,
+                    mux=a.mux,
+                    task=a.task,
+                    bead=a.bead,
+                    branch=a.branch,
+                    base_branch=a.base_branch,
+                    worktree=a.worktree,
+                    location=a.location,
+                    pr=prs.get(a.branch or ""),
+                    last_message=last.get(a.id),
+                    age_seconds=round(now - a.created_at, 1),
+                    status_age_seconds=round(now - a.status_at, 1),
+                    turns=a.turns,
+                    tool_calls=a.tool_calls,
+                    tokens=a.tokens,
+                )
+            )
+            walk(a.id, depth + 1)
+
+    walk(None, 0)
+    return out
+
+
+def team_agents(env: Env) -> list[Agent]:
+    """Every recorded agent with its liveness checked against the multiplexer."""
+    if not env.has_state():
+        return []
+    agents = [a for a in env.store.agents() if a.id != ROOT]
+    from exo_cli.ops import agentctl
+
+    return agentctl.refresh(env, agents)
+
+
+@op(
+    "agents",
+    cli="agents",
+    tools=["list_agents"],
+    read_only=True,
+    idempotent=True,
+    help={},
+)
+def agents(env: Env) -> AgentsResult:
+    """List the agent tree with status, task, branch, PR and last message.
+
+    Status comes from the agents' hooks first and from pane or process liveness second;
+    an agent whose pane or process is gone shows as ``dead``. One batched multiplexer
+    call per refresh, whatever the number of agents.
+    """
+    env.repo  # noqa: B018 - fail early outside a repository
+    views = _views(env, team_agents(env))
+    return AgentsResult(agents=views, count=len(views), by_status=dict(Counter(v.status for v in views)))
+
+
+@op(
+    "status",
+    cli="status",
+    tools=["exo_status"],
+    read_only=True,
+    idempotent=True,
+    help={"agent": "Show this agent instead of the caller (default: the calling agent, or the root)."},
+)
+def status(env: Env, *, agent: str | None = None) -> StatusResult:
+    """Show the current task, git state and PR; at the root, a team summary.
+
+    For an agent: its task or bead, its branch with commits ahead of and behind its parent
+    branch, its dirty files and its PR. At the root (the human, or a root TL), the same for
+    the current checkout plus counts of the team's agents by status.
+    """
+    from exo_cli.errors import NotFound
+
+    repo = env.repo
+    caller = env.caller
+    record: Agent | None = None
+    target = agent or (None if caller.is_human else caller.agent_id)
+    if target and target != ROOT:
+        record = env.store.agent(target) if env.has_state() else None
+        if record is None:
+            raise NotFound(f"No agent named {target!r}", hint="List agents with `exo agents`.", agent=target)
+    where = record.worktree if record and record.worktree else str(repo.toplevel)
+    snap = gitutil.snapshot(where)
+    branch, dirty = snap.branch, snap.changes
+    parent_branch = record.base_branch if record else snap.upstream
+    ahead, behind = (snap.ahead, snap.behind) if record is None else (None, None)
+    if record is not None and branch and parent_branch:
+        counts = gitutil.ahead_behind(where, branch, parent_branch)
+        if counts:
+            ahead, behind = counts
+    views = _views(env, team_agents(env)) if (record is None) else []
+    view = None
+    pr = None
+    if record is not None:
+        view = _views(env, [record])[0]
+        pr = view.pr
+    elif branch and env.has_state():
+        found = env.store.prs(head=branch)
+        if found:
+            pr = {"number": found[-1].number, "state": found[-1].state, "base": found[-1].base}
+    team = None
+    if record is None:
+        team = {
+            "agents": len(views),
+            "by_status": dict(Counter(v.status for v in views)),
+            "open_prs": sum(1 for p in env.store.prs(state="open")) if env.has_state() else 0,
+        }
+    return StatusResult(
+        repo=str(repo.root),
+        worktree=where,
+        state_dir=str(env.state_dir),
+        caller=caller.agent_id,
+        role=env.role,
+        via=caller.via,
+        agent=view,
+        task=record.task if record else None,
+        bead=record.bead if record else None,
+        git=GitState(branch=branch, head=snap.head, dirty=dirty, parent_branch=parent_branch, ahead=ahead, behind=behind),
+        pr=pr,
+        team=team,
+    )

@@ -1,0 +1,252 @@
+"""Beads as exo tasks: open the repository's tracker, resolve, pick, claim and close beads.
+
+The glue between the beads adapter (``exo_cli.adapters.beads``) and exo's operations (spawn,
+complete, reconstitute, ``exo beads``). Everything takes the ``Env`` of the call, so the
+tracker is always the repository's (the main checkout's ``.beads/``, or ``$BEADS_DIR``), seen
+with the caller's ``PATH`` (``bd`` when installed). Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.adapters import beads
+from exo_cli.adapters.beads import Bead, BeadsSource
+from exo_cli.errors import InvalidInput, NotFound
+from exo_cli.records import LIVE_STATUSES, ROOT
+from exo_cli.validate import slugify
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+#: Where an agent's task context lives, relative to its worktree (git-ignored via info/exclude).
+CONTEXT_FILE = ".exo/context.md"
+#: The info/exclude pattern hiding exo's per-worktree folder.
+EXO_EXCLUDE = "/.exo/"
+#: kv key holding the last bead state an agent was shown (JSON of the bead's original object).
+SNAPSHOT_KEY = "bead-snapshot:{agent}"
+
+
+def open_repo_beads(env: Env) -> BeadsSource:
+    """Return the repository's beads source: ``bd`` when on the caller's PATH, else the JSONL.
+
+    The tracker is ``$BEADS_DIR`` when set (spawned agents get it pointing at the main
+    checkout's ``.beads/``), else ``<main checkout>/.beads``. Raises EnvironmentError_ with a
+    hint when there is no tracker.
+    """
+    return beads.open_beads(env.repo.root, env=env.environ)
+
+
+@dataclass(frozen=True)
+class BeadTask:
+    """A bead resolved for spawning: ids, branch-safe slug, the bead and its dependency targets."""
+
+    id: str  # full id, e.g. "bd-4hj"
+    short_id: str  # without the prefix, e.g. "4hj" (used in branch and folder names)
+    slug: str  # validate.slugify(title)
+    title: str
+    bead: Bead
+    #: The beads this bead depends on that exist (by id), for the context file.
+    dependencies: dict[str, Bead] = field(default_factory=dict, compare=False, repr=False)
+
+    def context(self, branch: str, parent_branch: str | None = None) -> str:
+        """Return the agent's context markdown (seed 000's bead.md) for ``branch``."""
+        return beads.render_context(
+            self.bead, branch=branch, parent_branch=parent_branch, dependencies_resolved=self.dependencies
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-native view (the bead as ``Bead.to_dict()``)."""
+        return {
+            "id": self.id,
+            "short_id": self.short_id,
+            "slug": self.slug,
+            "title": self.title,
+            "bead": self.bead.to_dict(),
+        }
+
+
+def dependency_targets(source: BeadsSource, bead: Bead) -> dict[str, Bead]:
+    """Return the existing targets of ``bead``'s dependencies, by id.
+
+    ``bd show --json`` embeds each target issue in the dependency list, so those are used
+    as they are; other targets are fetched from ``source``; dangling ones are left out.
+    """
+    found: dict[str, Bead] = {}
+    for d in bead.raw.get("dependencies") or ():
+        if isinstance(d, dict) and isinstance(d.get("id"), str) and "depends_on_id" not in d:
+            with contextlib.suppress(ValueError):
+                found[d["id"]] = Bead.from_dict(d)
+    for dep in bead.dependencies:
+        if dep.depends_on_id in found:
+            continue
+        try:
+            found[dep.depends_on_id] = source.get(dep.depends_on_id)
+        except (NotFound, InvalidInput):
+            continue
+    return found
+
+
+def resolve_bead_task(
+    env: Env, short_id: object, *, actor: str | None = None, source: BeadsSource | None = None
+) -> BeadTask:
+    """Return the BeadTask for a full or short bead id, if an agent may start on it.
+
+    Seed 000's validation: a bad id (path separator, ``..``, control or shell character)
+    raises InvalidInput (-32002); an unknown bead NotFound (-32001) "Bead not found: <id>";
+    a blocked one StateError (-32004) "Bead is blocked: <id>"; closed, deferred, pinned,
+    claimed by someone other than ``actor`` and not-ready beads StateError too
+    (``beads.check_spawnable``). ``source`` reuses an already opened tracker.
+    """
+    src = source if source is not None else open_repo_beads(env)
+    bead = beads.check_spawnable(src, short_id, actor=actor)
+    return BeadTask(
+        id=bead.id,
+        short_id=beads.short_id(bead.id, src.prefix),
+        slug=slugify(bead.title or bead.id),
+        title=bead.title,
+        bead=bead,
+        dependencies=dependency_targets(src, bead),
+    )
+
+
+def _id_forms(ids: Iterable[str | None], prefix: str | None) -> set[str]:
+    """Return the ids with and without the prefix, so short and full ids compare equal."""
+    out: set[str] = set()
+    for i in ids:
+        if not i:
+            continue
+        out.add(i)
+        out.add(beads.short_id(i, prefix))
+        if prefix and not i.startswith(prefix + "-"):
+            out.add(f"{prefix}-{i}")
+    return out
+
+
+def live_owners(env: Env) -> dict[str, str]:
+    """Return bead id -> agent id for the beads that live agents work on (ids as recorded).
+
+    Liveness is checked first (``agentctl.refresh``: one batched multiplexer call), so an
+    agent whose pane or process is gone no longer owns its bead.
+    """
+    if not env.has_state():
+        return {}
+    from exo_cli.ops import agentctl
+
+    agents = agentctl.refresh(env, [a for a in env.store.agents() if a.id != ROOT])
+    return {a.bead: a.id for a in agents if a.bead and a.status in LIVE_STATUSES}
+
+
+def pick_ready(
+    env: Env, n: int, *, exclude_ids: Iterable[str] = (), source: BeadsSource | None = None
+) -> list[Bead]:
+    """Return the ``n`` best ready beads: priority ascending, then oldest first.
+
+    Skips beads owned by a live agent (its recorded ``bead``, full or short id) and the ids
+    in ``exclude_ids``. Fewer than ``n`` come back when fewer are ready. ``n`` below 1 is
+    InvalidInput.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidInput(
+            f"Invalid number of beads {n!r}: expected a whole number of at least 1", field="ready"
+        )
+    src = source if source is not None else open_repo_beads(env)
+    prefix = src.prefix
+    skip = _id_forms([*live_owners(env), *exclude_ids], prefix)
+    picked: list[Bead] = []
+    for bead in src.ready(sort="priority"):
+        if bead.id in skip or beads.short_id(bead.id, prefix) in skip:
+            continue
+        picked.append(bead)
+        if len(picked) == n:
+            break
+    return picked
+
+
+def claim(env: Env, bead_id: str, agent_name: str, *, source: BeadsSource | None = None) -> Bead:
+    """Claim a bead for an agent: ``in_progress`` with ``assignee`` = ``agent_name``.
+
+    Accepts a full or short id. Through ``bd update --claim`` when bd is installed, else a
+    safe JSONL rewrite. StateError when someone else holds it; idempotent for the same agent.
+    """
+    src = source if source is not None else open_repo_beads(env)
+    return src.claim(beads.resolve_id(src, bead_id), agent_name)
+
+
+def close(
+    env: Env,
+    bead_id: str,
+    *,
+    reason: str | None = None,
+    session: str | None = None,
+    force: bool = False,
+    source: BeadsSource | None = None,
+) -> Bead:
+    """Close a bead (``bd close`` or a JSONL rewrite), with ``reason`` and ``session``.
+
+    Accepts a full or short id. Closing a closed bead changes nothing. StateError when the
+    bead still has open blockers (unless ``force``).
+    """
+    src = source if source is not None else open_repo_beads(env)
+    return src.close(beads.resolve_id(src, bead_id), reason=reason, session=session, force=force)
+
+
+# --- the agent's context file and bead snapshots -----------------------------------------------
+
+
+def context_path(worktree: str | os.PathLike[str]) -> Path:
+    """Return ``<worktree>/.exo/context.md``."""
+    return Path(worktree) / CONTEXT_FILE
+
+
+def write_context(env: Env, worktree: str | os.PathLike[str], text: str) -> bool:
+    """Write the agent's context file atomically; return True when its content changed.
+
+    Makes sure ``/.exo/`` is in the repository's ``info/exclude`` (shared by all worktrees)
+    so the file is never committed.
+    """
+    from exo_cli.adapters import git as gitutil
+
+    gitutil.add_exclude(env.repo.common_dir, EXO_EXCLUDE)
+    path = context_path(worktree)
+    data = text.encode("utf-8")
+    return write_if_changed(path, data)
+
+
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """Replace ``path`` with ``data`` atomically unless it already holds exactly that."""
+    try:
+        if path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    from exo_cli.adapters.files import atomic_write
+
+    atomic_write(path, data)
+    return True
+
+
+def save_bead_snapshot(env: Env, agent: str, bead: Bead) -> None:
+    """Remember ``bead`` as the state ``agent`` last saw (for ``exo reconstitute``'s diff)."""
+    env.store.kv_set(
+        SNAPSHOT_KEY.format(agent=agent), json.dumps(bead.raw or bead.to_dict(), ensure_ascii=False)
+    )
+
+
+def load_bead_snapshot(env: Env, agent: str) -> Bead | None:
+    """Return the bead state ``agent`` last saw, or None."""
+    if not env.has_state():
+        return None
+    text = env.store.kv_get(SNAPSHOT_KEY.format(agent=agent))
+    if not text:
+        return None
+    try:
+        return Bead.from_dict(json.loads(text))
+    except ValueError:
+        return None

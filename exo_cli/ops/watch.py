@@ -1,0 +1,246 @@
+"""The forge poller: review, check and merge changes of tracked GitHub PRs, delivered as events.
+
+``poll_once`` asks the forge (``gh pr view --json``) about every open GitHub PR exo tracks,
+updates the records, and posts what changed to the owning agent (a message plus an event):
+review posted, review decision changed, checks changed, merged or closed outside exo. ``exo
+watch`` repeats it (every 30 s while a review or check is pending, 5 min otherwise); the root
+TL's ``exo mcp`` runs the same loop in a background thread through ``start_poller``. A lock
+file in the state dir keeps it to one poller per repository.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.errors import ExoError, StateError
+from exo_cli.records import ROOT, PullRequest
+from exo_cli.registry import op
+
+if TYPE_CHECKING:
+    from exo_cli.adapters.forge import GhRunner, RemoteState
+    from exo_cli.env import Env
+
+LOCK_NAME = "poller.lock"
+
+
+@dataclass(frozen=True)
+class PollResult:
+    """One round of polling: the PRs looked at, what changed, and whether anything is pending."""
+
+    polled: int
+    changes: list[dict[str, Any]]
+    pending: bool
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    rounds: int
+    changes: list[dict[str, Any]]
+    stopped_by: str  # once | interrupt | cancel
+
+
+class PollerLock:
+    """An exclusive, non-blocking fcntl lock on ``<state dir>/poller.lock`` (released on close or exit)."""
+
+    def __init__(self, env: Env) -> None:
+        self.path = env.state_dir / LOCK_NAME
+        self.fd: int | None = None
+
+    def acquire(self) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+        return True
+
+    def holder(self) -> str | None:
+        with contextlib.suppress(OSError):
+            return self.path.read_text().strip() or None
+        return None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def _changes(pr: PullRequest, now: RemoteState) -> list[tuple[str, str]]:
+    """(kind, text) of what differs between the record and the forge's view."""
+    out: list[tuple[str, str]] = []
+    seen_reviews = int(pr.data.get("reviews", 0))
+    if now.reviews > seen_reviews:
+        out.append(("pr-review", f"PR #{pr.number}: a review was posted"
+                    + (f" (decision: {now.review})" if now.review else "")))
+    elif now.review != pr.review_state and now.review:
+        out.append(("pr-review", f"PR #{pr.number}: review decision is now {now.review}"))
+    if now.checks != pr.checks_state and now.checks:
+        out.append(("pr-checks", f"PR #{pr.number}: checks {now.checks}"))
+    if now.state == "merged" and pr.state != "merged":
+        out.append(("pr-merged", f"PR #{pr.number} ({pr.head} -> {pr.base}) was merged on GitHub"))
+    elif now.state == "closed" and pr.state != "closed":
+        out.append(("pr-closed", f"PR #{pr.number} ({pr.head}) was closed on GitHub without merging"))
+    return out
+
+
+def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
+    """Poll every open GitHub PR once; record and deliver what changed."""
+    from exo_cli.adapters.forge import forge_named
+
+    if not env.has_state():
+        return PollResult(0, [], False)
+    prs = [p for p in env.store.prs(state="open") if p.forge == "github" and p.remote_number]
+    forge = forge_named("github", remote=env.config.get("forge.remote"), runner=runner)
+    changes: list[dict[str, Any]] = []
+    errors: list[str] = []
+    pending = False
+    for pr in prs:
+        try:
+            now = forge.view(env, pr)
+        except ExoError as exc:
+            errors.append(f"PR #{pr.number}: {exc.message}")
+            continue
+        if now is None:
+            continue
+        found = _changes(pr, now)
+        update: dict[str, Any] = {"review_state": now.review, "checks_state": now.checks,
+                                  "data": {**pr.data, "reviews": now.reviews}}
+        if now.url:
+            update["url"] = now.url
+        if now.state != pr.state:
+            update["state"] = now.state
+            if now.state == "merged":
+                update.update(merge_commit=now.merge_commit, merged_at=time.time(), strategy=pr.strategy)
+        env.store.update_pr(pr.number, **update)
+        if now.state == "open" and (now.checks == "pending" or now.review == "review_required"):
+            pending = True
+        for kind, text in found:
+            data = {"pr": pr.number, "remote_number": pr.remote_number, "state": now.state, "review": now.review,
+                    "checks": now.checks, "url": now.url}
+            env.store.event(kind, pr.author, data)
+            if pr.author != ROOT:
+                env.store.post(kind, "forge", pr.author, text, data=data)
+            changes.append({"kind": kind, "pr": pr.number, "author": pr.author, "text": text})
+        if now.state == "merged" and pr.state != "merged":
+            from exo_cli.ops.pr import notify_merged
+
+            merged = env.store.pr(pr.number)
+            if merged is not None:
+                notify_merged(env, merged, sender="forge")
+    return PollResult(polled=len(prs), changes=changes, pending=pending, errors=errors)
+
+
+def run_loop(env: Env, stop: threading.Event, *, interval_pending: float = 30, interval_idle: float = 300,
+             runner: GhRunner | None = None, on_round: Any = None) -> int:
+    """Poll until ``stop`` is set: ``interval_pending`` while something is pending, else ``interval_idle``."""
+    rounds = 0
+    while not stop.is_set():
+        try:
+            result = poll_once(env, runner=runner)
+        except Exception as exc:  # the poller must outlive a bad round (gh missing, state busy)
+            result = PollResult(0, [], False, [str(exc)])
+        rounds += 1
+        if on_round is not None:
+            on_round(result)
+        stop.wait(interval_pending if result.pending else interval_idle)
+    return rounds
+
+
+def start_poller(env: Env, *, interval_pending: float = 30, interval_idle: float = 300,
+                 runner: GhRunner | None = None) -> threading.Event | None:
+    """Run the poller in a daemon thread when no other runs for this repository.
+
+    Returns the thread's stop event (set it to stop the poller and release the lock), or
+    None when another process (``exo watch``, another root ``exo mcp``) holds the poller
+    lock or the repository's forge is not GitHub. For ``exo_cli.mcp_server.BACKGROUND``.
+    """
+    try:
+        from exo_cli.adapters.forge import get_forge
+
+        if get_forge(env).kind != "github":
+            return None
+    except Exception:
+        return None
+    lock = PollerLock(env)
+    if not lock.acquire():
+        return None
+    stop = threading.Event()
+
+    def body() -> None:
+        try:
+            run_loop(env, stop, interval_pending=interval_pending, interval_idle=interval_idle, runner=runner)
+        finally:
+            lock.release()
+
+    threading.Thread(target=body, name="exo-forge-poller", daemon=True).start()
+    return stop
+
+
+def background_poller(env: Env) -> None:
+    """Entry for ``mcp_server.BACKGROUND``: start the poller for the root TL's server only."""
+    if env.caller.is_human:
+        start_poller(env)
+
+
+@op(
+    "watch",
+    cli="watch",
+    roles=("human",),
+    blocking=True,
+    help={
+        "once": "Poll once and exit.",
+        "interval_pending": "Seconds between polls while a review or check is pending.",
+        "interval_idle": "Seconds between polls otherwise.",
+    },
+)
+def watch(env: Env, *, once: bool = False, interval_pending: int = 30, interval_idle: int = 300) -> WatchResult:
+    """Poll the forge for review, check and merge changes and deliver them as events.
+
+    Watches every open GitHub PR exo tracks with ``gh pr view --json``: every
+    ``--interval-pending`` seconds while a review or check is pending, every
+    ``--interval-idle`` seconds otherwise. Changes go to the owning agent as a message and an
+    event. Stops on Ctrl-C. Only one poller runs per repository.
+    """
+    from exo_cli import cancel
+    from exo_cli.ops.pr import gh_runner
+
+    lock = PollerLock(env)
+    if not lock.acquire():
+        raise StateError("Another forge poller runs for this repository",
+                         hint="It is `exo watch` or the root TL's `exo mcp` (pid in the lock file).",
+                         lock=str(lock.path), holder=lock.holder())
+    changes: list[dict[str, Any]] = []
+    rounds = 0
+    stopped_by = "once"
+    try:
+        runner = gh_runner(env)
+        while True:
+            result = poll_once(env, runner=runner)
+            rounds += 1
+            changes.extend(result.changes)
+            if once:
+                break
+            wait = interval_pending if result.pending else interval_idle
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                if cancel.cancelled():
+                    return WatchResult(rounds, changes, "cancel")
+                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    except KeyboardInterrupt:
+        stopped_by = "interrupt"
+    finally:
+        lock.release()
+    return WatchResult(rounds, changes, stopped_by)
