@@ -105,7 +105,7 @@ def test_cli_and_tool_reach_the_same_call(repo: Path, recorder: list[tuple[str, 
 
 @pytest.fixture
 def planned(monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
-    from exo_cli.ops import spawn as spawn_mod
+    from exo_cli.ops.spawn import op as spawn_mod
 
     plans: list[list[dict[str, Any]]] = []
 
@@ -115,7 +115,7 @@ def planned(monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
         plans.append([{**asdict(r), "common_skip": call.common.skip_permissions} for r in reqs])
         return spawn_mod.SpawnResult([], [], [], [], [], [], [])
 
-    monkeypatch.setattr(spawn_mod, "_execute", fake_execute)
+    monkeypatch.setattr(spawn_mod, "execute", fake_execute)
     return plans
 
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, Exo
 from exo_cli.adapters.mux.tmux import StartRequest, Tmux
 from exo_cli.errors import ExoError, InvalidInput, StateError
-from exo_cli.ops.spawn import _run_all, _Starter
+from exo_cli.ops.spawn.starter import Starter, run_all
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 PY = sys.executable
@@ -117,10 +117,10 @@ class FakeMux:
 
 def test_starter_runs_one_batch_when_every_task_is_ready():
     mux = FakeMux()
-    starter = _Starter(mux, patience=60)  # type: ignore[arg-type]  # batch on readiness, not on the clock
+    starter = Starter(mux, patience=60)  # type: ignore[arg-type]  # batch on readiness, not on the clock
     results: dict[str, object] = {}
     names = ["t0", "t1", "x2", "t3", "t4"]
-    starter.reserve(len(names))  # as _execute does before its threads run
+    starter.reserve(len(names))  # as run_tasks does before its threads run
 
     def task(i: int) -> None:
         starter.enter()
@@ -137,7 +137,7 @@ def test_starter_runs_one_batch_when_every_task_is_ready():
         finally:
             starter.leave()
 
-    _run_all(task, len(names))
+    run_all(task, len(names))
     assert len(mux.batches) == 1 and sorted(mux.batches[0]) == ["t0", "t1", "t4", "x2"]
     assert results["t0"] == "loc-t0" and results["t4"] == "loc-t4"
     assert isinstance(results["x2"], InvalidInput)
@@ -145,7 +145,7 @@ def test_starter_runs_one_batch_when_every_task_is_ready():
 
 def test_starter_does_not_wait_for_a_task_that_steps_aside():
     mux = FakeMux()
-    starter = _Starter(mux, patience=30)  # type: ignore[arg-type]
+    starter = Starter(mux, patience=30)  # type: ignore[arg-type]
     release = threading.Event()
     got: dict[str, object] = {}
 
@@ -174,7 +174,7 @@ def test_starter_does_not_wait_for_a_task_that_steps_aside():
 
 def test_starter_patience_bounds_the_wait_for_a_slow_task():
     mux = FakeMux()
-    starter = _Starter(mux, patience=0.2)  # type: ignore[arg-type]
+    starter = Starter(mux, patience=0.2)  # type: ignore[arg-type]
     slow_done = threading.Event()
     got: dict[str, object] = {}
 
@@ -203,7 +203,7 @@ def test_run_all_reraises_unexpected_errors_and_runs_everything():
             raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
-        _run_all(fn, 40, max_threads=5)
+        run_all(fn, 40, max_threads=5)
     assert sorted(seen) == list(range(40))
 
 

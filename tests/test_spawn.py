@@ -486,7 +486,7 @@ def test_spawn_into_another_repo(team: Path, tmp_path: Path) -> None:
 def test_after_records_pending_and_launch(team: Path) -> None:
     from exo_cli.env import Env
     from exo_cli.errors import StateError
-    from exo_cli.ops.spawn import launch_pending
+    from exo_cli.ops.spawn.pending import launch_pending
 
     exo = Exo(team)
     assert spawn_json(exo, "--worker", "first", "--prompt", "x", "--agent", "custom")[0] == 0

@@ -10,7 +10,7 @@ import click
 
 from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.errors import UsageError
-from exo_cli.ops.spawn import BACKENDS, MUXES, SpawnResult
+from exo_cli.ops.spawn.op import BACKENDS, MUXES, SpawnResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out

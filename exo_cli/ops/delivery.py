@@ -175,7 +175,7 @@ def start_dependents(env: Env, agent_id: str) -> list[str]:
     """Launch agents spawned ``--after`` this one once all their dependencies are idle or done.
 
     A pending agent (``spawn``: status ``starting``, ``spec.phase == "pending"``) starts
-    through ``exo_cli.ops.spawn.launch_pending(env, id, prompt=...)`` with each
+    through ``exo_cli.ops.spawn.pending.launch_pending(env, id, prompt=...)`` with each
     dependency's latest output (never a stale one: a later turn's output replaced it)
     substituted for ``{{A.output}}`` (A its name or id). ``launch_pending`` claims the
     record, so two dependencies finishing at once start it once. A failed launch is
@@ -204,7 +204,7 @@ def start_dependents(env: Env, agent_id: str) -> list[str]:
             outputs[r.id] = r.output
         prompt = substitute_outputs(_template(pending), outputs)
         try:
-            from exo_cli.ops.spawn import launch_pending
+            from exo_cli.ops.spawn.pending import launch_pending
 
             result = launch_pending(env, pending.id, prompt=prompt)
         except Exception as exc:  # never fail the hook or `done` that triggered it

@@ -200,7 +200,7 @@ def reap(env: Env) -> ReapResult:
     for a in agents:
         if a.status != DEAD:
             continue
-        from exo_cli.ops.spawn import is_stale
+        from exo_cli.ops.spawn.recovery import is_stale
 
         if is_stale(env, a):
             kept.append(a.id)  # an interrupted spawn: `exo doctor` cleans it
@@ -380,7 +380,8 @@ def doctor(env: Env, *, dry_run: bool = False) -> DoctorResult:
     """
     from exo_cli.adapters import worktree as wt
     from exo_cli.adapters.mux import Location
-    from exo_cli.ops import agentctl, spawn
+    from exo_cli.ops import agentctl
+    from exo_cli.ops.spawn import recovery as spawn
 
     problems: list[Problem] = []
 

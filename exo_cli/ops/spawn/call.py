@@ -1,0 +1,189 @@
+"""What the parts of a spawn share: the names, the per-call state (``Call``) and the last step.
+
+A spawn call runs several tasks at once; ``Call`` holds what they look up once and share
+(the beads source, the multiplexer, the local branches, resolved commits, checked backends,
+the agent starter). ``finish`` marks a started agent spawned: a task ends with it, and so
+does a retry or ``exo doctor`` finishing a spawn interrupted after its agent started.
+The other parts of ``ops/spawn/`` import this module and it imports none of them but the
+starter, so the imports run one way: op -> pending -> task -> recovery/result/context ->
+plan -> call -> starter.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.adapters import worktree as wt
+from exo_cli.errors import EnvironmentError_, InvalidInput
+from exo_cli.ops.spawn.starter import Starter
+from exo_cli.records import ROOT, STARTING, WORKING, Agent
+
+if TYPE_CHECKING:
+    from exo_cli.adapters.beads import BeadsSource
+    from exo_cli.adapters.mux import Mux
+    from exo_cli.env import Env
+    from exo_cli.ops.spawn.plan import Common, Request
+
+BACKENDS = ("claude", "gemini", "codex", "custom", "demo")
+MUXES = ("tmux", "zellij", "headless")
+# Spec phases, in order; "pending" waits for `after`, "spawned" is complete.
+PHASES = ("recorded", "worktree", "prepared", "started", "spawned")
+PENDING = "pending"
+# Environment variables of the caller that never pass to an agent (identity is exo's to set).
+DROP_VARS = ("EXO_AGENT", "EXO_PARENT", "EXO_ROLE", "EXO_FAULT", "TMUX_PANE")
+
+
+class Call:
+    """State shared by the tasks of one spawn call."""
+
+    def __init__(self, env: Env, common: Common) -> None:
+        self.env = env
+        self.common = common
+        self.warnings: list[str] = []
+        self._lock = threading.Lock()
+        self._beads: BeadsSource | None = None
+        self._mux: Mux | None = None
+        self._heads: set[str] | None = None
+        self._commits: dict[str, str | None] = {}
+        self._backends_ok: set[str] = set()
+        self._starter: Starter | None = None
+        self._exclude_lock = threading.Lock()
+        self._excluded = False
+
+    def warn(self, text: str) -> None:
+        with self._lock:
+            if text not in self.warnings:
+                self.warnings.append(text)
+
+    def beads(self) -> BeadsSource:
+        with self._lock:
+            if self._beads is None:
+                from exo_cli.ops import tasks
+
+                self._beads = tasks.open_repo_beads(self.env)
+            return self._beads
+
+    def heads(self) -> set[str]:
+        """The repository's local branch names, listed once per call."""
+        with self._lock:
+            if self._heads is None:
+                from exo_cli.adapters import git as gitutil
+
+                proc = gitutil.git(["for-each-ref", "--format=%(refname:short)", "refs/heads/"], cwd=self.env.repo.root)
+                self._heads = set(proc.stdout.split())
+            return self._heads
+
+    def commit(self, ref: str) -> str | None:
+        """The commit ``ref`` names, resolved once per call."""
+        with self._lock:
+            if ref not in self._commits:
+                self._commits[ref] = wt.rev(self.env.repo.root, ref)
+            return self._commits[ref]
+
+    def check_backend(self, name: str) -> None:
+        """``check_backend`` once per backend and call (its config and PATH do not change)."""
+        if name in self._backends_ok:
+            return
+        check_backend(self.env, name)
+        with self._lock:
+            self._backends_ok.add(name)
+
+    def exclude_exo(self) -> None:
+        """Put ``/.exo/`` in the repository's info/exclude once per call, before any task writes there."""
+        with self._exclude_lock:
+            if not self._excluded:
+                wt.exclude_exo(self.env)
+                self._excluded = True
+
+    def mux(self) -> Mux:
+        with self._lock:
+            if self._mux is None:
+                self._mux = check_mux(self.env, self.common.mux)
+            return self._mux
+
+    def starter(self) -> Starter:
+        """The call's agent starter (batched windows on tmux)."""
+        mux = self.mux()
+        with self._lock:
+            if self._starter is None:
+                self._starter = Starter(mux)
+            return self._starter
+
+
+def check_mux(env: Env, kind: str) -> Mux:
+    """The multiplexer for ``kind``, or EnvironmentError_ when it cannot run here."""
+    from exo_cli.ops import agentctl
+
+    if kind == "tmux" and shutil.which("tmux") is None:
+        raise EnvironmentError_("tmux is not installed or not on PATH", hint="Install tmux, or use --mux headless.")
+    if kind == "zellij":
+        from exo_cli.adapters.mux.zellij import Zellij
+
+        services = bool(env.config.get("services")) and shutil.which("process-compose") is not None
+        return Zellij(None, runtime_dir=env.runtime_dir, environ=env.environ, services=services)
+    return agentctl.mux_for(env, kind)
+
+
+def check_backend(env: Env, name: str) -> None:
+    """EnvironmentError_ when the backend's program cannot be found on the caller's PATH."""
+    from exo_cli.adapters import agents as backends
+
+    if name == "demo":
+        import importlib.util
+
+        if importlib.util.find_spec("exo_cli.demo_agent") is None:
+            raise EnvironmentError_(
+                "The demo agent (exo_cli.demo_agent) is not part of this exo build",
+                hint="Use --agent custom with agent.command in exo.toml, or another backend.",
+            )
+        return
+    if name == "custom":
+        cmd = env.config.get("agent.command") or None
+        if cmd is None:
+            raise InvalidInput(
+                "The custom backend needs a command: set agent.command in exo.toml",
+                hint='For example: [agent]\ncommand = ["my-agent", "{prompt}"]',
+                key="agent.command",
+            )
+        if backends.available("custom", env.environ.get("PATH"), command=cmd) is None:
+            from exo_cli.adapters.agents.custom import parse_template
+
+            prog = parse_template(cmd)[0]
+            raise EnvironmentError_(f"{prog} is not installed or not on PATH", hint="Fix agent.command in exo.toml.")
+        return
+    if backends.available(name, env.environ.get("PATH")) is None:
+        raise EnvironmentError_(
+            f"{name} is not installed or not on PATH",
+            hint=f"Install the {name} CLI, or choose another backend with --agent.",
+            binary=name,
+        )
+
+
+def agent_env(env: Env) -> dict[str, str]:
+    """The spawning call's environment minus identity variables exo sets itself."""
+    return {k: v for k, v in env.environ.items() if k not in DROP_VARS}
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` and its missing parents with mode 0700 (``mkdir(parents=True)`` would use the umask)."""
+    if not path.parent.is_dir():
+        private_dir(path.parent)
+    path.mkdir(exist_ok=True, mode=0o700)
+
+
+def finish(env: Env, req: Request, agent: Agent, spec: dict[str, Any]) -> Agent:
+    """Mark a started agent spawned: status, the ``spawned`` event and the parent's message."""
+    spec["phase"] = "spawned"
+    status, reason = STARTING, "started"
+    if req.agent == "custom":
+        status, reason = WORKING, "no hooks: status from liveness only"
+    env.store.update_agent(agent.id, spec=spec, status=status, status_reason=reason)
+    data = {"event": "spawned", "agent": agent.id, "branch": agent.branch, "worktree": agent.worktree,
+            "parent": agent.parent, "location": dict(agent.location), "backend": req.agent}
+    env.store.event("spawned", agent.id, data)
+    env.store.post("event", agent.id, agent.parent or ROOT,
+                   f"[SPAWNED {agent.id}] {agent.role} on branch {agent.branch} in {agent.worktree}", data=data)
+    return env.store.agent(agent.id) or agent

@@ -1,0 +1,201 @@
+"""``exo spawn``: one operation behind ``spawn_agents``, ``spawn_subtree`` and ``spawn_workers``.
+
+For each task (a bead, a named or auto-named worker, or one subtree), in parallel threads:
+validate, record the agent as ``starting`` with its whole request, create the worktree and
+branch, prepare it, start the agent in its multiplexer with the first prompt on its command
+line, then emit ``spawned`` and tell the parent. One task failing never stops the others;
+the result keeps seed 000's ``worktrees``/``tabs``/``failed`` pairs.
+
+The parts of ``ops/spawn/``, in the order a call meets them: ``plan`` (the arguments become
+requests), ``pending`` (``--after``: record now, start later), ``task`` (one task's steps),
+``starter`` (threads, and one tmux call for all windows), ``recovery`` (the spawn lock,
+interrupted spawns), with ``context`` (what the agent reads first), ``result`` (what the
+call returns) and ``call`` (what the parts share) below them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.errors import ExoError
+from exo_cli.ops.spawn import pending
+from exo_cli.ops.spawn.call import BACKENDS, MUXES, Call
+from exo_cli.ops.spawn.plan import (
+    Request,
+    WorkerSpec,
+    choose_backend,
+    choose_mux,
+    common_for,
+    demo_script_path,
+    duplicate_names,
+    plan,
+    read_prompts,
+    target_env,
+)
+from exo_cli.ops.spawn.result import SpawnedAgent, SpawnResult, failed_call
+from exo_cli.ops.spawn.task import start_all
+from exo_cli.registry import Tool, op
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+__all__ = ["BACKENDS", "MUXES", "SpawnResult", "SpawnedAgent", "WorkerSpec", "first_failure_exit", "spawn"]
+
+
+# --------------------------------------------------------------------------- the MCP tools' arguments
+
+
+def _adapt_agents(*, bead_ids: list[str], backend: str | None = None) -> dict[str, Any]:
+    return {"beads": list(bead_ids), "agent": backend}
+
+
+def _adapt_subtree(*, task: str, branch_name: str, parent_session_id: str | None = None) -> dict[str, Any]:
+    return {"subtree": True, "task": task, "branch": branch_name, "parent_session_id": parent_session_id}
+
+
+def _adapt_workers(*, specs: list[WorkerSpec]) -> dict[str, Any]:
+    out = []
+    for s in specs:
+        d = asdict(s) if dataclasses.is_dataclass(s) else dict(s)  # type: ignore[arg-type]
+        out.append({k: v for k, v in d.items() if v is not None})
+    return {"specs": out}
+
+
+SPAWN_HELP = {
+    "beads": "Bead ids to work on, with or without the tracker's prefix (4hj or bd-4hj).",
+    "worker": "Name of a leaf worker to spawn (repeatable); its branch is <parent branch>.<name>.",
+    "prompt": "The task: one prompt for all workers, or one per --worker in order; extra instructions for beads.",
+    "prompt_file": "Read the prompt from this file.",
+    "edit": "Write the prompt in $EDITOR (CLI only).",
+    "subtree": "Spawn a child team lead that can spawn its own children (needs --task and --branch).",
+    "task": "The subtree's responsibility.",
+    "branch": "The subtree's name and branch suffix: <parent branch>.<branch>.",
+    "fork_session": "Start a Claude subtree from its parent's conversation (--resume ... --fork-session).",
+    "parent_session_id": "The parent's Claude session id to fork from (default: the caller's recorded one).",
+    "ready": "Spawn the N best ready beads (priority, then age), skipping ones a live agent owns.",
+    "specs": "Worker specs as objects {name, prompt, agent?, bead?, annotation?}.",
+    "agent": "Agent backend: claude, gemini, codex, custom or demo (default: agent.default in exo.toml).",
+    "mux": "Where agents run: tmux, zellij or headless (default: mux.default in exo.toml).",
+    "from_branch": "Base the new branches on this branch or ref (default: the parent's branch).",
+    "no_worktree": "Run the agent in the repository itself instead of a new worktree.",
+    "repo": "Spawn into the repository at this path (it keeps its own exo state).",
+    "skip_permissions": "Let agents run tools without asking (default: agent.skip_permissions in exo.toml).",
+    "after": "Start only when these agents are idle or done (their output can go in the prompt as {{A.output}}).",
+    "demo_script": "Script file for the demo agent.",
+}
+
+
+@op(
+    "spawn",
+    cli="spawn",
+    tools=[
+        Tool(
+            "spawn_agents",
+            adapt=_adapt_agents,
+            description=(
+                "Create a git worktree and start an agent for each bead id, in parallel; returns "
+                "{worktrees, tabs, failed} pairs plus error objects. Use it to dispatch ready beads from "
+                "the tracker; a blocked or unknown bead fails alone while the others start."
+            ),
+            help={
+                "bead_ids": "Bead ids, short (4hj) or full (bd-4hj).",
+                "backend": "Agent CLI: claude, gemini, codex, custom or demo (default from exo.toml).",
+            },
+        ),
+        Tool(
+            "spawn_subtree",
+            adapt=_adapt_subtree,
+            description=(
+                "Fork a child team lead on branch <your branch>.<branch_name> when decomposing work into "
+                "sub-problems that may need further decomposition: the child gets the coordination tools and "
+                "can spawn its own children. Prefer it when the task has 3+ distinct components or needs "
+                "architectural decisions."
+            ),
+            help={
+                "task": "The subtree's responsibility.",
+                "branch_name": "Branch suffix: 'auth' becomes '<your branch>.auth'.",
+            },
+        ),
+        Tool(
+            "spawn_workers",
+            adapt=_adapt_workers,
+            description=(
+                "Spawn leaf workers, each in its own worktree on branch <your branch>.<name>, when work is "
+                "concrete enough to execute without further decomposition: give each a focused, bounded task "
+                "with the exact files and commands. Workers cannot spawn; they file a PR against your branch."
+            ),
+            help={"specs": "One object per worker: name, prompt, and optionally agent, bead, annotation."},
+        ),
+    ],
+    roles=("tl",),
+    help=SPAWN_HELP,
+)
+def spawn(
+    env: Env,
+    *,
+    beads: list[str] | None = None,
+    worker: list[str] | None = None,
+    prompt: list[str] | None = None,
+    prompt_file: str | None = None,
+    edit: bool = False,
+    subtree: bool = False,
+    task: str | None = None,
+    branch: str | None = None,
+    fork_session: bool | None = None,
+    parent_session_id: str | None = None,
+    ready: int | None = None,
+    specs: list[dict[str, Any]] | None = None,
+    agent: str | None = None,
+    mux: str | None = None,
+    from_branch: str | None = None,
+    no_worktree: bool = False,
+    repo: str | None = None,
+    skip_permissions: bool | None = None,
+    after: list[str] | None = None,
+    demo_script: str | None = None,
+) -> SpawnResult:
+    """Start agents: one worktree, branch and agent per bead, worker or subtree.
+
+    Tasks run in parallel; one failing never stops the others. The result keeps seed 000's
+    pairs (worktrees, tabs, failed) and adds error objects, the recorded agents, workers
+    spawned without a task, and warnings. A spawn interrupted at any step leaves a record that
+    the same spawn again (or `exo doctor`) cleans up before starting over; spawning the same
+    agent twice reports the live one as a StateError.
+    """
+    prompts = read_prompts(env, list(prompt or []), prompt_file, edit=edit)
+    target = target_env(env, repo)
+    backend = choose_backend(target, agent)
+    kind = choose_mux(target, mux)
+    demo_script = demo_script_path(demo_script)
+    warnings: list[str] = []
+    common = common_for(env, target, mux=kind, from_branch=from_branch, no_worktree=no_worktree,
+                        skip_permissions=skip_permissions, demo_script=demo_script, fork_session=fork_session,
+                        parent_session_id=parent_session_id, after=list(after or []), warnings=warnings)
+    reqs = plan(env, target, beads=list(beads or []), worker=list(worker or []), prompt=prompts,
+                subtree=subtree, task=task, branch=branch, ready=ready, specs=list(specs or []),
+                agent=backend, warnings=warnings)
+    call = Call(target, common)
+    call.warnings.extend(warnings)
+    if not common.skip_permissions and any(r.agent in ("claude", "gemini", "codex") for r in reqs):
+        call.warn("Agents will ask before running tools; pass --skip-permissions to let them run unattended")
+    return execute(call, reqs, duplicates=duplicate_names(reqs))
+
+
+def execute(call: Call, reqs: list[Request], *, duplicates: set[str]) -> SpawnResult:
+    """Spawn the planned tasks now, or record them as pending while an ``after`` agent works."""
+    if call.common.after:
+        try:
+            waits = pending.waiting_for(call.env, call.common.after)
+        except ExoError as exc:
+            return failed_call(call, exc)
+        if waits:
+            return pending.record_all(call, reqs, waits, duplicates=duplicates)
+        call.mux()  # a missing multiplexer is an error of the call itself here
+    return start_all(call, reqs, duplicates=duplicates)
+
+
+def first_failure_exit(result: SpawnResult) -> int:
+    """The CLI's exit code for a spawn result."""
+    return result.exit_code

@@ -1,0 +1,335 @@
+"""Planning a spawn: the call's arguments become one ``Request`` per task and one ``Common``.
+
+Nothing is created here. ``read_prompts``, ``target_env``, ``choose_backend``/``choose_mux``
+and ``common_for`` check the call's own arguments; ``plan`` turns beads, ``--ready N``,
+workers and their prompts, worker specs or one subtree into requests (a short row of named
+steps, one per kind of task) and picks memorable names for unnamed workers. ``Request`` and
+``Common`` are JSON-native: they are stored in the agent's spec, and ``request_from_spec``/
+``common_from_spec`` read them back for a retry, a deferred start or ``exo doctor``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.adapters import worktree as wt
+from exo_cli.errors import ExoError, InvalidInput, NotFound, UsageError
+from exo_cli.ops.spawn.call import BACKENDS, MUXES
+from exo_cli.records import ROOT
+from exo_cli.validate import check_name, check_text
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+
+@dataclass
+class Request:
+    """One task of a spawn call (JSON-native: stored in the agent's spec for retry and launch)."""
+
+    kind: str  # "bead" | "worker" | "subtree"
+    key: str  # the id reported in the result pairs
+    name: str | None = None
+    prompt: str | None = None
+    task: str | None = None
+    bead: str | None = None
+    annotation: str | None = None
+    agent: str = "claude"
+
+
+@dataclass
+class Common:
+    """What every task of one call shares (JSON-native: stored in the spec too)."""
+
+    mux: str
+    parent: str
+    parent_branch: str | None
+    base: str | None
+    parent_cwd: str | None
+    no_worktree: bool = False
+    skip_permissions: bool = False
+    demo_script: str | None = None
+    fork_session: bool | None = None
+    session_id: str | None = None
+    after: list[str] = field(default_factory=list)
+    origin: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WorkerSpec:
+    """One worker of ``spawn_workers`` (seeds 001/002): name and prompt, optional agent, bead, annotation."""
+
+    name: str
+    prompt: str
+    agent: str | None = None
+    bead: str | None = None
+    annotation: str | None = None
+
+
+def request_from_spec(spec: dict[str, Any]) -> Request:
+    """The Request an agent's spec recorded (unknown keys of older records ignored)."""
+    known = {f.name for f in fields(Request)}
+    return Request(**{k: v for k, v in (spec.get("request") or {}).items() if k in known})
+
+
+def common_from_spec(spec: dict[str, Any]) -> Common:
+    """The Common an agent's spec recorded (unknown keys of older records ignored)."""
+    known = {f.name for f in fields(Common)}
+    return Common(**{k: v for k, v in (spec.get("common") or {}).items() if k in known})
+
+
+# --------------------------------------------------------------------------- the call's own arguments
+
+
+def read_prompts(env: Env, prompt: list[str], prompt_file: str | None, *, edit: bool) -> list[str]:
+    """The prompts given inline, or the one in ``prompt_file``; UsageError for --edit without a prompt."""
+    prompts = list(prompt)
+    if prompt_file:
+        if prompts:
+            raise UsageError("Give --prompt or --prompt-file, not both")
+        p = Path(os.path.expanduser(prompt_file))
+        p = p if p.is_absolute() else env.cwd / p
+        try:
+            prompts = [p.read_text(encoding="utf-8")]
+        except OSError as exc:
+            raise NotFound(f"Cannot read prompt file {p}: {exc.strerror}", path=str(p)) from exc
+        except ValueError as exc:  # a NUL in the path, or a file that is not UTF-8 text
+            raise InvalidInput(f"Cannot read prompt file {p!r}: {exc}", field="prompt_file") from exc
+    if edit and not prompts:
+        raise UsageError("--edit needs an interactive terminal: write the prompt with --prompt or --prompt-file")
+    return prompts
+
+
+def exists(path: Path, kind: str) -> bool:
+    """Whether ``path`` is a directory (``kind`` "dir") or a file; False for names the OS refuses."""
+    try:
+        return path.is_dir() if kind == "dir" else path.is_file()
+    except (OSError, ValueError):  # too long, NUL byte, ...
+        return False
+
+
+def target_env(env: Env, repo: str | None) -> Env:
+    """The context of the repository the agents go into: the caller's, or the one ``--repo`` names."""
+    if not repo:
+        return env
+    from exo_cli.env import Env as EnvCls
+
+    path = Path(os.path.expanduser(repo))
+    if not path.is_absolute():
+        path = env.cwd / path
+    if not exists(path, "dir"):
+        raise NotFound(f"Repository {path} does not exist", hint="Pass the path of a git repository to --repo.")
+    target = EnvCls(cwd=path, environ=env.environ, overrides=env.overrides)
+    target.repo  # noqa: B018 - EnvironmentError_ when it is not a repository
+    return target
+
+
+def choose_backend(target: Env, agent: str | None) -> str:
+    """The agent backend: the one given, else ``agent.default``; InvalidInput for an unknown one."""
+    backend = agent or str(target.config.get("agent.default"))
+    if backend not in BACKENDS:
+        raise InvalidInput(f"Invalid agent backend {backend!r}", hint=f"Use one of: {', '.join(BACKENDS)}.")
+    return backend
+
+
+def choose_mux(target: Env, mux: str | None) -> str:
+    """The multiplexer: the one given, else ``mux.default``; InvalidInput for an unknown one."""
+    kind = mux or str(target.config.get("mux.default"))
+    if kind not in MUXES:
+        raise InvalidInput(f"Invalid multiplexer {kind!r}", hint=f"Use one of: {', '.join(MUXES)}.")
+    return kind
+
+
+def demo_script_path(demo_script: str | None) -> str | None:
+    """The demo script as an absolute path; NotFound when the file does not exist."""
+    if demo_script and not exists(Path(demo_script), "file"):
+        raise NotFound(f"Demo script {demo_script} does not exist", path=demo_script)
+    return str(Path(demo_script).absolute()) if demo_script else None
+
+
+def caller_context(env: Env, *, from_branch: str | None, no_worktree: bool) -> dict[str, Any]:
+    """parent id, parent branch, base ref, the parent's folder and Claude session id."""
+    from exo_cli.adapters import git as gitutil
+
+    caller = env.caller
+    record = env.caller_agent() if not caller.is_human else None
+    if record is not None and record.worktree:
+        parent_cwd = record.worktree
+        branch = record.branch or gitutil.current_branch(record.worktree)
+    else:
+        parent_cwd = str(env.repo.toplevel)
+        branch = gitutil.current_branch(env.repo.toplevel)
+    base = from_branch or None
+    if from_branch:
+        from exo_cli.validate import check_branch
+
+        check_branch(from_branch, "base branch")
+        if gitutil.ref_exists(env.repo.root, f"refs/heads/{from_branch}"):
+            branch = from_branch  # the tree follows the chosen base: children of from_branch
+        elif wt.rev(env.repo.root, from_branch) is None:
+            raise NotFound(f"Base {from_branch!r} does not exist", hint="Pass an existing branch or ref to --from.")
+    elif env.config.get("worktree.base"):
+        base = str(env.config.get("worktree.base"))
+    return {
+        "parent": caller.agent_id,
+        "parent_branch": branch,
+        "base": base,
+        "parent_cwd": parent_cwd,
+        "session_id": record.session_id if record is not None else None,
+    }
+
+
+def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_worktree: bool,
+               skip_permissions: bool | None, demo_script: str | None, fork_session: bool | None,
+               parent_session_id: str | None, after: list[str], warnings: list[str]) -> Common:
+    """What the call's tasks share: the parent, its branch and base, the session, the options."""
+    if target is env:
+        info = caller_context(env, from_branch=from_branch, no_worktree=no_worktree)
+    else:
+        info = caller_context(target, from_branch=from_branch, no_worktree=no_worktree)
+        info["parent"] = ROOT
+        warnings.append(f"Spawned into {target.repo.root}: its agents report to that repository's root")
+    session = parent_session_id or info.pop("session_id")
+    info.pop("session_id", None)
+    skip = bool(target.config.get("agent.skip_permissions")) if skip_permissions is None else skip_permissions
+    return Common(
+        mux=mux, no_worktree=no_worktree, skip_permissions=skip, demo_script=demo_script,
+        fork_session=fork_session, session_id=session, after=list(after),
+        origin={"caller": env.caller.agent_id, "repo": str(env.repo.root)}, **info,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the tasks
+
+
+def plan(env: Env, call_env: Env, *, beads: list[str], worker: list[str], prompt: list[str],
+         subtree: bool, task: str | None, branch: str | None, ready: int | None,
+         specs: list[dict[str, Any]], agent: str, warnings: list[str]) -> list[Request]:
+    """Turn the call's arguments into one Request per task (names picked for unnamed workers)."""
+    if subtree:
+        return [_subtree(prompt, task=task, branch=branch, agent=agent, others=bool(beads or worker or specs or ready))]
+    if task or branch:
+        raise UsageError("--task and --branch go with --subtree")
+    for p in prompt:
+        check_text(p, "prompt")
+    bead_prompt, prompt = _split_prompts(prompt, beads=bool(beads or ready), worker=worker)
+    reqs = [Request(kind="bead", key=b, bead=b, prompt=bead_prompt, agent=agent) for b in beads]
+    reqs += _ready_beads(call_env, ready, given=beads, prompt=bead_prompt, agent=agent, warnings=warnings)
+    reqs += _workers(worker, prompt, agent=agent)
+    reqs += _from_specs(specs, agent=agent)
+    if not reqs:
+        raise UsageError(
+            "Nothing to spawn",
+            hint="Give bead ids, --ready N, --worker NAME/--prompt TEXT, or --subtree --task T --branch NAME.",
+        )
+    _name_workers(call_env, reqs)
+    return reqs
+
+
+def _subtree(prompt: list[str], *, task: str | None, branch: str | None, agent: str, others: bool) -> Request:
+    """The one request of ``--subtree``; UsageError when combined with other tasks or missing its task."""
+    if others:
+        raise UsageError("--subtree spawns one subtree; do not combine it with beads or workers")
+    text = task or (prompt[0] if len(prompt) == 1 else None)
+    if not text or not branch:
+        raise UsageError("--subtree needs --task TEXT and --branch NAME")
+    if len(prompt) > 1:
+        raise UsageError("--subtree takes one task")
+    check_text(text, "task")
+    name = check_name(branch, "branch name")
+    return Request(kind="subtree", key=name, name=name, task=text, agent=agent)
+
+
+def _split_prompts(prompt: list[str], *, beads: bool, worker: list[str]) -> tuple[str | None, list[str]]:
+    """(extra instructions for beads, the workers' prompts): with beads the one prompt goes to them."""
+    if not beads:
+        return None, prompt
+    if worker or len(prompt) > 1:
+        raise UsageError("Give beads, or workers with prompts, not both in one call")
+    return (prompt[0] if prompt else None), []
+
+
+def _ready_beads(call_env: Env, ready: int | None, *, given: list[str], prompt: str | None, agent: str,
+                 warnings: list[str]) -> list[Request]:
+    """``--ready N``: the N best ready beads not already given, a warning when fewer are ready."""
+    if not ready:
+        return []
+    if isinstance(ready, bool) or ready < 1:
+        raise InvalidInput(f"Invalid --ready {ready!r}: expected a whole number of at least 1", field="ready")
+    from exo_cli.adapters import beads as beads_mod
+    from exo_cli.ops import tasks
+
+    src = tasks.open_repo_beads(call_env)
+    taken = set()
+    for b in given:
+        with contextlib.suppress(ExoError):
+            taken.add(beads_mod.resolve_id(src, b))
+    picked = tasks.pick_ready(call_env, ready, exclude_ids=taken, source=src)
+    if len(picked) < ready:
+        warnings.append(f"Only {len(picked)} ready bead(s) to spawn (asked for {ready})")
+    return [Request(kind="bead", key=beads_mod.short_id(x.id, src.prefix), bead=x.id, prompt=prompt, agent=agent)
+            for x in picked]
+
+
+def _workers(worker: list[str], prompt: list[str], *, agent: str) -> list[Request]:
+    """One request per ``--worker`` (or per extra prompt, unnamed): one prompt for all, or one each."""
+    if not (worker or prompt):
+        return []
+    if len(prompt) > 1 and len(prompt) < len(worker):
+        raise UsageError(
+            f"{len(worker)} workers but {len(prompt)} prompts",
+            hint="Give one prompt for all workers, or one per worker in the same order.",
+        )
+    names: list[str | None] = list(worker)
+    if len(prompt) > len(worker):
+        names += [None] * (len(prompt) - len(worker))
+    reqs = []
+    for i, n in enumerate(names):
+        p = prompt[i] if len(prompt) > 1 else (prompt[0] if prompt else None)
+        reqs.append(Request(kind="worker", key=n or "", name=n or None, prompt=p, agent=agent))
+    return reqs
+
+
+def _from_specs(specs: list[dict[str, Any]], *, agent: str) -> list[Request]:
+    """One request per worker spec of ``spawn_workers`` (a spec with a bead works on that bead)."""
+    reqs = []
+    for s in specs:
+        if not isinstance(s, dict):
+            raise InvalidInput("Each worker spec must be an object {name, prompt, agent?, bead?, annotation?}")
+        unknown = set(s) - {"name", "prompt", "agent", "bead", "annotation"}
+        if unknown:
+            raise InvalidInput(f"Unknown worker spec field(s): {', '.join(sorted(unknown))}", field="specs")
+        p = s.get("prompt") or None
+        if p is not None:
+            check_text(p, "prompt")
+        kind = "bead" if s.get("bead") else "worker"
+        name = s.get("name") or None
+        reqs.append(Request(kind=kind, key=name or (s.get("bead") or ""), name=name, prompt=p,
+                            bead=s.get("bead") or None, annotation=s.get("annotation") or None,
+                            agent=s.get("agent") or agent))
+    return reqs
+
+
+def _name_workers(call_env: Env, reqs: list[Request]) -> None:
+    """Pick memorable names for unnamed workers, unlike any agent, request or worktree folder."""
+    unnamed = [r for r in reqs if r.kind == "worker" and not r.name]
+    if not unnamed:
+        return
+    taken = {a.id for a in call_env.store.agents()} | {r.name for r in reqs if r.name}
+    root = wt.worktree_root(call_env)
+    if root.is_dir():
+        taken |= {p.name for p in root.iterdir()}
+    for r, n in zip(unnamed, wt.pick_names(len(unnamed), {t for t in taken if t}), strict=True):
+        r.name = n
+        r.key = n
+
+
+def duplicate_names(reqs: list[Request]) -> set[str]:
+    """The agent names that appear more than once among ``reqs`` (each of those tasks fails alone)."""
+    seen: dict[str, int] = {}
+    for r in reqs:
+        seen[r.name or r.key] = seen.get(r.name or r.key, 0) + 1
+    return {k for k, n in seen.items() if n > 1 and k}
