@@ -15,7 +15,7 @@ from test_messages_helpers import EXO, agent_vars, env_for, hook_json, make_agen
 from conftest import Exo
 from exo_cli import cancel
 from exo_cli.ops import messages
-from exo_cli.ops.delivery import start_dependents, substitute_outputs
+from exo_cli.ops.delivery import ready_dependents, substitute_outputs
 
 STOP = {"session_id": "s", "transcript_path": None, "cwd": "/x", "hook_event_name": "Stop",
         "stop_hook_active": False, "last_assistant_message": "finished"}
@@ -205,8 +205,22 @@ def test_after_templating(team: Path) -> None:
     make_agent(team, "p", parent="lead", status="starting",
                spec={"phase": "pending", "after": ["a"], "common": {"after": ["a"]},
                      "request": {"kind": "worker", "prompt": "Summarize: {{a.output}}"}})
-    assert start_dependents(env_for(team), "a") == []  # a is still working: p stays pending
+    assert ready_dependents(env_for(team), "a") == []  # a is still working: p stays pending
     assert env_for(team).store.agent("p").spec["phase"] == "pending"
+
+
+def test_done_starts_the_agents_spawned_after_it(team: Path) -> None:
+    """`exo done` ends w1's task and starts the agent spawned --after w1, with w1's output in its prompt."""
+    r = as_agent(team, None, "spawn", "--worker", "p", "--prompt", "Summarize: {{w1.output}}", "--after", "w1",
+                 "--agent", "demo", "--mux", "headless", "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert env_for(team).store.agent("p").spec["phase"] == "pending"
+    try:
+        r = as_agent(team, "w1", "done", "--output", "the report", "--json")
+        assert r.exit_code == 0 and r.json()["started"] == ["p"], r.stdout + r.stderr
+        assert env_for(team).store.agent("p").task == "Summarize: the report"
+    finally:
+        as_agent(team, None, "kill", "p")
 
 
 def test_mcp_tools(team: Path) -> None:

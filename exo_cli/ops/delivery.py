@@ -7,8 +7,10 @@ at a hook; ``deliver`` is the fast path for an agent idle at its prompt in a tmu
 the message is claimed (``delivered_at``) before it is typed, so a hook firing meanwhile
 never hands it over twice, and if typing fails the claim is undone and the message waits
 for the next hook. Typing goes through ``Tmux.send_text`` (a named buffer, bracketed
-paste, Enter after a pause, serialized per pane, confirmed). ``start_dependents`` starts
-agents spawned ``--after`` another one with ``{{A.output}}`` substituted.
+paste, Enter after a pause, serialized per pane, confirmed). ``ready_dependents`` names
+the agents spawned ``--after`` another one that may start now, with ``{{A.output}}``
+substituted; starting them is spawn's (``ops/spawn/pending.py``), a step of the operation
+that ends the turn, so this module never imports spawn.
 """
 
 from __future__ import annotations
@@ -171,15 +173,14 @@ def _template(agent: Agent) -> str:
     return str(agent.spec.get("prompt") or agent.task or "")
 
 
-def start_dependents(env: Env, agent_id: str) -> list[str]:
-    """Launch agents spawned ``--after`` this one once all their dependencies are idle or done.
+def ready_dependents(env: Env, agent_id: str) -> list[tuple[str, str]]:
+    """The agents spawned ``--after`` this one that may start now, each with its prompt: (id, prompt).
 
-    A pending agent (``spawn``: status ``starting``, ``spec.phase == "pending"``) starts
-    through ``exo_cli.ops.spawn.pending.launch_pending(env, id, prompt=...)`` with each
-    dependency's latest output (never a stale one: a later turn's output replaced it)
-    substituted for ``{{A.output}}`` (A its name or id). ``launch_pending`` claims the
-    record, so two dependencies finishing at once start it once. A failed launch is
-    recorded as an event and never fails the caller (a hook).
+    A pending agent (``spawn``: status ``starting``, ``spec.phase == "pending"``) is ready
+    once all its dependencies are idle or done. Its prompt gets each dependency's latest
+    output (never a stale one: a later turn's output replaced it) substituted for
+    ``{{A.output}}`` (A its name or id). Nothing is started here: the operation that ends
+    the turn (the Stop hook, ``exo done``) hands the list to spawn's ``start_dependents``.
     """
     rows = env.store.query(
         "SELECT id FROM agents WHERE status = ? AND spec LIKE '%\"pending\"%'", (STARTING,)
@@ -187,7 +188,7 @@ def start_dependents(env: Env, agent_id: str) -> list[str]:
     if not rows:
         return []
     me = env.store.agent(agent_id)
-    started: list[str] = []
+    ready: list[tuple[str, str]] = []
     for row in rows:
         pending = env.store.agent(row["id"])
         if pending is None or pending.spec.get("phase") != "pending" or me is None:
@@ -202,15 +203,5 @@ def start_dependents(env: Env, agent_id: str) -> list[str]:
         for r in records:
             outputs[r.name] = r.output
             outputs[r.id] = r.output
-        prompt = substitute_outputs(_template(pending), outputs)
-        try:
-            from exo_cli.ops.spawn.pending import launch_pending
-
-            result = launch_pending(env, pending.id, prompt=prompt)
-        except Exception as exc:  # never fail the hook or `done` that triggered it
-            message = exc.message if isinstance(exc, ExoError) else f"{type(exc).__name__}: {exc}"
-            env.store.event("after-failed", pending.id, {"after": agent_id, "error": message})
-            continue
-        if not getattr(result, "failed", None):
-            started.append(pending.id)
-    return started
+        ready.append((pending.id, substitute_outputs(_template(pending), outputs)))
+    return ready

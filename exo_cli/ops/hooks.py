@@ -496,7 +496,11 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
         msgs.notify_parent(env, agent, "idle", f"{agent.name} is idle" + (f": {_short(text)}" if text else ""),
                            output=(text or "")[:4000])
         actions.append("idle")
-        msgs.start_dependents(env, agent.id)
+        ready = msgs.ready_dependents(env, agent.id)
+        if ready:  # spawn loads only when an agent waits for this one
+            from exo_cli.ops.spawn.pending import start_dependents
+
+            start_dependents(env, agent.id, ready)
     out = block_output(cli, "\n\n".join(reasons)) if blocking else neutral(event, cli)
     return HookResult(event, cli, agent.id, out, actions)
 

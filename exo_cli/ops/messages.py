@@ -33,7 +33,7 @@ from exo_cli.ops.delivery import (
     SEND,
     agent_name,
     post,
-    start_dependents,
+    ready_dependents,
 )
 from exo_cli.records import ASKING, DEAD, DONE, IDLE, ROOT, WORKING, Agent, Message
 from exo_cli.registry import Tool, op
@@ -582,7 +582,12 @@ def done(env: Env, *, output: str | None = None) -> DoneResult:
     env.store.event("completed", me.id, {"output": (text or "")[:2000]})
     parent = me.parent or ROOT
     post(env, DONE_KIND, me.id, parent, text or "(done, no output)", data={"event": "done"})
-    started = start_dependents(env, me.id)
+    ready = ready_dependents(env, me.id)
+    started: list[str] = []
+    if ready:  # spawn loads only when an agent waits for this one
+        from exo_cli.ops.spawn.pending import start_dependents
+
+        started = start_dependents(env, me.id, ready)
     return DoneResult(agent_id=me.id, name=me.name, status=DONE, output=text, parent=parent, started=started)
 
 
