@@ -237,6 +237,31 @@ def test_doctor_orphans(team: Path) -> None:
     assert "stray-clean" in git(team, "branch", "--list")  # branches are never deleted by doctor
 
 
+def test_doctor_reaped_worktrees_and_stray_folders(team: Path) -> None:
+    """A reaped agent's clean worktree is removed, its dirty one kept; an empty stray folder is removed."""
+    exo = Exo(team)
+    code, res = spawn_json(exo, "--worker", "r1", "--worker", "r2", "--prompt", "x", "--agent", "custom",
+                           "--mux", "headless")
+    assert code == 0, res
+    assert exo("kill", "r1").exit_code == 0 and exo("kill", "r2").exit_code == 0
+    root = team / ".exo" / "worktrees"
+    (root / "r2" / "wip.txt").write_text("unfinished")
+    assert sorted(json.loads(exo("reap", "--json").stdout)["reaped"]) == ["r1", "r2"]
+    (root / "empty").mkdir()
+    (root / "notes").mkdir()
+    (root / "notes" / "a.txt").write_text("mine")
+    r = exo("doctor", "--json")
+    doc = json.loads(r.stdout)
+    assert [(p["kind"], p["subject"], p["repaired"]) for p in doc["problems"]] == [
+        ("reaped-worktree", str(root / "r1"), True),
+        ("stray-folder", str(root / "empty"), True),
+        ("stray-folder", str(root / "notes"), False),
+    ]
+    assert doc["kept"] == [str(root / "r2")] and r.exit_code == 5
+    assert not (root / "r1").exists() and (root / "r2" / "wip.txt").read_text() == "unfinished"
+    assert "main.r1" in git(team, "branch", "--list")  # the branch is kept
+
+
 def test_hangar_root_env_and_file(team: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hangar = tmp_path / "hangar"
     monkeypatch.setenv("HANGAR_ROOT", str(hangar))

@@ -10,7 +10,8 @@ import click
 
 from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.errors import EnvironmentError_
-from exo_cli.ops.lifecycle import DoctorResult, KillResult, ReadResult, ReapResult
+from exo_cli.ops.doctor import DoctorResult
+from exo_cli.ops.lifecycle import KillResult, ReadResult, ReapResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out
