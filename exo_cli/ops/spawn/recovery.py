@@ -68,13 +68,24 @@ def cleanup_partial(env: Env, agent: Agent) -> list[str]:
     branch while it still points at that commit, and removes exo's agent folder. Raises
     StateError when the worktree cannot be removed safely (it is then left as it is).
     """
+    notes = _close_windows(env, agent)
+    notes += _undo_backend_files(agent)
+    _remove_copied_files(agent.spec.get("created_files") or [])
+    if agent.spec.get("creates_worktree") and agent.worktree:
+        notes += _remove_worktree_and_branch(env, agent)
+    agent_dir = agent.spec.get("agent_dir")
+    if agent_dir and Path(agent_dir).is_dir() and Path(agent_dir).parent == env.state_dir / "agents":
+        shutil.rmtree(agent_dir, ignore_errors=True)
+    return notes
+
+
+def _close_windows(env: Env, agent: Agent) -> list[str]:
+    """Stop and close the agent's window and its services' window (zellij closes its own)."""
     from exo_cli.adapters.mux import Location
     from exo_cli.ops import agentctl
 
     notes: list[str] = []
-    spec = agent.spec
-    ran = spec.get("phase") in ("started", "spawned") or bool(agent.location)
-    for loc_dict in (agent.location, spec.get("services_location") or {}):
+    for loc_dict in (agent.location, agent.spec.get("services_location") or {}):
         if loc_dict and loc_dict.get("mux"):
             loc = Location.from_dict(loc_dict)
             with contextlib.suppress(ExoError, OSError):
@@ -83,48 +94,61 @@ def cleanup_partial(env: Env, agent: Agent) -> list[str]:
                     mux.kill(loc, grace=1.0)
                     mux.close(loc, force=True)
                     notes.append(f"closed {loc.name or loc.key}")
-    if agent.undo:
-        from exo_cli.adapters import agents as backends
+    return notes
 
-        try:
-            backends.cleanup(list(agent.undo))
-            notes.append("backend files removed")
-        except Exception as exc:  # noqa: BLE001 - keep cleaning the rest
-            notes.append(f"backend cleanup: {exc}")
-    for path in spec.get("created_files") or []:
+
+def _undo_backend_files(agent: Agent) -> list[str]:
+    """Replay the backend's undo records (files it wrote or changed outside exo's state)."""
+    if not agent.undo:
+        return []
+    from exo_cli.adapters import agents as backends
+
+    try:
+        backends.cleanup(list(agent.undo))
+        return ["backend files removed"]
+    except Exception as exc:  # noqa: BLE001 - keep cleaning the rest
+        return [f"backend cleanup: {exc}"]
+
+
+def _remove_copied_files(paths: list[str]) -> None:
+    """Remove the files, links and folders exo copied into the worktree."""
+    for path in paths:
         p = Path(path)
         with contextlib.suppress(OSError):
             if p.is_symlink() or p.is_file():
                 p.unlink()
             elif p.is_dir():
                 shutil.rmtree(p)
-    path = agent.worktree
+
+
+def _remove_worktree_and_branch(env: Env, agent: Agent) -> list[str]:
+    """Remove the worktree exo created and its branch while still at the base commit (see ``cleanup_partial``)."""
+    notes: list[str] = []
+    spec = agent.spec
+    ran = spec.get("phase") in ("started", "spawned") or bool(agent.location)
+    path = agent.worktree or ""
     branch = agent.branch
     base_commit = spec.get("base_commit")
-    if spec.get("creates_worktree") and path:
-        registered = wt.list_worktrees(env)
-        entry = next((v for k, v in registered.items() if os.path.realpath(k) == os.path.realpath(path)), None)
-        ours = entry is not None and entry.get("branch") == f"refs/heads/{branch}"
-        if ours:
-            head = wt.rev(path, "HEAD") if os.path.isdir(path) else None
-            force = not ran and head is not None and head == base_commit
-            ok, why = wt.remove(env, path, force=force)
-            if not ok:
-                raise StateError(
-                    f"Could not remove the partial worktree {path}: {why}",
-                    hint=f"Look at it, then remove it yourself: git worktree remove {path}",
-                    path=path,
-                )
-            notes.append(f"removed worktree {path}")
-        elif entry is None and os.path.isdir(path):
-            with contextlib.suppress(OSError):
-                os.rmdir(path)  # an empty folder left by a crash before git wrote anything
-        wt.prune(env)
-        if branch and base_commit and wt.delete_branch_if_at(env, branch, base_commit):
-            notes.append(f"deleted branch {branch}")
-    agent_dir = spec.get("agent_dir")
-    if agent_dir and Path(agent_dir).is_dir() and Path(agent_dir).parent == env.state_dir / "agents":
-        shutil.rmtree(agent_dir, ignore_errors=True)
+    registered = wt.list_worktrees(env)
+    entry = next((v for k, v in registered.items() if os.path.realpath(k) == os.path.realpath(path)), None)
+    ours = entry is not None and entry.get("branch") == f"refs/heads/{branch}"
+    if ours:
+        head = wt.rev(path, "HEAD") if os.path.isdir(path) else None
+        force = not ran and head is not None and head == base_commit
+        ok, why = wt.remove(env, path, force=force)
+        if not ok:
+            raise StateError(
+                f"Could not remove the partial worktree {path}: {why}",
+                hint=f"Look at it, then remove it yourself: git worktree remove {path}",
+                path=path,
+            )
+        notes.append(f"removed worktree {path}")
+    elif entry is None and os.path.isdir(path):
+        with contextlib.suppress(OSError):
+            os.rmdir(path)  # an empty folder left by a crash before git wrote anything
+    wt.prune(env)
+    if branch and base_commit and wt.delete_branch_if_at(env, branch, base_commit):
+        notes.append(f"deleted branch {branch}")
     return notes
 
 
