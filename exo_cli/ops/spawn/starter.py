@@ -128,9 +128,7 @@ class Starter:
         """The calling thread's task will not queue an agent (now): run the batch if all others wait."""
         batch = None
         with self._cond:
-            if getattr(self._local, "expected", False):
-                self._local.expected = False
-                self._expected -= 1
+            if self._no_longer_expected():
                 batch = self._take()
         if batch:
             self._run(batch)
@@ -142,9 +140,7 @@ class Starter:
         item = _StartItem(name, argv, cwd, env)
         with self._cond:
             self._queue.append(item)
-            if getattr(self._local, "expected", False):
-                self._local.expected = False
-                self._expected -= 1
+            self._no_longer_expected()
             batch = self._take()
         if batch:
             self._run(batch)
@@ -163,6 +159,14 @@ class Starter:
         if isinstance(item.result, BaseException):
             raise item.result
         return item.result
+
+    def _no_longer_expected(self) -> bool:
+        """Stop expecting the calling thread's task; whether it was expected (call with the lock held)."""
+        if not getattr(self._local, "expected", False):
+            return False
+        self._local.expected = False
+        self._expected -= 1
+        return True
 
     def _take(self) -> list[_StartItem]:
         """The queue, when no expected task is left (call with the lock held)."""
