@@ -5,7 +5,7 @@ starts 100 of them through exo's own `exo spawn --worker ... --mux tmux` in batc
 (outside the timing), checks that all 100 are recorded and alive, then:
 
 - times `exo agents --json` (``--runs`` runs, interleaved with `python -c "import click"`
-  for context; the figure is the median; DESIGN.md's budget: under 300 ms);
+  for context; the figure is the median; the budget (docs/performance.md): under 300 ms);
 - counts the tmux processes one `exo agents --json` forks, by putting a counting `tmux` shim
   first on PATH (a shell script that logs its argv and execs the real tmux) for a separate
   set of calls, so the shim's own cost stays out of the timing. The budget: exactly one

@@ -1,9 +1,9 @@
 """Hook budget: `exo hook stop --cli claude` (realistic stdin) vs `python -c "import click"`.
 
-DESIGN.md: at most 1.5x the baseline, measured in the same run, interleaved. The hook
-runs as a recorded agent (EXO_AGENT, EXO_STATE_DIR as exo gives them) in a worktree
-whose parent branch did not move, with a Claude transcript on disk, so it does all of
-its usual work: identify the caller, record output/turn/tokens, check the parent
+Budget (docs/performance.md): at most 1.5x the baseline, measured in the same run,
+interleaved. The hook runs as a recorded agent (EXO_AGENT, EXO_STATE_DIR as exo gives them)
+in a worktree whose parent branch did not move, with a Claude transcript on disk, so it does
+all of its usual work: identify the caller, record output/turn/tokens, check the parent
 branch (local refs), look for pending messages, post `idle` to the parent.
 Prints one line per command with its median and ratio, and the ratio last.
 

@@ -1,8 +1,8 @@
 """`exo mcp`: time from process start to the first `tools/list` answer, and peak RSS.
 
 Printed beside the same figures for a minimal MCPServer with one tool (written to a temp
-file), measured in the same run, interleaved, N runs each; medians. DESIGN.md asks for the
-figures (no fixed budget); the last line gives the ratios against the minimal server.
+file), measured in the same run, interleaved, N runs each; medians. docs/performance.md asks
+for the figures (no fixed budget); the last line gives the ratios against the minimal server.
 
     python bench/mcp.py [--runs 15]
 """

@@ -1,7 +1,7 @@
 """Benchmark: `exo spawn` of 10 demo agents in tmux vs a bare shell loop of `git worktree add` + `tmux new-window`.
 
-DESIGN.md's budget: spawning 10 agents with the demo backend in tmux takes at most 1.3x the
-bare loop, measured in the same run. To keep the comparison fair:
+The budget (docs/performance.md): spawning 10 agents with the demo backend in tmux takes at
+most 1.3x the bare loop, measured in the same run. To keep the comparison fair:
 
 - both sides run the SAME agent command line, the demo backend's
   (``python -m exo_cli.demo_agent --script FILE``; the script only sleeps, so the agents'

@@ -1,6 +1,7 @@
 """Startup budget: `exo --help`, `exo status --json`, `exo agents --json` vs `python -c "import click"`.
 
-DESIGN.md: each at most 1.5x the baseline, measured in the same run, interleaved.
+Budget (docs/performance.md): each at most 1.5x the baseline, measured in the same run,
+interleaved.
 Prints one line per command with its median and ratio, and the worst ratio last.
 
     python bench/startup.py [--runs 30]

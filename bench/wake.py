@@ -1,4 +1,4 @@
-"""Wake-up latency: 20 agents write notes at once while their parent waits (DESIGN.md budgets).
+"""Wake-up latency: 20 agents write notes at once while their parent waits (docs/performance.md).
 
 Each of 20 writer processes is a recorded agent (EXO_AGENT) that posts notes through the
 real code path (``exo_cli.ops.messages.note``: the durable row, then the parent's
