@@ -127,8 +127,11 @@ class DemoAgent:
         say(f"wrote {path}")
 
     def commit(self, message: str) -> None:
-        subprocess.run(["git", "add", "-A"], cwd=self.cwd, capture_output=True)
-        proc = subprocess.run(["git", "commit", "-q", "-m", message], cwd=self.cwd, capture_output=True, text=True)
+        from exo_cli.adapters.git import Git
+
+        git = Git(self.cwd)
+        git.add(check=False)
+        proc = git.commit(message, check=False)
         say(f"committed: {message}" if proc.returncode == 0 else f"commit failed: {proc.stderr.strip()}")
 
     def question(self, message: str, timeout: float | None = None) -> None:

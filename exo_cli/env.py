@@ -62,9 +62,9 @@ class Env:
     # -- repository and state ---------------------------------------------------------------
     @cached_property
     def repo(self) -> RepoInfo:
-        from exo_cli.adapters.git import discover
+        from exo_cli.adapters.git import Git
 
-        return discover(self.cwd)
+        return Git(self.cwd).discover()
 
     @cached_property
     def state_dir(self) -> Path:

@@ -11,6 +11,8 @@ from conftest import Exo
 from exo_cli import registry
 from exo_cli.errors import NotFound, StateError
 from exo_cli.ops import pr as prmod
+from exo_cli.ops.branches import base_branch
+from exo_cli.ops.hooks import rebase_onto_base
 
 
 def file_as(agent_id: str, wt: str, **kw: object) -> prmod.FileResult:
@@ -24,12 +26,16 @@ def merge_as_root(repo: Path, number: int, strategy: str | None = None) -> prmod
 def test_base_branch_detection(repo: Path) -> None:
     git(repo, "branch", "main.feature")
     env = env_for(repo)
-    assert prmod.base_branch(env, None, "main.feature.auth") == "main.feature"
-    assert prmod.base_branch(env, None, "bd-4hj/fix") == "main"  # the main checkout's branch
+    assert base_branch(env, None, "main.feature.auth") == "main.feature"
+    assert base_branch(env, None, "bd-4hj/fix") == "main"  # the main checkout's branch
+    assert base_branch(env) == "main"  # the main branch
+    with pytest.raises(StateError, match="merges into"):
+        base_branch(env, None, "main")  # the main checkout's own branch has no base
     (repo / "exo.toml").write_text('[worktree]\nbase = "develop"\n')
-    assert prmod.base_branch(env_for(repo), None, "bd-4hj/fix") == "develop"
+    assert base_branch(env_for(repo), None, "bd-4hj/fix") == "develop"
+    assert base_branch(env_for(repo)) == "develop"
     a = make_agent(repo, "w1", base="main.feature", branch="odd-name")
-    assert prmod.base_branch(env, a, "odd-name") == "main.feature"
+    assert base_branch(env, a, "odd-name") == "main.feature"
 
 
 def test_file_records_and_refiling_updates(repo: Path) -> None:
@@ -78,9 +84,12 @@ def test_squash_merge_into_base_worktree_and_siblings_told(repo: Path) -> None:
     assert any(e["kind"] == "pr-merged" for e in env.store.events("w1"))
     # the sibling's stop hook rebases it onto the new base
     commit(b.worktree, "b.txt", "b\n")
-    rb = prmod.rebase_onto_base(env, env.store.agent("w2"))  # type: ignore[arg-type]
+    rb = rebase_onto_base(env, env.store.agent("w2"))  # type: ignore[arg-type]
     assert rb.status == "rebased" and (Path(b.worktree) / "a.txt").exists()
-    assert prmod.rebase_onto_base(env, env.store.agent("w2")).status == "up-to-date"  # type: ignore[arg-type]
+    assert rebase_onto_base(env, env.store.agent("w2")).status == "up-to-date"  # type: ignore[arg-type]
+    # the author's own branch is not rebased onto the squash of itself (that would conflict)
+    rb = rebase_onto_base(env, env.store.agent("w1"))  # type: ignore[arg-type]
+    assert (rb.status, rb.detail) == ("skipped", "its PR is merged")
     with pytest.raises(StateError, match="is merged"):
         merge_as_root(repo, n)
 
@@ -166,7 +175,7 @@ def test_rebase_conflict_is_aborted(repo: Path) -> None:
     commit(a.worktree, "README.md", "# mine\n")
     before = git(a.worktree, "rev-parse", "HEAD")
     commit(repo, "README.md", "# base moved\n")
-    r = prmod.rebase_onto_base(env_for(repo), a)
+    r = rebase_onto_base(env_for(repo), a)
     assert r.status == "conflict" and r.files == ["README.md"]
     assert git(a.worktree, "rev-parse", "HEAD") == before
     assert git(a.worktree, "status", "--porcelain") == ""

@@ -15,8 +15,8 @@ from gh_fake import FakeGitHub
 from pr_helpers import commit, env_for, git, make_agent
 
 from exo_cli import registry
-from exo_cli.adapters.forge import get_forge
-from exo_cli.adapters.forge.base import github_slug
+from exo_cli.adapters.forge import github_slug
+from exo_cli.ops.pr import forge_for
 
 pytestmark = pytest.mark.skipif(shutil.which("gh") is None, reason="gh is not installed")
 
@@ -60,11 +60,11 @@ def test_slug_and_auto_detection(repo: Path, tmp_path: Path) -> None:
     assert github_slug("ssh://git@github.com/acme/widgets.git") == "github.com/acme/widgets"
     assert github_slug("https://gitlab.com/acme/widgets.git", strict=True) is None
     assert github_slug("/srv/git/widgets.git") is None
-    assert get_forge(env_for(repo)).kind == "local"  # no remote
+    assert forge_for(env_for(repo)).kind == "local"  # no remote
     git(repo, "remote", "add", "origin", "git@github.com:acme/widgets.git")
-    assert get_forge(env_for(repo)).kind == "github"
-    assert get_forge(env_for(repo, extra={"PATH": str(tmp_path)})).kind == "local"  # no gh on PATH
-    assert get_forge(env_for(repo, extra={"EXO_FORGE": "local"})).kind == "local"
+    assert forge_for(env_for(repo)).kind == "github"
+    assert forge_for(env_for(repo, extra={"PATH": str(tmp_path)})).kind == "local"  # no gh on PATH
+    assert forge_for(env_for(repo, extra={"EXO_FORGE": "local"})).kind == "local"
 
 
 def test_file_and_merge_through_real_gh(repo: Path, github: FakeGitHub) -> None:

@@ -13,7 +13,7 @@ from pr_helpers import commit, env_for, git, make_agent, snapshot
 
 from exo_cli import registry
 from exo_cli.errors import StateError
-from exo_cli.ops import pr as prmod
+from exo_cli.ops.hooks import rebase_onto_base
 
 AGENT = ["python3", "-c", "import time; time.sleep(300)"]
 
@@ -40,9 +40,9 @@ def test_three_workers(repo: Path) -> None:
 
     # w2's stop hook rebases it onto the moved parent; w3's conflicts and is left as it was
     store = lead_env.store
-    assert prmod.rebase_onto_base(lead_env, store.agent("w2")).status == "rebased"  # type: ignore[arg-type]
+    assert rebase_onto_base(lead_env, store.agent("w2")).status == "rebased"  # type: ignore[arg-type]
     w3_head = git(workers["w3"].worktree, "rev-parse", "HEAD")
-    rb = prmod.rebase_onto_base(lead_env, store.agent("w3"))  # type: ignore[arg-type]
+    rb = rebase_onto_base(lead_env, store.agent("w3"))  # type: ignore[arg-type]
     assert rb.status == "conflict" and rb.files == ["README.md"]
     assert git(workers["w3"].worktree, "rev-parse", "HEAD") == w3_head
 

@@ -1,7 +1,17 @@
-"""Thin, fast git helpers over the ``git`` binary (argv lists, no shell).
+"""The one git client: every git command exo runs, as a named method of ``Git`` (argv only, no shell).
 
-GitPython costs ~140 ms to import, so the hot paths (status, hooks) use these
-instead. Heavier git work that benefits from GitPython lives in ``gitops.py``.
+``Git(path)`` stands for one repository folder (the main checkout, a linked worktree, or a
+bare repository) and is built from plain values; nothing here knows about exo's ``Env``.
+Each method runs one git command (two at most) through the one runner, ``Git.run``, which
+spawns ``git -C <path> ...`` with ``os.posix_spawn``: the hooks and ``exo status`` run git on
+every call, and importing ``subprocess`` costs more than the git call itself.
+
+GitPython (a declared dependency) is deliberately not used: it costs ~90-140 ms to import,
+and exo's cold paths read a handful of objects per call, where a git process costs ~1-2 ms
+each (``bench/gitpython.py`` measures both).
+
+``add_exclude`` edits ``info/exclude`` (a file, no git process). ``git``, ``current_branch`` and
+``ref_exists`` remain for callers not yet converted to the client; each is one line over it.
 """
 
 from __future__ import annotations
@@ -9,17 +19,24 @@ from __future__ import annotations
 import os
 import select
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-if TYPE_CHECKING:
-    import subprocess
-
-from exo_cli.errors import EnvironmentError_, external
+from exo_cli.adapters.gitformats import (
+    MergeTree,
+    RepoInfo,
+    Snapshot,
+    Worktree,
+    parse_status,
+    parse_worktrees,
+)
+from exo_cli.errors import EnvironmentError_, StateError, external
 
 # Keep git from prompting or paging, whatever the user's config says.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C"}
+# A rebase or merge must never wait for an editor in an agent's (or the hook's) process.
+NO_EDITOR = {"GIT_EDITOR": "true", "GIT_SEQUENCE_EDITOR": "true"}
 
 
 class Finished(NamedTuple):
@@ -30,199 +47,512 @@ class Finished(NamedTuple):
     stdout: str
     stderr: str
 
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
 
-def _spawn_capture(argv: list[str], env: dict[str, str], timeout: float) -> Finished:
-    """posix_spawn ``argv`` with stdout/stderr captured and stdin from /dev/null.
 
-    The hooks and ``exo status`` run git on every call; importing ``subprocess`` costs
-    more than the git call itself, so this path spawns directly.
+# --------------------------------------------------------------------------- the one runner
+
+
+def _spawn(argv: list[str], env: Mapping[str, str], timeout: float,
+           stdin: bytes | None) -> tuple[int, bytes, bytes, bool]:
+    """posix_spawn ``argv`` with stdout/stderr captured; stdin is ``stdin`` or /dev/null.
+
+    Returns (exit code, stdout, stderr, timed out). The child is killed at the deadline.
     """
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+    in_r = in_w = -1
+    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
+    if stdin is None:
+        actions.append((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0))
+    else:
+        in_r, in_w = os.pipe()
+        actions += [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_CLOSE, in_w)]
+    actions += [
         (os.POSIX_SPAWN_DUP2, out_w, 1),
         (os.POSIX_SPAWN_DUP2, err_w, 2),
         (os.POSIX_SPAWN_CLOSE, out_r),
         (os.POSIX_SPAWN_CLOSE, err_r),
     ]
     try:
-        pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions)
+        pid = os.posix_spawnp(argv[0], argv, dict(env), file_actions=actions)
+    except BaseException:
+        for fd in (out_r, err_r, in_w):
+            if fd >= 0:
+                os.close(fd)
+        raise
     finally:
-        os.close(out_w)
-        os.close(err_w)
+        for fd in (out_w, err_w, in_r):
+            if fd >= 0:
+                os.close(fd)
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    open_fds = [out_r, err_r]
+    readers = [out_r, err_r]
+    pending = memoryview(stdin or b"")
+    writers = [in_w] if in_w >= 0 else []
+    if writers:
+        os.set_blocking(in_w, False)
+        if not pending:
+            os.close(in_w)
+            writers = []
     deadline = time.monotonic() + timeout
+    timed_out = False
     try:
-        while open_fds:
+        while readers or writers:
             left = deadline - time.monotonic()
             if left <= 0:
                 os.kill(pid, 9)
+                timed_out = True
                 break
-            ready, _, _ = select.select(open_fds, [], [], left)
+            ready, can_write, _ = select.select(readers, writers, [], left)
+            if can_write:
+                try:
+                    pending = pending[os.write(in_w, pending[:65536]):]
+                except BrokenPipeError:  # git stopped reading: what it wrote still counts
+                    pending = pending[:0]
+                if not pending:
+                    os.close(in_w)
+                    writers = []
             for fd in ready:
                 data = os.read(fd, 65536)
                 if data:
                     chunks[fd].append(data)
                 else:
-                    open_fds.remove(fd)
+                    readers.remove(fd)
     finally:
         os.close(out_r)
         os.close(err_r)
+        if writers:
+            os.close(in_w)
     _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    stderr = b"".join(chunks[err_r]).decode("utf-8", "replace")
-    if open_fds:
-        stderr += f"\ntimed out after {timeout}s"
-    return Finished(argv, code, b"".join(chunks[out_r]).decode("utf-8", "replace"), stderr)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out
 
 
-def git(
-    args: Sequence[str],
-    *,
-    cwd: str | os.PathLike[str],
-    check: bool = True,
-    input: str | None = None,
-    env: dict[str, str] | None = None,
-    timeout: float = 120,
-) -> subprocess.CompletedProcess[str] | Finished:
-    """Run ``git args`` in ``cwd``; raise ExternalFailure when it fails and ``check``."""
-    full_env = dict(os.environ)
-    full_env.update(_GIT_ENV)
-    if env:
-        full_env.update(env)
-    try:
-        if input is None:
-            proc: subprocess.CompletedProcess[str] | Finished = _spawn_capture(
-                ["git", "-C", os.fspath(cwd), *args], full_env, timeout
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line]
+
+
+# --------------------------------------------------------------------------- the client
+
+
+class Git:
+    """git in one folder: ``Git(path)``; ``environ`` replaces ``os.environ`` for the processes."""
+
+    def __init__(self, path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None,
+                 timeout: float = 120) -> None:
+        self.path = os.fspath(path)
+        self.environ = environ
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"Git({self.path!r})"
+
+    def at(self, path: str | os.PathLike[str]) -> Git:
+        """The same client for another folder (a worktree of the same repository, say)."""
+        return Git(path, environ=self.environ, timeout=self.timeout)
+
+    # -- the runner ------------------------------------------------------------------------------
+    def _exec(self, args: Sequence[str], *, input: str | bytes | None = None, env: Mapping[str, str] | None = None,
+              timeout: float | None = None) -> tuple[list[str], int, bytes, bytes]:
+        full = dict(os.environ if self.environ is None else self.environ)
+        full.update(_GIT_ENV)
+        if env:
+            full.update(env)
+        argv = ["git", "-C", self.path, *args]
+        data = input.encode() if isinstance(input, str) else input
+        limit = self.timeout if timeout is None else timeout
+        try:
+            code, out, err, timed_out = _spawn(argv, full, limit, data)
+        except FileNotFoundError as exc:
+            raise EnvironmentError_("git is not installed", hint="Install git.") from exc
+        if timed_out:
+            err += f"\ntimed out after {limit}s".encode()
+        return argv, code, out, err
+
+    def run(self, args: Sequence[str], *, check: bool = True, input: str | bytes | None = None,
+            env: Mapping[str, str] | None = None, timeout: float | None = None) -> Finished:
+        """Run ``git args`` here; raise ExternalFailure when it fails and ``check``."""
+        argv, code, out, err = self._exec(args, input=input, env=env, timeout=timeout)
+        proc = Finished(argv, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        if check and code != 0:
+            raise external(f"git {args[0]}", proc)
+        return proc
+
+    def out(self, args: Sequence[str]) -> str:
+        """The stripped stdout of ``git args`` (ExternalFailure when it fails)."""
+        return self.run(args).stdout.strip()
+
+    def _maybe(self, args: Sequence[str]) -> str | None:
+        proc = self.run(args, check=False)
+        return (proc.stdout.strip() or None) if proc.ok else None
+
+    # -- discovery -------------------------------------------------------------------------------
+    def discover(self) -> RepoInfo:
+        """Find the repository around this folder with one git call; EnvironmentError outside one."""
+        proc = self.run(["rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir",
+                         "--git-dir"], check=False)
+        if proc.returncode != 0:
+            raise EnvironmentError_(
+                f"Not in a git repository: {self.path}",
+                hint="Run exo inside a git repository (or pass -C PATH).",
+                cwd=self.path,
             )
+        lines = proc.stdout.splitlines()
+        if len(lines) < 3:
+            raise EnvironmentError_(f"Not in a git work tree: {self.path}",
+                                    hint="exo needs a repository with a work tree.")
+        top, common, gdir = (Path(x) for x in lines[:3])
+        root = common.parent if common.name == ".git" else Path(self.at(top).main_worktree() or top)
+        return RepoInfo(toplevel=top, common_dir=common, git_dir=gdir, root=root)
+
+    def toplevel(self) -> str | None:
+        """The top of the work tree this folder is in, or None (not in one)."""
+        return self._maybe(["rev-parse", "--show-toplevel"])
+
+    def current_branch(self) -> str | None:
+        """The branch checked out here; None on a detached HEAD."""
+        return self.run(["symbolic-ref", "--quiet", "--short", "HEAD"], check=False).stdout.strip() or None
+
+    def rev(self, ref: str) -> str | None:
+        """The commit ``ref`` names, or None."""
+        return self.run(["rev-parse", "--verify", "--quiet", ref + "^{commit}"], check=False).stdout.strip() or None
+
+    def ref_exists(self, ref: str) -> bool:
+        """Whether ``ref`` names a commit."""
+        return self.rev(ref) is not None
+
+    def resolve(self, name: str) -> str | None:
+        """The object ``name`` names, unpeeled (``rev-parse --verify``), or None."""
+        return self.run(["rev-parse", "--verify", "--quiet", name], check=False).stdout.strip() or None
+
+    def tree(self, rev: str) -> str | None:
+        """The tree of commit ``rev``, or None."""
+        return self._maybe(["rev-parse", f"{rev}^{{tree}}"])
+
+    def upstream(self, branch: str) -> str | None:
+        """The upstream of ``branch`` (``origin/x``), or None without one."""
+        return self._maybe(["rev-parse", "--abbrev-ref", f"{branch}@{{upstream}}"])
+
+    def branches(self) -> list[str]:
+        """Every local branch name."""
+        return _lines(self.run(["for-each-ref", "--format=%(refname:short)", "refs/heads/"]).stdout)
+
+    # -- config and identity ---------------------------------------------------------------------
+    def config_get(self, key: str) -> str | None:
+        """The value of ``key`` as written in git config (None when unset)."""
+        return self.run(["config", "--get", key], check=False).stdout.strip() or None
+
+    def config_set(self, key: str, value: str) -> None:
+        """Set ``key`` in this repository's config."""
+        self.run(["config", key, value])
+
+    def config_matching(self, pattern: str) -> list[tuple[str, str]]:
+        """(key, value) of every config entry whose key matches the regular expression, lowest level first."""
+        out = []
+        for line in self.run(["config", "--get-regexp", pattern], check=False).stdout.splitlines():
+            key, _, value = line.partition(" ")
+            out.append((key, value))
+        return out
+
+    def remote_url(self, remote: str) -> str | None:
+        """The configured URL of ``remote`` (before any insteadOf rewriting)."""
+        return self.config_get(f"remote.{remote}.url")
+
+    def has_identity(self) -> bool:
+        """Whether git knows a committer name and e-mail here."""
+        return self.run(["var", "GIT_COMMITTER_IDENT"], check=False).ok
+
+    # -- status ------------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """Branch, head, upstream, ahead/behind and changed files: one ``git status`` call."""
+        return parse_status(self.run(["status", "--porcelain=v2", "--branch", "--untracked-files=all"]).stdout)
+
+    def status_porcelain(self) -> list[str]:
+        """``git status --porcelain`` lines (modified, staged and untracked files)."""
+        return _lines(self.run(["status", "--porcelain=v1", "--untracked-files=all"]).stdout)
+
+    def tracked_changes(self, *, check: bool = True) -> list[str]:
+        """Modified or staged tracked files (untracked files excluded), as porcelain lines."""
+        return _lines(self.run(["status", "--porcelain=v1", "--untracked-files=no"], check=check).stdout)
+
+    def untracked(self) -> list[str]:
+        """Untracked files that are not ignored (any name, newlines included)."""
+        return [p for p in self.run(["ls-files", "--others", "--exclude-standard", "-z"]).stdout.split("\0") if p]
+
+    def conflicted_files(self) -> list[str]:
+        """Files with unresolved conflicts (during a merge or rebase)."""
+        return self.run(["diff", "--name-only", "--diff-filter=U"], check=False).stdout.split()
+
+    def is_tracked(self, relpath: str) -> bool:
+        """Whether ``relpath`` is in this worktree's index."""
+        proc = self.run(["ls-files", "--full-name", "--error-unmatch", "--", relpath], check=False)
+        return proc.ok and bool(proc.stdout.strip())
+
+    def skip_worktree(self, relpath: str, on: bool = True, *, check: bool = True) -> None:
+        """Set (or clear) the skip-worktree bit of ``relpath`` in this worktree's index."""
+        flag = "--skip-worktree" if on else "--no-skip-worktree"
+        self.run(["update-index", flag, "--", relpath], check=check)
+
+    # -- history -------------------------------------------------------------------------------------
+    def ahead_behind(self, ref: str, base: str) -> tuple[int, int] | None:
+        """Commits ``ref`` has that ``base`` lacks, and the reverse; None when a ref is missing."""
+        proc = self.run(["rev-list", "--left-right", "--count", f"{ref}...{base}"], check=False)
+        if proc.returncode != 0:
+            return None
+        left, right = proc.stdout.split()
+        return int(left), int(right)
+
+    def count(self, revs: str) -> int:
+        """How many commits ``revs`` (``a..b``) lists; 0 when a ref is missing."""
+        proc = self.run(["rev-list", "--count", revs], check=False)
+        return int(proc.stdout.strip() or 0) if proc.ok else 0
+
+    def has_commits_not_in(self, rev: str, other: str) -> bool:
+        """Whether ``rev`` has a commit that ``other`` lacks (``other`` is behind it)."""
+        return bool(self.run(["rev-list", "-1", rev, "--not", other], check=False).stdout.strip())
+
+    def log(self, revs: str, fmt: str, *, reverse: bool = False, check: bool = False) -> list[str]:
+        """One formatted line per commit of ``revs`` (oldest first with ``reverse``); empty when a ref is missing."""
+        proc = self.run(["log", *(["--reverse"] if reverse else []), f"--format={fmt}", revs], check=check)
+        return _lines(proc.stdout) if proc.ok else []
+
+    def subject(self, rev: str) -> str:
+        """The subject line of commit ``rev``."""
+        return self.out(["log", "-1", "--format=%s", rev])
+
+    def is_ancestor(self, ancestor: str, rev: str) -> bool:
+        """Whether ``ancestor`` is reachable from ``rev`` (``merge-base --is-ancestor``)."""
+        return self.run(["merge-base", "--is-ancestor", ancestor, rev], check=False).ok
+
+    def _merge_tree(self, base: str, head: str) -> Finished:
+        return self.run(["merge-tree", "--write-tree", "--name-only", "--no-messages", base, head], check=False)
+
+    def merge_tree(self, base: str, head: str) -> MergeTree:
+        """Merge ``head`` into ``base`` without touching any checkout (git 2.38+): the tree or the conflicts."""
+        proc = self._merge_tree(base, head)
+        lines = proc.stdout.splitlines()
+        if proc.returncode == 1:
+            return MergeTree(None, [ln for ln in lines[1:] if ln])
+        if proc.returncode != 0 or not lines:
+            raise external("git merge-tree", proc, hint="exo needs git 2.38 or newer to merge.")
+        return MergeTree(lines[0].strip(), [])
+
+    def cherry(self, upstream: str, head: str) -> list[str]:
+        """``git cherry``: "+ sha" / "- sha" per commit of ``head`` (- : its patch is in ``upstream``)."""
+        proc = self.run(["cherry", upstream, head], check=False)
+        return _lines(proc.stdout) if proc.ok else []
+
+    def merged_by_content(self, rev: str, base: str) -> bool:
+        """Whether every change of ``rev`` is already in ``base``: ancestry, merged tree, or patch-ids.
+
+        A squash-merged branch counts as merged: merging it into ``base`` changes nothing, or
+        each of its commits has an equivalent patch in ``base``.
+        """
+        if not self.has_commits_not_in(rev, base):
+            return True
+        proc = self._merge_tree(base, rev)
+        if proc.ok and proc.stdout.split()[:1] == [self.tree(base) or ""]:
+            return True
+        cherry = self.cherry(base, rev)
+        return bool(cherry) and all(ln.startswith("-") for ln in cherry)
+
+    def blob(self, rev: str, path: str) -> bytes | None:
+        """The exact bytes of ``rev:path``, or None when it has no such file."""
+        _, code, out, _ = self._exec(["cat-file", "blob", f"{rev}:{path}"])
+        return out if code == 0 else None
+
+    # -- writing objects and refs ----------------------------------------------------------------------
+    def commit_tree(self, tree: str, parents: Iterable[str], message: str) -> str:
+        """Write a commit of ``tree`` with ``parents`` (no ref moves); its sha."""
+        args = ["commit-tree", tree]
+        for p in parents:
+            args += ["-p", p]
+        return self.run([*args, "-F", "-"], input=message).stdout.strip()
+
+    def stash_create(self, message: str) -> str | None:
+        """A stash commit of the tracked changes (index and work tree), or None when clean; nothing moves."""
+        return self.out(["stash", "create", message]) or None
+
+    def tree_of_files(self, paths: Sequence[str]) -> str:
+        """A tree holding exactly ``paths`` as they are on disk here (a private index; the real one untouched)."""
+        import tempfile
+
+        fd, index = tempfile.mkstemp(prefix="exo-index-")
+        os.close(fd)
+        os.unlink(index)
+        try:
+            env = {"GIT_INDEX_FILE": index}
+            self.run(["update-index", "--add", "-z", "--stdin"], input="".join(p + "\0" for p in paths), env=env)
+            return self.run(["write-tree"], env=env).stdout.strip()
+        finally:
+            try:
+                os.unlink(index)
+            except OSError:
+                pass
+
+    def wip_commit(self, message: str, *, label: str) -> str | None:
+        """A stash-shaped commit of this worktree's uncommitted work, untracked files included; None when clean.
+
+        Parents: HEAD, the index, and (when there are untracked files) a commit of the
+        untracked files alone, exactly like ``git stash -u`` (``label`` names the parts as
+        ``git stash`` does); so ``git stash apply --index <sha>`` restores it. Writes objects
+        only: the worktree, index and stash list are untouched.
+        """
+        head = self.out(["rev-parse", "HEAD"])
+        untracked = self.untracked()
+        stash = self.stash_create(label)
+        if not stash and not untracked:
+            return None
+        if stash:
+            index = self.out(["rev-parse", f"{stash}^2"])
+            work_tree = self.out(["rev-parse", f"{stash}^{{tree}}"])
         else:
-            import subprocess
+            work_tree = self.out(["rev-parse", "HEAD^{tree}"])
+            index = self.commit_tree(work_tree, [head], f"index on {label}\n")
+        parents = [head, index]
+        if untracked:
+            parents.append(self.commit_tree(self.tree_of_files(untracked), [], f"untracked files on {label}\n"))
+        return self.commit_tree(work_tree, parents, message + "\n")
 
-            proc = subprocess.run(
-                ["git", *args], cwd=cwd, capture_output=True, text=True, input=input, env=full_env, timeout=timeout
-            )
-    except FileNotFoundError as exc:
-        raise EnvironmentError_("git is not installed", hint="Install git.") from exc
-    if check and proc.returncode != 0:
-        raise external(f"git {args[0]}", proc)
-    return proc
+    def keep_ref(self, name: str, sha: str, *, reason: str) -> str:
+        """Point ref ``name`` at ``sha``, or ``name.N`` when ``name`` holds something else (never overwritten)."""
+        candidate, n = name, 1
+        while True:
+            have = self.resolve(candidate)
+            if not have or have == sha:
+                break
+            n += 1
+            candidate = f"{name}.{n}"
+        self.update_ref(candidate, sha, reason=reason)
+        return candidate
 
+    def update_ref(self, ref: str, new: str, old: str | None = None, *, reason: str) -> None:
+        """Point ``ref`` at ``new`` (only while it is at ``old``, when given)."""
+        self.run(["update-ref", "-m", reason, ref, new, *([old] if old else [])])
 
-def out(args: Sequence[str], *, cwd: str | os.PathLike[str]) -> str:
-    return git(args, cwd=cwd).stdout.strip()
+    def delete_ref(self, ref: str, old: str) -> Finished:
+        """Delete ``ref`` only while it still points at ``old`` (a compare-and-delete)."""
+        return self.run(["update-ref", "-d", ref, old], check=False)
 
+    # -- worktrees ---------------------------------------------------------------------------------------
+    def worktrees(self) -> list[Worktree]:
+        """Every worktree of the repository, the main one first (``worktree list --porcelain -z``)."""
+        proc = self.run(["worktree", "list", "--porcelain", "-z"], check=False)
+        if proc.returncode == 129:  # git older than 2.36 has no -z: lines, paths unquoted
+            return parse_worktrees(self.run(["worktree", "list", "--porcelain"]).stdout, nul=False)
+        if not proc.ok:
+            raise external("git worktree list", proc)
+        return parse_worktrees(proc.stdout)
 
-class RepoInfo(NamedTuple):
-    """Where a repository lives, seen from one of its worktrees."""
+    def main_worktree(self) -> str | None:
+        """The main worktree's path (a bare repository's own folder)."""
+        found = self.worktrees()
+        return found[0].path if found else None
 
-    toplevel: Path  # the worktree the caller is in
-    common_dir: Path  # shared .git directory
-    git_dir: Path  # this worktree's git dir
-    root: Path  # the main checkout
-
-    @property
-    def is_main_checkout(self) -> bool:
-        return self.toplevel == self.root
-
-
-def discover(cwd: str | os.PathLike[str]) -> RepoInfo:
-    """Find the repository around ``cwd`` with one git call; EnvironmentError outside a repo."""
-    proc = git(
-        ["rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir", "--git-dir"],
-        cwd=cwd,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise EnvironmentError_(
-            f"Not in a git repository: {os.fspath(cwd)}",
-            hint="Run exo inside a git repository (or pass -C PATH).",
-            cwd=os.fspath(cwd),
-        )
-    lines = proc.stdout.splitlines()
-    if len(lines) < 3:
-        raise EnvironmentError_(
-            f"Not in a git work tree: {os.fspath(cwd)}", hint="exo needs a repository with a work tree."
-        )
-    top, common, gdir = (Path(x) for x in lines[:3])
-    if common.name == ".git":
-        root = common.parent
-    else:
-        root = Path(_main_worktree(top) or top)
-    return RepoInfo(toplevel=top, common_dir=common, git_dir=gdir, root=root)
-
-
-def _main_worktree(cwd: Path) -> str | None:
-    proc = git(["worktree", "list", "--porcelain"], cwd=cwd, check=False)
-    for line in proc.stdout.splitlines():
-        if line.startswith("worktree "):
-            return line[len("worktree ") :]
-    return None
-
-
-def current_branch(cwd: str | os.PathLike[str]) -> str | None:
-    proc = git(["symbolic-ref", "--quiet", "--short", "HEAD"], cwd=cwd, check=False)
-    return proc.stdout.strip() or None
-
-
-class Snapshot(NamedTuple):
-    """Branch, head, upstream, ahead/behind and changed files from one ``git status`` call."""
-
-    branch: str | None
-    head: str | None
-    upstream: str | None
-    ahead: int | None
-    behind: int | None
-    changes: list[str]
-
-
-def snapshot(cwd: str | os.PathLike[str]) -> Snapshot:
-    """One ``git status --porcelain=v2 --branch`` call, parsed."""
-    proc = git(["status", "--porcelain=v2", "--branch", "--untracked-files=all"], cwd=cwd)
-    branch = head = upstream = None
-    ahead = behind = None
-    changes: list[str] = []
-    for line in proc.stdout.splitlines():
-        if line.startswith("# branch.oid "):
-            oid = line[13:]
-            head = None if oid == "(initial)" else oid[:7]
-        elif line.startswith("# branch.head "):
-            name = line[14:]
-            branch = None if name == "(detached)" else name
-        elif line.startswith("# branch.upstream "):
-            upstream = line[18:]
-        elif line.startswith("# branch.ab "):
-            a, b = line[12:].split()
-            ahead, behind = int(a), -int(b)
-        elif line.startswith("1 ") or line.startswith("2 "):
-            parts = line.split(" ", 8 if line[0] == "1" else 9)
-            path = parts[-1].split("\t")[0] if line[0] == "2" else parts[-1]
-            changes.append(f"{parts[1].replace('.', ' ')} {path}")
-        elif line.startswith("u "):
-            changes.append(f"UU {line.split(' ', 10)[-1]}")
-        elif line.startswith("? "):
-            changes.append(f"?? {line[2:]}")
-    return Snapshot(branch, head, upstream, ahead, behind, changes)
-
-
-def status_porcelain(cwd: str | os.PathLike[str]) -> list[str]:
-    """``git status --porcelain`` lines (modified, staged and untracked files)."""
-    proc = git(["status", "--porcelain=v1", "--untracked-files=all"], cwd=cwd)
-    return [line for line in proc.stdout.splitlines() if line]
-
-
-def ahead_behind(cwd: str | os.PathLike[str], ref: str, base: str) -> tuple[int, int] | None:
-    """Commits ``ref`` has that ``base`` lacks, and the reverse; None when a ref is missing."""
-    proc = git(["rev-list", "--left-right", "--count", f"{ref}...{base}"], cwd=cwd, check=False)
-    if proc.returncode != 0:
+    def worktree_of(self, branch: str) -> str | None:
+        """The worktree that has ``branch`` checked out (not a prunable one), or None."""
+        for w in self.worktrees():
+            if w.branch == f"refs/heads/{branch}" and w.prunable is None:
+                return w.path
         return None
-    left, right = proc.stdout.split()
-    return int(left), int(right)
+
+    def worktree_add(self, path: str | os.PathLike[str], *, branch: str, start: str) -> Finished:
+        """Add worktree ``path`` on new branch ``branch`` at ``start``, without checking files out."""
+        return self.run(["worktree", "add", "--quiet", "--no-checkout", "--no-track", "-b", branch,
+                         os.fspath(path), start], check=False)
+
+    def worktree_remove(self, path: str | os.PathLike[str], *, force: bool = False) -> Finished:
+        """``git worktree remove`` (git refuses a dirty or locked one without ``force``)."""
+        return self.run(["worktree", "remove", *(["--force"] if force else []), os.fspath(path)], check=False)
+
+    def worktree_prune(self, *, dry_run: bool = False) -> Finished:
+        """Drop the metadata of worktrees whose folder is gone; ``dry_run`` only lists them (verbose)."""
+        return self.run(["worktree", "prune", *(["--dry-run", "--verbose"] if dry_run else [])], check=False)
+
+    def reset_hard(self, rev: str = "HEAD") -> None:
+        """Make the index and files match ``rev`` (``reset --hard``)."""
+        self.run(["reset", "-q", "--hard", rev])
+
+    # -- merging and rebasing --------------------------------------------------------------------------------
+    def merge_ff_only(self, rev: str) -> Finished:
+        """Fast-forward the checked-out branch to ``rev``; git refuses to overwrite untracked or ignored files."""
+        return self.run(["merge", "--ff-only", "--no-overwrite-ignore", "--no-stat", "-q", rev], check=False)
+
+    def rebase(self, onto: str) -> Finished:
+        """Rebase the checked-out branch onto ``onto`` (never autostashing, never opening an editor)."""
+        return self.run(["rebase", "--no-autostash", onto], check=False, env=NO_EDITOR)
+
+    def rebase_abort(self) -> None:
+        """Abort a rebase in progress (the branch and files go back to where they were)."""
+        self.run(["rebase", "--abort"], check=False)
+
+    # -- committing -------------------------------------------------------------------------------------------
+    def init(self, branch: str) -> None:
+        """Create a repository here with ``branch`` as its first branch."""
+        self.run(["init", "-q", "-b", branch])
+
+    def add(self, paths: Sequence[str] = (), *, check: bool = True) -> Finished:
+        """Stage ``paths`` (all changes, untracked files included, when none are given)."""
+        return self.run(["add", *(["--", *paths] if paths else ["-A"])], check=check)
+
+    def commit(self, message: str, *, check: bool = True) -> Finished:
+        """Commit the staged changes with ``message``."""
+        return self.run(["commit", "-q", "-m", message], check=check)
+
+    # -- remotes ---------------------------------------------------------------------------------------------
+    def push(self, remote: str, branch: str, *, timeout: float = 300) -> Finished:
+        """Push ``branch`` to the same name on ``remote`` and make that its upstream."""
+        return self.run(["push", "-u", remote, f"refs/heads/{branch}:refs/heads/{branch}"], check=False,
+                        timeout=timeout)
+
+    def fetch(self, remote: str, refspec: str, *, timeout: float = 300) -> Finished:
+        """Fetch ``refspec`` from ``remote`` (no tags)."""
+        return self.run(["fetch", "--no-tags", remote, refspec], check=False, timeout=timeout)
+
+    # -- safe updates of a checked-out branch ------------------------------------------------------------------
+    def fast_forward(self, branch: str, old: str, new: str, *, reason: str, what: str) -> str | None:
+        """Move ``branch`` from ``old`` to ``new`` (a descendant), updating its checkout if it has one.
+
+        With a checkout: refuse (StateError, nothing touched) when it has modified or staged
+        tracked files, or when the update would overwrite an untracked or ignored file; git
+        checks everything before it writes anything. Without one: a compare-and-swap of the
+        ref. Returns the worktree that was updated, or None.
+        """
+        wt = self.worktree_of(branch)
+        if wt is None:
+            self.update_ref(f"refs/heads/{branch}", new, old, reason=reason)
+            return None
+        there = self.at(wt)
+        dirty = there.tracked_changes()
+        if dirty:
+            raise StateError(
+                f"Cannot {what}: the worktree of {branch} ({wt}) has modified or staged files",
+                hint=f"Commit or stash them in {wt}, then try again.",
+                worktree=wt, files=dirty, reason="dirty",
+            )
+        head = there.rev("HEAD")
+        if head != old:
+            raise StateError(
+                f"Cannot {what}: {branch} moved while merging (now {head and head[:12]})",
+                hint="Try again.", worktree=wt, reason="moved",
+            )
+        proc = there.merge_ff_only(new)
+        if proc.returncode != 0:
+            text = proc.stderr + proc.stdout
+            files = [ln.strip() for ln in text.splitlines() if ln.startswith(("\t", "    "))]
+            if "would be overwritten" in text:
+                raise StateError(
+                    f"Cannot {what}: it would overwrite untracked files in {wt}",
+                    hint=f"Move these files out of {wt} (or commit them), then try again: {', '.join(files)}",
+                    worktree=wt, files=files, reason="untracked-overwrite",
+                )
+            raise StateError(f"Cannot {what}: git refused to update {wt}: {text.strip().splitlines()[-1:]}",
+                             worktree=wt, stderr=text[-2000:], reason="git-refused")
+        return wt
 
 
-def ref_exists(cwd: str | os.PathLike[str], ref: str) -> bool:
-    return git(["rev-parse", "--verify", "--quiet", ref + "^{commit}"], cwd=cwd, check=False).returncode == 0
+# --------------------------------------------------------------------------- files beside git
 
 
 def add_exclude(common_dir: Path, pattern: str) -> bool:
@@ -240,3 +570,26 @@ def add_exclude(common_dir: Path, pattern: str) -> bool:
             fh.write("\n")
         fh.write(pattern + "\n")
     return True
+
+
+__all__ = ["NO_EDITOR", "Finished", "Git", "MergeTree", "RepoInfo", "Snapshot", "Worktree", "add_exclude",
+           "current_branch", "git", "parse_status", "parse_worktrees", "ref_exists"]
+
+
+# --------------------------------------------------------------------------- not yet converted callers
+
+
+def git(args: Sequence[str], *, cwd: str | os.PathLike[str], check: bool = True, input: str | None = None,
+        env: dict[str, str] | None = None, timeout: float = 120) -> Finished:
+    """Run ``git args`` in ``cwd`` (``Git(cwd).run``), for callers not yet using a named method."""
+    return Git(cwd, timeout=timeout).run(args, check=check, input=input, env=env)
+
+
+def current_branch(cwd: str | os.PathLike[str]) -> str | None:
+    """``Git(cwd).current_branch()``."""
+    return Git(cwd).current_branch()
+
+
+def ref_exists(cwd: str | os.PathLike[str], ref: str) -> bool:
+    """``Git(cwd).ref_exists(ref)``."""
+    return Git(cwd).ref_exists(ref)

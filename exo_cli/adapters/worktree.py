@@ -1,5 +1,8 @@
 """Worktrees for agents: where they go, how they are named, created, prepared and removed.
 
+Everything here takes plain values (the repository's folders, exo's state folder, config
+values); ``Worktrees`` changes the repository's worktrees through the git client.
+
 Git's metadata operations (``worktree add/remove/prune``, branch creation and deletion) are
 serialized per repository by an ``fcntl`` lock in exo's state folder (``repo.lock``), so twenty
 parallel spawns never fight over ``.git/config.lock`` or half-written ``.git/worktrees``
@@ -15,16 +18,16 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from exo_cli.adapters import git as gitutil
+from exo_cli.adapters.git import Finished, Git, add_exclude
 from exo_cli.errors import InvalidInput, StateError, external
 from exo_cli.validate import check_branch, check_name
 
 if TYPE_CHECKING:
-    from exo_cli.env import Env
+    from exo_cli.adapters.git import RepoInfo
 
 EXO_EXCLUDE = "/.exo/"
 CONTEXT_FILE = ".exo/context.md"
@@ -49,28 +52,26 @@ _lock_guard = threading.Lock()
 # --------------------------------------------------------------------------- locations
 
 
-def hangar_root(env: Env) -> Path | None:
-    """The hangar (seed 000): ``$HANGAR_ROOT``, else the nearest folder with ``Hangar.toml`` above the repo."""
-    override = env.environ.get("HANGAR_ROOT")
+def hangar_folder(repo_root: Path, override: str | None) -> Path | None:
+    """The hangar (seed 000): ``override`` ($HANGAR_ROOT), else the nearest folder with ``Hangar.toml`` above the repo."""
     if override:
         return Path(os.path.expanduser(override)).absolute()
-    start = env.repo.root.absolute()
+    start = repo_root.absolute()
     for folder in (start, *start.parents):
         if (folder / HANGAR_FILE).is_file():
             return folder
     return None
 
 
-def worktree_root(env: Env) -> Path:
-    """Where exo puts worktrees: ``<hangar>/worktrees``, config ``worktree.root``, or ``<repo>/.exo/worktrees``."""
-    hangar = hangar_root(env)
+def worktrees_folder(repo_root: Path, *, hangar_override: str | None, configured: str | None) -> Path:
+    """Where exo puts worktrees: ``<hangar>/worktrees``, ``configured`` (``worktree.root``), or ``<repo>/.exo/worktrees``."""
+    hangar = hangar_folder(repo_root, hangar_override)
     if hangar is not None:
         return hangar / "worktrees"
-    configured = str(env.config.get("worktree.root") or "")
     if configured:
         path = Path(os.path.expanduser(configured))
-        return path if path.is_absolute() else env.repo.root / path
-    return env.repo.root / ".exo" / "worktrees"
+        return path if path.is_absolute() else repo_root / path
+    return repo_root / ".exo" / "worktrees"
 
 
 def fill(template: str, key: str, **values: str) -> str:
@@ -85,19 +86,17 @@ def fill(template: str, key: str, **values: str) -> str:
         ) from exc
 
 
-def bead_names(env: Env, short_id: str, slug: str) -> tuple[str, str]:
-    """Branch and folder of a bead's worktree: ``bd-<id>/<slug>`` and ``bd-<id>-<slug>`` by default."""
-    branch = fill(str(env.config.get("worktree.bead_branch")), "worktree.bead_branch", id=short_id, slug=slug)
-    folder = fill(str(env.config.get("worktree.bead_dir")), "worktree.bead_dir", id=short_id, slug=slug)
+def bead_names_from(branch_template: str, folder_template: str, short_id: str, slug: str) -> tuple[str, str]:
+    """Branch and folder of a bead's worktree (``worktree.bead_branch``/``bead_dir``: ``bd-<id>/<slug>``, ``bd-<id>-<slug>``)."""
+    branch = fill(branch_template, "worktree.bead_branch", id=short_id, slug=slug)
+    folder = fill(folder_template, "worktree.bead_dir", id=short_id, slug=slug)
     return check_branch(branch, "branch"), check_name(folder, "worktree folder")
 
 
-def child_names(env: Env, parent_branch: str, name: str) -> tuple[str, str]:
-    """Branch and folder of a worker or subtree: ``<parent>.<name>`` and ``<name>`` by default."""
-    tpl_b = str(env.config.get("worktree.child_branch"))
-    tpl_d = str(env.config.get("worktree.child_dir"))
-    branch = fill(tpl_b, "worktree.child_branch", parent=parent_branch, name=name)
-    folder = fill(tpl_d, "worktree.child_dir", parent=parent_branch.replace("/", "-"), name=name)
+def child_names_from(branch_template: str, folder_template: str, parent_branch: str, name: str) -> tuple[str, str]:
+    """Branch and folder of a worker or subtree (``worktree.child_branch``/``child_dir``: ``<parent>.<name>``, ``<name>``)."""
+    branch = fill(branch_template, "worktree.child_branch", parent=parent_branch, name=name)
+    folder = fill(folder_template, "worktree.child_dir", parent=parent_branch.replace("/", "-"), name=name)
     return check_branch(branch, "branch"), check_name(folder, "worktree folder")
 
 
@@ -138,95 +137,87 @@ def repo_lock(state_dir: Path, name: str = "repo") -> Iterator[None]:
         os.close(fd)
 
 
-def git_locked(
-    env: Env, args: Sequence[str], *, cwd: str | os.PathLike[str], check: bool = True, retries: int = 4
-) -> Any:
-    """Run a git metadata command under the repo lock, retrying transient lock errors with jitter."""
-    delay = 0.05
-    for attempt in range(retries + 1):
-        with repo_lock(env.state_dir):
-            proc = gitutil.git(list(args), cwd=cwd, check=False)
-        if proc.returncode == 0 or not any(t in proc.stderr for t in _TRANSIENT) or attempt == retries:
-            break
-        import random
-
-        time.sleep(delay * (1 + random.random()))
-        delay *= 2
-    if check and proc.returncode != 0:
-        raise external(f"git {args[0]} {args[1] if len(args) > 1 else ''}".strip(), proc)
-    return proc
+# --------------------------------------------------------------------------- creating and removing
 
 
-def rev(cwd: str | os.PathLike[str], ref: str) -> str | None:
-    """The commit ``ref`` names, or None."""
-    proc = gitutil.git(["rev-parse", "--verify", "--quiet", ref + "^{commit}"], cwd=cwd, check=False)
-    return proc.stdout.strip() or None
+class Worktrees:
+    """The repository's worktrees as exo changes them: git metadata under the repo lock.
 
-
-def create(env: Env, *, path: Path, branch: str, base_commit: str) -> None:
-    """Create worktree ``path`` on new branch ``branch`` at ``base_commit`` (``--no-track``).
-
-    The branch and the worktree's metadata are created under the repo lock with
-    ``--no-checkout``; the files are checked out afterwards, concurrently with other spawns.
-    git itself refuses an existing branch or path: that is a StateError (never reused).
+    ``git`` is the client at the main checkout, ``state_dir`` exo's state folder (where the
+    lock lives) and ``common_dir`` the repository's shared git folder.
     """
-    root = env.repo.root
-    path.parent.mkdir(parents=True, exist_ok=True)
-    proc = git_locked(env, ["worktree", "add", "--quiet", "--no-checkout", "--no-track", "-b", branch, str(path),
-                            base_commit], cwd=root, check=False)
-    if proc.returncode != 0:
-        if "already exists" in proc.stderr:
-            what = f"Branch {branch}" if "branch" in proc.stderr else f"Worktree {path}"
-            raise StateError(f"{what} already exists", hint="exo never reuses a branch or a worktree; pick another name.",
-                             branch=branch, path=str(path))
-        raise external("git worktree add", proc)
-    # The checkout touches only this worktree's own index and files: concurrent with other spawns.
-    gitutil.git(["reset", "-q", "--hard", "HEAD"], cwd=path)
 
+    def __init__(self, git: Git, state_dir: Path, common_dir: Path) -> None:
+        self.git = git
+        self.state_dir = state_dir
+        self.common_dir = common_dir
 
-def is_registered(env: Env, path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is one of the repository's worktrees."""
-    return os.path.realpath(path) in {os.path.realpath(p) for p in list_worktrees(env)}
+    def locked(self, step: Callable[[], Finished], *, retries: int = 4) -> Finished:
+        """Run a git metadata step under the repo lock, retrying transient lock errors with jitter."""
+        delay = 0.05
+        for attempt in range(retries + 1):
+            with repo_lock(self.state_dir):
+                proc = step()
+            if proc.returncode == 0 or not any(t in proc.stderr for t in _TRANSIENT) or attempt == retries:
+                break
+            import random
 
+            time.sleep(delay * (1 + random.random()))
+            delay *= 2
+        return proc
 
-def list_worktrees(env: Env) -> dict[str, dict[str, str]]:
-    """``git worktree list --porcelain`` parsed: path -> its attributes (branch, HEAD, prunable...)."""
-    proc = gitutil.git(["worktree", "list", "--porcelain"], cwd=env.repo.root)
-    out: dict[str, dict[str, str]] = {}
-    cur: dict[str, str] | None = None
-    for line in proc.stdout.splitlines():
-        if line.startswith("worktree "):
-            cur = {}
-            out[line[9:]] = cur
-        elif cur is not None and line:
-            key, _, value = line.partition(" ")
-            cur[key] = value
-    return out
+    def create(self, *, path: Path, branch: str, base_commit: str) -> None:
+        """Create worktree ``path`` on new branch ``branch`` at ``base_commit`` (``--no-track``).
 
+        The branch and the worktree's metadata are created under the repo lock with
+        ``--no-checkout``; the files are checked out afterwards, concurrently with other spawns.
+        git itself refuses an existing branch or path: that is a StateError (never reused).
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        proc = self.locked(lambda: self.git.worktree_add(path, branch=branch, start=base_commit))
+        if proc.returncode != 0:
+            if "already exists" in proc.stderr:
+                what = f"Branch {branch}" if "branch" in proc.stderr else f"Worktree {path}"
+                raise StateError(f"{what} already exists",
+                                 hint="exo never reuses a branch or a worktree; pick another name.",
+                                 branch=branch, path=str(path))
+            raise external("git worktree add", proc)
+        # The checkout touches only this worktree's own index and files: concurrent with other spawns.
+        self.git.at(path).reset_hard()
 
-def remove(env: Env, path: str | os.PathLike[str], *, force: bool = False) -> tuple[bool, str]:
-    """``git worktree remove`` under the repo lock; (True, "") or (False, git's refusal). Never retried with force."""
-    args = ["worktree", "remove", *(["--force"] if force else []), os.fspath(path)]
-    proc = git_locked(env, args, cwd=env.repo.root, check=False)
-    if proc.returncode == 0:
-        return True, ""
-    return False, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    def listing(self) -> dict[str, dict[str, str]]:
+        """Every worktree: path -> its attributes as git prints them (HEAD, branch, prunable...)."""
+        return {w.path: w.attrs for w in self.git.worktrees()}
 
+    def remove(self, path: str | os.PathLike[str], *, force: bool = False) -> tuple[bool, str]:
+        """``git worktree remove`` under the repo lock; (True, "") or (False, git's refusal). Never retried with force."""
+        proc = self.locked(lambda: self.git.worktree_remove(path, force=force))
+        if proc.returncode == 0:
+            return True, ""
+        return False, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
 
-def delete_branch_if_at(env: Env, branch: str, commit: str) -> bool:
-    """Delete ``branch`` only while it still points at ``commit`` (no work of anyone's on it)."""
-    proc = git_locked(env, ["update-ref", "-d", f"refs/heads/{branch}", commit], cwd=env.repo.root, check=False)
-    return proc.returncode == 0
+    def delete_branch_if_at(self, branch: str, commit: str) -> bool:
+        """Delete ``branch`` only while it still points at ``commit`` (no work of anyone's on it)."""
+        return self.locked(lambda: self.git.delete_ref(f"refs/heads/{branch}", commit)).returncode == 0
 
+    def prune(self) -> None:
+        """``git worktree prune`` under the repo lock."""
+        self.locked(lambda: self.git.worktree_prune())
 
-def prune(env: Env) -> None:
-    """``git worktree prune`` under the repo lock."""
-    git_locked(env, ["worktree", "prune"], cwd=env.repo.root, check=False)
+    def exclude_exo(self) -> None:
+        """Keep exo's per-worktree folder out of git everywhere (``/.exo/`` in ``info/exclude``)."""
+        with _lock_guard, repo_lock(self.state_dir, "exclude"):
+            add_exclude(self.common_dir, EXO_EXCLUDE)
 
 
 def dirty_files(path: str | os.PathLike[str]) -> list[str]:
     """Modified, staged and untracked (not ignored) files of a worktree."""
-    return gitutil.status_porcelain(path)
+    return Git(path).status_porcelain()
+
+
+def rev(cwd: str | os.PathLike[str], ref: str) -> str | None:
+    """The commit ``ref`` names, or None."""
+    return Git(cwd).rev(ref)
 
 
 # --------------------------------------------------------------------------- preparing
@@ -239,22 +230,22 @@ def _rel(value: str, key: str) -> str:
     return value
 
 
-def copy_files(env: Env, worktree: Path) -> tuple[list[str], list[str]]:
-    """Copy and symlink the files config ``worktree.copy``/``worktree.symlink`` lists; (created, warnings).
+def copy_into(worktree: Path, source_root: Path, *, copy: Sequence[str] = (),
+              symlink: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """Copy ``copy`` and symlink ``symlink`` (``worktree.copy``/``worktree.symlink``); (created, warnings).
 
-    Sources are relative to the main checkout. A path the worktree already has (a tracked
-    file) is left alone; a missing source is a warning, not a failure.
+    Sources are relative to ``source_root`` (the main checkout). A path the worktree already
+    has (a tracked file) is left alone; a missing source is a warning, not a failure.
     """
     created: list[str] = []
     warnings: list[str] = []
-    src_root = env.repo.root
-    for key, link in (("worktree.copy", False), ("worktree.symlink", True)):
-        for rel in env.config.get(key) or []:
+    for key, link, rels in (("worktree.copy", False, copy), ("worktree.symlink", True, symlink)):
+        for rel in rels or []:
             _rel(rel, key)
-            src = src_root / rel
+            src = source_root / rel
             dst = worktree / rel
             if not (src.exists() or src.is_symlink()):
-                warnings.append(f"{key}: {rel} does not exist in {src_root}; skipped")
+                warnings.append(f"{key}: {rel} does not exist in {source_root}; skipped")
                 continue
             if dst.exists() or dst.is_symlink():
                 warnings.append(f"{key}: {rel} already exists in the worktree; left as is")
@@ -270,9 +261,8 @@ def copy_files(env: Env, worktree: Path) -> tuple[list[str], list[str]]:
     return created, warnings
 
 
-def post_create_argv(env: Env) -> list[str] | None:
-    """The post-create command as argv (a string is split like a shell would, never run by one)."""
-    cmd = env.config.get("worktree.post_create")
+def post_create_command(cmd: str | Sequence[str] | None) -> list[str] | None:
+    """The post-create command (``worktree.post_create``) as argv; a string is split like a shell would, never run by one."""
     if not cmd:
         return None
     if isinstance(cmd, str):
@@ -287,9 +277,8 @@ def post_create_argv(env: Env) -> list[str] | None:
     return argv or None
 
 
-def run_post_create(env: Env, worktree: Path, agent_env: Mapping[str, str]) -> None:
+def run_post_create_argv(argv: Sequence[str] | None, worktree: Path, agent_env: Mapping[str, str]) -> None:
     """Run the post-create command in the new worktree with the agent's environment."""
-    argv = post_create_argv(env)
     if argv is None:
         return
     from exo_cli.adapters.proc import run
@@ -306,12 +295,6 @@ def write_file(path: Path, text: str, mode: int = 0o644) -> None:
     from exo_cli.adapters.files import atomic_write
 
     atomic_write(path, text, mode=mode, fsync=False)
-
-
-def exclude_exo(env: Env) -> None:
-    """Keep exo's per-worktree folder out of git everywhere (``/.exo/`` in ``info/exclude``)."""
-    with _lock_guard, repo_lock(env.state_dir, "exclude"):
-        gitutil.add_exclude(env.repo.common_dir, EXO_EXCLUDE)
 
 
 # --------------------------------------------------------------------------- services
@@ -457,3 +440,75 @@ def services_argv(worktree: Path) -> list[str]:
     return ["process-compose", "up", "--config", str(worktree / PC_FILE), "--log-file", str(worktree / PC_LOG),
             "--no-server"]
 
+
+# --------------------------------------------------------------------------- transitional
+# Callers still passing exo's whole operation context (ops/spawn.py and ops/lifecycle.py, being
+# split) use these; each only unpacks it into the plain values above. Remove once they are converted.
+
+
+class _Context(Protocol):
+    """What the transitional wrappers read from exo's ``Env`` (kept structural: no import of it)."""
+
+    @property
+    def repo(self) -> RepoInfo: ...
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def config(self) -> Any: ...
+
+    @property
+    def environ(self) -> Mapping[str, str]: ...
+
+
+def _worktrees(env: _Context) -> Worktrees:
+    return Worktrees(Git(env.repo.root), env.state_dir, env.repo.common_dir)
+
+
+def worktree_root(env: _Context) -> Path:
+    return worktrees_folder(env.repo.root, hangar_override=env.environ.get("HANGAR_ROOT"),
+                            configured=str(env.config.get("worktree.root") or "") or None)
+
+
+def bead_names(env: _Context, short_id: str, slug: str) -> tuple[str, str]:
+    return bead_names_from(str(env.config.get("worktree.bead_branch")), str(env.config.get("worktree.bead_dir")),
+                           short_id, slug)
+
+
+def child_names(env: _Context, parent_branch: str, name: str) -> tuple[str, str]:
+    return child_names_from(str(env.config.get("worktree.child_branch")), str(env.config.get("worktree.child_dir")),
+                            parent_branch, name)
+
+
+def create(env: _Context, *, path: Path, branch: str, base_commit: str) -> None:
+    _worktrees(env).create(path=path, branch=branch, base_commit=base_commit)
+
+
+def list_worktrees(env: _Context) -> dict[str, dict[str, str]]:
+    return _worktrees(env).listing()
+
+
+def remove(env: _Context, path: str | os.PathLike[str], *, force: bool = False) -> tuple[bool, str]:
+    return _worktrees(env).remove(path, force=force)
+
+
+def delete_branch_if_at(env: _Context, branch: str, commit: str) -> bool:
+    return _worktrees(env).delete_branch_if_at(branch, commit)
+
+
+def prune(env: _Context) -> None:
+    _worktrees(env).prune()
+
+
+def exclude_exo(env: _Context) -> None:
+    _worktrees(env).exclude_exo()
+
+
+def copy_files(env: _Context, worktree: Path) -> tuple[list[str], list[str]]:
+    return copy_into(worktree, env.repo.root, copy=env.config.get("worktree.copy") or [],
+                     symlink=env.config.get("worktree.symlink") or [])
+
+
+def run_post_create(env: _Context, worktree: Path, agent_env: Mapping[str, str]) -> None:
+    run_post_create_argv(post_create_command(env.config.get("worktree.post_create")), worktree, agent_env)

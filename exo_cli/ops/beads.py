@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,16 +202,12 @@ def beads_show(env: Env, *, bead_id: str) -> BeadShowResult:
 
 
 def main_branch(env: Env) -> str:
-    """Return the main branch: config ``worktree.base``, else the main checkout's branch."""
-    from exo_cli.adapters import git as gitutil
+    """Return the main branch (``branches.base_branch``: config ``worktree.base``, else the main checkout's branch)."""
+    from exo_cli.adapters.git import Git
+    from exo_cli.ops.branches import base_branch
 
-    base = env.config.get("worktree.base") or gitutil.current_branch(env.repo.root)
-    if not base:
-        raise StateError(
-            "Cannot tell the main branch: the main checkout is on a detached HEAD",
-            hint="Set worktree.base in exo.toml (or EXO_BASE_BRANCH), e.g. main.",
-        )
-    if not gitutil.ref_exists(env.repo.root, base):
+    base = base_branch(env)
+    if not Git(env.repo.root).ref_exists(base):
         raise StateError(
             f"The main branch {base!r} does not exist",
             hint="Set worktree.base in exo.toml (or EXO_BASE_BRANCH) to an existing branch.",
@@ -222,19 +217,10 @@ def main_branch(env: Env) -> str:
 
 
 def _blob(cwd: Path, rev: str, path: str) -> bytes | None:
-    """Return the exact bytes of ``rev:path`` (``git cat-file blob``), or None when absent."""
-    import os
+    """Return the exact bytes of ``rev:path``, or None when absent."""
+    from exo_cli.adapters.git import Git
 
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    proc = subprocess.run(
-        ["git", "cat-file", "blob", f"{rev}:{path}"],
-        cwd=cwd,
-        capture_output=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
-    return proc.stdout if proc.returncode == 0 else None
+    return Git(cwd).blob(rev, path)
 
 
 def _jsonl_on(cwd: Path, rev: str) -> tuple[str, bytes] | None:
@@ -310,7 +296,7 @@ def reconstitute(env: Env, *, force: bool = False) -> ReconstituteResult:
     agent), the main checkout's tracker is only re-read.
     """
     from exo_cli.adapters import beads
-    from exo_cli.adapters import git as gitutil
+    from exo_cli.adapters.git import Git
     from exo_cli.ops import tasks
 
     repo = env.repo
@@ -344,7 +330,7 @@ def reconstitute(env: Env, *, force: bool = False) -> ReconstituteResult:
     full = beads.resolve_id(source, bead_ref)
     bead = source.get(full)
     targets = tasks.dependency_targets(source, bead)
-    branch = (record.branch if record else None) or gitutil.current_branch(worktree) or full
+    branch = (record.branch if record else None) or Git(worktree).current_branch() or full
     text = beads.render_context(
         bead,
         branch=branch,

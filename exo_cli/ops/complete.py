@@ -12,15 +12,13 @@ restore it. exo never retries a refused ``git worktree remove`` with ``--force``
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from exo_cli.adapters import git as gitutil
+from exo_cli.adapters.git import Git
 from exo_cli.errors import NotFound, StateError
 from exo_cli.records import DONE, ROOT, Agent
 from exo_cli.registry import op
@@ -105,7 +103,8 @@ def _check_permission(env: Env, agent: Agent) -> None:
     if caller.is_human or caller.agent_id == agent.id:
         return
     # a TL may complete its descendants
-    seen, cur = set(), agent
+    seen: set[str] = set()
+    cur: Agent | None = agent
     while cur is not None and cur.parent and cur.id not in seen:
         seen.add(cur.id)
         if cur.parent == caller.agent_id and env.role == "tl":
@@ -116,27 +115,20 @@ def _check_permission(env: Env, agent: Agent) -> None:
 
 
 # -- what would be lost --------------------------------------------------------------------------
-def _lines(cwd: Any, args: list[str]) -> list[str]:
-    proc = gitutil.git(args, cwd=cwd, check=False)
-    return [ln for ln in proc.stdout.splitlines() if ln] if proc.returncode == 0 else []
+def _base_of(env: Env, agent: Agent) -> str | None:
+    """The branch the agent's work is compared with (``branches.base_branch``), or None."""
+    from exo_cli.ops.branches import base_branch
 
-
-def merged_by_content(cwd: Any, branch_sha: str, base_ref: str) -> bool:
-    """True when every change of ``branch_sha`` is already in ``base_ref`` (ancestry, tree or patch-id)."""
-    if not _lines(cwd, ["rev-list", "-n", "1", f"{base_ref}..{branch_sha}"]):
-        return True
-    proc = gitutil.git(["merge-tree", "--write-tree", "--no-messages", base_ref, branch_sha], cwd=cwd, check=False)
-    base_tree = gitutil.git(["rev-parse", f"{base_ref}^{{tree}}"], cwd=cwd, check=False).stdout.strip()
-    if proc.returncode == 0 and proc.stdout.split()[:1] == [base_tree]:
-        return True
-    cherry = _lines(cwd, ["cherry", base_ref, branch_sha])
-    return bool(cherry) and all(ln.startswith("-") for ln in cherry)
+    try:
+        return base_branch(env, agent, agent.branch)
+    except StateError:
+        return None
 
 
 def unmerged_commits(env: Env, branch: str, base: str | None) -> list[str]:
     """Commits of ``branch`` whose content is in neither its base nor the remote's base ('sha subject')."""
-    root = env.repo.root
-    sha = gitutil.git(["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], cwd=root, check=False).stdout.strip()
+    git = Git(env.repo.root)
+    sha = git.rev(f"refs/heads/{branch}")
     if not sha:
         return []
     for pr in env.store.prs(head=branch, state="merged") if env.has_state() else []:
@@ -147,22 +139,22 @@ def unmerged_commits(env: Env, branch: str, base: str | None) -> list[str]:
         bases.append(f"refs/heads/{base}")
         remote = env.config.get("forge.remote")
         bases.append(f"refs/remotes/{remote}/{base}")
-    bases = [b for b in bases if gitutil.ref_exists(root, b)]
+    bases = [b for b in bases if git.ref_exists(b)]
     if not bases:
         return [f"{sha[:12]} (no base branch {base!r} to compare with)"]
     for b in bases:
-        if merged_by_content(root, sha, b):
+        if git.merged_by_content(sha, b):
             return []
-    return _lines(root, ["log", "--format=%h %s", f"{bases[0]}..{sha}"])
+    return git.log(f"{bases[0]}..{sha}", "%h %s")
 
 
 def unpushed_commits(env: Env, branch: str) -> list[str]:
     """Commits of ``branch`` its upstream lacks (empty without an upstream)."""
-    root = env.repo.root
-    up = gitutil.git(["rev-parse", "--abbrev-ref", f"{branch}@{{upstream}}"], cwd=root, check=False)
-    if up.returncode != 0:
+    git = Git(env.repo.root)
+    up = git.upstream(branch)
+    if up is None:
         return []
-    return _lines(root, ["log", "--format=%h %s", f"{up.stdout.strip()}..refs/heads/{branch}"])
+    return git.log(f"{up}..refs/heads/{branch}", "%h %s")
 
 
 def _proc_info(pid: int) -> tuple[int, int, int] | None:
@@ -234,7 +226,7 @@ def assess(env: Env, agent: Agent) -> dict[str, list[Any]]:
     losses: dict[str, list[Any]] = {}
     wt = agent.worktree
     if wt and os.path.isdir(wt):
-        changes = gitutil.status_porcelain(wt)
+        changes = Git(wt).status_porcelain()
         untracked = [c[3:] for c in changes if c.startswith("??")]
         modified = [c for c in changes if not c.startswith("??")]
         if modified:
@@ -242,7 +234,7 @@ def assess(env: Env, agent: Agent) -> dict[str, list[Any]]:
         if untracked:
             losses["untracked"] = untracked
     if agent.branch and _branch_created(agent):
-        commits = unmerged_commits(env, agent.branch, agent.base_branch)
+        commits = unmerged_commits(env, agent.branch, _base_of(env, agent))
         if commits:
             losses["unmerged_commits"] = commits
             unpushed = unpushed_commits(env, agent.branch)
@@ -253,8 +245,6 @@ def assess(env: Env, agent: Agent) -> dict[str, list[Any]]:
 
 def blockers(env: Env, agent: Agent) -> dict[str, list[Any]]:
     """What stops removal even with --force: other processes inside, the branch checked out elsewhere."""
-    from exo_cli.adapters.forge.base import worktrees
-
     out: dict[str, list[Any]] = {}
     wt = agent.worktree
     if wt and os.path.isdir(wt):
@@ -263,8 +253,8 @@ def blockers(env: Env, agent: Agent) -> dict[str, list[Any]]:
             out["processes"] = procs
     if agent.branch:
         mine = os.path.realpath(wt) if wt else None
-        elsewhere = [w["worktree"] for w in worktrees(env.repo.root)
-                     if w.get("branch") == f"refs/heads/{agent.branch}" and os.path.realpath(w["worktree"]) != mine]
+        elsewhere = [w.path for w in Git(env.repo.root).worktrees()
+                     if w.branch == f"refs/heads/{agent.branch}" and os.path.realpath(w.path) != mine]
         if elsewhere:
             out["checked_out_elsewhere"] = elsewhere
     return out
@@ -279,76 +269,26 @@ def _branch_created(agent: Agent) -> bool:
 
 
 # -- archiving -----------------------------------------------------------------------------------
-def _free_ref(cwd: Any, name: str, sha: str) -> str:
-    """``name``, or ``name.N`` when ``name`` already holds something else (archives are never overwritten)."""
-    candidate, n = name, 1
-    while True:
-        have = gitutil.git(["rev-parse", "--verify", "--quiet", candidate], cwd=cwd, check=False).stdout.strip()
-        if not have or have == sha:
-            return candidate
-        n += 1
-        candidate = f"{name}.{n}"
-
-
-def wip_commit(worktree: str) -> str | None:
-    """A stash-shaped commit of the worktree's uncommitted work, untracked files included.
-
-    Parents: HEAD, the index, and (when there are untracked files) a commit of the untracked
-    files alone, exactly like ``git stash -u``; so ``git stash apply --index <sha>`` restores
-    it. Writes objects only: the worktree, index and stash list are untouched.
-    """
-    head = gitutil.out(["rev-parse", "HEAD"], cwd=worktree)
-    untracked = gitutil.git(["ls-files", "--others", "--exclude-standard", "-z"], cwd=worktree).stdout
-    stash = gitutil.git(["stash", "create", "exo archive"], cwd=worktree).stdout.strip()
-    if not stash and not untracked:
-        return None
-    if stash:
-        index = gitutil.out(["rev-parse", f"{stash}^2"], cwd=worktree)
-        work_tree = gitutil.out(["rev-parse", f"{stash}^{{tree}}"], cwd=worktree)
-    else:
-        work_tree = gitutil.out(["rev-parse", "HEAD^{tree}"], cwd=worktree)
-        index = gitutil.git(["commit-tree", work_tree, "-p", head, "-m", "index on exo archive"],
-                            cwd=worktree).stdout.strip()
-    parents = ["-p", head, "-p", index]
-    if untracked:
-        fd, tmp_index = tempfile.mkstemp(prefix="exo-index-")
-        os.close(fd)
-        os.unlink(tmp_index)
-        try:
-            env = {"GIT_INDEX_FILE": tmp_index}
-            gitutil.git(["update-index", "--add", "-z", "--stdin"], cwd=worktree, input=untracked, env=env)
-            tree = gitutil.git(["write-tree"], cwd=worktree, env=env).stdout.strip()
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_index)
-        u = gitutil.git(["commit-tree", tree, "-m", "untracked files on exo archive"], cwd=worktree).stdout.strip()
-        parents += ["-p", u]
-    return gitutil.git(["commit-tree", work_tree, *parents, "-m", "WIP archived by exo complete --force"],
-                       cwd=worktree).stdout.strip()
-
-
 def archive(env: Env, agent: Agent) -> tuple[dict[str, str], list[str]]:
     """Keep the branch and the uncommitted work under refs/exo/archive/; return refs and restore commands."""
-    root = env.repo.root
+    git = Git(env.repo.root)
     refs: dict[str, str] = {}
     branch = agent.branch
     wt = agent.worktree if agent.worktree and os.path.isdir(agent.worktree) else None
     restore: list[str] = []
     label = branch or agent.name
     if branch:
-        sha = gitutil.git(["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], cwd=root, check=False).stdout.strip()
+        sha = git.rev(f"refs/heads/{branch}")
         if sha:
-            ref = _free_ref(root, ARCHIVE + branch, sha)
-            gitutil.git(["update-ref", "-m", "exo complete --force", ref, sha], cwd=root)
+            ref = git.keep_ref(ARCHIVE + branch, sha, reason="exo complete --force")
             refs[ref] = sha
             restore.append(f"git branch {shlex.quote(branch)} {shlex.quote(ref)}")
     if wt:
-        wip = wip_commit(wt)
+        wip = Git(wt).wip_commit("WIP archived by exo complete --force", label="exo archive")
         if branch:
             restore.append(f"git worktree add {shlex.quote(wt)} {shlex.quote(branch)}")
         if wip:
-            ref = _free_ref(root, ARCHIVE + label + "-wip", wip)
-            gitutil.git(["update-ref", "-m", "exo complete --force (uncommitted work)", ref, wip], cwd=root)
+            ref = git.keep_ref(ARCHIVE + label + "-wip", wip, reason="exo complete --force (uncommitted work)")
             refs[ref] = wip
             restore.append(f"git -C {shlex.quote(wt)} stash apply --index {shlex.quote(ref)}")
     return refs, restore
@@ -408,7 +348,7 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
                               branch=None, removal="none", worktree_removed=False, branch_deleted=False,
                               warnings=[warn] if warn else [])
     _check_permission(env, agent)
-    base = dict(agent=agent.id, bead=bead, worktree=agent.worktree, branch=agent.branch)
+    base: dict[str, Any] = dict(agent=agent.id, bead=bead, worktree=agent.worktree, branch=agent.branch)
     self_complete = env.caller.agent_id == agent.id and env.caller.via in ("ancestry", "env")
     if self_complete:
         closed, warn = _close_bead(env, bead, agent) if bead else (False, None)
@@ -456,11 +396,10 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
     restore: list[str] = []
     if losses:
         archived, restore = archive(env, agent)
-    root = env.repo.root
+    git = Git(env.repo.root)
     wt_removed = branch_deleted = False
     if removable:
-        args = ["worktree", "remove"] + (["--force"] if force and losses else []) + [str(agent.worktree)]
-        proc = gitutil.git(args, cwd=root, check=False)
+        proc = git.worktree_remove(str(agent.worktree), force=bool(force and losses))
         if proc.returncode != 0:
             from exo_cli.errors import external
 
@@ -469,11 +408,10 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
                            "Look at it, then remove it yourself.", archived=archived, restore=restore)
         wt_removed = True
     if agent.branch and _branch_created(agent):
-        sha = gitutil.git(["rev-parse", "--verify", "--quiet", f"refs/heads/{agent.branch}"], cwd=root,
-                          check=False).stdout.strip()
+        sha = git.rev(f"refs/heads/{agent.branch}")
         if sha:
             # delete only the commit we checked (or archived): a compare-and-delete
-            proc = gitutil.git(["update-ref", "-d", f"refs/heads/{agent.branch}", sha], cwd=root, check=False)
+            proc = git.delete_ref(f"refs/heads/{agent.branch}", sha)
             branch_deleted = proc.returncode == 0
             if not branch_deleted:
                 warnings.append(f"branch {agent.branch} not deleted: {proc.stderr.strip()}")
@@ -487,4 +425,4 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
                           restore=restore, undone=undone, warnings=warnings)
 
 
-__all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "processes_inside", "wip_commit"]
+__all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "processes_inside"]

@@ -244,18 +244,11 @@ def clean_environ(environ: dict[str, str] | Any, root: Path) -> dict[str, str]:
     return env
 
 
-def _git(args: list[str], cwd: Path, env: dict[str, str], *, check: bool = True) -> Any:
-    from exo_cli.adapters.proc import run
-
-    return run(["git", *args], what=f"git {args[0]}", cwd=str(cwd), env=env, check=check)
-
-
 def _inside_work_tree(path: Path, env: dict[str, str]) -> str | None:
     """The top of the git work tree ``path`` (an existing folder) is in, or None."""
-    from exo_cli.adapters.proc import run
+    from exo_cli.adapters.git import Git
 
-    proc = run(["git", "rev-parse", "--show-toplevel"], what="git rev-parse", cwd=str(path), env=env, check=False)
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
+    return Git(path, environ=env).toplevel()
 
 
 def _scratch_dir(env: Env, path: str | None) -> tuple[Path, bool]:
@@ -301,17 +294,18 @@ def _setup(root: Path, environ: dict[str, str], kind: str) -> Env:
     """Create the project, the beads, the commit and run ``init``; return the scratch repo's Env."""
     from datetime import UTC, datetime
 
-    from exo_cli.adapters import git as gitutil
+    from exo_cli.adapters.git import Git, add_exclude
     from exo_cli.env import Env
     from exo_cli.registry import invoke
 
-    _git(["init", "-q", "-b", "main"], root, environ)
-    if _git(["var", "GIT_COMMITTER_IDENT"], root, environ, check=False).returncode != 0:
-        _git(["config", "user.name", "exo demo"], root, environ)
-        _git(["config", "user.email", "demo@exo.invalid"], root, environ)
+    git = Git(root, environ=environ)
+    git.init("main")
+    if not git.has_identity():
+        git.config_set("user.name", "exo demo")
+        git.config_set("user.email", "demo@exo.invalid")
     # The user's global git settings must not get in the way: no signing prompt, no hooks.
-    _git(["config", "commit.gpgsign", "false"], root, environ)
-    _git(["config", "core.hooksPath", str(root / ".git" / "hooks")], root, environ)
+    git.config_set("commit.gpgsign", "false")
+    git.config_set("core.hooksPath", str(root / ".git" / "hooks"))
     (root / "README.md").write_text(README, encoding="utf-8")
     (root / "hello.py").write_text(HELLO_PY, encoding="utf-8")
     (root / "exo.toml").write_text(EXO_TOML.format(mux=kind), encoding="utf-8")
@@ -322,9 +316,9 @@ def _setup(root: Path, environ: dict[str, str], kind: str) -> Env:
     (beads / "issues.jsonl").write_text(_issues_jsonl(now), encoding="utf-8")
     # The tracker is rewritten as beads are claimed and closed: keep it out of the commits, or
     # the main checkout would be dirty and merges into it refused.
-    gitutil.add_exclude(root / ".git", "/.beads/")
-    _git(["add", "README.md", "hello.py", "exo.toml"], root, environ)
-    _git(["commit", "-q", "-m", "A tiny greeting module"], root, environ)
+    add_exclude(root / ".git", "/.beads/")
+    git.add(["README.md", "hello.py", "exo.toml"])
+    git.commit("A tiny greeting module")
     senv = Env(cwd=root, environ=environ)
     invoke("init", senv)
     return senv
@@ -531,8 +525,9 @@ class _Run:
                                     waited_for=info["waited_for"]))
         log: list[str] = []
         with contextlib.suppress(ExoError, OSError):
-            out = _git(["log", "--oneline", "main"], root, dict(self.env.environ), check=False)
-            log = out.stdout.splitlines()
+            from exo_cli.adapters.git import Git
+
+            log = Git(root, environ=self.env.environ).log("main", "%h %s")
         return DemoResult(agents=agents, notes=list(self.notes), questions=list(self.questions), prs=list(self.prs),
                           beads_closed=list(self.closed), repo=str(root), kept=kept,
                           seconds=round(time.monotonic() - self.started, 2), mux=self.kind, log=log,

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from exo_cli.errors import StateError
 from exo_cli.ops import delivery as msgs
 from exo_cli.records import DEAD, DONE, IDLE, ROOT, WAITING_PERMISSION, WORKING, Agent
 from exo_cli.registry import op
@@ -387,40 +388,75 @@ def ref_sha(worktree: str, ref: str) -> str | None:
     return None
 
 
-def rebase_check(agent: Agent, state: dict[str, Any] | None = None) -> tuple[str, str | None, list[str]]:
+@dataclass(frozen=True)
+class RebaseResult:
+    """What the stop hook's rebase did.
+
+    ``status``: none (nothing to rebase: no worktree or no parent branch), up-to-date,
+    skipped (the parent moved, but the worktree is not on the agent's branch or its PR is
+    merged; ``detail`` says which), dirty (uncommitted tracked changes), rebased, or conflict
+    (aborted; ``files`` lists the conflicting files).
+    """
+
+    status: str
+    base: str | None = None  # the parent branch
+    sha: str | None = None  # its tip
+    detail: str = ""
+    files: list[str] = field(default_factory=list)
+
+
+def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None) -> RebaseResult:
     """Rebase the agent's branch onto its parent branch when that moved ahead (local refs only).
 
-    Returns (outcome, base sha, conflicting files) with outcome none | dirty | rebased |
-    conflict. On conflict the rebase is aborted, so the tree is exactly as before. With
-    ``state``, a parent branch tip already checked is recognised without running git.
+    Never touches the network. Skipped when the worktree is not on the agent's branch or
+    the agent's own PR was already merged; not attempted with uncommitted tracked changes.
+    On a conflict the rebase is aborted (the branch and files are exactly as before) and the
+    conflicting files are returned. With ``state`` (the hook's bookkeeping), a parent tip
+    already checked is recognised by reading the ref files, without running git.
     """
-    wt, base = agent.worktree, agent.base_branch
-    if not wt or not base or not os.path.isdir(wt):
-        return "none", None, []
+    wt = agent.worktree
+    if not wt or not os.path.isdir(wt):
+        return RebaseResult("none", detail="no worktree")
+    try:
+        base = agent.base_branch or (_base_branch(env, agent) if agent.branch else None)
+    except StateError:
+        base = None
+    if not base:
+        return RebaseResult("none", detail="no parent branch")
     ref = base if base.startswith("refs/") else f"refs/heads/{base}"
     known = ref_sha(wt, ref)
     if state is not None and known and state.get("base_ok") == known:
-        return "none", known, []
-    from exo_cli.adapters.git import git
+        return RebaseResult("up-to-date", base, known)
+    from exo_cli.adapters.git import Git
 
-    sha = git(["rev-parse", "--verify", "--quiet", ref + "^{commit}"], cwd=wt, check=False).stdout.strip()
+    git = Git(wt)
+    sha = git.rev(ref)
     if not sha:
-        return "none", None, []
-    if not git(["rev-list", "-1", sha, "--not", "HEAD"], cwd=wt, check=False).stdout.strip():
+        return RebaseResult("none", base, detail=f"{base} does not exist")
+    if not git.has_commits_not_in(sha, "HEAD"):
         if state is not None:
             state["base_ok"] = sha
-        return "none", sha, []
-    if git(["status", "--porcelain", "--untracked-files=no"], cwd=wt, check=False).stdout.strip():
-        return "dirty", sha, []
-    env = {"GIT_EDITOR": "true", "GIT_SEQUENCE_EDITOR": "true"}
-    proc = git(["rebase", "--no-autostash", sha], cwd=wt, check=False, env=env)
+        return RebaseResult("up-to-date", base, sha)
+    if agent.branch and git.current_branch() != agent.branch:
+        return RebaseResult("skipped", base, sha, "the worktree is not on the agent's branch")
+    if agent.branch and any(p.state == "merged" for p in env.store.prs(head=agent.branch)):
+        return RebaseResult("skipped", base, sha, "its PR is merged")
+    if git.tracked_changes(check=False):
+        return RebaseResult("dirty", base, sha, "uncommitted changes")
+    proc = git.rebase(sha)
     if proc.returncode == 0:
         if state is not None:
             state["base_ok"] = sha
-        return "rebased", sha, []
-    files = git(["diff", "--name-only", "--diff-filter=U"], cwd=wt, check=False).stdout.split()
-    git(["rebase", "--abort"], cwd=wt, check=False)
-    return "conflict", sha, files
+        return RebaseResult("rebased", base, sha)
+    files = git.conflicted_files()
+    git.rebase_abort()
+    return RebaseResult("conflict", base, sha, (proc.stderr or proc.stdout).strip()[-500:], files)
+
+
+def _base_branch(env: Env, agent: Agent) -> str:
+    from exo_cli.ops.branches import base_branch
+
+    return base_branch(env, agent, agent.branch)
 
 
 def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block: bool = True) -> HookResult:
@@ -443,23 +479,24 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
 
     reasons: list[str] = []
     if can_block:
-        outcome, sha, files = rebase_check(agent, state)
-        if outcome != "none":
-            actions.append(f"rebase:{outcome}")
-        if outcome == "conflict":
+        rebase = rebase_onto_base(env, agent, state)
+        sha, base = rebase.sha or "", rebase.base
+        if rebase.status not in ("none", "up-to-date"):
+            actions.append(f"rebase:{rebase.status}")
+        if rebase.status == "conflict":
             failures = state.setdefault("rebase_failures", {})
             n = failures[sha] = int(failures.get(sha, 0)) + 1
-            listed = ", ".join(files) or "(see git status)"
+            listed = ", ".join(rebase.files) or "(see git status)"
             if n == 1 and not active:
                 reasons.append(
-                    f"Your parent branch {agent.base_branch} moved ahead and rebasing onto it conflicts in: {listed}. "
+                    f"Your parent branch {base} moved ahead and rebasing onto it conflicts in: {listed}. "
                     "exo aborted the rebase, so your tree is exactly as before. Resolve it: commit your work, run "
-                    f"`git rebase {agent.base_branch}`, fix the conflicts, `git add` them and "
+                    f"`git rebase {base}`, fix the conflicts, `git add` them and "
                     "`git rebase --continue`. If you cannot, ask your parent with `exo question`."
                 )
             elif n == 2:
                 msgs.post(env, msgs.QUESTION, agent.id, agent.parent or ROOT,
-                          f"My branch {agent.branch} cannot be rebased onto {agent.base_branch}: "
+                          f"My branch {agent.branch} cannot be rebased onto {base}: "
                           f"conflicts in {listed}. How should I resolve them?",
                           state=msgs.PENDING, data={"rebase": sha})
                 actions.append("asked-parent")

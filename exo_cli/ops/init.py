@@ -6,7 +6,7 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from exo_cli.adapters import git as gitutil
+from exo_cli.adapters.git import add_exclude
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def init(env: Env, *, force: bool = False, agent: str | None = None) -> InitResu
 
         atomic_write(path, EXO_TOML)
         written = True
-    excluded = gitutil.add_exclude(repo.common_dir, "/.exo/")
+    excluded = add_exclude(repo.common_dir, "/.exo/")
     env.store.kv_set("initialized", "1")
     path_env = env.environ.get("PATH")
     tools = {name: shutil.which(name, path=path_env) for name in TOOLS}

@@ -1,25 +1,26 @@
 """Pull requests: file, merge, list and show, on the repository's forge (local or GitHub).
 
-A PR merges an agent's branch into its parent branch: the recorded base branch, else the
-branch name with its last ``.segment`` stripped (seed 001), else the configured base. There
-is one open PR per head branch; filing again updates it. After a merge the author and its
-siblings get a ``pr-merged`` message so their next stop hook rebases them
-(``rebase_onto_base``, local refs only).
+A PR merges an agent's branch into its parent branch (``branches.base_branch``: the recorded
+base branch, else the branch name with its last ``.segment`` stripped (seed 001), else the
+main branch). There is one open PR per head branch; filing again updates it. After a merge
+the author and its siblings get a ``pr-merged`` message so their next stop hook rebases
+them (``hooks.rebase_onto_base``, local refs only).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from exo_cli.adapters import git as gitutil
+from exo_cli.adapters.git import Git
 from exo_cli.errors import InvalidInput, NotFound, StateError
-from exo_cli.records import DONE, ROOT, Agent, PullRequest
+from exo_cli.ops.branches import base_branch
+from exo_cli.records import DONE, ROOT, PullRequest
 from exo_cli.registry import Tool, op
 
 if TYPE_CHECKING:
-    from exo_cli.adapters.forge import GhRunner
+    from exo_cli.adapters.forge import Forge, GhRunner
     from exo_cli.env import Env
 
 STRATEGIES = ("squash", "merge")
@@ -88,30 +89,17 @@ def view(pr: PullRequest) -> PrView:
     )
 
 
-def base_branch(env: Env, agent: Agent | None, head: str) -> str:
-    """The branch ``head`` merges into: the recorded base, else ``head`` minus its last ``.segment``.
-
-    Without either, the configured ``worktree.base``, else the main checkout's branch.
-    """
-    if agent is not None and agent.base_branch:
-        return agent.base_branch
-    if "." in head:
-        stem = head.rsplit(".", 1)[0]
-        if stem and gitutil.ref_exists(env.repo.root, f"refs/heads/{stem}"):
-            return stem
-    configured = env.config.get("worktree.base")
-    if configured:
-        return str(configured)
-    main = gitutil.current_branch(env.repo.root)
-    if main and main != head:
-        return main
-    raise StateError(f"Cannot tell which branch {head} merges into",
-                     hint="Set worktree.base in exo.toml.", branch=head)
-
-
 def gh_runner(env: Env) -> GhRunner | None:
     """The ``gh`` runner to use: one a test or an embedding program set on ``env``, else the real gh."""
     return getattr(env, "gh_runner", None)
+
+
+def forge_for(env: Env, kind: str | None = None, *, runner: GhRunner | None = None) -> Forge:
+    """The forge ``kind`` names (default: config ``forge.kind``, ``auto`` resolved) for ``env``'s repository."""
+    from exo_cli.adapters.forge import get_forge
+
+    return get_forge(kind or env.config.get("forge.kind"), git=Git(env.repo.root),
+                     remote=env.config.get("forge.remote"), runner=runner, environ=env.environ)
 
 
 def _get(env: Env, number: int) -> PullRequest:
@@ -120,11 +108,6 @@ def _get(env: Env, number: int) -> PullRequest:
     if pr is None:
         raise NotFound(f"No pull request #{number}", hint="List them with `exo pr list`.", pr=number)
     return pr
-
-
-def _rev_count(cwd: Any, rng: str) -> int:
-    proc = gitutil.git(["rev-list", "--count", rng], cwd=cwd, check=False)
-    return int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
 
 
 @op(
@@ -147,37 +130,36 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     is pushed (``git push -u``) and ``gh pr create`` opens it. Filing again while the PR is
     open updates it (title, body, and the pushed commits).
     """
-    from exo_cli.adapters.forge import forge_named, get_forge
     from exo_cli.validate import check_text
 
     agent = env.caller_agent()
+    head: str | None
     if agent is not None and agent.branch:
         head, worktree = agent.branch, agent.worktree
     else:
-        head, worktree = gitutil.current_branch(env.cwd), str(env.repo.toplevel)
+        head, worktree = Git(env.cwd).current_branch(), str(env.repo.toplevel)
         if head is None:
             raise StateError("You are not on a branch (detached HEAD)", hint="Check out your branch first.")
     base = base_branch(env, agent, head)
     if base == head:
         raise StateError(f"{head} is its own base branch", hint="File from a task branch.", branch=head)
-    root = env.repo.root
-    if not gitutil.ref_exists(root, f"refs/heads/{base}"):
+    git = Git(env.repo.root)
+    if not git.ref_exists(f"refs/heads/{base}"):
         raise NotFound(f"Base branch {base} does not exist", branch=base)
-    commits = _rev_count(root, f"refs/heads/{base}..refs/heads/{head}")
+    commits = git.count(f"refs/heads/{base}..refs/heads/{head}")
     if commits == 0:
         raise StateError(f"{head} has no commits that {base} lacks", hint="Commit your work, then file the PR.",
                          head=head, base=base)
     if title is None or not title.strip():
-        title = gitutil.out(["log", "-1", "--format=%s", f"refs/heads/{head}"], cwd=root)
+        title = git.subject(f"refs/heads/{head}")
     if body is None:
-        body = gitutil.out(["log", "--reverse", "--format=- %s", f"refs/heads/{base}..refs/heads/{head}"], cwd=root)
+        body = "\n".join(git.log(f"refs/heads/{base}..refs/heads/{head}", "- %s", reverse=True, check=True))
     title = check_text(title, "title")
     body = check_text(body, "body") if body else ""
     author = agent.id if agent is not None else ROOT
     existing = next((p for p in env.store.prs(head=head, state="open")), None)
-    forge = forge_named(existing.forge, remote=env.config.get("forge.remote"), runner=gh_runner(env)) if existing \
-        else get_forge(env, runner=gh_runner(env))
-    filed = forge.file(env, head=head, base=base, title=title, body=body, draft=draft, existing=existing,
+    forge = forge_for(env, existing.forge if existing else None, runner=gh_runner(env))
+    filed = forge.file(head=head, base=base, title=title, body=body, draft=draft, existing=existing,
                        worktree=worktree)
     if existing is not None:
         env.store.update_pr(existing.number, title=title, body=body, draft=int(draft), base=base,
@@ -219,8 +201,6 @@ def merge_pr(env: Env, *, number: int, strategy: str | None = None) -> MergeResu
     GitHub: ``gh pr merge --squash|--merge``, then the local base is fast-forwarded. The
     author and its siblings get a ``pr-merged`` message; their next stop hook rebases them.
     """
-    from exo_cli.adapters.forge import forge_named
-
     pr = _get(env, number)
     if pr.state != "open":
         raise StateError(f"PR #{number} is {pr.state}", pr=number, state=pr.state)
@@ -239,10 +219,9 @@ def merge_pr(env: Env, *, number: int, strategy: str | None = None) -> MergeResu
         message = f"{pr.title} (#{number})\n\n{pr.body}".rstrip() + "\n"
     else:
         message = f"Merge PR #{number} from {pr.head}\n\n{pr.title}\n\n{pr.body}".rstrip() + "\n"
-    forge = forge_named(pr.forge, remote=env.config.get("forge.remote"), runner=gh_runner(env))
-    head_sha = gitutil.out(["rev-parse", f"refs/heads/{pr.head}"], cwd=env.repo.root) \
-        if gitutil.ref_exists(env.repo.root, f"refs/heads/{pr.head}") else None
-    outcome = forge.merge(env, pr, strategy=strategy, message=message)
+    forge = forge_for(env, pr.forge, runner=gh_runner(env))
+    head_sha = Git(env.repo.root).rev(f"refs/heads/{pr.head}")
+    outcome = forge.merge(pr, strategy=strategy, message=message)
     env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
                         merged_at=time.time(), data={**pr.data, "head_sha": head_sha})
     notified = notify_merged(env, _get(env, number), sender=env.caller.agent_id)
@@ -305,46 +284,3 @@ def list_prs(env: Env, *, state: str = "all") -> PrList:
 def show_pr(env: Env, *, number: int) -> PrView:
     """Show one pull request with its review and check state."""
     return view(_get(env, number))
-
-
-# -- the stop hook's rebase ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class RebaseResult:
-    """What ``rebase_onto_base`` did: up-to-date, rebased, skipped (why) or conflict (files)."""
-
-    status: str
-    base: str | None
-    detail: str = ""
-    files: list[str] = field(default_factory=list)
-
-
-def rebase_onto_base(env: Env, agent: Agent) -> RebaseResult:
-    """Rebase the agent's branch onto its (local) base branch when the base moved ahead.
-
-    Local refs only, never the network. Skipped when the worktree has uncommitted tracked
-    changes or the agent's own PR was already merged; on a conflict the rebase is aborted
-    (the branch is left as it was) and the conflicting files are returned.
-    """
-    if not agent.worktree or not agent.branch:
-        return RebaseResult("skipped", None, "no worktree")
-    try:
-        base = base_branch(env, agent, agent.branch)
-    except StateError:
-        return RebaseResult("skipped", None, "no base branch")
-    wt = agent.worktree
-    if gitutil.current_branch(wt) != agent.branch:
-        return RebaseResult("skipped", base, "the worktree is not on the agent's branch")
-    if _rev_count(wt, f"HEAD..refs/heads/{base}") == 0:
-        return RebaseResult("up-to-date", base)
-    if any(p.state == "merged" for p in env.store.prs(head=agent.branch)):
-        return RebaseResult("skipped", base, "its PR is merged")
-    from exo_cli.adapters.forge.base import tracked_changes
-
-    if tracked_changes(wt):
-        return RebaseResult("skipped", base, "uncommitted changes")
-    proc = gitutil.git(["rebase", "--no-autostash", f"refs/heads/{base}"], cwd=wt, check=False)
-    if proc.returncode == 0:
-        return RebaseResult("rebased", base)
-    files = gitutil.git(["diff", "--name-only", "--diff-filter=U"], cwd=wt, check=False).stdout.split()
-    gitutil.git(["rebase", "--abort"], cwd=wt, check=False)
-    return RebaseResult("conflict", base, (proc.stderr or proc.stdout).strip()[-500:], files)

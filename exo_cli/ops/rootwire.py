@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exo_cli.adapters import git as gitutil
+from exo_cli.adapters.git import add_exclude
 from exo_cli.errors import InvalidInput
 from exo_cli.selfcmd import exo_command
 
@@ -232,7 +232,7 @@ def wire_agent(repo: RepoInfo, agent: str) -> AgentWiring:
     for path, existed in files.items():
         if not existed and path.exists():
             rel = "/" + path.relative_to(root).as_posix()
-            gitutil.add_exclude(repo.common_dir, rel)
+            add_exclude(repo.common_dir, rel)
             excluded.append(rel)
     return AgentWiring(
         agent=agent,

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from exo_cli.adapters import git as gitutil
+from exo_cli.adapters.git import Git
 from exo_cli.records import ROOT, Agent
 from exo_cli.registry import op
 
@@ -182,12 +182,13 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
         if record is None:
             raise NotFound(f"No agent named {target!r}", hint="List agents with `exo agents`.", agent=target)
     where = record.worktree if record and record.worktree else str(repo.toplevel)
-    snap = gitutil.snapshot(where)
+    git = Git(where)
+    snap = git.snapshot()
     branch, dirty = snap.branch, snap.changes
     parent_branch = record.base_branch if record else snap.upstream
     ahead, behind = (snap.ahead, snap.behind) if record is None else (None, None)
     if record is not None and branch and parent_branch:
-        counts = gitutil.ahead_behind(where, branch, parent_branch)
+        counts = git.ahead_behind(branch, parent_branch)
         if counts:
             ahead, behind = counts
     views = _views(env, team_agents(env)) if (record is None) else []

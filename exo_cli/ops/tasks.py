@@ -211,9 +211,9 @@ def write_context(env: Env, worktree: str | os.PathLike[str], text: str) -> bool
     Makes sure ``/.exo/`` is in the repository's ``info/exclude`` (shared by all worktrees)
     so the file is never committed.
     """
-    from exo_cli.adapters import git as gitutil
+    from exo_cli.adapters.git import add_exclude
 
-    gitutil.add_exclude(env.repo.common_dir, EXO_EXCLUDE)
+    add_exclude(env.repo.common_dir, EXO_EXCLUDE)
     path = context_path(worktree)
     data = text.encode("utf-8")
     return write_if_changed(path, data)

@@ -98,18 +98,18 @@ def _changes(pr: PullRequest, now: RemoteState) -> list[tuple[str, str]]:
 
 def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
     """Poll every open GitHub PR once; record and deliver what changed."""
-    from exo_cli.adapters.forge import forge_named
+    from exo_cli.ops.pr import forge_for
 
     if not env.has_state():
         return PollResult(0, [], False)
     prs = [p for p in env.store.prs(state="open") if p.forge == "github" and p.remote_number]
-    forge = forge_named("github", remote=env.config.get("forge.remote"), runner=runner)
+    forge = forge_for(env, "github", runner=runner)
     changes: list[dict[str, Any]] = []
     errors: list[str] = []
     pending = False
     for pr in prs:
         try:
-            now = forge.view(env, pr)
+            now = forge.view(pr)
         except ExoError as exc:
             errors.append(f"PR #{pr.number}: {exc.message}")
             continue
@@ -168,9 +168,9 @@ def start_poller(env: Env, *, interval_pending: float = 30, interval_idle: float
     lock or the repository's forge is not GitHub. For ``exo_cli.mcp_server.BACKGROUND``.
     """
     try:
-        from exo_cli.adapters.forge import get_forge
+        from exo_cli.ops.pr import forge_for
 
-        if get_forge(env).kind != "github":
+        if forge_for(env).kind != "github":
             return None
     except Exception:
         return None

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from exo_cli.adapters import proc
 from exo_cli.adapters.agents.base import Backend, Launch, LaunchContext, hook_command
 from exo_cli.adapters.agents.project_file import edit_project_file
 from exo_cli.errors import StateError
@@ -56,13 +55,10 @@ def git_identity_env(worktree: Path, env: Mapping[str, str]) -> dict[str, str]:
     missing = [(var, key) for var, key in IDENTITY_VARS if not env.get(var)]
     if not missing:
         return {}
-    found = proc.run(
-        ["git", "-C", str(worktree), "config", "--get-regexp", r"^user\.(name|email)$"],
-        what="git config", env=dict(env), check=False,
-    ).stdout
+    from exo_cli.adapters.git import Git
+
     values: dict[str, str] = {}
-    for line in found.splitlines():
-        key, _, value = line.partition(" ")
+    for key, value in Git(worktree, environ=env).config_matching(r"^user\.(name|email)$"):
         if value.strip():
             values[key] = value.strip()  # the last (most specific) level wins
     return {var: values[key] for var, key in missing if key in values}

@@ -21,19 +21,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from exo_cli.adapters import proc
 from exo_cli.adapters.agents.base import _UNDO, ensure_private_dir
 from exo_cli.adapters.files import atomic_write
-
-
-def _git(worktree: Path, *args: str, check: bool = True) -> str:
-    return proc.run(["git", "-C", str(worktree), *args], what=f"git {args[0]}", check=check).stdout
+from exo_cli.adapters.git import Git
 
 
 def is_tracked(worktree: Path, relpath: str) -> bool:
     """Return whether ``relpath`` is in the worktree's index."""
-    out = _git(worktree, "ls-files", "--full-name", "--error-unmatch", "--", relpath, check=False)
-    return bool(out.strip())
+    return Git(worktree).is_tracked(relpath)
 
 
 def _write_bytes(path: Path, data: bytes, mode: int) -> None:
@@ -67,7 +62,7 @@ def edit_project_file(
     tracked = is_tracked(worktree, relpath)
     if tracked:
         # Undo runs in reverse: the bit is cleared only after the bytes are restored.
-        _git(worktree, "update-index", "--skip-worktree", "--", relpath)
+        Git(worktree).skip_worktree(relpath)
         undo.append({"kind": "git-no-skip-worktree", "worktree": str(worktree), "relpath": relpath})
     if original is None:
         _write_bytes(target, render(None), 0o600)
@@ -117,7 +112,7 @@ def _undo_restore_file(record: Mapping[str, Any]) -> None:
 def _undo_no_skip_worktree(record: Mapping[str, Any]) -> None:
     worktree = Path(record["worktree"])
     if worktree.is_dir():
-        _git(worktree, "update-index", "--no-skip-worktree", "--", record["relpath"], check=False)
+        Git(worktree).skip_worktree(record["relpath"], on=False, check=False)
 
 
 def _undo_remove_empty_dir(record: Mapping[str, Any]) -> None:

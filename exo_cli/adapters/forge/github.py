@@ -8,27 +8,18 @@ poller and tests can stand in for the real binary.
 from __future__ import annotations
 
 import json
+import os
 import re
-import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from exo_cli.adapters import git as gitutil
-from exo_cli.adapters.forge.base import (
-    Filed,
-    Forge,
-    GhRunner,
-    MergeOutcome,
-    RemoteState,
-    fast_forward,
-    github_slug,
-    remote_url,
-    rev,
-)
+from exo_cli.adapters.forge.base import Filed, Forge, GhRunner, MergeOutcome, RemoteState, github_slug
 from exo_cli.errors import EnvironmentError_, ExternalFailure, StateError, external
 
 if TYPE_CHECKING:
-    from exo_cli.env import Env
+    import subprocess
+
+    from exo_cli.adapters.git import Git
     from exo_cli.records import PullRequest
 
 VIEW_FIELDS = "number,url,state,isDraft,reviewDecision,latestReviews,statusCheckRollup,mergedAt,mergeCommit"
@@ -93,13 +84,16 @@ class GitHubForge(Forge):
 
     kind = "github"
 
-    def __init__(self, *, remote: str = "origin", runner: GhRunner | None = None) -> None:
+    def __init__(self, git: Git, *, remote: str = "origin", runner: GhRunner | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        super().__init__(git)
         self.remote = remote
         self.runner: GhRunner = runner or run_gh
+        self.environ = environ
 
     # -- helpers ---------------------------------------------------------------------------
-    def slug(self, env: Env) -> str:
-        url = remote_url(env, self.remote)
+    def slug(self) -> str:
+        url = self.git.remote_url(self.remote)
         slug = github_slug(url or "")
         if not slug:
             raise EnvironmentError_(
@@ -109,67 +103,65 @@ class GitHubForge(Forge):
             )
         return slug
 
-    def gh(self, env: Env, argv: Sequence[str], *, what: str) -> subprocess.CompletedProcess[str]:
-        proc = self.runner(list(argv), str(env.repo.root), dict(env.environ))
+    def gh(self, argv: Sequence[str], *, what: str) -> subprocess.CompletedProcess[str]:
+        proc = self.runner(list(argv), self.git.path, dict(os.environ if self.environ is None else self.environ))
         if proc.returncode != 0:
             raise external(what, proc, hint="Check `gh auth status` and the repository's remote.")
         return proc
 
-    def push(self, env: Env, branch: str, worktree: str | None) -> None:
-        cwd = worktree or env.repo.root
-        proc = gitutil.git(["push", "-u", self.remote, f"refs/heads/{branch}:refs/heads/{branch}"],
-                           cwd=cwd, check=False, timeout=300)
+    def push(self, branch: str, worktree: str | None) -> None:
+        git = self.git.at(worktree) if worktree else self.git
+        proc = git.push(self.remote, branch)
         if proc.returncode != 0:
             raise external("git push", proc, hint="Fetch and rebase onto the remote branch, then file again.")
 
     # -- the interface ---------------------------------------------------------------------
-    def file(self, env: Env, *, head: str, base: str, title: str, body: str, draft: bool,
+    def file(self, *, head: str, base: str, title: str, body: str, draft: bool,
              existing: PullRequest | None, worktree: str | None) -> Filed:
-        slug = self.slug(env)
-        self.push(env, head, worktree)
+        slug = self.slug()
+        self.push(head, worktree)
         if existing is not None and existing.remote_number:
-            self.gh(env, ["pr", "edit", str(existing.remote_number), "--repo", slug, f"--title={title}",
+            self.gh(["pr", "edit", str(existing.remote_number), "--repo", slug, f"--title={title}",
                           f"--body={body}"], what="gh pr edit")
             return Filed(url=existing.url, remote_number=existing.remote_number, pushed=True)
         argv = ["pr", "create", "--repo", slug, f"--base={base}", f"--head={head}", f"--title={title}", f"--body={body}"]
         if draft:
             argv.append("--draft")
-        out = self.gh(env, argv, what="gh pr create").stdout
+        out = self.gh(argv, what="gh pr create").stdout
         urls = re.findall(r"https?://\S+/pull/(\d+)", out)
         url = next((w for w in out.split() if re.search(r"/pull/\d+$", w)), None)
         return Filed(url=url, remote_number=int(urls[-1]) if urls else None, pushed=True)
 
-    def merge(self, env: Env, pr: PullRequest, *, strategy: str, message: str) -> MergeOutcome:
+    def merge(self, pr: PullRequest, *, strategy: str, message: str) -> MergeOutcome:
         if not pr.remote_number:
             raise StateError(f"PR #{pr.number} has no GitHub number", pr=pr.number)
-        slug = self.slug(env)
+        slug = self.slug()
         number = str(pr.remote_number)
-        self.gh(env, ["pr", "merge", number, "--repo", slug, "--squash" if strategy == "squash" else "--merge"],
+        self.gh(["pr", "merge", number, "--repo", slug, "--squash" if strategy == "squash" else "--merge"],
                 what="gh pr merge")
-        state = self.view(env, pr)
+        state = self.view(pr)
         warnings: list[str] = []
         if state is not None and state.state != "merged":
             raise StateError(f"GitHub did not merge PR #{pr.number} (state {state.state})",
                              hint="Look at the PR on GitHub (required reviews or checks?).", pr=pr.number)
-        root = env.repo.root
+        git = self.git
         tracking = f"refs/remotes/{self.remote}/{pr.base}"
-        proc = gitutil.git(["fetch", "--no-tags", self.remote, f"+refs/heads/{pr.base}:{tracking}"],
-                           cwd=root, check=False, timeout=300)
+        proc = git.fetch(self.remote, f"+refs/heads/{pr.base}:{tracking}")
         if proc.returncode != 0:
             raise external("git fetch", proc, hint=f"PR #{pr.number} is merged on GitHub; run `git pull` in the base worktree.")
-        new = rev(root, tracking) or ""
-        old = rev(root, f"refs/heads/{pr.base}")
+        new = git.rev(tracking) or ""
+        old = git.rev(f"refs/heads/{pr.base}")
         wt = None
         updated = False
         if old is None:
             warnings.append(f"no local branch {pr.base}; nothing to update")
         elif old == new:
             updated = True
-        elif gitutil.git(["merge-base", "--is-ancestor", old, new], cwd=root, check=False).returncode != 0:
+        elif not git.is_ancestor(old, new):
             warnings.append(f"local {pr.base} has commits that {self.remote}/{pr.base} lacks; not updated")
         else:
             try:
-                wt = fast_forward(root, pr.base, old, new, reason=f"exo: PR #{pr.number} merged on GitHub",
+                wt = git.fast_forward(pr.base, old, new, reason=f"exo: PR #{pr.number} merged on GitHub",
                                   what=f"update the local {pr.base}")
                 updated = True
             except StateError as exc:
@@ -177,10 +169,10 @@ class GitHubForge(Forge):
         merge = (state.merge_commit if state else None) or new
         return MergeOutcome(merge_commit=merge, base_worktree=wt, local_updated=updated, warnings=warnings)
 
-    def view(self, env: Env, pr: PullRequest) -> RemoteState | None:
+    def view(self, pr: PullRequest) -> RemoteState | None:
         if not pr.remote_number:
             return None
-        proc = self.gh(env, ["pr", "view", str(pr.remote_number), "--repo", self.slug(env), "--json", VIEW_FIELDS],
+        proc = self.gh(["pr", "view", str(pr.remote_number), "--repo", self.slug(), "--json", VIEW_FIELDS],
                        what="gh pr view")
         try:
             data = json.loads(proc.stdout)
