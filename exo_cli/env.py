@@ -17,7 +17,7 @@ from exo_cli.records import ROOT
 
 if TYPE_CHECKING:
     from exo_cli.adapters.git import RepoInfo
-    from exo_cli.adapters.store.sqlite import Store
+    from exo_cli.adapters.store.base import Store
     from exo_cli.config import Config
     from exo_cli.records import Agent
 
@@ -97,15 +97,16 @@ class Env:
 
     @cached_property
     def store(self) -> Store:
-        from exo_cli.adapters.store.sqlite import Store
+        from exo_cli.adapters.store import open_store
 
-        return Store(self.state_dir / "state.db", lambda: self.runtime_dir)
+        return open_store(self.state_dir, lambda: self.runtime_dir)
 
     def has_state(self) -> bool:
         """True when the state database already exists (hooks must not create one)."""
+        from exo_cli.adapters.store import has_state
+
         override = self.environ.get(STATE_DIR_VAR)
-        base = Path(override) if override else self.repo.common_dir / "exo"
-        return (base / "state.db").exists()
+        return has_state(Path(override) if override else self.repo.common_dir / "exo")
 
     # -- identity -------------------------------------------------------------------------
     @cached_property

@@ -16,11 +16,10 @@ that ends the turn, so this module never imports spawn.
 from __future__ import annotations
 
 import re
-import time
 from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import ExoError
-from exo_cli.records import DONE, IDLE, ROOT, STARTING, WORKING, Agent, Message
+from exo_cli.records import DONE, IDLE, ROOT, WORKING, Agent, Message
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -71,21 +70,7 @@ def post(env: Env, kind: str, sender: str, recipient: str, body: str, **kw: Any)
 
 def claim_pending(env: Env, agent_id: str) -> list[Message]:
     """Take the agent's undelivered, unconsumed messages (delivered + consumed now), oldest first."""
-    pending = env.store.messages(recipient=agent_id, unconsumed=True, undelivered=True)
-    if not pending:
-        return []
-    now = time.time()
-    taken: list[Message] = []
-    with env.store.write() as c:
-        for m in pending:
-            cur = c.execute(
-                "UPDATE messages SET delivered_at = ?, consumed_at = ? WHERE id = ?"
-                " AND consumed_at IS NULL AND delivered_at IS NULL",
-                (now, now, m.id),
-            )
-            if cur.rowcount:
-                taken.append(m)
-    return taken
+    return env.store.claim_pending(agent_id)
 
 
 def render_all(msgs: list[Message]) -> str:
@@ -111,13 +96,8 @@ def deliver(env: Env, msg_id: int, recipient: Agent) -> str:
     msg = env.store.message(msg_id)
     if msg is None:
         return "queued"
-    with env.store.write() as c:
-        cur = c.execute(
-            "UPDATE messages SET delivered_at = ? WHERE id = ? AND delivered_at IS NULL AND consumed_at IS NULL",
-            (time.time(), msg_id),
-        )
-        if cur.rowcount != 1:
-            return "queued"
+    if not env.store.claim_delivery(msg_id):
+        return "queued"
     try:
         mux = agentctl.mux_for(env, "tmux")
         mux.send_text(loc, render(msg))
@@ -125,11 +105,7 @@ def deliver(env: Env, msg_id: int, recipient: Agent) -> str:
         env.store.mark_messages([msg_id], delivered_at=None)
         return "queued"
     # It is busy with the message now; its prompt hook confirms. Later messages wait for its hooks.
-    with env.store.write() as c:
-        c.execute(
-            "UPDATE agents SET status = ?, status_reason = ?, status_at = ?, updated_at = ? WHERE id = ? AND status = ?",
-            (WORKING, f"message #{msg_id} typed", time.time(), time.time(), recipient.id, IDLE),
-        )
+    env.store.update_agent(recipient.id, if_status=IDLE, status=WORKING, status_reason=f"message #{msg_id} typed")
     return "typed"
 
 
@@ -182,15 +158,13 @@ def ready_dependents(env: Env, agent_id: str) -> list[tuple[str, str]]:
     ``{{A.output}}`` (A its name or id). Nothing is started here: the operation that ends
     the turn (the Stop hook, ``exo done``) hands the list to spawn's ``start_dependents``.
     """
-    rows = env.store.query(
-        "SELECT id FROM agents WHERE status = ? AND spec LIKE '%\"pending\"%'", (STARTING,)
-    )
-    if not rows:
+    ids = env.store.pending_agent_ids()
+    if not ids:
         return []
     me = env.store.agent(agent_id)
     ready: list[tuple[str, str]] = []
-    for row in rows:
-        pending = env.store.agent(row["id"])
+    for pending_id in ids:
+        pending = env.store.agent(pending_id)
         if pending is None or pending.spec.get("phase") != "pending" or me is None:
             continue
         deps = _deps(pending)

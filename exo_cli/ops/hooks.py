@@ -270,12 +270,7 @@ def on_prompt(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookRes
 
 
 def on_tool(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
-    with env.store.write() as c:
-        c.execute(
-            "UPDATE agents SET tool_calls = tool_calls + 1,"
-            " status = CASE WHEN status = ? THEN ? ELSE status END WHERE id = ?",
-            (WAITING_PERMISSION, WORKING, agent.id),
-        )
+    env.store.record_tool_call(agent.id)
     return HookResult("tool", cli, agent.id, {}, ["tool_calls+1"])
 
 
@@ -523,12 +518,9 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     if agent.status == DONE:
         changes.pop("status", None)
         changes.pop("status_reason", None)
-    with env.store.write() as c:  # one short transaction for the record, counters and bookkeeping
-        env.store.update_agent(agent.id, conn=c, **changes)
-        c.execute("UPDATE agents SET turns = turns + ?, tokens = tokens + ? WHERE id = ?",
-                  (1 if first_for_turn else 0, tokens, agent.id))
-        c.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                  (_key(agent.id), json.dumps(state, separators=(",", ":"))))
+    # one short transaction for the record, counters and bookkeeping
+    env.store.record_turn(agent.id, changes, turns=1 if first_for_turn else 0, tokens=tokens,
+                          kv=(_key(agent.id), json.dumps(state, separators=(",", ":"))))
     if not blocking and agent.status != DONE and (first_for_turn or agent.status != IDLE):
         msgs.notify_parent(env, agent, "idle", f"{agent.name} is idle" + (f": {_short(text)}" if text else ""),
                            output=(text or "")[:4000])

@@ -513,18 +513,7 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = N
 
 def _take(env: Env, ids: list[int]) -> list[int]:
     """Consume (and mark delivered) these messages in one write; return the ids this call took."""
-    now = time.time()
-    taken = []
-    with env.store.write() as c:
-        for i in ids:
-            cur = c.execute(
-                "UPDATE messages SET consumed_at = ?, delivered_at = COALESCE(delivered_at, ?)"
-                " WHERE id = ? AND consumed_at IS NULL",
-                (now, now, i),
-            )
-            if cur.rowcount:
-                taken.append(i)
-    return taken
+    return env.store.consume(ids, delivered=True)
 
 
 def _partial(env: Env, targets: list[Agent], settled: dict[str, WaitEntry]) -> list[WaitEntry]:

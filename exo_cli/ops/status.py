@@ -82,10 +82,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
     if env.has_state():
         for pr in env.store.prs():
             prs[pr.head] = {"number": pr.number, "state": pr.state, "base": pr.base}
-        for row in env.store.query(
-            "SELECT sender, body FROM messages WHERE id IN (SELECT MAX(id) FROM messages GROUP BY sender)"
-        ):
-            last[row["sender"]] = row["body"]
+        last = env.store.last_message_by_sender()
     children: dict[str | None, list[Agent]] = {}
     ids = {a.id for a in agents}
     for a in agents:

@@ -9,8 +9,9 @@ the short runtime folder (``bell/<key>.<pid>.<n>``) and a writer sends one byte 
 socket of that key after its commit. The waiter re-reads the database when woken,
 with a slow timed fallback in case a ring is missed.
 
-``Store`` is the interface operations use; a PostgreSQL backend (LISTEN/NOTIFY) can
-implement the same methods without any operation changing.
+``SqliteStore`` implements ``base.Store``, the interface operations use: each named
+method is one short transaction (or one read), so no operation holds a connection or
+writes SQL. ``write`` and ``query`` stay for the methods here and for tests.
 """
 
 from __future__ import annotations
@@ -21,18 +22,33 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from exo_cli.adapters.store import SCHEMA_VERSION
 from exo_cli.errors import StateError
-from exo_cli.records import AGENT_JSON_FIELDS, Agent, Message, PullRequest, dumps
+from exo_cli.records import (
+    AGENT_JSON_FIELDS,
+    STARTING,
+    WAITING_PERMISSION,
+    WORKING,
+    Agent,
+    Message,
+    PullRequest,
+    dumps,
+)
 
 if TYPE_CHECKING:
     from exo_cli.adapters.bell import Doorbell
+    from exo_cli.adapters.store.base import Store
+else:
+    # mypy checks SqliteStore against the interface; at run time the Protocol classes
+    # would only cost every hook ~1.4 ms to build.
+    Store = object
 
-SCHEMA_VERSION = 1
+__all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
 MIGRATIONS: dict[int, Sequence[str]] = {
     1: (
@@ -73,6 +89,7 @@ _AGENT_COLS = Agent._fields
 _MSG_COLS = Message._fields
 _PR_COLS = PullRequest._fields
 _LOCK_RETRY_SECONDS = 60.0
+_KV_UPSERT = "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
 
 
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
@@ -80,7 +97,7 @@ def _is_locked(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
-class Store:
+class SqliteStore(Store):
     """SQLite-backed state: agents, messages, events, pull requests."""
 
     def __init__(self, path: Path, runtime_dir: Path | Callable[[], Path]) -> None:
@@ -166,7 +183,11 @@ class Store:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """A short write transaction (BEGIN IMMEDIATE), retried while another writer holds the lock."""
+        """A short write transaction (BEGIN IMMEDIATE), retried while another writer holds the lock.
+
+        For this class's methods and tests only: not part of ``Store``, so operations
+        never hold a connection.
+        """
         conn = self._conn()
         self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
         try:
@@ -178,6 +199,7 @@ class Store:
             self._retry(lambda: conn.execute("COMMIT"))
 
     def query(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Rows of one read (for this class's methods and tests; not part of ``Store``)."""
         conn = self._conn()
         conn.row_factory = sqlite3.Row
         try:
@@ -206,18 +228,17 @@ class Store:
     def agents(self) -> list[Agent]:
         return [self._agent(r) for r in self.query("SELECT * FROM agents ORDER BY created_at, id")]
 
-    def insert_agent(self, agent: Agent, conn: sqlite3.Connection | None = None) -> None:
+    def insert_agent(self, agent: Agent) -> None:
         values = [getattr(agent, c) for c in _AGENT_COLS]
         values = [dumps(v) if c in AGENT_JSON_FIELDS else v for c, v in zip(_AGENT_COLS, values, strict=True)]
-        sql = f"INSERT INTO agents ({', '.join(_AGENT_COLS)}) VALUES ({', '.join('?' * len(_AGENT_COLS))})"
-        if conn is not None:
-            conn.execute(sql, values)
-            return
         with self.write() as c:
-            c.execute(sql, values)
+            c.execute(f"INSERT INTO agents ({', '.join(_AGENT_COLS)}) VALUES ({', '.join('?' * len(_AGENT_COLS))})",
+                      values)
 
-    def update_agent(self, agent_id: str, conn: sqlite3.Connection | None = None, **changes: Any) -> None:
-        """Set columns of one agent; ``updated_at`` follows, ``status_at`` when status changes."""
+    @staticmethod
+    def _set_agent(c: sqlite3.Connection, agent_id: str, changes: Mapping[str, Any], if_status: str | None) -> bool:
+        """The UPDATE of ``update_agent`` inside the caller's transaction."""
+        changes = dict(changes)
         now = time.time()
         changes.setdefault("updated_at", now)
         if "status" in changes:
@@ -228,21 +249,49 @@ class Store:
         cols = ", ".join(f"{k} = ?" for k in changes)
         vals = [dumps(v) if k in AGENT_JSON_FIELDS else v for k, v in changes.items()]
         sql = f"UPDATE agents SET {cols} WHERE id = ?"
-        if conn is not None:
-            conn.execute(sql, [*vals, agent_id])
-            return
+        args = [*vals, agent_id]
+        if if_status is not None:
+            sql += " AND status = ?"
+            args.append(if_status)
+        return c.execute(sql, args).rowcount > 0
+
+    def update_agent(self, agent_id: str, *, if_status: str | None = None, **changes: Any) -> bool:
+        """Set columns of one agent; ``updated_at`` follows, ``status_at`` when status changes."""
         with self.write() as c:
-            c.execute(sql, [*vals, agent_id])
+            return self._set_agent(c, agent_id, changes, if_status)
 
     def bump_agent(self, agent_id: str, **deltas: int) -> None:
         """Add to counters (turns, tool_calls, tokens) atomically."""
+        for k in deltas:
+            if k not in _AGENT_COLS:
+                raise KeyError(k)
         cols = ", ".join(f"{k} = {k} + ?" for k in deltas)
         with self.write() as c:
             c.execute(f"UPDATE agents SET {cols} WHERE id = ?", [*deltas.values(), agent_id])
 
+    def record_tool_call(self, agent_id: str) -> None:
+        with self.write() as c:
+            c.execute(
+                "UPDATE agents SET tool_calls = tool_calls + 1,"
+                " status = CASE WHEN status = ? THEN ? ELSE status END WHERE id = ?",
+                (WAITING_PERMISSION, WORKING, agent_id),
+            )
+
+    def record_turn(self, agent_id: str, changes: Mapping[str, Any], *, turns: int, tokens: int,
+                    kv: tuple[str, str]) -> None:
+        with self.write() as c:
+            self._set_agent(c, agent_id, changes, None)
+            c.execute("UPDATE agents SET turns = turns + ?, tokens = tokens + ? WHERE id = ?",
+                      (turns, tokens, agent_id))
+            c.execute(_KV_UPSERT, kv)
+
     def delete_agent(self, agent_id: str) -> None:
         with self.write() as c:
             c.execute("DELETE FROM agents WHERE id = ?", (agent_id,))
+
+    def pending_agent_ids(self) -> list[str]:
+        rows = self.query("SELECT id FROM agents WHERE status = ? AND spec LIKE '%\"pending\"%'", (STARTING,))
+        return [r["id"] for r in rows]
 
     # -- messages and events -------------------------------------------------------------
     @staticmethod
@@ -314,6 +363,12 @@ class Store:
             sql += f" LIMIT {int(limit)}"
         return [self._message(r) for r in self.query(sql, args)]
 
+    def last_message_by_sender(self) -> dict[str, str]:
+        rows = self.query(
+            "SELECT sender, body FROM messages WHERE id IN (SELECT MAX(id) FROM messages GROUP BY sender)"
+        )
+        return {r["sender"]: r["body"] for r in rows}
+
     def mark_messages(self, ids: Iterable[int], **changes: Any) -> int:
         """Set delivered_at / consumed_at / state on messages; return how many changed."""
         ids = list(ids)
@@ -327,19 +382,42 @@ class Store:
             )
             return cur.rowcount
 
-    def consume(self, ids: Iterable[int]) -> list[int]:
+    def consume(self, ids: Iterable[int], *, delivered: bool = False) -> list[int]:
         """Mark unconsumed messages consumed; return the ids this call consumed (no double pops)."""
         ids = list(ids)
         if not ids:
             return []
+        also = ", delivered_at = COALESCE(delivered_at, :now)" if delivered else ""
+        return self._take(f"UPDATE messages SET consumed_at = :now{also} WHERE id = :id AND consumed_at IS NULL", ids)
+
+    def claim_pending(self, recipient: str) -> list[Message]:
+        pending = self.messages(recipient=recipient, unconsumed=True, undelivered=True)
+        if not pending:
+            return []
+        taken = set(self._take(
+            "UPDATE messages SET delivered_at = :now, consumed_at = :now WHERE id = :id"
+            " AND consumed_at IS NULL AND delivered_at IS NULL",
+            [m.id for m in pending],
+        ))
+        return [m for m in pending if m.id in taken]
+
+    def _take(self, sql: str, ids: list[int]) -> list[int]:
+        """Run ``sql`` (parameters ``:now`` and ``:id``) per id in one write; the ids it changed."""
         now = time.time()
         taken: list[int] = []
         with self.write() as c:
             for i in ids:
-                cur = c.execute("UPDATE messages SET consumed_at = ? WHERE id = ? AND consumed_at IS NULL", (now, i))
-                if cur.rowcount:
+                if c.execute(sql, {"now": now, "id": i}).rowcount:
                     taken.append(i)
         return taken
+
+    def claim_delivery(self, msg_id: int) -> bool:
+        with self.write() as c:
+            cur = c.execute(
+                "UPDATE messages SET delivered_at = ? WHERE id = ? AND delivered_at IS NULL AND consumed_at IS NULL",
+                (time.time(), msg_id),
+            )
+            return cur.rowcount == 1
 
     def event(self, kind: str, agent: str | None, data: dict[str, Any] | None = None) -> int:
         with self.write() as c:
@@ -414,5 +492,9 @@ class Store:
 
     def kv_set(self, key: str, value: str) -> None:
         with self.write() as c:
-            c.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                      (key, value))
+            c.execute(_KV_UPSERT, (key, value))
+
+    def kv_claim(self, key: str, value: str) -> bool:
+        with self.write() as c:
+            cur = c.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", (key, value))
+            return cur.rowcount == 1

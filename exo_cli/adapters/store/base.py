@@ -1,0 +1,196 @@
+"""The state store's interface: every method operations call, and the wake-up part on its own.
+
+Operations never see a connection or write SQL: each thing they do to the state is one
+named method here, and each method is one short transaction (or a read) whose atomicity
+the implementation guarantees under many concurrent processes (twenty agents' hooks, MCP
+servers, the human's shell). An implementation is bound to one repository's state.
+
+``SqliteStore`` (``sqlite.py``, the embedded default) implements it with WAL and
+``BEGIN IMMEDIATE`` plus a bounded retry, and its wake-ups with doorbell sockets. A
+PostgreSQL store would implement the same methods (rows keyed by the repository identity
+it is built with, serialization failures retried inside) and its wake-ups with
+LISTEN/NOTIFY; no operation changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from exo_cli.records import Agent, Message, PullRequest
+
+
+class Waiter(Protocol):
+    """What a waiter blocks on after ``Wakeups.listen``."""
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until a ring or ``timeout`` seconds; drain pending rings; True when rung."""
+        ...
+
+
+class Wakeups(Protocol):
+    """Wake-ups between processes, so nobody polls the store in a loop.
+
+    The contract, which every waiter in exo relies on: enter ``listen`` first, then read
+    the store, then ``wait``; a write committed after ``listen`` returned always wakes the
+    waiter. A ring may be spurious or duplicated (waiters re-read), and a waiter also
+    wakes on its own timeout in case a ring is missed.
+    """
+
+    def ring(self, key: str) -> int:
+        """Wake every waiter on ``key``; return how many were rung (may be 0)."""
+        ...
+
+    def listen(self, keys: Iterable[str]) -> AbstractContextManager[Waiter]:
+        """Start listening on ``keys``; the waiter wakes when any of them rings."""
+        ...
+
+
+class Store(Protocol):
+    """exo's state: agents, messages, events, pull requests and a small key/value table."""
+
+    @property
+    def bell(self) -> Wakeups:
+        """The store's wake-ups (``post`` rings the recipient after its commit)."""
+        ...
+
+    def close(self) -> None:
+        """Release this thread's connection (the next call opens a new one)."""
+        ...
+
+    # -- agents ------------------------------------------------------------------------
+    def agent(self, agent_id: str) -> Agent | None:
+        """One agent's record, or None."""
+        ...
+
+    def agents(self) -> list[Agent]:
+        """Every agent, oldest first."""
+        ...
+
+    def insert_agent(self, agent: Agent) -> None:
+        """Record a new agent (its id must be unused)."""
+        ...
+
+    def update_agent(self, agent_id: str, *, if_status: str | None = None, **changes: Any) -> bool:
+        """Set columns of one agent; ``updated_at`` follows, ``status_at`` when status changes.
+
+        With ``if_status``, only while the agent's status is that one (checked and set in
+        one transaction). Returns whether a record changed. KeyError on an unknown column.
+        """
+        ...
+
+    def bump_agent(self, agent_id: str, **deltas: int) -> None:
+        """Add to counters (turns, tool_calls, tokens) atomically."""
+        ...
+
+    def record_tool_call(self, agent_id: str) -> None:
+        """Count one tool call; a permission wait ends (one write)."""
+        ...
+
+    def record_turn(self, agent_id: str, changes: Mapping[str, Any], *, turns: int, tokens: int,
+                    kv: tuple[str, str]) -> None:
+        """Record the end of a turn in one transaction.
+
+        Sets ``changes`` (as ``update_agent``), adds ``turns`` and ``tokens`` to the
+        counters and stores the pair ``kv`` (the hook's bookkeeping): never one without
+        the others.
+        """
+        ...
+
+    def delete_agent(self, agent_id: str) -> None:
+        """Remove an agent's record."""
+        ...
+
+    def pending_agent_ids(self) -> list[str]:
+        """Ids of agents that may be waiting to start (``--after``).
+
+        Status starting and a spec that mentions ``pending``: a cheap filter; callers read
+        each record and check ``spec["phase"]``.
+        """
+        ...
+
+    # -- messages ----------------------------------------------------------------------
+    def post(self, kind: str, sender: str, recipient: str, body: str, *, data: dict[str, Any] | None = None,
+             reply_to: int | None = None, state: str | None = None) -> int:
+        """Store a message durably, then ring the recipient; return its id."""
+        ...
+
+    def message(self, msg_id: int) -> Message | None:
+        """One message, or None."""
+        ...
+
+    def messages(self, *, recipient: str | None = None, sender: str | None = None, kinds: Sequence[str] | None = None,
+                 unconsumed: bool = False, undelivered: bool = False, reply_to: int | None = None,
+                 limit: int | None = None) -> list[Message]:
+        """Messages matching every filter given, oldest first."""
+        ...
+
+    def last_message_by_sender(self) -> dict[str, str]:
+        """The body of each sender's newest message, by sender id."""
+        ...
+
+    def mark_messages(self, ids: Iterable[int], **changes: Any) -> int:
+        """Set delivered_at / consumed_at / state on messages; return how many changed."""
+        ...
+
+    def consume(self, ids: Iterable[int], *, delivered: bool = False) -> list[int]:
+        """Mark unconsumed messages consumed in one write; return the ids this call took.
+
+        Exactly once: of several callers racing for a message, one gets it. With
+        ``delivered``, a message not yet marked delivered is marked delivered too.
+        """
+        ...
+
+    def claim_pending(self, recipient: str) -> list[Message]:
+        """Take ``recipient``'s undelivered, unconsumed messages (delivered and consumed now).
+
+        Returns the ones this call took, oldest first; a racing caller never gets the same one.
+        """
+        ...
+
+    def claim_delivery(self, msg_id: int) -> bool:
+        """Mark one undelivered, unconsumed message delivered; True when this call did.
+
+        Undo with ``mark_messages([msg_id], delivered_at=None)`` when the delivery fails.
+        """
+        ...
+
+    # -- events ------------------------------------------------------------------------
+    def event(self, kind: str, agent: str | None, data: dict[str, Any] | None = None) -> int:
+        """Record a lifecycle event; return its id."""
+        ...
+
+    def events(self, agent: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest events (of one agent), newest first."""
+        ...
+
+    # -- pull requests -------------------------------------------------------------------
+    def insert_pr(self, **values: Any) -> int:
+        """Record a pull request; return its number."""
+        ...
+
+    def update_pr(self, number: int, **changes: Any) -> None:
+        """Set columns of one pull request; ``updated_at`` follows."""
+        ...
+
+    def pr(self, number: int) -> PullRequest | None:
+        """One pull request, or None."""
+        ...
+
+    def prs(self, *, head: str | None = None, state: str | None = None) -> list[PullRequest]:
+        """Pull requests matching the filters, by number."""
+        ...
+
+    # -- small key/value -----------------------------------------------------------------
+    def kv_get(self, key: str) -> str | None:
+        """A value, or None."""
+        ...
+
+    def kv_set(self, key: str, value: str) -> None:
+        """Set a value (insert or replace)."""
+        ...
+
+    def kv_claim(self, key: str, value: str) -> bool:
+        """Set ``key`` only when it is absent; True when this call set it (one winner of a race)."""
+        ...
