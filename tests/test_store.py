@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from exo_cli.adapters.bell import Doorbell
-from exo_cli.adapters.store.sqlite import SCHEMA_VERSION, Store
+from exo_cli.adapters.store.sqlite import SCHEMA_VERSION, SqliteStore
 from exo_cli.errors import StateError
 from exo_cli.records import Agent
 
 
-def make_store(tmp_path: Path) -> Store:
+def make_store(tmp_path: Path) -> SqliteStore:
     run = tmp_path / "run"
     run.mkdir(exist_ok=True)
-    return Store(tmp_path / "state.db", run)
+    return SqliteStore(tmp_path / "state.db", run)
 
 
 def agent(i: int | str) -> Agent:
@@ -69,7 +74,7 @@ def test_corrupt_database_is_a_clear_state_error(tmp_path: Path) -> None:
 
 
 def _writer(db: str, run: str, n: int, worker: int) -> None:
-    store = Store(Path(db), Path(run))
+    store = SqliteStore(Path(db), Path(run))
     store.insert_agent(agent(f"w{worker}"))
     for i in range(n):
         store.post("note", f"aw{worker}", "root", f"{worker}:{i}")
@@ -171,6 +176,274 @@ def test_post_rings_recipient(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     store.agents()
     with store.bell.listen(["root"]) as waiter:
-        threading.Timer(0.05, lambda: Store(tmp_path / "state.db", tmp_path / "run").post("note", "x", "root", "hi")).start()
+        threading.Timer(0.05, lambda: SqliteStore(tmp_path / "state.db", tmp_path / "run").post("note", "x", "root", "hi")).start()
         assert waiter.wait(60) is True
     assert [m.body for m in store.messages(recipient="root")] == ["hi"]
+
+
+# -- the named methods operations call (one short transaction each) -------------------------
+
+
+def test_update_agent_if_status_sets_only_from_that_status(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    store.insert_agent(agent(1))
+    assert store.update_agent("a1", if_status="idle", status="working") is False
+    assert store.agent("a1").status == "starting"  # type: ignore[union-attr]
+    assert store.update_agent("a1", if_status="starting", status="working", status_reason="go") is True
+    a = store.agent("a1")
+    assert a is not None and (a.status, a.status_reason) == ("working", "go")
+    assert a.status_at >= a.created_at
+    assert store.update_agent("nope", status="idle") is False
+    with pytest.raises(KeyError):
+        store.update_agent("a1", colour="red")
+
+
+def test_record_tool_call_counts_and_ends_a_permission_wait(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    store.insert_agent(agent(1))
+    store.update_agent("a1", status="waiting-permission")
+    store.record_tool_call("a1")
+    a = store.agent("a1")
+    assert a is not None and (a.tool_calls, a.status) == (1, "working")
+    store.update_agent("a1", status="idle")
+    store.record_tool_call("a1")
+    a = store.agent("a1")
+    assert a is not None and (a.tool_calls, a.status) == (2, "idle")  # only a permission wait ends
+
+
+def test_record_turn_writes_record_counters_and_kv_together(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    store.insert_agent(agent(1))
+    store.record_turn("a1", {"output": "hello", "status": "idle"}, turns=1, tokens=120, kv=("hook:a1", '{"n":1}'))
+    a = store.agent("a1")
+    assert a is not None and (a.output, a.status, a.turns, a.tokens) == ("hello", "idle", 1, 120)
+    assert store.kv_get("hook:a1") == '{"n":1}'
+    store.record_turn("a1", {}, turns=0, tokens=5, kv=("hook:a1", '{"n":2}'))
+    a = store.agent("a1")
+    assert a is not None and (a.turns, a.tokens) == (1, 125)
+    assert store.kv_get("hook:a1") == '{"n":2}'
+    # A failure in the last statement rolls back the first two: never one without the others.
+    with pytest.raises(sqlite3.IntegrityError):
+        store.record_turn("a1", {"output": "lost"}, turns=1, tokens=1, kv=("hook:a1", None))  # type: ignore[arg-type]
+    a = store.agent("a1")
+    assert a is not None and (a.output, a.turns, a.tokens) == ("hello", 1, 125)
+    assert store.kv_get("hook:a1") == '{"n":2}'
+
+
+def test_pending_agent_ids_lists_starting_agents_waiting_to_start(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    for i, (status, spec) in enumerate([("starting", {"phase": "pending"}), ("starting", {}),
+                                        ("idle", {"phase": "pending"}), ("starting", {"phase": "pending"})]):
+        store.insert_agent(agent(i)._replace(status=status, spec=spec))
+    assert store.pending_agent_ids() == ["a0", "a3"]
+
+
+def test_claim_pending_takes_undelivered_messages_once_oldest_first(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    first, second, third = (store.post("note", "x", "a1", str(i)) for i in range(3))
+    store.post("note", "x", "a2", "not mine")
+    store.mark_messages([second], delivered_at=1.0)  # typed into its pane already: not handed over again
+    taken = store.claim_pending("a1")
+    assert [m.id for m in taken] == [first, third]
+    assert store.claim_pending("a1") == []
+    for msg_id in (first, third):
+        m = store.message(msg_id)
+        assert m is not None and m.delivered_at is not None and m.consumed_at == m.delivered_at
+    assert store.messages(recipient="a2", unconsumed=True, undelivered=True) != []
+
+
+def test_claim_delivery_is_once_and_can_be_undone(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    msg_id = store.post("note", "x", "a1", "hi")
+    assert store.claim_delivery(msg_id) is True
+    assert store.claim_delivery(msg_id) is False
+    assert store.mark_messages([msg_id], delivered_at=None) == 1  # typing failed: it waits for a hook
+    assert store.claim_delivery(msg_id) is True
+    consumed = store.post("note", "x", "a1", "read")
+    store.consume([consumed])
+    assert store.claim_delivery(consumed) is False
+    assert store.claim_delivery(99999) is False
+
+
+def test_consume_delivered_keeps_an_earlier_delivery_time(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    typed, queued, plain = (store.post("note", "x", "root", str(i)) for i in range(3))
+    store.mark_messages([typed], delivered_at=5.0)
+    assert store.consume([typed, queued], delivered=True) == [typed, queued]
+    assert store.consume([typed, queued, plain]) == [plain]
+    got = {i: store.message(i) for i in (typed, queued, plain)}
+    assert got[typed] is not None and got[typed].delivered_at == 5.0
+    assert got[queued] is not None and got[queued].delivered_at == got[queued].consumed_at
+    assert got[plain] is not None and got[plain].delivered_at is None and got[plain].consumed_at is not None
+
+
+def test_last_message_by_sender(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    assert store.last_message_by_sender() == {}
+    for sender, body in [("a1", "one"), ("a2", "two"), ("a1", "three"), ("root", "four")]:
+        store.post("note", sender, "x", body)
+    assert store.last_message_by_sender() == {"a1": "three", "a2": "two", "root": "four"}
+
+
+def test_kv_claim_sets_only_an_absent_key(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    assert store.kv_claim("launch:a1", "11") is True
+    assert store.kv_claim("launch:a1", "22") is False
+    assert store.kv_get("launch:a1") == "11"
+    store.kv_set("launch:a1", "33")
+    assert store.kv_get("launch:a1") == "33"
+
+
+# -- the same methods from many processes at once (no lost write, exactly one winner) -------
+
+
+def _open(db: str, run: str) -> SqliteStore:
+    return SqliteStore(Path(db), Path(run))
+
+
+def _hook_worker(db: str, run: str, go: Any, worker: int, n: int) -> None:
+    """What twenty agents' hooks do at once: tool calls and turn ends, on a shared record and their own."""
+    store = _open(db, run)
+    go.wait(60)
+    for i in range(n):
+        store.record_tool_call("shared")
+        store.record_turn(f"aw{worker}", {"output": f"{worker}:{i}", "status": "idle"}, turns=1, tokens=10,
+                          kv=(f"hook:aw{worker}", str(i)))
+        store.record_turn("shared", {}, turns=1, tokens=3, kv=("hook:shared", f"{worker}:{i}"))
+
+
+def _run_all(target: Any, args: list[tuple[Any, ...]]) -> None:
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=target, args=a) for a in args]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+        assert p.exitcode == 0, "a worker failed (database is locked?)"
+
+
+def test_parallel_hook_writes_lose_no_count(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    workers, n = 6, 25
+    store.insert_agent(agent("shared")._replace(id="shared", status="waiting-permission"))
+    for w in range(workers):
+        store.insert_agent(agent(f"w{w}"))
+    go = mp.get_context("spawn").Event()
+    threading.Timer(0.5, go.set).start()
+    _run_all(_hook_worker, [(str(tmp_path / "state.db"), str(tmp_path / "run"), go, w, n) for w in range(workers)])
+    shared = store.agent("shared")
+    assert shared is not None
+    assert (shared.tool_calls, shared.turns, shared.tokens, shared.status) == (workers * n, workers * n,
+                                                                               3 * workers * n, "working")
+    for w in range(workers):
+        a = store.agent(f"aw{w}")
+        assert a is not None and (a.turns, a.tokens, a.output) == (n, 10 * n, f"{w}:{n - 1}")
+        assert store.kv_get(f"hook:aw{w}") == str(n - 1)
+
+
+def _poster(db: str, run: str, go: Any, worker: int, n: int) -> None:
+    store = _open(db, run)
+    go.wait(60)
+    for i in range(n):
+        store.post("note", f"p{worker}", "root", f"{worker}:{i}")
+
+
+def _claimer(db: str, run: str, go: Any, posted: Any, out: str, way: str) -> None:
+    """Take root's messages one of three ways until the posters are done and nothing is left."""
+    store = _open(db, run)
+    go.wait(60)
+    taken: list[int] = []
+    while True:
+        done = posted.is_set()  # read before the last pass, so a message posted meanwhile is still seen
+        if way == "claim_pending":
+            got = [m.id for m in store.claim_pending("root")]
+        else:
+            ids = [m.id for m in store.messages(recipient="root", unconsumed=True, undelivered=True)]
+            if way == "consume":
+                got = store.consume(ids, delivered=True)
+            else:
+                got = [i for i in ids if store.claim_delivery(i)]
+                store.consume(got)
+        taken.extend(got)
+        if done and not got:
+            break
+    Path(out).write_text(json.dumps(taken))
+
+
+@pytest.mark.parametrize("way", ["claim_pending", "consume", "claim_delivery"])
+def test_parallel_claims_take_each_message_exactly_once(tmp_path: Path, way: str) -> None:
+    store = make_store(tmp_path)
+    store.agents()
+    posters, claimers, n = 3, 4, 40
+    ctx = mp.get_context("spawn")
+    go, posted = ctx.Event(), ctx.Event()
+    db, run = str(tmp_path / "state.db"), str(tmp_path / "run")
+    procs = [ctx.Process(target=_poster, args=(db, run, go, w, n)) for w in range(posters)]
+    procs += [ctx.Process(target=_claimer, args=(db, run, go, posted, str(tmp_path / f"out{c}.json"), way))
+              for c in range(claimers)]
+    for p in procs:
+        p.start()
+    go.set()
+    for p in procs[:posters]:
+        p.join(180)
+        assert p.exitcode == 0
+    posted.set()
+    for p in procs[posters:]:
+        p.join(180)
+        assert p.exitcode == 0
+    taken = [i for c in range(claimers) for i in json.loads((tmp_path / f"out{c}.json").read_text())]
+    every = [m.id for m in store.messages(recipient="root")]
+    assert len(every) == posters * n
+    assert sorted(taken) == every  # each message taken once, none twice, none left behind
+    assert store.messages(recipient="root", unconsumed=True) == []
+
+
+def _racer(db: str, run: str, go: Any, keys: int, out: str) -> None:
+    """Race for launch claims and idle -> working transitions; record what this process won."""
+    store = _open(db, run)
+    go.wait(60)
+    won = {"kv": [k for k in range(keys) if store.kv_claim(f"launch:{k}", str(os.getpid()))],
+           "status": [k for k in range(keys) if store.update_agent(f"a{k}", if_status="idle", status="working")]}
+    Path(out).write_text(json.dumps(won))
+
+
+def test_parallel_claims_have_exactly_one_winner(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    keys, racers = 30, 5
+    for k in range(keys):
+        store.insert_agent(agent(k)._replace(status="idle"))
+    go = mp.get_context("spawn").Event()
+    threading.Timer(0.5, go.set).start()
+    _run_all(_racer, [(str(tmp_path / "state.db"), str(tmp_path / "run"), go, keys, str(tmp_path / f"r{r}.json"))
+                      for r in range(racers)])
+    won = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in range(racers)]
+    assert sorted(k for w in won for k in w["kv"]) == list(range(keys))
+    assert sorted(k for w in won for k in w["status"]) == list(range(keys))
+    assert all(a.status == "working" for a in store.agents())
+
+
+# -- the interface ---------------------------------------------------------------------------
+
+
+def test_sqlite_store_implements_the_interface_with_its_signatures() -> None:
+    import inspect
+
+    from exo_cli.adapters.store import base
+
+    names = [n for n, v in vars(base.Store).items() if not n.startswith("_") and callable(v)]
+    assert {"record_turn", "record_tool_call", "claim_pending", "claim_delivery", "kv_claim"} <= set(names)
+    for name in names:
+        want = inspect.signature(getattr(base.Store, name))
+        got = inspect.signature(getattr(SqliteStore, name))
+        assert [(p.name, p.kind) for p in got.parameters.values()] == [
+            (p.name, p.kind) for p in want.parameters.values()], name
+    assert isinstance(vars(base.Store)["bell"], property) and "bell" in dir(SqliteStore)
+
+
+def test_the_store_adds_no_import_to_the_hot_paths() -> None:
+    """Hooks and status build the SQLite store; the interface module is for type checking only."""
+    code = ("import sys; from pathlib import Path; from exo_cli.adapters.store import open_store; "
+            "open_store(Path('/nonexistent'), Path('/nonexistent')); import exo_cli.adapters.store.sqlite; "
+            "print(sorted(m for m in sys.modules if m.startswith('exo_cli.adapters')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['exo_cli.adapters', 'exo_cli.adapters.store', 'exo_cli.adapters.store.sqlite']"
