@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from exo_cli.records import ROOT
 
 if TYPE_CHECKING:
-    from exo_cli.adapters.git import RepoInfo
+    from exo_cli.adapters.git import Git, RepoInfo
     from exo_cli.adapters.store.base import Store
+    from exo_cli.adapters.worktree import Worktrees
     from exo_cli.config import Config
     from exo_cli.records import Agent
 
@@ -94,6 +95,28 @@ class Env:
         except Exception:  # config outside a repo: user config and env only
             root = None
         return load_config(repo_root=root, environ=self.environ, overrides=self.overrides)
+
+    @cached_property
+    def git(self) -> Git:
+        """The git client of the main checkout."""
+        from exo_cli.adapters.git import Git
+
+        return Git(self.repo.root)
+
+    @cached_property
+    def worktrees(self) -> Worktrees:
+        """Worktree creation and removal for this repository (serialized per repository)."""
+        from exo_cli.adapters.worktree import Worktrees
+
+        return Worktrees(self.git, self.state_dir, self.repo.common_dir)
+
+    @cached_property
+    def worktree_root(self) -> Path:
+        """The folder exo creates worktrees in (hangar, ``worktree.root``, or ``.exo/worktrees``)."""
+        from exo_cli.adapters.worktree import worktrees_folder
+
+        return worktrees_folder(self.repo.root, hangar_override=self.environ.get("HANGAR_ROOT"),
+                                configured=str(self.config.get("worktree.root") or "") or None)
 
     @cached_property
     def store(self) -> Store:

@@ -573,23 +573,4 @@ def add_exclude(common_dir: Path, pattern: str) -> bool:
 
 
 __all__ = ["NO_EDITOR", "Finished", "Git", "MergeTree", "RepoInfo", "Snapshot", "Worktree", "add_exclude",
-           "current_branch", "git", "parse_status", "parse_worktrees", "ref_exists"]
-
-
-# --------------------------------------------------------------------------- not yet converted callers
-
-
-def git(args: Sequence[str], *, cwd: str | os.PathLike[str], check: bool = True, input: str | None = None,
-        env: dict[str, str] | None = None, timeout: float = 120) -> Finished:
-    """Run ``git args`` in ``cwd`` (``Git(cwd).run``), for callers not yet using a named method."""
-    return Git(cwd, timeout=timeout).run(args, check=check, input=input, env=env)
-
-
-def current_branch(cwd: str | os.PathLike[str]) -> str | None:
-    """``Git(cwd).current_branch()``."""
-    return Git(cwd).current_branch()
-
-
-def ref_exists(cwd: str | os.PathLike[str], ref: str) -> bool:
-    """``Git(cwd).ref_exists(ref)``."""
-    return Git(cwd).ref_exists(ref)
+           "parse_status", "parse_worktrees"]

@@ -20,14 +20,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters.git import Finished, Git, add_exclude
 from exo_cli.errors import InvalidInput, StateError, external
 from exo_cli.validate import check_branch, check_name
 
 if TYPE_CHECKING:
-    from exo_cli.adapters.git import RepoInfo
+    pass
 
 EXO_EXCLUDE = "/.exo/"
 CONTEXT_FILE = ".exo/context.md"
@@ -208,16 +208,6 @@ class Worktrees:
         """Keep exo's per-worktree folder out of git everywhere (``/.exo/`` in ``info/exclude``)."""
         with _lock_guard, repo_lock(self.state_dir, "exclude"):
             add_exclude(self.common_dir, EXO_EXCLUDE)
-
-
-def dirty_files(path: str | os.PathLike[str]) -> list[str]:
-    """Modified, staged and untracked (not ignored) files of a worktree."""
-    return Git(path).status_porcelain()
-
-
-def rev(cwd: str | os.PathLike[str], ref: str) -> str | None:
-    """The commit ``ref`` names, or None."""
-    return Git(cwd).rev(ref)
 
 
 # --------------------------------------------------------------------------- preparing
@@ -439,76 +429,3 @@ def services_argv(worktree: Path) -> list[str]:
     """The side window's command: ``process-compose up -f <file> -L <log> --no-server``."""
     return ["process-compose", "up", "--config", str(worktree / PC_FILE), "--log-file", str(worktree / PC_LOG),
             "--no-server"]
-
-
-# --------------------------------------------------------------------------- transitional
-# Callers still passing exo's whole operation context (ops/spawn.py and ops/lifecycle.py, being
-# split) use these; each only unpacks it into the plain values above. Remove once they are converted.
-
-
-class _Context(Protocol):
-    """What the transitional wrappers read from exo's ``Env`` (kept structural: no import of it)."""
-
-    @property
-    def repo(self) -> RepoInfo: ...
-
-    @property
-    def state_dir(self) -> Path: ...
-
-    @property
-    def config(self) -> Any: ...
-
-    @property
-    def environ(self) -> Mapping[str, str]: ...
-
-
-def _worktrees(env: _Context) -> Worktrees:
-    return Worktrees(Git(env.repo.root), env.state_dir, env.repo.common_dir)
-
-
-def worktree_root(env: _Context) -> Path:
-    return worktrees_folder(env.repo.root, hangar_override=env.environ.get("HANGAR_ROOT"),
-                            configured=str(env.config.get("worktree.root") or "") or None)
-
-
-def bead_names(env: _Context, short_id: str, slug: str) -> tuple[str, str]:
-    return bead_names_from(str(env.config.get("worktree.bead_branch")), str(env.config.get("worktree.bead_dir")),
-                           short_id, slug)
-
-
-def child_names(env: _Context, parent_branch: str, name: str) -> tuple[str, str]:
-    return child_names_from(str(env.config.get("worktree.child_branch")), str(env.config.get("worktree.child_dir")),
-                            parent_branch, name)
-
-
-def create(env: _Context, *, path: Path, branch: str, base_commit: str) -> None:
-    _worktrees(env).create(path=path, branch=branch, base_commit=base_commit)
-
-
-def list_worktrees(env: _Context) -> dict[str, dict[str, str]]:
-    return _worktrees(env).listing()
-
-
-def remove(env: _Context, path: str | os.PathLike[str], *, force: bool = False) -> tuple[bool, str]:
-    return _worktrees(env).remove(path, force=force)
-
-
-def delete_branch_if_at(env: _Context, branch: str, commit: str) -> bool:
-    return _worktrees(env).delete_branch_if_at(branch, commit)
-
-
-def prune(env: _Context) -> None:
-    _worktrees(env).prune()
-
-
-def exclude_exo(env: _Context) -> None:
-    _worktrees(env).exclude_exo()
-
-
-def copy_files(env: _Context, worktree: Path) -> tuple[list[str], list[str]]:
-    return copy_into(worktree, env.repo.root, copy=env.config.get("worktree.copy") or [],
-                     symlink=env.config.get("worktree.symlink") or [])
-
-
-def run_post_create(env: _Context, worktree: Path, agent_env: Mapping[str, str]) -> None:
-    run_post_create_argv(post_create_command(env.config.get("worktree.post_create")), worktree, agent_env)

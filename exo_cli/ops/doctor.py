@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from exo_cli.adapters.git import Git
 from exo_cli.errors import ExoError, StateError
 from exo_cli.ops.lifecycle import reaped_worktrees, remember_reaped
 from exo_cli.records import DEAD, LIVE_STATUSES, ROOT, Agent
@@ -75,9 +76,8 @@ class Checkup:
     def worktrees(self) -> dict[str, Any]:
         """``git worktree list``: path -> attributes."""
         if self._worktrees is None:
-            from exo_cli.adapters import worktree as wt
 
-            self._worktrees = wt.list_worktrees(self.env)
+            self._worktrees = self.env.worktrees.listing()
         return self._worktrees
 
     def claimed(self) -> set[str]:
@@ -167,10 +167,9 @@ def orphan_worktrees(c: Checkup) -> Iterator[Finding]:
     A reaped agent's worktree is removed when clean and kept (in ``kept``) when it holds
     unfinished work; any other dirty one is reported and left alone.
     """
-    from exo_cli.adapters import worktree as wt
 
     env = c.env
-    real_root = os.path.realpath(wt.worktree_root(env))
+    real_root = os.path.realpath(env.worktree_root)
     claimed = c.claimed()
     reaped = reaped_worktrees(env) if env.has_state() else {}
     for path, attrs in c.worktrees().items():
@@ -179,7 +178,7 @@ def orphan_worktrees(c: Checkup) -> Iterator[Finding]:
             continue
         if "prunable" in attrs or not os.path.isdir(path):
             continue  # stale metadata: pruned by its own check
-        dirty = wt.dirty_files(path)
+        dirty = Git(path).status_porcelain()
         if real in reaped:
             if dirty:
                 c.kept.append(path)  # a reaped agent's unfinished work, left for the human on purpose
@@ -197,9 +196,8 @@ def orphan_worktrees(c: Checkup) -> Iterator[Finding]:
 
 def _remove_worktree(env: Env, path: str, *, forget_reaped: str | None = None) -> bool:
     """``git worktree remove`` (never forced); StateError with git's reason when it refuses."""
-    from exo_cli.adapters import worktree as wt
 
-    ok, why = wt.remove(env, path)
+    ok, why = env.worktrees.remove(path)
     if not ok:
         raise StateError(why)
     if forget_reaped is not None:
@@ -209,9 +207,8 @@ def _remove_worktree(env: Env, path: str, *, forget_reaped: str | None = None) -
 
 def stray_folders(c: Checkup) -> Iterator[Finding]:
     """Folders in exo's worktree root that are neither worktrees nor claimed: empty ones are removed."""
-    from exo_cli.adapters import worktree as wt
 
-    root = wt.worktree_root(c.env)
+    root = c.env.worktree_root
     if not root.is_dir():
         return
     registered = {os.path.realpath(p) for p in c.worktrees()}
@@ -234,16 +231,13 @@ def _remove_folder(path: Path) -> bool:
 
 def stale_metadata(c: Checkup) -> Iterator[Finding]:
     """git's records of worktrees whose folder is gone: ``git worktree prune``."""
-    from exo_cli.adapters import git as gitutil
-    from exo_cli.adapters import worktree as wt
-
     env = c.env
-    proc = gitutil.git(["worktree", "prune", "--dry-run", "--verbose"], cwd=env.repo.root, check=False)
+    proc = env.git.worktree_prune(dry_run=True)
     stale = [line for line in proc.stdout.splitlines() + proc.stderr.splitlines() if line.strip()]
     if stale:
 
         def prune() -> bool:
-            wt.prune(env)
+            env.worktrees.prune()
             return True
 
         yield Finding("stale-metadata", "git worktree", "; ".join(stale[:5]), "git worktree prune", prune)

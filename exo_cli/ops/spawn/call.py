@@ -16,7 +16,6 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exo_cli.adapters import worktree as wt
 from exo_cli.errors import EnvironmentError_, InvalidInput
 from exo_cli.ops.spawn.starter import Starter
 from exo_cli.records import ROOT, STARTING, WORKING, Agent
@@ -70,17 +69,14 @@ class Call:
         """The repository's local branch names, listed once per call."""
         with self._lock:
             if self._heads is None:
-                from exo_cli.adapters import git as gitutil
-
-                proc = gitutil.git(["for-each-ref", "--format=%(refname:short)", "refs/heads/"], cwd=self.env.repo.root)
-                self._heads = set(proc.stdout.split())
+                self._heads = set(self.env.git.branches())
             return self._heads
 
     def commit(self, ref: str) -> str | None:
         """The commit ``ref`` names, resolved once per call."""
         with self._lock:
             if ref not in self._commits:
-                self._commits[ref] = wt.rev(self.env.repo.root, ref)
+                self._commits[ref] = self.env.git.rev(ref)
             return self._commits[ref]
 
     def check_backend(self, name: str) -> None:
@@ -95,7 +91,7 @@ class Call:
         """Put ``/.exo/`` in the repository's info/exclude once per call, before any task writes there."""
         with self._exclude_lock:
             if not self._excluded:
-                wt.exclude_exo(self.env)
+                self.env.worktrees.exclude_exo()
                 self._excluded = True
 
     def mux(self) -> Mux:

@@ -82,10 +82,7 @@ def launch_pending(env: Env, agent_id: str, *, prompt: str | None = None) -> Spa
     if rec.spec.get("phase") != PENDING:
         raise StateError(f"Agent {agent_id} is not waiting to start", agent=agent_id, status=rec.status)
     key = f"launch:{agent_id}:{rec.created_at}"
-    with env.store.write() as c:
-        cur = c.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", (key, str(os.getpid())))
-        claimed = cur.rowcount == 1
-    if not claimed:
+    if not env.store.kv_claim(key, str(os.getpid())):
         raise StateError(f"Agent {agent_id} is already being launched", agent=agent_id)
     req = request_from_spec(rec.spec)
     if prompt is not None:

@@ -152,24 +152,24 @@ def demo_script_path(demo_script: str | None) -> str | None:
 
 def caller_context(env: Env, *, from_branch: str | None, no_worktree: bool) -> dict[str, Any]:
     """parent id, parent branch, base ref, the parent's folder and Claude session id."""
-    from exo_cli.adapters import git as gitutil
+    from exo_cli.adapters.git import Git
 
     caller = env.caller
     record = env.caller_agent() if not caller.is_human else None
     if record is not None and record.worktree:
         parent_cwd = record.worktree
-        branch = record.branch or gitutil.current_branch(record.worktree)
+        branch = record.branch or Git(record.worktree).current_branch()
     else:
         parent_cwd = str(env.repo.toplevel)
-        branch = gitutil.current_branch(env.repo.toplevel)
+        branch = Git(env.repo.toplevel).current_branch()
     base = from_branch or None
     if from_branch:
         from exo_cli.validate import check_branch
 
         check_branch(from_branch, "base branch")
-        if gitutil.ref_exists(env.repo.root, f"refs/heads/{from_branch}"):
+        if env.git.ref_exists(f"refs/heads/{from_branch}"):
             branch = from_branch  # the tree follows the chosen base: children of from_branch
-        elif wt.rev(env.repo.root, from_branch) is None:
+        elif env.git.rev(from_branch) is None:
             raise NotFound(f"Base {from_branch!r} does not exist", hint="Pass an existing branch or ref to --from.")
     elif env.config.get("worktree.base"):
         base = str(env.config.get("worktree.base"))
@@ -319,7 +319,7 @@ def _name_workers(call_env: Env, reqs: list[Request]) -> None:
     if not unnamed:
         return
     taken = {a.id for a in call_env.store.agents()} | {r.name for r in reqs if r.name}
-    root = wt.worktree_root(call_env)
+    root = call_env.worktree_root
     if root.is_dir():
         taken |= {p.name for p in root.iterdir()}
     for r, n in zip(unnamed, wt.pick_names(len(unnamed), {t for t in taken if t}), strict=True):

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exo_cli.adapters import worktree as wt
+from exo_cli.adapters.git import Git
 from exo_cli.errors import ExoError, StateError
 from exo_cli.ops.spawn.call import PENDING, Call, finish
 from exo_cli.ops.spawn.plan import common_from_spec, request_from_spec
@@ -129,13 +129,13 @@ def _remove_worktree_and_branch(env: Env, agent: Agent) -> list[str]:
     path = agent.worktree or ""
     branch = agent.branch
     base_commit = spec.get("base_commit")
-    registered = wt.list_worktrees(env)
+    registered = env.worktrees.listing()
     entry = next((v for k, v in registered.items() if os.path.realpath(k) == os.path.realpath(path)), None)
     ours = entry is not None and entry.get("branch") == f"refs/heads/{branch}"
     if ours:
-        head = wt.rev(path, "HEAD") if os.path.isdir(path) else None
+        head = Git(path).rev("HEAD") if os.path.isdir(path) else None
         force = not ran and head is not None and head == base_commit
-        ok, why = wt.remove(env, path, force=force)
+        ok, why = env.worktrees.remove(path, force=force)
         if not ok:
             raise StateError(
                 f"Could not remove the partial worktree {path}: {why}",
@@ -146,8 +146,8 @@ def _remove_worktree_and_branch(env: Env, agent: Agent) -> list[str]:
     elif entry is None and os.path.isdir(path):
         with contextlib.suppress(OSError):
             os.rmdir(path)  # an empty folder left by a crash before git wrote anything
-    wt.prune(env)
-    if branch and base_commit and wt.delete_branch_if_at(env, branch, base_commit):
+    env.worktrees.prune()
+    if branch and base_commit and env.worktrees.delete_branch_if_at(branch, base_commit):
         notes.append(f"deleted branch {branch}")
     return notes
 

@@ -168,10 +168,13 @@ def _place(call: Call, req: Request, agent_id: str, bead: _Bead | None) -> tuple
             hint="Check out a branch, or choose the base with --from BRANCH.",
         )
     if bead is not None:
-        branch, folder = wt.bead_names(env, bead.short or agent_id, bead.slug or "task")
+        branch, folder = wt.bead_names_from(str(env.config.get("worktree.bead_branch")),
+                                            str(env.config.get("worktree.bead_dir")),
+                                            bead.short or agent_id, bead.slug or "task")
     else:
-        branch, folder = wt.child_names(env, parent_branch, agent_id)
-    path = wt.worktree_root(env) / folder
+        branch, folder = wt.child_names_from(str(env.config.get("worktree.child_branch")),
+                                             str(env.config.get("worktree.child_dir")), parent_branch, agent_id)
+    path = env.worktree_root / folder
     if path.exists() or path.is_symlink():
         raise StateError(
             f"Worktree already exists at {path}",
@@ -308,7 +311,7 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
 
 def _make_worktree(env: Env, agent: Agent, spec: dict[str, Any], path: Path) -> None:
     """Create the worktree and its branch at the recorded base commit; phase ``worktree``."""
-    wt.create(env, path=path, branch=agent.branch or "", base_commit=spec["base_commit"])
+    env.worktrees.create(path=path, branch=agent.branch or "", base_commit=spec["base_commit"])
     spec.update(phase="worktree", worktree_created=True, branch_created=True)
     env.store.update_agent(agent.id, spec=spec)
     fault.point("spawn.worktree", env.environ)
@@ -330,13 +333,14 @@ def _identity(call: Call, agent: Agent, spec: dict[str, Any]) -> dict[str, str]:
 def _fill_worktree(call: Call, agent: Agent, spec: dict[str, Any], path: Path, environ: dict[str, str]) -> None:
     """Copy and link the configured files into the new worktree, then run the post-create command."""
     env = call.env
-    created, warns = wt.copy_files(env, path)
+    created, warns = wt.copy_into(path, env.repo.root, copy=env.config.get("worktree.copy") or [],
+                                  symlink=env.config.get("worktree.symlink") or [])
     spec["created_files"] = created
     for w in warns:
         call.warn(f"{agent.id}: {w}")
     if created:  # nothing copied: the record already says so
         env.store.update_agent(agent.id, spec=spec)
-    wt.run_post_create(env, path, environ)
+    wt.run_post_create_argv(wt.post_create_command(env.config.get("worktree.post_create")), path, environ)
 
 
 def _write_context(call: Call, req: Request, agent: Agent, spec: dict[str, Any], path: Path, bead_task: Any) -> None:
