@@ -27,12 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.adapters.proc import run
+
+if TYPE_CHECKING:
+    from exo_cli.adapters.proc import Completed
 
 EXO = [sys.executable, "-m", "exo_cli"]
 PASTE_START = "\x1b[200~"
@@ -55,8 +59,8 @@ class DemoAgent:
         self.last = ""
 
     # -- exo ------------------------------------------------------------------------------------
-    def exo(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([*EXO, *args], cwd=self.cwd, capture_output=True, text=True, env=dict(os.environ))
+    def exo(self, *args: str, check: bool = False) -> Completed:
+        proc = run([*EXO, *args], cwd=self.cwd, check=False, timeout=None)
         if proc.returncode != 0:
             say(f"exo {args[0]} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
         return proc
@@ -69,8 +73,8 @@ class DemoAgent:
             "hook_event_name": event,
             **fields,
         }
-        proc = subprocess.run([*EXO, "hook", event, "--cli", "exo"], cwd=self.cwd, input=json.dumps(payload),
-                              capture_output=True, text=True, env=dict(os.environ))
+        proc = run([*EXO, "hook", event, "--cli", "exo"], cwd=self.cwd, input=json.dumps(payload), check=False,
+                   timeout=None)
         if proc.stderr.strip():
             say(proc.stderr.strip())
         try:

@@ -150,25 +150,6 @@ class Env:
         return self.store.agent(self.caller.agent_id)
 
 
-def _ancestors(pid: int, limit: int = 64) -> list[int]:
-    """pid and its ancestors, from /proc (empty where /proc is missing)."""
-    chain: list[int] = []
-    while pid > 1 and len(chain) < limit:
-        chain.append(pid)
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            break
-        # Field 4 (ppid) follows the command name, which is in parentheses and may contain spaces.
-        rest = data[data.rfind(b")") + 2 :].split()
-        try:
-            pid = int(rest[1])
-        except (IndexError, ValueError):
-            break
-    return chain
-
-
 def identify(env: Env) -> Caller:
     """Find the caller: process ancestry, then EXO_AGENT checked against records, then worktree.
 
@@ -190,7 +171,9 @@ def identify(env: Env) -> Caller:
             if isinstance(pid, int) and pid > 1:
                 by_pid.setdefault(pid, a)
     if by_pid:
-        for pid in _ancestors(env.pid):
+        from exo_cli.adapters.proc import ancestors
+
+        for pid in ancestors(env.pid):
             hit = by_pid.get(pid)
             if hit is not None:
                 return Caller(hit.id, hit.role, "ancestry")

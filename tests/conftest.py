@@ -129,7 +129,7 @@ def tmux_socket(tmp_path: Path) -> Iterator[str]:
 
 def stop_repo_agents(repo: Path, *, tmux: bool = True) -> None:
     """Leave nothing running for ``repo``: its private tmux server and every headless agent group."""
-    from exo_cli.adapters.mux.base import kill_group
+    from exo_cli.adapters.proc import kill_group
     from exo_cli.env import Env
 
     env = Env(cwd=repo)

@@ -12,8 +12,8 @@ import pytest
 
 from conftest import wait_for
 from exo_cli.adapters.mux import get_mux
-from exo_cli.adapters.mux.base import pid_alive
 from exo_cli.adapters.mux.headless import Headless
+from exo_cli.adapters.proc import pid_alive
 from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
 
 PY = sys.executable

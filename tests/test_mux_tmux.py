@@ -15,8 +15,8 @@ import pytest
 
 from conftest import wait_for
 from exo_cli.adapters.mux import Location, get_mux, runtime_dir_for
-from exo_cli.adapters.mux.base import pid_alive
 from exo_cli.adapters.mux.tmux import PANE_VARS, Tmux
+from exo_cli.adapters.proc import pid_alive
 from exo_cli.errors import InvalidInput, NotFound, StateError
 
 pytestmark = [

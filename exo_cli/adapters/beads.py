@@ -14,7 +14,6 @@ computed by ``compute_ready``/``BeadGraph`` for the JSONL source. Nothing here p
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from exo_cli.adapters.files import atomic_write, locked
 from exo_cli.adapters.proc import run
 from exo_cli.errors import (
     EnvironmentError_,
@@ -626,6 +626,29 @@ def _config_list(cfg: Mapping[str, Any], key: str) -> list[str]:
     return []
 
 
+def jsonl_names(metadata: bytes | None) -> list[str]:
+    """The JSONL names to look for in ``.beads/``, in order: the one ``metadata.json`` exports, then the defaults."""
+    names: list[str] = []
+    with contextlib.suppress(ValueError):
+        data = json.loads(metadata) if metadata else None
+        exp = data.get("jsonl_export") if isinstance(data, dict) else None
+        if isinstance(exp, str) and exp and "/" not in exp and "\\" not in exp and exp != "..":
+            names.append(exp)
+    return names + [n for n in JSONL_NAMES if n not in names]
+
+
+def committed_jsonl(cwd: Path, rev: str) -> tuple[str, bytes] | None:
+    """Return (path, bytes) of the beads JSONL committed on ``rev``, as JsonlSource picks it."""
+    from exo_cli.adapters.git import Git
+
+    git = Git(cwd)
+    for name in jsonl_names(git.blob(rev, ".beads/metadata.json")):
+        blob = git.blob(rev, f".beads/{name}")
+        if blob is not None:
+            return f".beads/{name}", blob
+    return None
+
+
 class JsonlSource(BeadsSource):
     """Beads read from (and written back to) the JSONL file in a ``.beads`` directory."""
 
@@ -640,14 +663,10 @@ class JsonlSource(BeadsSource):
         self._config: dict[str, Any] | None = None
 
     def _find_jsonl(self) -> Path:
-        names: list[str] = []
-        meta = self.beads_dir / "metadata.json"
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads(meta.read_text(encoding="utf-8"))
-            exp = data.get("jsonl_export") if isinstance(data, dict) else None
-            if isinstance(exp, str) and exp and "/" not in exp and "\\" not in exp and exp != "..":
-                names.append(exp)
-        names += [n for n in JSONL_NAMES if n not in names]
+        meta: bytes | None = None
+        with contextlib.suppress(OSError):
+            meta = (self.beads_dir / "metadata.json").read_bytes()
+        names = jsonl_names(meta)
         for n in names:
             if (self.beads_dir / n).is_file():
                 return self.beads_dir / n
@@ -785,8 +804,7 @@ class JsonlSource(BeadsSource):
         """
         check_bead_id(bead_id)
         lock_path = self.path.with_name(self.path.name + ".lock")
-        with open(lock_path, "a+b") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        with locked(lock_path, mode=0o644):
             data = self.path.read_bytes()  # re-read under the lock
             lines = data.splitlines(keepends=True)
             needle = json.dumps(bead_id).encode("utf-8")
@@ -811,7 +829,7 @@ class JsonlSource(BeadsSource):
             body = line.rstrip(b"\r\n")
             ending = line[len(body) :]
             lines[index] = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + ending
-            _atomic_write(self.path, b"".join(lines))
+            atomic_write(self.path, b"".join(lines))  # durable, keeps the file's mode
         self._cache_key = None
         return Bead.from_dict(obj)
 
@@ -858,13 +876,6 @@ def _parse_jsonl(data: bytes) -> list[Bead]:
         out.pop(bead.id, None)
         out[bead.id] = bead  # a later line for the same id replaces the earlier one
     return list(out.values())
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` durably and atomically, keeping the file's mode."""
-    from exo_cli.adapters.files import atomic_write
-
-    atomic_write(path, data)
 
 
 # --- bd CLI --------------------------------------------------------------------------------

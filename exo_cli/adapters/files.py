@@ -1,17 +1,27 @@
-"""Short private folders for sockets and locks (stdlib only: used on the hooks' hot path)."""
+"""Files: private folders for sockets and locks, atomic writes, and exo's one file lock.
+
+Stdlib only: used on the hooks' hot path.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from exo_cli.errors import EnvironmentError_
 
 
-def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` with mode 0700 (or check an existing one is ours and private)."""
+def ensure_private_dir(path: Path, *, parents: bool = False) -> Path:
+    """Create ``path`` with mode 0700 (or check an existing one is ours and private).
+
+    ``parents`` creates missing parent folders first (with the default mode).
+    """
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -84,3 +94,99 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
+
+
+class FileLock:
+    """An exclusive ``flock`` on one file: the lock every exo lock is made of.
+
+    Two kinds of file, chosen by ``own_inode``:
+
+    - ``FileLock(path)``: a lock file, created (with ``mode``) when missing and never removed.
+    - ``FileLock(path, own_inode=True)``: the locked file itself, never created. After the
+      lock is taken, ``path`` must still name the locked inode (another writer may have
+      replaced the file with ``os.replace`` meanwhile); if not, the new file is locked instead.
+      ``acquire`` returns False when the file does not exist; ``fd`` reads it.
+
+    ``acquire(blocking=False)`` returns False at once when someone else holds the lock. Every
+    ``acquire`` opens the file anew, and flock locks belong to an open file, so threads of one
+    process exclude each other as processes do. Use ``locked()`` for a block of code, or
+    ``acquire``/``release`` to hold the lock across threads or a long-running loop (the forge
+    poller). Closing the file releases it; so does the process's exit.
+    """
+
+    def __init__(self, path: Path, *, own_inode: bool = False, mode: int = 0o600) -> None:
+        self.path = path
+        self.own_inode = own_inode
+        self.mode = mode
+        self.fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
+
+    def acquire(self, *, blocking: bool = True) -> bool:
+        """Take the lock; return whether it is held (see the class for when it is not)."""
+        if self.fd is not None:
+            raise RuntimeError(f"{self.path} is already locked by this FileLock")
+        flags = fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)
+        while True:
+            try:
+                if self.own_inode:
+                    fd = os.open(self.path, os.O_RDONLY)
+                else:
+                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, self.mode)
+            except FileNotFoundError:
+                if self.own_inode:
+                    return False
+                raise
+            try:
+                fcntl.flock(fd, flags)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            except BaseException:
+                os.close(fd)
+                raise
+            if self.own_inode and not self._still_named(fd):
+                os.close(fd)
+                continue
+            self.fd = fd
+            return True
+
+    def _still_named(self, fd: int) -> bool:
+        try:
+            return os.stat(self.path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            return False
+
+    def write(self, text: str) -> None:
+        """Replace the held lock file's content with ``text`` (say, the holder's pid)."""
+        if self.fd is None:
+            raise RuntimeError(f"{self.path} is not locked by this FileLock")
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, text.encode("utf-8"), 0)
+
+    def release(self) -> None:
+        """Let go of the lock (nothing happens when it is not held)."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+            os.close(fd)
+
+
+@contextmanager
+def locked(path: Path, *, blocking: bool = True, own_inode: bool = False, mode: int = 0o600) -> Iterator[FileLock]:
+    """Hold a ``FileLock`` on ``path`` for the block; check ``.held`` where it may not be held.
+
+    ``with locked(lock_file):`` waits for the lock; ``blocking=False`` yields at once, held or
+    not; ``own_inode=True`` locks the file itself (not held: the file does not exist).
+    """
+    lock = FileLock(path, own_inode=own_inode, mode=mode)
+    lock.acquire(blocking=blocking)
+    try:
+        yield lock
+    finally:
+        lock.release()

@@ -4,7 +4,7 @@ Everything here takes plain values (the repository's folders, exo's state folder
 values); ``Worktrees`` changes the repository's worktrees through the git client.
 
 Git's metadata operations (``worktree add/remove/prune``, branch creation and deletion) are
-serialized per repository by an ``fcntl`` lock in exo's state folder (``repo.lock``), so twenty
+serialized per repository by a file lock in exo's state folder (``repo.lock``), so twenty
 parallel spawns never fight over ``.git/config.lock`` or half-written ``.git/worktrees``
 entries (field-lessons F3). The checkout itself (``git reset --hard`` in the new worktree, its
 own index) runs outside the lock, concurrently. Everything here is argv-only, never a shell.
@@ -13,7 +13,6 @@ own index) runs outside the lock, concurrently. Everything here is argv-only, ne
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import threading
@@ -22,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from exo_cli.adapters.files import locked
 from exo_cli.adapters.git import Finished, Git, add_exclude
 from exo_cli.errors import InvalidInput, StateError, external
 from exo_cli.validate import check_branch, check_name
@@ -129,12 +129,8 @@ def pick_names(count: int, taken: set[str]) -> list[str]:
 @contextlib.contextmanager
 def repo_lock(state_dir: Path, name: str = "repo") -> Iterator[None]:
     """Hold ``<state_dir>/<name>.lock`` exclusively (threads and processes alike)."""
-    fd = os.open(state_dir / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # flock: one lock per open file, so threads exclude too
+    with locked(state_dir / f"{name}.lock"):
         yield
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- creating and removing

@@ -216,41 +216,11 @@ def main_branch(env: Env) -> str:
     return base
 
 
-def _blob(cwd: Path, rev: str, path: str) -> bytes | None:
-    """Return the exact bytes of ``rev:path``, or None when absent."""
-    from exo_cli.adapters.git import Git
-
-    return Git(cwd).blob(rev, path)
-
-
-def _jsonl_on(cwd: Path, rev: str) -> tuple[str, bytes] | None:
-    """Return (path, bytes) of the beads JSONL committed on ``rev``, as JsonlSource picks it."""
-    import json
-
-    from exo_cli.adapters.beads import JSONL_NAMES
-
-    names: list[str] = []
-    meta = _blob(cwd, rev, ".beads/metadata.json")
-    if meta:
-        try:
-            data = json.loads(meta)
-        except ValueError:
-            data = None
-        exp = data.get("jsonl_export") if isinstance(data, dict) else None
-        if isinstance(exp, str) and exp and "/" not in exp and "\\" not in exp and ".." not in exp:
-            names.append(exp)
-    names += [n for n in JSONL_NAMES if n not in names]
-    for name in names:
-        blob = _blob(cwd, rev, f".beads/{name}")
-        if blob is not None:
-            return f".beads/{name}", blob
-    return None
-
-
 def _sync_jsonl(env: Env, agent: str, worktree: Path, rel: str, data: bytes, force: bool) -> bool:
     """Write main's JSONL into the worktree if it differs; refuse to clobber local edits."""
     import hashlib
 
+    from exo_cli.adapters.git import Git
     from exo_cli.ops import tasks
 
     path = worktree / rel
@@ -262,7 +232,7 @@ def _sync_jsonl(env: Env, agent: str, worktree: Path, rel: str, data: bytes, for
         return False
     key = f"beads-synced:{agent}:{rel}"
     if current is not None and not force:
-        at_head = _blob(worktree, "HEAD", rel)
+        at_head = Git(worktree).blob("HEAD", rel)
         written = env.store.kv_get(key)
         if current != at_head and hashlib.sha256(current).hexdigest() != written:
             raise StateError(
@@ -309,7 +279,7 @@ def reconstitute(env: Env, *, force: bool = False) -> ReconstituteResult:
     branch_name: str | None = None
     if source.kind != "bd":
         branch_name = main_branch(env)
-        found = _jsonl_on(repo.root, branch_name)
+        found = beads.committed_jsonl(repo.root, branch_name)
         if found is not None and not in_main_checkout:
             rel, data = found
             if _sync_jsonl(env, caller.agent_id, worktree, rel, data, force):

@@ -157,51 +157,10 @@ def unpushed_commits(env: Env, branch: str) -> list[str]:
     return git.log(f"{up}..refs/heads/{branch}", "%h %s")
 
 
-def _proc_info(pid: int) -> tuple[int, int, int] | None:
-    """(ppid, pgid, sid) of a process, from /proc."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    rest = data[data.rfind(b")") + 2 :].split()
-    try:
-        return int(rest[1]), int(rest[2]), int(rest[3])
-    except (IndexError, ValueError):
-        return None
-
-
-def processes_inside(path: str, *, exclude: set[int] | None = None) -> list[dict[str, Any]]:
-    """Live processes whose working directory is ``path`` or inside it (scans /proc/*/cwd)."""
-    real = os.path.realpath(path)
-    out: list[dict[str, Any]] = []
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return out
-    for pid in pids:
-        if exclude and pid in exclude:
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if cwd == real or cwd.startswith(real.rstrip("/") + "/"):
-            info = _proc_info(pid)
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-            except OSError:
-                cmd = ""
-            out.append({"pid": pid, "pgid": info[1] if info else None, "sid": info[2] if info else None,
-                        "cwd": cwd, "command": cmd[:200]})
-    return out
-
-
 def _own_pids() -> set[int]:
-    from exo_cli.env import _ancestors
+    from exo_cli.adapters.proc import ancestors
 
-    return set(_ancestors(os.getpid()))
+    return set(ancestors(os.getpid()))
 
 
 def _agent_groups(agent: Agent) -> set[int]:
@@ -211,6 +170,8 @@ def _agent_groups(agent: Agent) -> set[int]:
 
 def _foreign_processes(agent: Agent, worktree: str, *, settle: float = 3.0) -> list[dict[str, Any]]:
     """Processes inside the worktree other than exo itself; the stopped agent's own get time to exit."""
+    from exo_cli.adapters.proc import processes_inside
+
     groups = _agent_groups(agent)
     deadline = time.monotonic() + settle
     while True:
@@ -425,4 +386,4 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
                           restore=restore, undone=undone, warnings=warnings)
 
 
-__all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "processes_inside"]
+__all__ = ["CompleteResult", "archive", "assess", "blockers", "complete"]

@@ -246,9 +246,9 @@ def wait_mcp_ready(env: Env, agent_id: str, timeout: float) -> bool:
     process is an ancestor of this hook, i.e. the same agent CLI process (a marker left by
     an earlier run of the agent does not). Returns False after ``timeout`` seconds.
     """
-    from exo_cli.env import _ancestors
+    from exo_cli.adapters.proc import ancestors
 
-    mine = set(_ancestors(os.getpid()))
+    mine = set(ancestors(os.getpid()))
     key = mcp_ready_key(agent_id)
     deadline = time.monotonic() + timeout
     with env.store.bell.listen([key]) as waiter:

@@ -11,13 +11,13 @@ file in the state dir keeps it to one poller per repository.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from exo_cli.adapters.files import FileLock
 from exo_cli.errors import ExoError, StateError
 from exo_cli.records import ROOT, PullRequest
 from exo_cli.registry import op
@@ -47,22 +47,20 @@ class WatchResult:
 
 
 class PollerLock:
-    """An exclusive, non-blocking fcntl lock on ``<state dir>/poller.lock`` (released on close or exit)."""
+    """The poller's lock: ``<state dir>/poller.lock``, taken without waiting and held while it polls.
+
+    The holder's pid is written into the file (for the error another poller shows); the lock
+    goes with ``release`` or the process's exit.
+    """
 
     def __init__(self, env: Env) -> None:
         self.path = env.state_dir / LOCK_NAME
-        self.fd: int | None = None
+        self._lock = FileLock(self.path)
 
     def acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        if not self._lock.acquire(blocking=False):
             return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self.fd = fd
+        self._lock.write(f"{os.getpid()}\n")
         return True
 
     def holder(self) -> str | None:
@@ -71,11 +69,7 @@ class PollerLock:
         return None
 
     def release(self) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
+        self._lock.release()
 
 
 def _changes(pr: PullRequest, now: RemoteState) -> list[tuple[str, str]]:

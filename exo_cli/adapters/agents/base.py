@@ -8,17 +8,16 @@ every trace exo left outside its own state folder (trust entries, copied transcr
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shlex
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from exo_cli.adapters.files import atomic_write
+from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked
 from exo_cli.errors import StateError, UsageError
 from exo_cli.selfcmd import exo_command
 
@@ -131,16 +130,9 @@ class Backend:
 # -- private files ---------------------------------------------------------------------------
 
 
-def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) and make it mode 0700."""
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
-
-
 def write_private(path: Path, text: str) -> str:
     """Write ``text`` to ``path`` atomically with mode 0600 and return the path as a string."""
-    ensure_private_dir(path.parent)
+    ensure_private_dir(path.parent, parents=True)
     atomic_write(path, text, mode=0o600)
     return str(path)
 
@@ -182,32 +174,6 @@ class JsonStyle:
         return text + ("\n" if self.trailing_newline else "")
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[int | None]:
-    """Hold an exclusive flock on the current inode of ``path`` (None when it does not exist).
-
-    After taking the lock, re-check that ``path`` still names the locked inode: another writer
-    may have replaced the file meanwhile, in which case lock the new one.
-    """
-    while True:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            yield None
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                yield fd
-                return
-        finally:
-            os.close(fd)
-
-
 def merge_json_file(
     path: Path, mutate: Callable[[dict[str, Any]], bool], *, create: bool
 ) -> tuple[bool, bool]:
@@ -218,7 +184,8 @@ def merge_json_file(
     kept as they are. A missing file is created (mode 0600) only when ``create`` is true.
     ``mutate`` returns whether it changed anything; nothing is written otherwise.
     """
-    with _locked(path) as fd:
+    with locked(path, own_inode=True) as lock:
+        fd = lock.fd
         if fd is None:
             if not create:
                 return False, False
@@ -278,15 +245,16 @@ def _read_fd(fd: int) -> bytes:
 
 def cleanup(undo_records: list[dict[str, Any]]) -> None:
     """Replay undo records in reverse order; each kind is idempotent."""
-    import exo_cli.adapters.agents.project_file  # noqa: F401  (registers its undo kinds)
+    from exo_cli.adapters.agents.project_file import UNDO as PROJECT_FILE_UNDO
 
+    handlers = {**_UNDO, **PROJECT_FILE_UNDO}
     # Records that created a shared parent container (``projects`` in .claude.json) go last, so
     # the container is empty - and removed - once every entry exo put in it is gone, whatever
     # order concurrent spawns happened to create them in.
     ordered = sorted(reversed(undo_records), key=lambda r: bool(r.get("added_parents")))
     for record in ordered:
         kind = record.get("kind")
-        handler = _UNDO.get(str(kind))
+        handler = handlers.get(str(kind))
         if handler is None:
             raise UsageError(f"unknown undo record kind {kind!r}")
         handler(record)

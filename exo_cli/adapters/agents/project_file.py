@@ -21,8 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from exo_cli.adapters.agents.base import _UNDO, ensure_private_dir
-from exo_cli.adapters.files import atomic_write
+from exo_cli.adapters.files import atomic_write, ensure_private_dir
 from exo_cli.adapters.git import Git
 
 
@@ -68,7 +67,7 @@ def edit_project_file(
         _write_bytes(target, render(None), 0o600)
         undo.append({"kind": "remove-file", "path": str(target)})
     else:
-        ensure_private_dir(backup_dir)
+        ensure_private_dir(backup_dir, parents=True)
         digest = hashlib.sha256(str(target).encode()).hexdigest()[:16]
         backup = backup_dir / f"{target.name}.{digest}.orig"
         _write_bytes(backup, original, 0o600)
@@ -120,11 +119,9 @@ def _undo_remove_empty_dir(record: Mapping[str, Any]) -> None:
         os.rmdir(record["path"])
 
 
-_UNDO.update(
-    {
-        "restore-file": _undo_restore_file,
-        "git-no-skip-worktree": _undo_no_skip_worktree,
-        "remove-empty-dir": _undo_remove_empty_dir,
-    }
-)
-
+# The undo kinds this module's records use (``base.cleanup`` replays them).
+UNDO: dict[str, Callable[[Mapping[str, Any]], None]] = {
+    "restore-file": _undo_restore_file,
+    "git-no-skip-worktree": _undo_no_skip_worktree,
+    "remove-empty-dir": _undo_remove_empty_dir,
+}

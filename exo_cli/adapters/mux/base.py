@@ -2,8 +2,7 @@
 
 A ``Location`` says where an agent runs (tmux pane, Zellij tab or headless process);
 a ``PaneState`` is one observation of it; ``Mux`` is the protocol every backend
-implements. The process helpers work on Linux ``/proc`` and fall back to signals
-elsewhere.
+implements. Processes and ``/proc`` are ``adapters.proc``'s.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -183,135 +181,6 @@ def check_send_text(text: object) -> str:
     if "\x00" in text:
         raise InvalidInput("Invalid text: it contains a NUL byte", field="text")
     return text
-
-
-# --------------------------------------------------------------------------- runtime dir
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
-    """Return (state, pgrp, session id, start time) of ``pid`` from /proc, or None if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    rest = raw[raw.rfind(")") + 2 :].split()
-    try:
-        return rest[0], int(rest[2]), int(rest[3]), int(rest[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def proc_start_time(pid: int) -> int | None:
-    """Return the /proc start time of ``pid`` (None where /proc is missing)."""
-    st = proc_stat(pid)
-    return st[3] if st else None
-
-
-def reap(pid: int) -> int | None:
-    """Reap ``pid`` if it is a finished child of this process; return its exit status."""
-    try:
-        done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return None
-    if done == 0:
-        return None
-    return os.waitstatus_to_exitcode(status)
-
-
-def pid_alive(pid: int | None, start_time: int | None = None, *, reap_child: bool = True) -> bool:
-    """Whether ``pid`` runs (not a zombie) and, if given, has the recorded start time."""
-    if not pid or pid <= 0:
-        return False
-    if reap_child:
-        reap(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    st = proc_stat(pid)
-    if st is None:
-        return not Path("/proc/self/stat").exists()
-    state, _pgrp, _sid, started = st
-    if state in ("Z", "X"):
-        return False
-    return start_time is None or started == start_time
-
-
-def group_members(pgid: int) -> list[int]:
-    """Return the live (non-zombie) processes of group ``pgid`` and of session ``pgid``.
-
-    A pane's process leads its own session, so descendants that moved to another
-    process group (a shell's jobs) are found through the session id.
-    """
-    if not Path("/proc/self/stat").exists():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        except PermissionError:
-            pass
-        return [pgid]
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        st = proc_stat(int(entry.name))
-        if st and (st[1] == pgid or st[2] == pgid) and st[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
-
-
-def kill_group(pgid: int, *, grace: float = 3.0, leader_start_time: int | None = None) -> bool:
-    """Stop process group ``pgid``: SIGTERM, then SIGKILL after ``grace`` seconds.
-
-    When the leader still runs but its start time differs from ``leader_start_time``
-    the id was reused by another program and nothing is signalled. Returns whether
-    the group had live members.
-    """
-    if pgid <= 1:
-        raise InvalidInput(f"Refusing to signal process group {pgid}", field="pgid")
-    if leader_start_time is not None:
-        st = proc_stat(pgid)
-        if st and st[0] not in ("Z", "X") and st[3] != leader_start_time:
-            return False
-    if not group_members(pgid):
-        return False
-    for sig in (signal.SIGTERM, signal.SIGCONT):
-        _signal_group(pgid, sig)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        reap(pgid)
-        if not group_members(pgid):
-            return True
-        time.sleep(0.02)
-    _signal_group(pgid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
-        reap(pgid)
-        if not group_members(pgid):
-            break
-        time.sleep(0.02)
-    return True
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-    except PermissionError as exc:
-        raise ExternalFailure(f"Not allowed to signal process group {pgid}", pgid=pgid) from exc
-    for pid in group_members(pgid):  # members of the session in other groups
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # --------------------------------------------------------------------------- launcher

@@ -21,15 +21,12 @@ from exo_cli.adapters.mux.base import (
     check_env,
     check_send_text,
     ensure_private_dir,
-    kill_group,
-    pid_alive,
-    proc_start_time,
     read_records,
-    reap,
     record_path,
     tail_lines,
     write_record,
 )
+from exo_cli.adapters.proc import command_name, kill_group, pid_alive, proc_start_time, reap
 from exo_cli.errors import EnvironmentError_, InvalidInput, NotFound, StateError
 from exo_cli.validate import check_name
 
@@ -130,12 +127,7 @@ class Headless:
         pid = loc.pid or 0
         status = self._status(pid) if pid else None
         alive = status is None and pid_alive(pid, loc.start_time, reap_child=pid not in self._children)
-        command = None
-        if alive:
-            try:
-                command = Path(f"/proc/{pid}/comm").read_text().strip() or None
-            except OSError:
-                command = None
+        command = command_name(pid) if alive else None
         return PaneState(
             location=loc, alive=alive, dead_status=status, current_command=command, pid=pid or None
         )

@@ -9,7 +9,6 @@ file lock and confirmed by watching the screen.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import threading
@@ -19,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+from exo_cli.adapters.files import locked
 from exo_cli.adapters.mux import _launch
 from exo_cli.adapters.mux.base import (
     Location,
@@ -29,12 +29,11 @@ from exo_cli.adapters.mux.base import (
     deliver_spec,
     encode_spec,
     ensure_private_dir,
-    kill_group,
     launcher_argv,
     make_fifo,
-    proc_start_time,
     tail_lines,
 )
+from exo_cli.adapters.proc import kill_group, proc_start_time
 from exo_cli.errors import EnvironmentError_, ExoError, InvalidInput, NotFound, StateError, external
 from exo_cli.validate import check_name
 
@@ -485,13 +484,8 @@ class Tmux:
         key = f"{self.socket_name}-{pane.lstrip('%')}"
         with _thread_locks_guard:
             tlock = _thread_locks.setdefault(key, threading.Lock())
-        with tlock:
-            fd = os.open(lock_dir / f"pane-{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)
+        with tlock, locked(lock_dir / f"pane-{key}.lock"):
+            yield
 
     def send_text(
         self,

@@ -18,7 +18,6 @@ exo is tested.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import time
@@ -27,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from exo_cli.adapters.files import locked
 from exo_cli.adapters.mux.base import (
     Location,
     PaneState,
@@ -35,16 +35,14 @@ from exo_cli.adapters.mux.base import (
     check_send_text,
     deliver_spec,
     ensure_private_dir,
-    kill_group,
     launcher_argv,
     make_fifo,
-    pid_alive,
-    proc_start_time,
     read_records,
     record_path,
     tail_lines,
     write_record,
 )
+from exo_cli.adapters.proc import kill_group, pid_alive, proc_start_time
 from exo_cli.errors import EnvironmentError_, ExternalFailure, InvalidInput, StateError
 from exo_cli.validate import check_name
 
@@ -238,12 +236,8 @@ class Zellij:
     @contextmanager
     def _tab_lock(self) -> Iterator[None]:
         """Serialize focus-then-act sequences (typing, dumping, closing) across processes."""
-        fd = os.open(self._dir / "focus.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with locked(self._dir / "focus.lock"):
             yield
-        finally:
-            os.close(fd)
 
     def go_to_tab(self, name: str) -> None:
         """Focus the agent's tab (``go-to-tab-name NAME``)."""
