@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ class EnvVars:
     DEBUG = "EXO_DEBUG"
     FAULT = "EXO_FAULT"  # fault-injection points, for reliability tests
     HANGAR_ROOT = "HANGAR_ROOT"
+    MCP_WAIT = "EXO_MCP_WAIT"  # seconds Claude's session-start hook waits for the agent's exo MCP server
     # Configuration overrides: env var -> dotted key.
     CONFIG = {
         "EXO_AGENT_BACKEND": "agent.default",
@@ -219,6 +219,8 @@ def _parse_env_value(key: str, raw: str) -> Any:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    import tomllib  # here, not at the top: the hooks read EnvVars without paying for it
+
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)

@@ -22,23 +22,24 @@ from test_hooks import START
 from test_messages_helpers import EXO, agent_vars, env_for, hook_json, make_agent, run_hook
 
 from exo_cli.adapters import agents as backends
-from exo_cli.adapters.agents import claude
+from exo_cli.config import EnvVars
 from exo_cli.ops import hooks
+
+MCP_WAIT = EnvVars.MCP_WAIT  # set by the Claude backend, read by the session-start hook
 
 
 def test_claude_backend_asks_the_hook_to_wait_for_exos_mcp_server(tmp_path: Path) -> None:
     launch = backends.get_backend("claude").prepare(make_ctx(tmp_path, tmp_path / "wt", created_worktree=False), {})
-    assert claude.MCP_WAIT_VAR == hooks.MCP_WAIT_VAR
-    assert 0 < float(launch.env[hooks.MCP_WAIT_VAR]) < 30  # below the SessionStart hook's timeout
-    custom = make_ctx(tmp_path, tmp_path / "wt", created_worktree=False, env={hooks.MCP_WAIT_VAR: "3"})
-    assert backends.get_backend("claude").prepare(custom, {}).env[hooks.MCP_WAIT_VAR] == "3"
+    assert 0 < float(launch.env[MCP_WAIT]) < 30  # below the SessionStart hook's timeout
+    custom = make_ctx(tmp_path, tmp_path / "wt", created_worktree=False, env={MCP_WAIT: "3"})
+    assert backends.get_backend("claude").prepare(custom, {}).env[MCP_WAIT] == "3"
 
 
 def test_session_start_returns_once_its_own_claudes_server_listed_tools(repo: Path) -> None:
     make_agent(repo, "w1", task="Add a flag", status="starting")
     # The marker names this test process, an ancestor of the hook: the hook's own agent CLI.
     env_for(repo).store.kv_set(hooks.mcp_ready_key("w1"), str(os.getpid()))
-    proc = run_hook(repo, "w1", "session-start", "claude", START["claude"], extra_env={hooks.MCP_WAIT_VAR: "20"})
+    proc = run_hook(repo, "w1", "session-start", "claude", START["claude"], extra_env={MCP_WAIT: "20"})
     out = hook_json(proc)
     assert "Add a flag" in out["hookSpecificOutput"]["additionalContext"]
     assert "warning" not in proc.stderr
@@ -49,7 +50,7 @@ def test_session_start_ignores_a_marker_of_another_process_and_gives_up(repo: Pa
     other = subprocess.Popen(["true"])  # say an earlier claude of this agent: not the hook's ancestor
     other.wait()
     env_for(repo).store.kv_set(hooks.mcp_ready_key("w1"), str(other.pid))
-    proc = run_hook(repo, "w1", "session-start", "claude", START["claude"], extra_env={hooks.MCP_WAIT_VAR: "0.3"})
+    proc = run_hook(repo, "w1", "session-start", "claude", START["claude"], extra_env={MCP_WAIT: "0.3"})
     out = hook_json(proc)  # fails open: the context still comes
     assert "Add a flag" in out["hookSpecificOutput"]["additionalContext"]
     assert "MCP server did not answer within 0.3s" in proc.stderr
@@ -62,14 +63,14 @@ def test_session_start_without_the_variable_or_for_another_cli_does_not_wait(rep
     assert "Add a flag" in hook_json(proc)["hookSpecificOutput"]["additionalContext"]
     assert "MCP" not in proc.stderr
     # A Gemini child of a Claude agent inherits EXO_MCP_WAIT: its hook must not wait on it.
-    proc = run_hook(repo, "w1", "session-start", "gemini", START["gemini"], extra_env={hooks.MCP_WAIT_VAR: "0.3"})
+    proc = run_hook(repo, "w1", "session-start", "gemini", START["gemini"], extra_env={MCP_WAIT: "0.3"})
     assert "Add a flag" in hook_json(proc)["hookSpecificOutput"]["additionalContext"]
     assert "MCP" not in proc.stderr
 
 
 def test_a_waiting_hook_wakes_when_the_server_marks_itself_ready(repo: Path) -> None:
     make_agent(repo, "w1", task="Add a flag", status="starting")
-    env = {**os.environ, **agent_vars(repo, "w1"), hooks.MCP_WAIT_VAR: "25"}
+    env = {**os.environ, **agent_vars(repo, "w1"), MCP_WAIT: "25"}
     hook = subprocess.Popen([*EXO, "hook", "session-start", "--cli", "claude"], cwd=repo, env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

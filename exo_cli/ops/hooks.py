@@ -40,9 +40,6 @@ MAX_BLOCKS = 5  # consecutive stop-hook blocks before the agent is let go idle
 TITLE_PREFIX = "Generate a concise"  # Codex's title-generation side thread
 PERMISSION_TYPES = ("permission_prompt", "ToolPermission")
 TRANSCRIPT_TAIL = 4 * 1024 * 1024
-# Seconds session-start waits for the agent's own exo MCP server (set by the Claude backend: its TUI
-# sends the first prompt while MCP servers still connect, and a first mcp__exo__* call then fails).
-MCP_WAIT_VAR = "EXO_MCP_WAIT"
 
 
 @dataclass(frozen=True)
@@ -214,10 +211,7 @@ def on_session_start(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> 
         text += "\n\nMessages for you:\n" + pending
     actions = ["working", "session_id" if "session_id" in changes else "no-session-id"]
     warning = None
-    try:  # Claude only: a Gemini or Codex child of a Claude agent inherits the variable
-        wait = float(env.environ.get(MCP_WAIT_VAR) or 0) if cli == "claude" else 0.0
-    except ValueError:
-        wait = 0.0
+    wait = _mcp_wait(env) if cli == "claude" else 0.0  # a Gemini or Codex child of a Claude agent inherits it
     if wait > 0:
         if wait_mcp_ready(env, agent.id, wait):
             actions.append("mcp-ready")
@@ -237,6 +231,18 @@ def mark_mcp_ready(env: Env, agent_id: str) -> None:
     key = mcp_ready_key(agent_id)
     env.store.kv_set(key, str(os.getppid()))
     env.store.bell.ring(key)
+
+
+def _mcp_wait(env: Env) -> float:
+    """Seconds session-start waits for the agent's own exo MCP server (``EXO_MCP_WAIT``, set by the
+    Claude backend: its TUI sends the first prompt while MCP servers still connect, and a first
+    ``mcp__exo__*`` call then fails)."""
+    from exo_cli.config import EnvVars
+
+    try:
+        return float(env.environ.get(EnvVars.MCP_WAIT) or 0)
+    except ValueError:
+        return 0.0
 
 
 def wait_mcp_ready(env: Env, agent_id: str, timeout: float) -> bool:

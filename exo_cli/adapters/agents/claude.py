@@ -22,6 +22,7 @@ from exo_cli.adapters.agents.base import (
     hook_command,
     write_private_json,
 )
+from exo_cli.config import EnvVars
 from exo_cli.errors import InvalidInput, NotFound, UsageError
 
 SETTINGS_FILE = "claude-settings.json"
@@ -37,8 +38,7 @@ HOOKS: tuple[tuple[str, str, str | None, int], ...] = (
     ("PostToolUse", "tool", None, 10),
 )
 
-MCP_WAIT_VAR = "EXO_MCP_WAIT"  # read by exo_cli.ops.hooks (same name there)
-MCP_WAIT = 20  # seconds; below the SessionStart hook's timeout (30)
+MCP_WAIT = 20  # seconds (EnvVars.MCP_WAIT); below the SessionStart hook's timeout (30)
 
 TRUST_KEYS = {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}
 
@@ -114,7 +114,7 @@ class ClaudeBackend(Backend):
         # the SessionStart hook waits (EXO_MCP_WAIT seconds at most) until exo's MCP server
         # started by this claude has listed its tools (tests/e2e/test_claude_lifecycle.py).
         env.setdefault("MCP_CONNECTION_NONBLOCKING", "0")
-        env.setdefault(MCP_WAIT_VAR, str(MCP_WAIT))
+        env.setdefault(EnvVars.MCP_WAIT, str(MCP_WAIT))
 
         prompt = ctx.prompt
         if ctx.fork_session:
