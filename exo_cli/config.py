@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from exo_cli.errors import InvalidInput
+from exo_cli.records import BACKENDS, MUXES
 
-BACKENDS = ("claude", "gemini", "codex", "custom", "demo")
-MUXES = ("tmux", "zellij", "headless")
 FORGES = ("auto", "local", "github")
 
 
@@ -50,7 +49,7 @@ DEFAULTS: dict[str, Any] = {
         "default": "claude",
         "skip_permissions": False,
         "command": [],  # custom backend: argv template with {prompt} {worktree} {name}
-        "args": {"claude": [], "gemini": [], "codex": [], "custom": [], "demo": []},
+        "args": {backend: [] for backend in BACKENDS},
         "start_timeout": 60,
         "idle_quiet_seconds": 30,
     },

@@ -21,6 +21,13 @@ UNKNOWN = "unknown"
 STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, DONE, DEAD, UNKNOWN)
 LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, UNKNOWN)
 
+# What an agent's ``backend`` and ``mux`` can be: the one list of each (config, the adapters and
+# the operations read these; kept here because this module is cheap, even on the hooks' path).
+AGENT_CLIS = ("claude", "gemini", "codex")  # the agent CLIs exo wires its hooks and MCP server into
+BACKENDS = (*AGENT_CLIS, "custom", "demo")
+PANE_MUXES = ("tmux", "zellij")  # multiplexers that show an agent in a pane (a terminal to read and type into)
+MUXES = (*PANE_MUXES, "headless")
+
 
 def to_jsonable(obj: Any) -> Any:
     """Turn dataclasses, records (NamedTuple) and tuples into JSON-native values, recursively."""

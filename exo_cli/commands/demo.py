@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from exo_cli.commands._options import json_option, op_help, op_option
-from exo_cli.ops.demo import DemoResult
+from exo_cli.ops.demo import MUXES, DemoResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out, fancy
@@ -122,7 +122,7 @@ def render_demo(out: Out, r: DemoResult) -> None:
 
 @click.command(help=op_help("demo") + "\n\n\b\nExamples:\n  exo demo\n  exo demo --mux headless --no-keep --json\n"
                "  exo demo --dir /tmp/exo-demo")
-@op_option("demo", "mux", "--mux", type=click.Choice(["tmux", "headless"]), default=None)
+@op_option("demo", "mux", "--mux", type=click.Choice(MUXES), default=None)
 @op_option("demo", "path", "--dir", default=None, metavar="DIRECTORY")  # checked by the op (a NUL must not reach os.stat)
 @op_option("demo", "keep", "--keep/--no-keep", default=True, show_default=True)
 @op_option("demo", "timeout", "--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,

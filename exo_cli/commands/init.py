@@ -8,6 +8,7 @@ import click
 
 from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.ops.init import InitResult
+from exo_cli.records import AGENT_CLIS
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out
@@ -32,7 +33,7 @@ def render_init(out: Out, result: InitResult) -> None:
 
 @click.command(help=op_help("init") + "\n\n\b\nExamples:\n  exo init\n  exo init --agent claude\n  exo init --force --json")
 @op_option("init", "force", "--force", is_flag=True)
-@op_option("init", "agent", "--agent", type=click.Choice(["claude", "gemini", "codex"]), default=None)
+@op_option("init", "agent", "--agent", type=click.Choice(AGENT_CLIS), default=None)
 @json_option
 @click.pass_obj
 def init(env: Any, force: bool, agent: str | None, as_json: bool) -> None:

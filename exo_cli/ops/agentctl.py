@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from exo_cli.records import BLOCKED_ON_DIALOG, DEAD, DONE, STARTING, Agent
+from exo_cli.records import BLOCKED_ON_DIALOG, DEAD, DONE, PANE_MUXES, STARTING, Agent
 
 if TYPE_CHECKING:
     from exo_cli.adapters.mux import Location, Mux, PaneState
@@ -85,7 +85,7 @@ def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState |
 
     candidates = [
         a for a in agents
-        if a.status == STARTING and a.spec.get("phase") == "spawned" and a.mux in ("tmux", "zellij")
+        if a.status == STARTING and a.spec.get("phase") == "spawned" and a.mux in PANE_MUXES
         and (st := observed.get(a.id)) is not None and st.alive
     ]  # fmt: skip
     if not candidates:

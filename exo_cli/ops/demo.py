@@ -31,13 +31,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from exo_cli import records
 from exo_cli.errors import EnvironmentError_, ExoError, InvalidInput, StateError, UsageError
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
 
-MUXES = ("tmux", "headless")
+# The demo runs in a scratch tmux server or headless, never in Zellij (that needs the user's own session).
+MUXES = tuple(m for m in records.MUXES if m != "zellij")
 PREFIX = "demo"
 DEFAULT_TIMEOUT = 120.0
 BOARD_EVERY = 0.25  # the status board refreshes about 4 times a second

@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import StateError
 from exo_cli.ops import delivery as msgs
-from exo_cli.records import DEAD, DONE, IDLE, ROOT, WAITING_PERMISSION, WORKING, Agent
+from exo_cli.records import AGENT_CLIS, DEAD, DONE, IDLE, ROOT, WAITING_PERMISSION, WORKING, Agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
 
 EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
-CLIS = ("claude", "gemini", "codex", "exo")
+CLIS = (*AGENT_CLIS, "exo")  # "exo": the demo agent, which speaks Claude's format
 MAX_BLOCKS = 5  # consecutive stop-hook blocks before the agent is let go idle
 TITLE_PREFIX = "Generate a concise"  # Codex's title-generation side thread
 PERMISSION_TYPES = ("permission_prompt", "ToolPermission")

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from exo_cli.adapters.git import add_exclude
+from exo_cli.records import AGENT_CLIS, PANE_MUXES
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
     from exo_cli.ops.rootwire import AgentWiring
 
-TOOLS = ("git", "tmux", "zellij", "gh", "claude", "gemini", "codex", "bd", "process-compose")
+TOOLS = ("git", *PANE_MUXES, "gh", *AGENT_CLIS, "bd", "process-compose")
 
 EXO_TOML = """\
 # exo configuration for this repository (see `exo --help`). Every key is optional.
@@ -100,7 +101,7 @@ def init(env: Env, *, force: bool = False, agent: str | None = None) -> InitResu
     warnings = []
     if not tools["tmux"]:
         warnings.append("tmux is not installed: agents will run headless (install tmux to watch them in panes)")
-    if not any(tools[c] for c in ("claude", "gemini", "codex")):
+    if not any(tools[c] for c in AGENT_CLIS):
         warnings.append("no agent CLI found (claude, gemini, codex): only the demo and custom backends will work")
     wiring = None
     if agent is not None:

@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters.git import add_exclude
 from exo_cli.errors import InvalidInput
+from exo_cli.records import AGENT_CLIS
 from exo_cli.selfcmd import exo_command
 
 if TYPE_CHECKING:
     from exo_cli.adapters.git import RepoInfo
 
-AGENTS = ("claude", "gemini", "codex")
+AGENTS = AGENT_CLIS  # the agent CLIs whose project wiring exo writes
 SERVER = "exo"
 
 # The hook tables are the backends' own (one source of truth for what exo hooks where):

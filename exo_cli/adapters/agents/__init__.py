@@ -23,8 +23,7 @@ from exo_cli.adapters.agents.base import (
     mcp_argv,
 )
 from exo_cli.errors import InvalidInput
-
-BACKENDS: tuple[str, ...] = ("claude", "gemini", "codex", "custom", "demo")
+from exo_cli.records import BACKENDS
 
 
 def get_backend(name: str, *, command: str | Sequence[str] | None = None, script: str | None = None) -> Backend:

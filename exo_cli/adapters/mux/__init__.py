@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from exo_cli.adapters.files import runtime_dir_for
-from exo_cli.adapters.mux.base import MUX_KINDS, Location, Mux, PaneState
+from exo_cli.adapters.mux.base import Location, Mux, PaneState
 from exo_cli.errors import InvalidInput
+from exo_cli.records import MUXES
 from exo_cli.validate import check_name
 
-__all__ = ["MUX_KINDS", "Location", "Mux", "PaneState", "get_mux", "runtime_dir_for"]
+__all__ = ["MUXES", "Location", "Mux", "PaneState", "get_mux", "runtime_dir_for"]
 
 
 def get_mux(kind: str, *, repo_id: str, runtime_dir: Path, session: str) -> Mux:
@@ -37,5 +38,5 @@ def get_mux(kind: str, *, repo_id: str, runtime_dir: Path, session: str) -> Mux:
 
         return Zellij(None, runtime_dir=runtime_dir)
     raise InvalidInput(
-        f"Invalid multiplexer {kind!r}", hint=f"Use one of: {', '.join(MUX_KINDS)}.", field="mux"
+        f"Invalid multiplexer {kind!r}", hint=f"Use one of: {', '.join(MUXES)}.", field="mux"
     )

@@ -19,8 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from exo_cli.adapters.files import ensure_private_dir  # noqa: F401 - re-exported for the backends
 from exo_cli.errors import ExternalFailure, InvalidInput
-
-MUX_KINDS = ("tmux", "zellij", "headless")
+from exo_cli.records import MUXES
 
 # The launcher that gives a pane's process exactly the environment exo passes.
 LAUNCHER = Path(__file__).with_name("_launch.py")
@@ -58,7 +57,7 @@ class Location:
     def from_dict(cls, data: Mapping[str, Any]) -> Location:
         """Build a Location from ``to_dict`` output, ignoring unknown keys."""
         known = {f.name for f in fields(cls)}
-        if data.get("mux") not in MUX_KINDS:
+        if data.get("mux") not in MUXES:
             raise InvalidInput(f"Invalid location: unknown multiplexer {data.get('mux')!r}", field="mux")
         return cls(**{k: v for k, v in data.items() if k in known})
 
