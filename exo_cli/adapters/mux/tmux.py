@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from exo_cli.adapters.files import locked
+from exo_cli.adapters.files import locked, runtime_dir_for
 from exo_cli.adapters.mux import _launch
 from exo_cli.adapters.mux.base import (
     Location,
@@ -138,8 +138,6 @@ class Tmux:
         self.socket_name = check_name(socket_name, "tmux socket name")
         self.session = check_name(session, "tmux session name")
         if runtime_dir is None:
-            from exo_cli.adapters.mux import runtime_dir_for
-
             runtime_dir = runtime_dir_for(socket_name)
         self.runtime_dir = Path(runtime_dir)
         self.binary = binary
