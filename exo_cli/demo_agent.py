@@ -162,6 +162,7 @@ class DemoAgent:
 
     def step(self, step: Any) -> str | None:
         """Perform one script step; return "idle"/"exit:<code>" to leave the script."""
+        args: dict[str, Any]
         if isinstance(step, str):
             kind, args = step, {}
         elif isinstance(step, dict) and len(step) == 1:

@@ -232,7 +232,7 @@ def merge_json_file(
 
 def _read_fd(fd: int) -> bytes:
     os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         chunk = os.read(fd, 1 << 16)
         if not chunk:

@@ -80,7 +80,7 @@ class StartRequest(NamedTuple):
 
 
 class _Pending(NamedTuple):
-    index: int
+    slot: int  # its place in the call's results
     name: str
     fifo: Path
     payload: bytes
@@ -314,7 +314,7 @@ class Tmux:
                     self.ensure_session()
                 except ExoError as exc:
                     for p in todo:
-                        results[p.index] = exc
+                        results[p.slot] = exc
                         _unlink(p.fifo)
                     todo = []
                     break
@@ -334,17 +334,21 @@ class Tmux:
                     retried = True
                     continue
                 failed, todo = todo[0], todo[1:]
-                results[failed.index] = external("tmux new-window", proc)
+                results[failed.slot] = external("tmux new-window", proc)
                 _unlink(failed.fifo)
             while created:
                 p, pane, pid, window = created[0]
+
+                def pane_lives(pane: str = pane) -> bool:
+                    return self._pane_info(pane) is not None
+
                 try:
-                    deliver_spec(p.fifo, p.payload, still_waiting=lambda pane=pane: self._pane_info(pane) is not None)
+                    deliver_spec(p.fifo, p.payload, still_waiting=pane_lives)
                 except ExoError as exc:
                     self._exec("kill-window", "-t", window, check=False)
-                    results[p.index] = exc
+                    results[p.slot] = exc
                 else:
-                    results[p.index] = Location(
+                    results[p.slot] = Location(
                         mux="tmux", session=self.session, window=window, pane=pane, pid=pid, pgid=pid,
                         name=p.name, start_time=proc_start_time(pid),
                     )  # fmt: skip
