@@ -5,7 +5,6 @@ Stdlib only: used on the hooks' hot path.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import stat
 from collections.abc import Iterator, Mapping
@@ -126,6 +125,8 @@ class FileLock:
 
     def acquire(self, *, blocking: bool = True) -> bool:
         """Take the lock; return whether it is held (see the class for when it is not)."""
+        import fcntl  # here: the hooks import this module but take no lock
+
         if self.fd is not None:
             raise RuntimeError(f"{self.path} is already locked by this FileLock")
         flags = fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)
@@ -170,6 +171,8 @@ class FileLock:
         """Let go of the lock (nothing happens when it is not held)."""
         fd, self.fd = self.fd, None
         if fd is not None:
+            import fcntl
+
             try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             except OSError:

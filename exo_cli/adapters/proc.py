@@ -6,14 +6,12 @@ folder. Where ``/proc`` is missing the readers answer "unknown" and the signal h
 back to ``kill(pid, 0)``.
 
 Stdlib only and cheap to import: identity by ancestry (``ancestors``) runs on every hook, so
-``subprocess`` is imported only by the functions that start programs.
+``subprocess``, ``shutil`` and ``signal`` are imported only by the functions that use them.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -187,6 +185,8 @@ def kill_group(pgid: int, *, grace: float = 3.0, leader_start_time: int | None =
     the id was reused by another program and nothing is signalled. Returns whether
     the group had live members.
     """
+    import signal
+
     if pgid <= 1:
         raise InvalidInput(f"Refusing to signal process group {pgid}", field="pgid")
     if leader_start_time is not None:
@@ -231,6 +231,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def which(name: str, path: str | None = None) -> str | None:
+    import shutil
+
     return shutil.which(name, path=path)
 
 
