@@ -32,10 +32,11 @@ FRONT_ENDS = ("exo_cli.registry", "exo_cli.commands", "exo_cli.main", "exo_cli.m
 OUTSIDE_WORLD = ("subprocess", "sqlite3", "fcntl")  # only adapters/ touches these
 
 # (importer, what) -> why it is still allowed. ``importer`` covers its submodules too
-# (``exo_cli.ops.spawn`` is the module today and a package once split); ``what`` is a banned
-# module, "sql" (SQL text in an operation), "circle" (an import circle) or an op's private name.
+# (``exo_cli.ops.spawn`` covers the whole spawn package); ``what`` is a banned
+# module, "sql" (SQL text in an operation), "circle" (an import circle, keyed by its first module)
+# or an op's private name.
 PENDING: dict[tuple[str, str], str] = {
-    # ops/spawn*: the lead converts spawn_lock to adapters.files.locked(..., blocking=blocking).
+    # ops/spawn/recovery.py: spawn_lock becomes adapters.files.locked(..., blocking=blocking).
     ("exo_cli.ops.spawn", "fcntl"): "spawn_lock's hand-written flock",
     # SQL still written in operations; it moves into the store adapter (adapters/store/).
     ("exo_cli.ops.delivery", "sql"): "message delivery and the pending-start query",
@@ -43,8 +44,6 @@ PENDING: dict[tuple[str, str], str] = {
     ("exo_cli.ops.messages", "sql"): "consuming messages",
     ("exo_cli.ops.spawn", "sql"): "the deferred-start claim in kv",
     ("exo_cli.ops.status", "sql"): "the last message of each sender",
-    # forge/base.py's get_forge imports its own subclasses (local, github), which import base.
-    ("exo_cli.adapters.forge", "circle"): "forge.base <-> forge.local, forge.github",
 }
 
 
