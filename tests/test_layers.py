@@ -38,12 +38,8 @@ OUTSIDE_WORLD = ("subprocess", "sqlite3", "fcntl")  # only adapters/ touches the
 PENDING: dict[tuple[str, str], str] = {
     # ops/spawn/recovery.py: spawn_lock becomes adapters.files.locked(..., blocking=blocking).
     ("exo_cli.ops.spawn", "fcntl"): "spawn_lock's hand-written flock",
-    # SQL still written in operations; it moves into the store adapter (adapters/store/).
-    ("exo_cli.ops.delivery", "sql"): "message delivery and the pending-start query",
-    ("exo_cli.ops.hooks", "sql"): "tool and turn counters",
-    ("exo_cli.ops.messages", "sql"): "consuming messages",
+    # ops/spawn/pending.py: SQL still written in an operation; it belongs in the store adapter.
     ("exo_cli.ops.spawn", "sql"): "the deferred-start claim in kv",
-    ("exo_cli.ops.status", "sql"): "the last message of each sender",
 }
 
 
