@@ -38,8 +38,6 @@ OUTSIDE_WORLD = ("subprocess", "sqlite3", "fcntl")  # only adapters/ touches the
 PENDING: dict[tuple[str, str], str] = {
     # ops/spawn/recovery.py: spawn_lock becomes adapters.files.locked(..., blocking=blocking).
     ("exo_cli.ops.spawn", "fcntl"): "spawn_lock's hand-written flock",
-    # ops/spawn/pending.py: SQL still written in an operation; it belongs in the store adapter.
-    ("exo_cli.ops.spawn", "sql"): "the deferred-start claim in kv",
 }
 
 
@@ -129,7 +127,9 @@ def _banned(rule: str, importers: str, banned: tuple[str, ...], exempt: tuple[st
 
 
 def adapters_stay_below() -> list[Violation]:
-    return _banned("adapters never import operations or front ends", ADAPTERS, (OPS, *FRONT_ENDS))
+    """Adapters take plain values (paths, names, runners): not even ``Env``, the operations' context."""
+    return _banned("adapters never import operations, front ends or the operations' context (env)", ADAPTERS,
+                   (OPS, *FRONT_ENDS, "exo_cli.env"))
 
 
 def ops_stay_inside() -> list[Violation]:
