@@ -35,10 +35,7 @@ OUTSIDE_WORLD = ("subprocess", "sqlite3", "fcntl")  # only adapters/ touches the
 # (``exo_cli.ops.spawn`` covers the whole spawn package); ``what`` is a banned
 # module, "sql" (SQL text in an operation), "circle" (an import circle, keyed by its first module)
 # or an op's private name.
-PENDING: dict[tuple[str, str], str] = {
-    # ops/spawn/recovery.py: spawn_lock becomes adapters.files.locked(..., blocking=blocking).
-    ("exo_cli.ops.spawn", "fcntl"): "spawn_lock's hand-written flock",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 class Violation(NamedTuple):

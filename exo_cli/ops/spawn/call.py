@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from exo_cli.env import Env
     from exo_cli.ops.spawn.plan import Common, Request
 
-BACKENDS = ("claude", "gemini", "codex", "custom", "demo")
-MUXES = ("tmux", "zellij", "headless")
 # Spec phases, in order; "pending" waits for `after`, "spawned" is complete.
 PHASES = ("recorded", "worktree", "prepared", "started", "spawned")
 PENDING = "pending"

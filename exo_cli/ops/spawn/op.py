@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import ExoError
 from exo_cli.ops.spawn import pending
-from exo_cli.ops.spawn.call import BACKENDS, MUXES, Call
+from exo_cli.ops.spawn.call import Call
 from exo_cli.ops.spawn.plan import (
     Request,
     WorkerSpec,
@@ -36,6 +36,7 @@ from exo_cli.ops.spawn.plan import (
 )
 from exo_cli.ops.spawn.result import SpawnedAgent, SpawnResult, failed_call
 from exo_cli.ops.spawn.task import start_all
+from exo_cli.records import AGENT_CLIS, BACKENDS, MUXES
 from exo_cli.registry import Tool, op
 
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ def spawn(
                 agent=backend, warnings=warnings)
     call = Call(target, common)
     call.warnings.extend(warnings)
-    if not common.skip_permissions and any(r.agent in ("claude", "gemini", "codex") for r in reqs):
+    if not common.skip_permissions and any(r.agent in AGENT_CLIS for r in reqs):
         call.warn("Agents will ask before running tools; pass --skip-permissions to let them run unattended")
     return execute(call, reqs, duplicates=duplicate_names(reqs))
 

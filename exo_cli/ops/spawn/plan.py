@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters import worktree as wt
 from exo_cli.errors import ExoError, InvalidInput, NotFound, UsageError
-from exo_cli.ops.spawn.call import BACKENDS, MUXES
-from exo_cli.records import ROOT
+from exo_cli.records import BACKENDS, MUXES, ROOT
 from exo_cli.validate import check_name, check_text
 
 if TYPE_CHECKING:

@@ -10,13 +10,13 @@ the record says exo created (``cleanup_partial``) and forgets it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from exo_cli.adapters.files import locked
 from exo_cli.adapters.git import Git
 from exo_cli.errors import ExoError, StateError
 from exo_cli.ops.spawn.call import PENDING, Call, finish
@@ -33,16 +33,8 @@ def spawn_lock(env: Env, agent_id: str, *, blocking: bool = True) -> Iterator[bo
     """Hold the per-agent spawn lock; yields False (without holding it) when not blocking and busy."""
     folder = env.state_dir / "locks"
     folder.mkdir(mode=0o700, exist_ok=True)
-    fd = os.open(folder / f"spawn-{agent_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+    with locked(folder / f"spawn-{agent_id}.lock", blocking=blocking) as lock:
+        yield lock.held
 
 
 def spawn_in_progress(env: Env, agent_id: str) -> bool:

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from exo_cli import fault
 from exo_cli.adapters import worktree as wt
 from exo_cli.errors import ExoError, InvalidInput, StateError, UsageError
-from exo_cli.ops.spawn.call import BACKENDS, PENDING, Call, agent_env, finish, private_dir
+from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, private_dir
 from exo_cli.ops.spawn.context import context_text, first_prompt
 from exo_cli.ops.spawn.recovery import cleanup_partial, resume_started, spawn_lock
 from exo_cli.ops.spawn.result import SpawnResult, failed_call, run_tasks
-from exo_cli.records import LIVE_STATUSES, ROOT, STARTING, Agent
+from exo_cli.records import BACKENDS, LIVE_STATUSES, ROOT, STARTING, Agent
 from exo_cli.validate import check_name, slugify
 
 if TYPE_CHECKING:
