@@ -1,0 +1,59 @@
+"""Guard rails on the code's shape that ruff and mypy do not check by themselves.
+
+- Every ruff per-file-ignore pattern names files that exist: an exemption for a file that was
+  moved or deleted would silently exempt whatever later takes its name.
+- No module of ``exo_cli/`` passes ``MAX_LINES`` lines: a module that grows past it does too
+  many jobs and should be split by job (as ``ops/spawn/`` is).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tomllib
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ruff_lint() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]["lint"]
+
+
+@cache
+def _tracked() -> list[str]:
+    """The repository's files as git sees them (tracked plus new, never ignored ones)."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                         check=True, capture_output=True).stdout
+    return [name for name in out.decode().split("\0") if name and (ROOT / name).is_file()]
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    """A ruff path glob as a regular expression: ``**`` spans folders, ``*`` and ``?`` do not."""
+    parts = re.split(r"(\*\*/?|\*|\?)", pattern)
+    table = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+    return re.compile("".join(table.get(p, re.escape(p)) for p in parts))
+
+
+def test_glob_translation() -> None:
+    assert _glob("tests/**").fullmatch("tests/e2e/x.py")
+    assert _glob("exo_cli/adapters/**").fullmatch("exo_cli/adapters/mux/tmux.py")
+    assert not _glob("exo_cli/adapters/**").fullmatch("exo_cli/ops/x.py")
+    assert _glob("exo_cli/*.py").fullmatch("exo_cli/main.py")
+    assert not _glob("exo_cli/*.py").fullmatch("exo_cli/ops/x.py")
+    assert _glob("**/conftest.py").fullmatch("conftest.py") and _glob("**/conftest.py").fullmatch("a/b/conftest.py")
+
+
+def test_ruff_per_file_ignores_name_existing_files() -> None:
+    stale = [pattern for pattern in _ruff_lint()["per-file-ignores"]
+             if not any(_glob(pattern).fullmatch(name) for name in _tracked())]
+    assert not stale, f"pyproject.toml [tool.ruff.lint.per-file-ignores] names no file: {stale}"
+
+
+def test_ruff_bans_the_outside_world_outside_adapters() -> None:
+    lint = _ruff_lint()
+    assert set(lint["flake8-tidy-imports"]["banned-api"]) >= {"subprocess", "sqlite3", "fcntl"}
+    exempt = sorted(p for p, rules in lint["per-file-ignores"].items()
+                    if "TID251" in rules and p.startswith("exo_cli/"))
+    assert exempt == ["exo_cli/adapters/**"]
