@@ -22,7 +22,7 @@ def tmux_repo(repo: Path) -> Iterator[Path]:
     env = env_for(repo)
     env.store.agents()  # create the state
     yield repo
-    agentctl.mux_for(env_for(repo), "tmux").kill_server()  # type: ignore[attr-defined]
+    agentctl.mux_for(env_for(repo), "tmux").kill_server()
 
 
 def start_demo(repo: Path, tmp_path: Path, name: str, script: list[Any] | None = None) -> Path:

@@ -47,11 +47,7 @@ def states(env: Env, agents: Iterable[Agent]) -> dict[str, PaneState | None]:
         else:
             by_kind.setdefault(loc.mux, []).append((a, loc))
     for kind, pairs in by_kind.items():
-        mux = mux_for(env, kind)
-        if kind == "tmux":
-            listing = mux.list_states()
-        else:
-            listing = mux.list_states([loc for _, loc in pairs])  # type: ignore[call-arg]
+        listing = mux_for(env, kind).list_states([loc for _, loc in pairs])
         for a, loc in pairs:
             out[a.id] = listing.get(loc.key)
     return out

@@ -154,7 +154,7 @@ def orphan_windows(c: Checkup) -> Iterator[Finding]:
             continue
 
         def close(loc: Location = st.location) -> bool:
-            tmux.close(loc, force=True)  # type: ignore[call-arg]
+            tmux.close(loc, force=True)
             return True
 
         yield Finding("orphan-window", f"{name} ({pane})", "a window on exo's tmux server with no agent record",

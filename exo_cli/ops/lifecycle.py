@@ -146,7 +146,7 @@ def _close(env: Env, loc_dict: dict[str, Any]) -> bool:
     loc = Location.from_dict(loc_dict)
     try:
         mux = agentctl.mux_for(env, loc.mux)
-        mux.close(loc, force=True)  # type: ignore[call-arg]
+        mux.close(loc, force=True)
         return True
     except (ExoError, OSError):
         return False

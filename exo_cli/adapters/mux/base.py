@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from exo_cli.adapters.files import ensure_private_dir  # noqa: F401 - re-exported for the backends
 from exo_cli.errors import ExternalFailure, InvalidInput
 from exo_cli.records import MUXES
 
@@ -87,7 +86,11 @@ class PaneState:
 
 @runtime_checkable
 class Mux(Protocol):
-    """What every multiplexer backend offers."""
+    """What every multiplexer backend offers (tmux, Zellij and headless implement all of it).
+
+    ``tests/test_mux_contract.py`` checks that each backend has every method here with the
+    same parameters and defaults.
+    """
 
     kind: str
 
@@ -99,23 +102,45 @@ class Mux(Protocol):
         cwd: str | os.PathLike[str],
         env: Mapping[str, str],
         log_path: str | os.PathLike[str] | None = None,
-    ) -> Location: ...
+    ) -> Location:
+        """Start ``argv`` as agent ``name`` with exactly ``env``; return where it runs."""
+        ...
 
-    def list_states(self) -> dict[str, PaneState]: ...
+    def list_states(self, locations: Sequence[Location] | None = None) -> dict[str, PaneState]:
+        """Observe agents in one go, keyed by ``Location.key``.
 
-    def alive(self, loc: Location) -> bool: ...
+        ``locations`` are the agents the caller wants (default: every agent the backend has
+        a record of); a backend whose one listing call sees every pane (tmux) may return more.
+        """
+        ...
 
-    def capture(self, loc: Location, lines: int = 200) -> str: ...
+    def alive(self, loc: Location) -> bool:
+        """Whether the agent at ``loc`` still runs."""
+        ...
 
-    def send_text(
-        self, loc: Location, text: str, *, submit: bool = True, enter_delay: float = 0.5
-    ) -> None: ...
+    def capture(self, loc: Location, lines: int = 200) -> str:
+        """The last ``lines`` lines of the agent's screen or log."""
+        ...
 
-    def kill(self, loc: Location, *, grace: float = 3.0) -> None: ...
+    def send_text(self, loc: Location, text: str, *, submit: bool = True, enter_delay: float = 0.5) -> None:
+        """Type ``text`` into the agent (then Enter when ``submit``); StateError without a terminal."""
+        ...
 
-    def close(self, loc: Location, *, force: bool = False) -> None: ...
+    def kill(self, loc: Location, *, grace: float = 3.0) -> None:
+        """Stop the agent's process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+        ...
 
-    def attach_argv(self, loc: Location) -> list[str]: ...
+    def close(self, loc: Location, *, force: bool = False) -> None:
+        """Remove the agent's pane, tab or record (``force``: even while it runs)."""
+        ...
+
+    def attach_argv(self, loc: Location) -> list[str]:
+        """The command line that shows the agent to a human."""
+        ...
+
+    def kill_server(self) -> None:
+        """Stop the multiplexer server exo started for this repository, if it owns one."""
+        ...
 
 
 # --------------------------------------------------------------------------- records

@@ -14,13 +14,13 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from exo_cli.adapters.files import ensure_private_dir
 from exo_cli.adapters.mux.base import (
     Location,
     PaneState,
     check_argv,
     check_env,
     check_send_text,
-    ensure_private_dir,
     read_records,
     record_path,
     tail_lines,
@@ -201,3 +201,6 @@ class Headless:
         if not loc.log:
             raise InvalidInput("Not a headless location", field="location")
         return ["tail", "-n", "200", "-F", loc.log]
+
+    def kill_server(self) -> None:
+        """Nothing to stop: headless agents run without a multiplexer server."""

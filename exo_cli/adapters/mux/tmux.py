@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from exo_cli.adapters.files import locked, runtime_dir_for
+from exo_cli.adapters.files import ensure_private_dir, locked, runtime_dir_for
 from exo_cli.adapters.mux import _launch
 from exo_cli.adapters.mux.base import (
     Location,
@@ -28,7 +28,6 @@ from exo_cli.adapters.mux.base import (
     check_send_text,
     deliver_spec,
     encode_spec,
-    ensure_private_dir,
     launcher_argv,
     make_fifo,
     tail_lines,
@@ -383,10 +382,11 @@ class Tmux:
 
     # ------------------------------------------------------------------ observe
 
-    def list_states(self) -> dict[str, PaneState]:
-        """Return every agent pane of the session keyed by pane id, from one tmux call.
+    def list_states(self, locations: Sequence[Location] | None = None) -> dict[str, PaneState]:
+        """Return every agent pane of the server keyed by pane id, from one tmux call.
 
-        (Three calls only when a dead pane has no exit status yet, see below.)
+        ``locations`` is not needed: the one call sees every pane. (Three calls only when a
+        dead pane has no exit status yet, see below.)
         """
         states = self._list_states()
         if any(not s.alive and s.dead_status is None for s in states.values()):

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from exo_cli.adapters.files import locked
+from exo_cli.adapters.files import ensure_private_dir, locked
 from exo_cli.adapters.mux.base import (
     Location,
     PaneState,
@@ -34,7 +34,6 @@ from exo_cli.adapters.mux.base import (
     check_env,
     check_send_text,
     deliver_spec,
-    ensure_private_dir,
     launcher_argv,
     make_fifo,
     read_records,
@@ -405,3 +404,6 @@ class Zellij:
         if self.environ.get("ZELLIJ_SESSION_NAME") == self.session:
             return self.action_argv("go-to-tab-name", name)
         return [self.binary, "attach", self.session]
+
+    def kill_server(self) -> None:
+        """Nothing to stop: the Zellij session is the user's own, never exo's to end."""
