@@ -31,7 +31,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from exo_cli.adapters.proc import run
 
@@ -224,7 +224,7 @@ class DemoAgent:
                 self.user_turn(text)
 
 
-def read_input(stream: Any) -> str | None:
+def read_input(stream: TextIO) -> str | None:
     """One user turn: a line, or a whole bracketed paste (its newlines kept); None at EOF."""
     line = stream.readline()
     if not line:

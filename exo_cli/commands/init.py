@@ -27,8 +27,8 @@ def render_init(out: Out, result: InitResult) -> None:
             out.line(f"  {'updated' if f in w.changed else 'unchanged'}: {f}")
         for note in w.notes:
             out.line(f"note: {note}")
-    for w in result.warnings:
-        out.line(f"warning: {w}")
+    for warning in result.warnings:
+        out.line(f"warning: {warning}")
 
 
 @click.command(help=op_help("init") + "\n\n\b\nExamples:\n  exo init\n  exo init --agent claude\n  exo init --force --json")

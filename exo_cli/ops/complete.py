@@ -58,8 +58,8 @@ def _resolve(env: Env, target: str | None) -> tuple[Agent | None, str | None]:
             raise StateError("Name the bead or agent to complete", hint="exo complete AGENT (see `exo agents`).")
         return agent, agent.bead
     agents = [a for a in env.store.agents() if a.id != ROOT] if env.has_state() else []
-    for match in (lambda a: a.id == target, lambda a: a.name == target, lambda a: a.bead == target):
-        hits = [a for a in agents if match(a)]
+    for attr in ("id", "name", "bead"):  # an agent id first, then a name, then a bead
+        hits = [a for a in agents if getattr(a, attr) == target]
         if hits:
             live = [a for a in hits if a.live] or hits
             agent = max(live, key=lambda a: a.created_at)
@@ -80,7 +80,7 @@ def _beads(env: Env) -> Any:
 
 def _close_bead(env: Env, bead: str, agent: Agent | None) -> tuple[bool, str | None]:
     try:
-        from exo_cli.ops import tasks  # type: ignore[attr-defined]
+        from exo_cli.ops import tasks
 
         tasks.close(env, bead, reason="completed", session=agent.session_id if agent else None)
         return True, None

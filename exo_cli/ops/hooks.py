@@ -341,8 +341,7 @@ def transcript_tokens(path: str, state: dict[str, Any]) -> int:
         except ValueError:
             continue
         message = obj.get("message") if isinstance(obj, dict) else None
-        usage = message.get("usage") if isinstance(message, dict) else None
-        if not isinstance(usage, dict):
+        if not isinstance(message, dict) or not isinstance(usage := message.get("usage"), dict):
             continue
         mid = message.get("id")
         if mid in seen:

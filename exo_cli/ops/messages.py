@@ -219,7 +219,7 @@ def note(env: Env, *, message: str) -> NoteResult:
 
 def _ticket(env: Env, me: Agent, message: str) -> Message | None:
     """The open ticket for this exact question: pending, or answered but not yet read."""
-    for m in reversed(env.store.messages(sender=me.id, kinds=[QUESTION])):
+    for m in env.store.messages(sender=me.id, kinds=[QUESTION])[::-1]:
         if m.body == message and m.state in (PENDING, ANSWERED):
             return m
     return None

@@ -59,7 +59,7 @@ def _adapt_subtree(*, task: str, branch_name: str, parent_session_id: str | None
 def _adapt_workers(*, specs: list[WorkerSpec]) -> dict[str, Any]:
     out = []
     for s in specs:
-        d = asdict(s) if dataclasses.is_dataclass(s) else dict(s)  # type: ignore[arg-type]
+        d = asdict(s) if dataclasses.is_dataclass(s) else dict(s)
         out.append({k: v for k, v in d.items() if v is not None})
     return {"specs": out}
 

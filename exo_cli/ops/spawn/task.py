@@ -34,7 +34,7 @@ from exo_cli.records import BACKENDS, LIVE_STATUSES, ROOT, STARTING, Agent
 from exo_cli.validate import check_name, slugify
 
 if TYPE_CHECKING:
-    from exo_cli.adapters.agents import Launch
+    from exo_cli.adapters.agents import Backend, Launch
     from exo_cli.adapters.mux import Location, Mux
     from exo_cli.env import Env
     from exo_cli.ops.spawn.plan import Common, Request
@@ -364,7 +364,7 @@ def _write_services(env: Env, spec: dict[str, Any], path: Path) -> dict[str, Any
     return services
 
 
-def _backend_for(env: Env, name: str, common: Common, agent_dir: Path) -> Any:
+def _backend_for(env: Env, name: str, common: Common, agent_dir: Path) -> Backend:
     from exo_cli.adapters import agents as backends
 
     if name == "custom":
