@@ -264,12 +264,3 @@ def load(
         _set(values, key, value)
         origins[key] = "flag"
     return Config(values, origins)
-
-
-def write_toml(path: Path, table: Mapping[str, Any]) -> None:
-    """Write ``table`` to ``path`` atomically."""
-    import tomli_w
-
-    from exo_cli.adapters.files import atomic_write
-
-    atomic_write(path, tomli_w.dumps(dict(table)))

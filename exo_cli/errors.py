@@ -91,9 +91,6 @@ class EnvironmentError_(ExoError):  # noqa: N801 - keeps the builtin name free
     protocol = True
 
 
-# Public alias under the design's name.
-ExoEnvironmentError = EnvironmentError_
-
 BY_NAME: dict[str, type[ExoError]] = {
     cls.name: cls
     for cls in (UsageError, NotFound, InvalidInput, ExternalFailure, StateError, EnvironmentError_)

@@ -18,7 +18,6 @@ WAITING_PERMISSION = "waiting-permission"
 DONE = "done"
 DEAD = "dead"
 UNKNOWN = "unknown"
-STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, DONE, DEAD, UNKNOWN)
 LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, UNKNOWN)
 
 # What an agent's ``backend`` and ``mux`` can be: the one list of each (config, the adapters and

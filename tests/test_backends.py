@@ -422,7 +422,7 @@ def test_registry_and_available(tmp_path: Path) -> None:
     assert backends.BACKENDS == ("claude", "gemini", "codex", "custom", "demo")
     for name in ("claude", "gemini", "codex"):
         be = backends.get_backend(name)
-        assert be.name == name and be.hook_cli == name and be.idle_signal
+        assert be.name == name and be.binary == name
     with pytest.raises(InvalidInput):
         backends.get_backend("vim")
     bindir = tmp_path / "bin"

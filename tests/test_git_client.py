@@ -74,12 +74,12 @@ def test_discover_main_linked_and_outside(repo: Path, tmp_path: Path) -> None:
     (repo / "sub").mkdir()
     info = Git(repo / "sub").discover()
     assert (info.toplevel, info.root, info.common_dir) == (repo, repo, repo / ".git")
-    assert info.is_main_checkout
+    assert info.git_dir == repo / ".git"
     wt = tmp_path / "linked wt"
     sh(repo, "worktree", "add", "-q", "-b", "feature", str(wt))
     info = Git(wt).discover()
     assert (info.toplevel, info.root, info.common_dir) == (wt, repo, repo / ".git")
-    assert not info.is_main_checkout and info.git_dir.parent == repo / ".git" / "worktrees"
+    assert info.git_dir.parent == repo / ".git" / "worktrees"
     outside = tmp_path / "plain"
     outside.mkdir()
     with pytest.raises(EnvironmentError_, match="Not in a git repository"):

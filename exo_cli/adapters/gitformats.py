@@ -17,10 +17,6 @@ class RepoInfo(NamedTuple):
     git_dir: Path  # this worktree's git dir
     root: Path  # the main checkout
 
-    @property
-    def is_main_checkout(self) -> bool:
-        return self.toplevel == self.root
-
 
 class Snapshot(NamedTuple):
     """Branch, head, upstream, ahead/behind and changed files from one ``git status`` call."""

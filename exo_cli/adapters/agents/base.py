@@ -88,8 +88,6 @@ class Backend:
 
     name: ClassVar[str] = ""
     binary: ClassVar[str | None] = None
-    hook_cli: ClassVar[str | None] = None
-    idle_signal: ClassVar[str] = ""
 
     def prepare(self, ctx: LaunchContext, identity_env: Mapping[str, str]) -> Launch:
         """Write the backend's config files and return the launch (subclasses implement)."""

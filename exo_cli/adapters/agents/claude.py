@@ -89,12 +89,10 @@ def settings_document(skip_permissions: bool) -> dict[str, Any]:
 
 
 class ClaudeBackend(Backend):
-    """Claude Code (``claude``)."""
+    """Claude Code (``claude``); its Stop hook (``exo hook stop --cli claude``) ends every turn."""
 
     name = "claude"
     binary = "claude"
-    hook_cli = "claude"
-    idle_signal = "Stop hook (exo hook stop --cli claude) after every turn"
 
     def prepare(self, ctx: LaunchContext, identity_env: Mapping[str, str]) -> Launch:
         """Write the settings and MCP files, trust a created worktree, fork a transcript."""

@@ -83,12 +83,10 @@ def hook_groups(exo_event: str, matcher: str | None, timeout: int) -> list[dict[
 
 
 class CodexBackend(Backend):
-    """Codex CLI (``codex``)."""
+    """Codex CLI (``codex``); a turn ends with its Stop hook and ``notify`` (agent-turn-complete)."""
 
     name = "codex"
     binary = "codex"
-    hook_cli = "codex"
-    idle_signal = "Stop hook (exo hook stop --cli codex) and notify (agent-turn-complete of its own thread)"
 
     def overrides(self, ctx: LaunchContext, env: Mapping[str, str]) -> list[str]:
         """Return the ``-c`` values (without the ``-c`` flags)."""

@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from exo_cli.adapters.agents.base import Backend, Launch, LaunchContext
 from exo_cli.errors import InvalidInput
 
-PLACEHOLDERS = ("{prompt}", "{worktree}", "{name}")
-
 
 def parse_template(command: str | Sequence[str]) -> list[str]:
     """Return the template as argv: a list is taken as is, a string is split with shlex."""
@@ -66,8 +64,6 @@ class CustomBackend(Backend):
 
     name = "custom"
     binary = None
-    hook_cli = None
-    idle_signal = "process exit, or the pane staying quiet for N seconds"
 
     def __init__(self, command: str | Sequence[str] | None = None) -> None:
         self.template = parse_template(command) if command is not None else None

@@ -9,12 +9,10 @@ from exo_cli.adapters.agents.base import Backend, Launch, LaunchContext
 
 
 class DemoBackend(Backend):
-    """Exo's scripted demo agent; it talks to exo directly, so no hooks or MCP files."""
+    """Exo's scripted demo agent; it talks to exo directly (its own status too), so no hooks or MCP files."""
 
     name = "demo"
     binary = None
-    hook_cli = None
-    idle_signal = "exo's own (the demo agent reports its status itself)"
 
     def __init__(self, script: str | None = None) -> None:
         self.script = script

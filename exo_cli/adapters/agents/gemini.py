@@ -121,12 +121,10 @@ def render_settings(original: bytes | None, ours: Mapping[str, Any], path: str) 
 
 
 class GeminiBackend(Backend):
-    """Gemini CLI (``gemini``)."""
+    """Gemini CLI (``gemini``); its AfterAgent hook (``exo hook stop --cli gemini``) ends every turn."""
 
     name = "gemini"
     binary = "gemini"
-    hook_cli = "gemini"
-    idle_signal = "AfterAgent hook (exo hook stop --cli gemini) after every turn"
 
     def prepare(self, ctx: LaunchContext, identity_env: Mapping[str, str]) -> Launch:
         """Merge exo's keys into the worktree's settings file and return the ``gemini -i`` launch."""

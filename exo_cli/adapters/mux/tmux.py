@@ -243,10 +243,6 @@ class Tmux:
             self._exec(*options[1:], what="tmux set-option")
         self._ready = True
 
-    def has_session(self) -> bool:
-        """Whether the session exists on the private server."""
-        return self._exec("has-session", "-t", f"={self.session}", check=False).returncode == 0
-
     # ------------------------------------------------------------------ start
 
     def _launch_command(self, fifo: Path, spec: dict[str, object]) -> tuple[list[str], bytes]:

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from exo_cli.env import Env
     from exo_cli.ops.spawn.plan import Common, Request
 
-# Spec phases, in order; "pending" waits for `after`, "spawned" is complete.
-PHASES = ("recorded", "worktree", "prepared", "started", "spawned")
+# Spec phases, in order: recorded, worktree, prepared, started, spawned (complete); an agent
+# spawned with `after` is "pending" until it may start.
 PENDING = "pending"
 # Environment variables of the caller that never pass to an agent (identity is exo's to set).
 DROP_VARS = ("EXO_AGENT", "EXO_PARENT", "EXO_ROLE", "EXO_FAULT", "TMUX_PANE")
