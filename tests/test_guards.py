@@ -3,7 +3,8 @@
 - Every ruff per-file-ignore pattern names files that exist: an exemption for a file that was
   moved or deleted would silently exempt whatever later takes its name.
 - No module of ``exo_cli/`` passes ``MAX_LINES`` lines: a module that grows past it does too
-  many jobs and should be split by job (as ``ops/spawn/`` is).
+  many jobs and should be split by job (as ``ops/spawn/`` is). ``TOO_LONG`` lists the modules
+  still waiting for their split, with the reason; it only shrinks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+MAX_LINES = 650
+# Modules over MAX_LINES that are being split, and why they may be for now (remove an entry once
+# its module is split or gone).
+TOO_LONG: dict[str, str] = {
+    "exo_cli/adapters/beads.py": "being split into a package by job on another branch",
+}
 
 
 def _ruff_lint() -> dict:
@@ -57,3 +64,20 @@ def test_ruff_bans_the_outside_world_outside_adapters() -> None:
     exempt = sorted(p for p, rules in lint["per-file-ignores"].items()
                     if "TID251" in rules and p.startswith("exo_cli/"))
     assert exempt == ["exo_cli/adapters/**"]
+
+
+def _lines(path: Path) -> int:
+    with path.open("rb") as fh:
+        return sum(1 for _ in fh)
+
+
+def test_no_module_passes_the_line_limit() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "exo_cli").rglob("*.py"))
+            if (n := _lines(p)) > MAX_LINES}
+    over = {name: n for name, n in long.items() if name not in TOO_LONG}
+    assert not over, f"split these modules by job (at most {MAX_LINES} lines each): {over}"
+
+
+def test_too_long_list_only_names_long_modules() -> None:
+    stale = [name for name in TOO_LONG if (ROOT / name).exists() and _lines(ROOT / name) <= MAX_LINES]
+    assert not stale, f"these modules are short now: remove them from TOO_LONG: {stale}"
