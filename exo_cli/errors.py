@@ -1,7 +1,7 @@
-"""One error model for the CLI and the MCP server (DESIGN.md "Errors").
+"""One error model for the CLI and the MCP server (docs/errors.md lists the codes).
 
 Every failure exo anticipates is an ``ExoError`` subclass. Each class carries its
-JSON-RPC code (seed 000's -32001..-32005; -32602 for what a parser rejects), the
+JSON-RPC code (-32001..-32005, as the ``exo_*`` tool family uses; -32602 for what a parser rejects), the
 process exit code, and whether the MCP side reports it as a protocol error
 (``protocol = True``: the model cannot fix it) or as a tool error.
 """

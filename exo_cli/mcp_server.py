@@ -1,7 +1,7 @@
 """The MCP server, generated from the operation registry (the only module importing ``mcp``).
 
 Each operation's tools become ``MCPServer`` tools whose input schema is the operation's
-keyword parameters (or the tool's seed-fixed adapter parameters) with the registry's
+keyword parameters (or, for a tool whose arguments another tool family fixed, its adapter's) with the registry's
 help as descriptions, and whose structured output is exactly the CLI's ``--json`` object.
 ExoErrors reach the model as tool errors whose text is exactly the error object (the
 CLI's ``--json`` error); errors the model cannot fix (``protocol = True``) are JSON-RPC
@@ -50,8 +50,8 @@ INSTRUCTIONS = (
 )
 
 
-# Background starters for the root TL's server (e.g. the forge poller, DESIGN.md issue 10
-# item 11). Modules append ``fn(env)``; each runs in its own daemon thread and must take
+# Background starters for the root TL's server (e.g. the forge poller that notices PRs merged or
+# reviewed on GitHub). Modules append ``fn(env)``; each runs in its own daemon thread and must take
 # its own per-repository lock so only one runs per repository.
 def _default_background() -> list[Callable[[Env], None]]:
     from exo_cli.ops.watch import background_poller  # the forge poller (one per repo, by a lock)
@@ -90,7 +90,7 @@ def lists_tool(op: Op, tool: Tool, role: str) -> bool:
 
 
 def tool_description(op: Op, tool: Tool) -> str:
-    """The tool's description: its own (seed tools), else the operation's, else its docstring."""
+    """The tool's description: its own (tools named after another family's), else the operation's, else its docstring."""
     return tool.description or op.description or op.doc
 
 

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 ROOT = "root"
 
-# Agent statuses (DESIGN.md "Concepts").
+# Agent statuses (docs/concepts.md says what each means).
 STARTING = "starting"
 WORKING = "working"
 IDLE = "idle"

@@ -1,8 +1,8 @@
 """The operation registry: every operation is declared once and served by the CLI and MCP.
 
 An operation is a core function ``fn(env, *, ...) -> dataclass`` decorated with ``@op``.
-The decorator records its CLI path, its MCP tools (a seed may fix a tool's arguments:
-then the tool carries a small adapter mapping its arguments onto the operation's), the
+The decorator records its CLI path, its MCP tools (a tool may take the arguments another
+tool family fixed, such as ``spawn_workers``: then the tool carries a small adapter mapping its arguments onto the operation's), the
 roles that may call it, honest read-only/destructive/idempotent hints, and the help text
 of each parameter, which feeds both ``click.option(help=...)`` and the tool schema.
 

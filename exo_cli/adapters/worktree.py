@@ -6,7 +6,7 @@ values); ``Worktrees`` changes the repository's worktrees through the git client
 Git's metadata operations (``worktree add/remove/prune``, branch creation and deletion) are
 serialized per repository by a file lock in exo's state folder (``repo.lock``), so twenty
 parallel spawns never fight over ``.git/config.lock`` or half-written ``.git/worktrees``
-entries (field-lessons F3). The checkout itself (``git reset --hard`` in the new worktree, its
+entries. The checkout itself (``git reset --hard`` in the new worktree, its
 own index) runs outside the lock, concurrently. Everything here is argv-only, never a shell.
 """
 
@@ -35,7 +35,7 @@ PC_FILE = ".exo/process-compose.yaml"
 PC_LOG = ".exo/logs/process-compose.log"
 HANGAR_FILE = "Hangar.toml"
 
-# Themed sets of short memorable names for unnamed workers (seed 002 picks from such sets).
+# Themed sets of short memorable names for unnamed workers (as ``spawn_workers`` names them).
 NAME_SETS: tuple[tuple[str, ...], ...] = (
     ("john", "paul", "george", "ringo"),
     ("groucho", "harpo", "chico", "zeppo", "gummo"),
@@ -53,7 +53,7 @@ _lock_guard = threading.Lock()
 
 
 def hangar_folder(repo_root: Path, override: str | None) -> Path | None:
-    """The hangar (seed 000): ``override`` ($HANGAR_ROOT), else the nearest folder with ``Hangar.toml`` above the repo."""
+    """The hangar: ``override`` ($HANGAR_ROOT), else the nearest folder with ``Hangar.toml`` above the repo."""
     if override:
         return Path(os.path.expanduser(override)).absolute()
     start = repo_root.absolute()
@@ -103,7 +103,7 @@ def child_names_from(branch_template: str, folder_template: str, parent_branch: 
 def pick_names(count: int, taken: set[str]) -> list[str]:
     """``count`` short memorable names not in ``taken``, from one themed set where possible."""
     out: list[str] = []
-    for names in NAME_SETS:  # prefer a set that fits the whole batch (seed 002)
+    for names in NAME_SETS:  # prefer a set that fits the whole batch
         free = [n for n in names if n not in taken]
         if len(free) >= count:
             return free[:count]
@@ -365,7 +365,7 @@ def port_env(ports: Mapping[str, int]) -> dict[str, str]:
 def process_compose(
     services: Mapping[str, Mapping[str, Any]], ports: Mapping[str, int], worktree: Path
 ) -> dict[str, Any]:
-    """The process-compose document (seed 000's shape) for the declared services of one worktree."""
+    """The process-compose document for the declared services of one worktree."""
     processes: dict[str, Any] = {}
     shared = port_env(ports)
     for name, svc in services.items():

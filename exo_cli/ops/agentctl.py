@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from exo_cli.env import Env
 
 TMUX_SESSION = "exo"
-# Startup dialogs an agent CLI may show that exo could not pre-empt (field-lessons F5).
+# Startup dialogs an agent CLI may show that exo could not pre-empt (trust, safety, permission bypass).
 DIALOG_STRINGS = ("trust this folder", "quick safety check", "do you trust the contents", "bypass permissions")
 
 

@@ -2,7 +2,7 @@
 
 ``base_branch(env, agent, head)`` is the branch ``head`` merges into and rebases onto:
 the agent's recorded parent branch, else ``head`` minus its last ``.segment`` when that
-branch exists (seed 001), else the repository's main branch. ``base_branch(env)`` alone is
+branch exists (``main.feature.auth`` merges into ``main.feature``), else the repository's main branch. ``base_branch(env)`` alone is
 the main branch: config ``worktree.base`` (``EXO_BASE_BRANCH``), else the branch the main
 checkout has checked out.
 """

@@ -50,7 +50,7 @@ def agent_name(env: Env, agent_id: str) -> str:
 
 
 def render(msg: Message, sender_name: str | None = None) -> str:
-    """The text an agent sees: ``[NOTE from <name>] ...`` (seed 001's rendering)."""
+    """The text an agent sees: ``[NOTE from <name>] ...``."""
     name = sender_name or msg.data.get("from_name") or msg.sender
     if msg.kind == EVENT:
         return f"[EVENT] {msg.body}"

@@ -1,7 +1,7 @@
 """``exo hook EVENT --cli CLI``: the agent CLIs' hooks (Claude Code, Gemini CLI, Codex CLI, exo's own).
 
 Each hook reads the CLI's JSON (stdin; Codex ``notify``: the last argv) and answers in
-that CLI's format (``reference/formats.md`` 2a/2b/2c):
+that CLI's format:
 
 - additional context: ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``
   with E = SessionStart / UserPromptSubmit (Claude, Codex, exo) or SessionStart /

@@ -97,7 +97,7 @@ class SendResult:
 
 @dataclass(frozen=True)
 class WaitEntry:
-    """One agent's state in a wait (seed 004): received | running | idle | dead."""
+    """One agent's state in a wait: received | running | idle | dead."""
 
     agent_id: str
     name: str
@@ -417,7 +417,7 @@ def _refresh(env: Env, ids: list[str]) -> None:
 
 
 def _wait_tool(*, timeout: float = 30.0, from_agents: list[str] | None = None) -> dict[str, Any]:
-    """Map the seed's ``wait{timeout, from_agents?}`` onto the operation."""
+    """Map the ``wait`` tool's ``timeout`` and ``from_agents`` onto the operation."""
     return {"timeout": timeout, "agents": from_agents}
 
 

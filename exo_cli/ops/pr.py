@@ -1,7 +1,7 @@
 """Pull requests: file, merge, list and show, on the repository's forge (local or GitHub).
 
 A PR merges an agent's branch into its parent branch (``branches.base_branch``: the recorded
-base branch, else the branch name with its last ``.segment`` stripped (seed 001), else the
+base branch, else the branch name with its last ``.segment`` stripped, else the
 main branch). There is one open PR per head branch; filing again updates it. After a merge
 the author and its siblings get a ``pr-merged`` message so their next stop hook rebases
 them (``hooks.rebase_onto_base``, local refs only).

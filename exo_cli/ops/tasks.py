@@ -56,7 +56,7 @@ class BeadTask:
     dependencies: dict[str, Bead] = field(default_factory=dict, compare=False, repr=False)
 
     def context(self, branch: str, parent_branch: str | None = None) -> str:
-        """Return the agent's context markdown (seed 000's bead.md) for ``branch``."""
+        """Return the agent's context markdown (its ``bead.md``) for ``branch``."""
         return beads.render_context(
             self.bead, branch=branch, parent_branch=parent_branch, dependencies_resolved=self.dependencies
         )
@@ -98,7 +98,7 @@ def resolve_bead_task(
 ) -> BeadTask:
     """Return the BeadTask for a full or short bead id, if an agent may start on it.
 
-    Seed 000's validation: a bad id (path separator, ``..``, control or shell character)
+    Validation: a bad id (path separator, ``..``, control or shell character)
     raises InvalidInput (-32002); an unknown bead NotFound (-32001) "Bead not found: <id>";
     a blocked one StateError (-32004) "Bead is blocked: <id>"; closed, deferred, pinned,
     claimed by someone other than ``actor`` and not-ready beads StateError too

@@ -46,7 +46,7 @@ _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
 def stale_paths_warning(worktree: Path, branch: str | None) -> str:
-    """Return seed 001's warning for a child forked from its parent's conversation."""
+    """Return the warning for a child forked from its parent's conversation: its paths are stale."""
     where = f"You are now in worktree {worktree}" + (f" on branch {branch}" if branch else "")
     return (
         f"{where}. All file paths from your inherited context are STALE — use relative paths "

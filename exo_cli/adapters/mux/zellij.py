@@ -1,4 +1,4 @@
-"""Zellij backend: one tab per agent in the Zellij session exo runs in (seed 000).
+"""Zellij backend: one tab per agent in the Zellij session exo runs in.
 
 Command lines follow Zellij's documented CLI (``zellij --session S action ...``):
 ``new-tab --layout FILE --cwd DIR --name NAME``, ``go-to-tab-name NAME``,
@@ -121,7 +121,7 @@ def layout_kdl(
     services_log: str = PC_LOG,
     tab_bars: bool = True,
 ) -> str:
-    """Return the KDL layout of an agent tab (seed 000's ``worktree.kdl``).
+    """Return the KDL layout of an agent tab (``worktree.kdl``).
 
     The agent pane takes 60% with focus. With ``services``, the other 40% holds
     two stacked panes: ``process-compose`` (``services_argv``, by default

@@ -4,7 +4,7 @@ For each task (a bead, a named or auto-named worker, or one subtree), in paralle
 validate, record the agent as ``starting`` with its whole request, create the worktree and
 branch, prepare it, start the agent in its multiplexer with the first prompt on its command
 line, then emit ``spawned`` and tell the parent. One task failing never stops the others;
-the result keeps seed 000's ``worktrees``/``tabs``/``failed`` pairs.
+the result keeps the ``worktrees``/``tabs``/``failed`` pairs that ``spawn_agents`` returns.
 
 The parts of ``ops/spawn/``, in the order a call meets them: ``plan`` (the arguments become
 requests), ``pending`` (``--after``: record now, start later), ``task`` (one task's steps),
@@ -159,11 +159,12 @@ def spawn(
 ) -> SpawnResult:
     """Start agents: one worktree, branch and agent per bead, worker or subtree.
 
-    Tasks run in parallel; one failing never stops the others. The result keeps seed 000's
-    pairs (worktrees, tabs, failed) and adds error objects, the recorded agents, workers
-    spawned without a task, and warnings. A spawn interrupted at any step leaves a record that
-    the same spawn again (or `exo doctor`) cleans up before starting over; spawning the same
-    agent twice reports the live one as a StateError.
+    Tasks run in parallel; one failing never stops the others. The result pairs each task
+    with its worktree (worktrees), its pane, tab or pid (tabs) or its error (failed), and
+    adds error objects, the recorded agents, workers spawned without a task, and warnings. A
+    spawn interrupted at any step leaves a record that the same spawn again (or `exo doctor`)
+    cleans up before starting over; spawning the same agent twice reports the live one as a
+    StateError.
     """
     prompts = read_prompts(env, list(prompt or []), prompt_file, edit=edit)
     target = target_env(env, repo)

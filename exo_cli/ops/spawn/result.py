@@ -2,7 +2,7 @@
 
 ``run_tasks`` runs one step per request on the call's threads (each task's failure is its
 own; an unexpected OS error becomes a StateError for that task only) and gathers the
-outcomes into a ``SpawnResult``: seed 000's ``worktrees``/``tabs``/``failed`` pairs, error
+outcomes into a ``SpawnResult``: the ``worktrees``/``tabs``/``failed`` pairs of ``spawn_agents``, error
 objects, the recorded agents, workers spawned without a task, and the call's warnings.
 """
 
@@ -45,7 +45,7 @@ class SpawnedAgent:
 
 @dataclass(frozen=True)
 class SpawnResult:
-    """Seed 000's pairs plus error objects, the agents, workers without a task, and warnings."""
+    """The pairs of ``spawn_agents`` plus error objects, the agents, workers without a task, and warnings."""
 
     worktrees: list[list[str]]
     tabs: list[list[str]]

@@ -44,7 +44,7 @@ def start_all(call: Call, reqs: list[Request], *, duplicates: AbstractSet[str] =
               launching: bool = False) -> SpawnResult:
     """Spawn every task of the call in parallel; one failing never stops the others."""
     try:
-        call.mux()  # a missing multiplexer fails the whole call, as seed 000 does
+        call.mux()  # a missing multiplexer fails the whole call, not each task
     except ExoError as exc:
         return failed_call(call, exc)
     starter = call.starter() if call.common.mux == "tmux" else None
@@ -84,7 +84,7 @@ def run_task(call: Call, req: Request, *, launching: bool = False) -> Agent:
 
 
 def _resolve_bead(call: Call, req: Request) -> _Bead:
-    """The bead of a bead request and the agent's name; InvalidInput/NotFound as seed 000."""
+    """The bead of a bead request and the agent's name; InvalidInput for a bad id, NotFound for none."""
     from exo_cli.adapters import beads
 
     src = call.beads()
@@ -140,7 +140,7 @@ def _live_owner(env: Env, bead_full: str, agent_id: str) -> Agent | None:
 
 
 def _check_bead(call: Call, bead: _Bead, agent_id: str) -> Any:
-    """The bead's task; StateError when another live agent owns it, seed 000's checks (blocked, ...)."""
+    """The bead's task; StateError when another live agent owns it or it cannot start (blocked, ...)."""
     from exo_cli.ops import tasks
 
     owner = _live_owner(call.env, bead.full, agent_id)
@@ -151,7 +151,7 @@ def _check_bead(call: Call, bead: _Bead, agent_id: str) -> Any:
             bead_id=bead.full,
             agent=owner.id,
         )
-    # Seed 000's checks ("Bead is blocked: <id>", ...); our own earlier claim is fine.
+    # The bead's own state ("Bead is blocked: <id>", ...); our own earlier claim is fine.
     return tasks.resolve_bead_task(call.env, bead.full, actor=agent_id, source=call.beads())
 
 
