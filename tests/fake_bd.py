@@ -1,8 +1,7 @@
 """STAND-IN for the real `bd` CLI (beads), used only by tests.
 
-Real bd cannot be installed here (its npm package downloads a native binary at install time;
-formats.md 1.7). This script serves a JSONL file with bd's documented `--json` shapes
-(formats.md 1.5):
+Real bd cannot be installed here (its npm package downloads a native binary at install time).
+This script serves a JSONL file with bd's documented `--json` shapes:
 
 * `bd list [--all] [--limit N] --json`       -> bare array of issues
 * `bd show ID --json`                         -> array with one IssueDetails (dependencies as
@@ -15,8 +14,8 @@ formats.md 1.7). This script serves a JSONL file with bd's documented `--json` s
 * `bd close ID [--reason R] [--session S] [--force] --json` -> array with the closed issue
 * errors: `{"schema_version":1,"error":"...","code":"..."}` on stderr, exit 1
 
-Ready/blocked use the reference reader printed in formats.md 1.6 (independent of exo's
-own implementation). Env: FAKE_BD_JSONL (data file), FAKE_BD_LOG (argv log, one JSON line
+Ready/blocked follow current `bd ready` with a reader of its own (independent of exo's
+implementation). Env: FAKE_BD_JSONL (data file), FAKE_BD_LOG (argv log, one JSON line
 per call), BD_JSON_ENVELOPE=1 (wrap in {"data":...}), FAKE_BD_ITEMS=1 (wrap lists in
 {"items":[...]}, the pre-merge shape).
 """

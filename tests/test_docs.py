@@ -130,15 +130,17 @@ OUTSIDE = re.compile("|".join([
     r"(?<![\w-])(?:" + "|".join(["formats", "agent-clis", "agent-cli-facts-2", "platform-facts",
                                    "target-layout"]) + r")\.(?:md|png)\b",
     "reference/" + "seeds",
+    r"(?<![A-Za-z])[Ss]" + r"eeds?[ _]\d{3}\b",  # the tool families exo took its tools from, by number
 ]))
 SCANNED = ["README.md", "CHANGELOG.md", "pyproject.toml", "docs", "bench", "exo_cli", "tests", "scripts",
            "man", "completions", ".ci"]
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".sh", ".yaml", ".yml", ".cfg", ".ini", ".1", ".bash", ".zsh",
                  ".fish", ""}
 SKIP_DIRS = {"node_modules", "__pycache__", ".venv", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
-# Folders whose code comments and docstrings still cite those documents, to be reworded once the
-# restructuring branches that own those files are merged. Empty this list then; it must not grow.
-PENDING = ("exo_cli/", "tests/")
+# Files whose comments still cite those documents because another branch is rewriting them (the
+# beads adapter, split into a package; tests made deterministic under load). Reword them once that
+# branch has landed and empty this list; it must not grow.
+PENDING = ("exo_cli/adapters/beads", "tests/test_demo.py", "tests/test_security.py", "tests/test_spawn.py")
 
 
 def outside_citations() -> list[str]:
@@ -164,9 +166,10 @@ def outside_citations() -> list[str]:
 
 def test_citation_pattern() -> None:
     bad = ["see " + "DESIGN" + ".md", "(" + "STYLE" + ".md)", 'InvalidInput (' + "DESIGN" + ' "Errors")',
-           "../" + "shared/reference/x", "field-" + "lessons F3", "reference/" + "formats.md 2a", "form" + "ats.md 1.6"]
+           "../" + "shared/reference/x", "field-" + "lessons F3", "reference/" + "formats.md 2a", "form" + "ats.md 1.6",
+           "as se" + "ed 000 does", "(se" + "eds 001/002)", "Se" + "ed 000's checks", "fails_like_se" + "ed_000"]
     good = ["DOLT-STORAGE-" + "DESIGN.md", "HASH_ID_" + "DESIGN.md", "docs/architecture.md", "shared by all processes",
-            "the design of the tool"]
+            "the design of the tool", "Seeded RNG", "seed data on a branch", "BEADS_TIP_SEED 123", "seed 12"]
     assert all(OUTSIDE.search(t) for t in bad), [t for t in bad if not OUTSIDE.search(t)]
     assert not any(OUTSIDE.search(t) for t in good), [t for t in good if OUTSIDE.search(t)]
 

@@ -1,4 +1,4 @@
-"""Faults (DESIGN.md "Errors", field-lessons F4/F8/F9): exo survives what kills its ground truth.
+"""Faults: exo survives what kills its ground truth.
 
 - The tmux server dies under live agents: `exo agents` shows them dead, `exo doctor` cleans
   up and exits 0 (and a second doctor finds nothing).

@@ -25,7 +25,7 @@ def team(repo: Path) -> Path:
     return repo
 
 
-# Payloads as the CLIs send them (reference/agent-clis.md, formats.md 2a/2b/2c).
+# Payloads as the CLIs send them (their hook documentation; docs/agents.md lists the hooks).
 START = {
     "claude": {"session_id": "c-sess", "transcript_path": "/nonexistent/c.jsonl", "cwd": "/x",
                "hook_event_name": "SessionStart", "source": "startup", "model": "claude-sonnet-5"},

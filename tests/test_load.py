@@ -1,4 +1,4 @@
-"""Load (DESIGN.md "State and concurrency"): many exo processes at once never lose or double a write.
+"""Load: many exo processes at once never lose or double a write.
 
 - 20 `exo spawn` processes at once, each for its own worker (half in tmux, half headless):
   every agent recorded exactly once, no "database is locked", one worktree and one window each.

@@ -274,7 +274,7 @@ def test_attach_argv(tmp_path, fake):
     assert outside.attach_argv(loc) == ["zellij", "attach", "work"]
 
 
-def test_layout_with_services_matches_seed_shape():
+def test_layout_with_services_has_agent_and_services_panes():
     argv = [PY, "-I", "-S", "/x/_launch.py", '/run/a "quoted"\\path\n']
     nodes = parse_kdl(layout_kdl(argv, "/work/tree", services=True))
     (layout,) = nodes

@@ -1,8 +1,8 @@
 """The CLI and every MCP tool reach the same core call with equivalent values (issue 10, item 1).
 
 Operations are replaced by recorders in the registry (so nothing runs); spawn is observed one
-level deeper, at the planned requests, because its CLI flags (--worker/--prompt) and its seed
-tools (specs, bead_ids, branch_name) are different spellings of the same tasks.
+level deeper, at the planned requests, because its CLI flags (--worker/--prompt) and its tools
+named after other tool families (specs, bead_ids, branch_name) are different spellings of the same tasks.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ SPAWN_CASES = [
 
 
 @pytest.mark.parametrize(("cli_args", "tool", "tool_args"), SPAWN_CASES, ids=[c[1] for c in SPAWN_CASES])
-def test_spawn_cli_and_seed_tools_plan_the_same_tasks(beads_repo: Path, planned: list[list[dict[str, Any]]],
+def test_spawn_cli_and_its_tools_plan_the_same_tasks(beads_repo: Path, planned: list[list[dict[str, Any]]],
                                                       cli_args: list[str], tool: str,
                                                       tool_args: dict[str, Any]) -> None:
     r = Exo(beads_repo)(*cli_args, "--json")

@@ -1,4 +1,4 @@
-"""`exo status` as DESIGN.md describes it: task, branch ahead/behind its parent, dirty files, PR;
+"""`exo status`: task, branch ahead/behind its parent, dirty files, PR;
 at the root, a summary of the team (issue 10, item 13)."""
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def test_resolve_bead_task(repo: Path) -> None:
     ("ex-d1", StateError, -32004, "Bead is closed: ex-d1"),
     ("e1", StateError, -32004, None),
 ])  # fmt: skip
-def test_resolve_bead_task_seed_errors(repo: Path, bad: str, cls: type, code: int, message: str | None) -> None:
+def test_resolve_bead_task_errors(repo: Path, bad: str, cls: type, code: int, message: str | None) -> None:
     add_beads(repo)
     with pytest.raises(cls) as ei:
         tasks.resolve_bead_task(make_env(repo), bad)

@@ -1,6 +1,6 @@
 """Isolated homes, environments and a private tmux server for driving the real agent CLIs.
 
-Everything here follows tests/e2e/README.md and ../shared/reference/agent-clis.md: the HOME files
+Everything here follows tests/e2e/README.md and the CLIs' own documentation: the HOME files
 that pre-empt every first-run dialog, the env that points each CLI at the scripted model server and
 turns off its non-essential traffic, and the proxy env of the egress trap.
 """
