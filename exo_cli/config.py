@@ -68,6 +68,12 @@ DEFAULTS: dict[str, Any] = {
     "services": {},
     "forge": {"kind": "auto", "remote": "origin"},
     "limits": {"max_agents": 0, "on_limit": "fail"},
+    "cleanup": {
+        # ignored files that come back by themselves: never kept, never a reason to refuse a removal
+        "regenerable": ["__pycache__/", "*.pyc", "node_modules/", ".venv/", ".pytest_cache/", ".mypy_cache/",
+                        ".ruff_cache/"],
+        "max_keep_mb": 512,  # the most `exo complete --force` copies into an archive (ignored files, nested repos)
+    },
     "timeouts": {"question": 3600, "wait": 600},
     "demo": {"script": []},
 }
@@ -130,6 +136,8 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "forge.remote": (_is_str, "a remote name"),
     "limits.max_agents": (_is_int, "a whole number (0 = no limit)"),
     "limits.on_limit": (_choice("fail", "wait"), "fail or wait"),
+    "cleanup.regenerable": (_is_str_list, "a list of patterns (name/, *.ext, path/from/top)"),
+    "cleanup.max_keep_mb": (_is_int, "a whole number of MiB"),
     "timeouts.question": (_is_int, "a whole number of seconds"),
     "timeouts.wait": (_is_int, "a whole number of seconds"),
     "demo.script": (lambda v: isinstance(v, list), "a list of demo steps"),

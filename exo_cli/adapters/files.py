@@ -193,3 +193,12 @@ def locked(path: Path, *, blocking: bool = True, own_inode: bool = False, mode: 
         yield lock
     finally:
         lock.release()
+
+
+@contextmanager
+def state_lock(state_dir: Path, name: str, *, blocking: bool = True) -> Iterator[FileLock]:
+    """Hold the lock file ``<state_dir>/locks/<name>.lock`` (the folder is made, mode 0700, on first use)."""
+    folder = state_dir / "locks"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    with locked(folder / f"{name}.lock", blocking=blocking) as lock:
+        yield lock

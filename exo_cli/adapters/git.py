@@ -3,8 +3,9 @@
 ``Git(path)`` stands for one repository folder (the main checkout, a linked worktree, or a
 bare repository) and is built from plain values; nothing here knows about exo's ``Env``.
 Each method runs one git command (two at most) through the one runner, ``Git.run``, which
-spawns ``git -C <path> ...`` with ``os.posix_spawn``: the hooks and ``exo status`` run git on
-every call, and importing ``subprocess`` costs more than the git call itself.
+spawns ``git -C <path> ...`` with ``os.posix_spawn`` (``proc.run_captured``): the hooks and
+``exo status`` run git on every call, and importing ``subprocess`` costs more than the git call
+itself.
 
 GitPython (a declared dependency) is deliberately not used: it costs ~90-140 ms to import,
 and exo's cold paths read a handful of objects per call, where a git process costs ~1-2 ms
@@ -17,8 +18,6 @@ each (``bench/gitpython.py`` measures both).
 from __future__ import annotations
 
 import os
-import select
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -28,9 +27,11 @@ from exo_cli.adapters.gitformats import (
     RepoInfo,
     Snapshot,
     Worktree,
+    parse_changes,
     parse_status,
     parse_worktrees,
 )
+from exo_cli.adapters.proc import run_captured
 from exo_cli.errors import EnvironmentError_, StateError, external
 
 # Keep git from prompting or paging, whatever the user's config says.
@@ -50,83 +51,6 @@ class Finished(NamedTuple):
     @property
     def ok(self) -> bool:
         return self.returncode == 0
-
-
-# --------------------------------------------------------------------------- the one runner
-
-
-def _spawn(argv: list[str], env: Mapping[str, str], timeout: float,
-           stdin: bytes | None) -> tuple[int, bytes, bytes, bool]:
-    """posix_spawn ``argv`` with stdout/stderr captured; stdin is ``stdin`` or /dev/null.
-
-    Returns (exit code, stdout, stderr, timed out). The child is killed at the deadline.
-    """
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    in_r = in_w = -1
-    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
-    if stdin is None:
-        actions.append((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0))
-    else:
-        in_r, in_w = os.pipe()
-        actions += [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_CLOSE, in_w)]
-    actions += [
-        (os.POSIX_SPAWN_DUP2, out_w, 1),
-        (os.POSIX_SPAWN_DUP2, err_w, 2),
-        (os.POSIX_SPAWN_CLOSE, out_r),
-        (os.POSIX_SPAWN_CLOSE, err_r),
-    ]
-    try:
-        pid = os.posix_spawnp(argv[0], argv, dict(env), file_actions=actions)
-    except BaseException:
-        for fd in (out_r, err_r, in_w):
-            if fd >= 0:
-                os.close(fd)
-        raise
-    finally:
-        for fd in (out_w, err_w, in_r):
-            if fd >= 0:
-                os.close(fd)
-    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    readers = [out_r, err_r]
-    pending = memoryview(stdin or b"")
-    writers = [in_w] if in_w >= 0 else []
-    if writers:
-        os.set_blocking(in_w, False)
-        if not pending:
-            os.close(in_w)
-            writers = []
-    deadline = time.monotonic() + timeout
-    timed_out = False
-    try:
-        while readers or writers:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                os.kill(pid, 9)
-                timed_out = True
-                break
-            ready, can_write, _ = select.select(readers, writers, [], left)
-            if can_write:
-                try:
-                    pending = pending[os.write(in_w, pending[:65536]):]
-                except BrokenPipeError:  # git stopped reading: what it wrote still counts
-                    pending = pending[:0]
-                if not pending:
-                    os.close(in_w)
-                    writers = []
-            for fd in ready:
-                data = os.read(fd, 65536)
-                if data:
-                    chunks[fd].append(data)
-                else:
-                    readers.remove(fd)
-    finally:
-        os.close(out_r)
-        os.close(err_r)
-        if writers:
-            os.close(in_w)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out
 
 
 def _lines(text: str) -> list[str]:
@@ -163,7 +87,7 @@ class Git:
         data = input.encode() if isinstance(input, str) else input
         limit = self.timeout if timeout is None else timeout
         try:
-            code, out, err, timed_out = _spawn(argv, full, limit, data)
+            code, out, err, timed_out = run_captured(argv, full, limit, data)
         except FileNotFoundError as exc:
             raise EnvironmentError_("git is not installed", hint="Install git.") from exc
         if timed_out:
@@ -280,6 +204,66 @@ class Git:
         """Untracked files that are not ignored (any name, newlines included)."""
         return [p for p in self.run(["ls-files", "--others", "--exclude-standard", "-z"]).stdout.split("\0") if p]
 
+    def changes(self) -> list[tuple[str, str]]:
+        """(XY, path) of every modified, staged and untracked entry (``status --porcelain -z``, any name).
+
+        A rename's path reads ``old -> new``; a nested repository shows as one untracked
+        entry ending in ``/`` (git does not look inside it).
+        """
+        return parse_changes(self.run(["status", "--porcelain=v1", "-z", "--untracked-files=all"]).stdout)
+
+    def ignored(self) -> list[str]:
+        """Ignored files here; a folder that is ignored as a whole is one entry ending in ``/``."""
+        proc = self.run(["ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"])
+        return [p for p in proc.stdout.split("\0") if p]
+
+    def gitlinks(self) -> list[str]:
+        """Paths of the submodules (gitlinks) in this checkout's index."""
+        out = []
+        for entry in self.run(["ls-files", "--stage", "-z"]).stdout.split("\0"):
+            meta, _, path = entry.partition("\t")
+            if meta.startswith("160000 ") and path:
+                out.append(path)
+        return out
+
+    def tracked(self) -> set[str]:
+        """Every path in this checkout's index."""
+        return {p for p in self.run(["ls-files", "-z"]).stdout.split("\0") if p}
+
+    def in_the_way(self, onto: str) -> list[str]:
+        """Untracked or ignored files here that rebasing HEAD onto ``onto`` would overwrite or delete.
+
+        git refuses to overwrite an untracked file, but overwrites an *ignored* one without a
+        word (a ``.env`` the parent branch now tracks, say). The paths at risk are those the
+        rebase writes: every path ``onto`` and HEAD differ in, and every path a commit being
+        replayed touches. A path the index does not track that exists here (or a file where
+        the rebase needs a folder) is in the way.
+        """
+        paths = set(self.run(["diff", "--name-only", "--no-renames", "-z", "HEAD", onto]).stdout.split("\0"))
+        paths |= set(self.run(["log", "--name-only", "--no-renames", "-z", "--format=", f"{onto}..HEAD"]).stdout
+                     .replace("\n", "\0").split("\0"))
+        paths.discard("")
+        if not paths:
+            return []
+        tracked = self.tracked()
+        found: set[str] = set()
+        for rel in paths:
+            if rel in tracked:
+                continue
+            full = os.path.join(self.path, rel)
+            if os.path.lexists(full):
+                found.add(rel)
+                continue
+            parts = rel.split("/")
+            for n in range(1, len(parts)):
+                parent = "/".join(parts[:n])
+                here = os.path.join(self.path, parent)
+                if os.path.lexists(here) and (os.path.islink(here) or not os.path.isdir(here)) \
+                        and parent not in tracked:
+                    found.add(parent)
+                    break
+        return sorted(found)
+
     def conflicted_files(self) -> list[str]:
         """Files with unresolved conflicts (during a merge or rebase)."""
         return self.run(["diff", "--name-only", "--diff-filter=U"], check=False).stdout.split()
@@ -357,6 +341,40 @@ class Git:
         cherry = self.cherry(base, rev)
         return bool(cherry) and all(ln.startswith("-") for ln in cherry)
 
+    def commits_among(self, names: Iterable[str]) -> set[str]:
+        """Which of the object ``names`` are commits that exist here."""
+        wanted = [n for n in dict.fromkeys(names) if n]
+        if not wanted:
+            return set()
+        proc = self.run(["cat-file", "--batch-check=%(objectname) %(objecttype)"], input="\n".join(wanted) + "\n",
+                        check=False)
+        return {ln.split()[0] for ln in proc.stdout.splitlines() if ln.endswith(" commit")}
+
+    def ref_tips(self) -> list[str]:
+        """The object every ref points at (branches, tags, remotes, exo's archives, notes, the stash...)."""
+        return _lines(self.run(["for-each-ref", "--format=%(objectname)"]).stdout)
+
+    def unreachable_from_refs(self, tips: Iterable[str]) -> list[str]:
+        """Commits reachable from ``tips`` that no ref reaches (newest first): what would be lost with them."""
+        tips = [t for t in dict.fromkeys(tips) if t]
+        if not tips:
+            return []
+        lines = tips + [f"^{sha}" for sha in dict.fromkeys(self.ref_tips())]
+        proc = self.run(["rev-list", "--stdin"], input="\n".join(lines) + "\n")
+        return _lines(proc.stdout)
+
+    def describe(self, shas: Sequence[str]) -> list[str]:
+        """"sha subject" of each commit of ``shas``, in that order."""
+        if not shas:
+            return []
+        proc = self.run(["log", "--no-walk=unsorted", "--format=%h %s", "--stdin"], input="\n".join(shas) + "\n",
+                        check=False)
+        return _lines(proc.stdout) if proc.ok else list(shas)
+
+    def bundle_all(self, path: str | os.PathLike[str]) -> Finished:
+        """Write every ref of this repository and their history to the bundle file ``path``."""
+        return self.run(["bundle", "create", os.fspath(path), "--all"], check=False, timeout=3600)
+
     def blob(self, rev: str, path: str) -> bytes | None:
         """The exact bytes of ``rev:path``, or None when it has no such file."""
         _, code, out, _ = self._exec(["cat-file", "blob", f"{rev}:{path}"])
@@ -397,11 +415,27 @@ class Git:
         Parents: HEAD, the index, and (when there are untracked files) a commit of the
         untracked files alone, exactly like ``git stash -u`` (``label`` names the parts as
         ``git stash`` does); so ``git stash apply --index <sha>`` restores it. Writes objects
-        only: the worktree, index and stash list are untouched.
+        only: the worktree, index and stash list are untouched. When git cannot stash (see
+        ``save_work``) the commit is a snapshot instead.
         """
-        head = self.out(["rev-parse", "HEAD"])
-        untracked = self.untracked()
-        stash = self.stash_create(label)
+        saved = self.save_work(message, label=label)
+        return saved[0] if saved else None
+
+    def save_work(self, message: str, *, label: str) -> tuple[str, str] | None:
+        """(commit, "stash" or "snapshot") of the uncommitted work here, untracked files included; None when clean.
+
+        "stash": the stash-shaped commit of ``wip_commit``. "snapshot": ``snapshot_commit``,
+        when git cannot stash this checkout (a merge or rebase stopped on conflicts, or no
+        commit yet). Nested repositories are left out (they are not files of this repository).
+        """
+        head = self.rev("HEAD")
+        untracked = [p for p in self.untracked() if not p.endswith("/")]
+        proc = self.run(["stash", "create", label], check=False) if head else None
+        if head is None or proc is None or proc.returncode != 0:
+            if not self.tracked_changes(check=False) and not untracked:
+                return None
+            return self.snapshot_commit(message, head=head, untracked=untracked), "snapshot"
+        stash = proc.stdout.strip() or None
         if not stash and not untracked:
             return None
         if stash:
@@ -413,7 +447,19 @@ class Git:
         parents = [head, index]
         if untracked:
             parents.append(self.commit_tree(self.tree_of_files(untracked), [], f"untracked files on {label}\n"))
-        return self.commit_tree(work_tree, parents, message + "\n")
+        return self.commit_tree(work_tree, parents, message + "\n"), "stash"
+
+    def snapshot_commit(self, message: str, *, head: str | None, untracked: Sequence[str]) -> str:
+        """A commit of every tracked and untracked file as it is on disk (parent: ``head``).
+
+        For a checkout ``git stash`` cannot save (a merge or rebase stopped on conflicts):
+        the files are kept byte for byte, conflict markers included; the index's conflict
+        stages are not. ``git restore --source=<sha> --worktree -- .`` puts them back.
+        """
+        present = [p for p in self.run(["ls-files", "-z"]).stdout.split("\0")
+                   if p and os.path.lexists(os.path.join(self.path, p))]
+        tree = self.tree_of_files(sorted(set(present) | set(untracked)))
+        return self.commit_tree(tree, [head] if head else [], message + "\n")
 
     def keep_ref(self, name: str, sha: str, *, reason: str) -> str:
         """Point ref ``name`` at ``sha``, or ``name.N`` when ``name`` holds something else (never overwritten)."""

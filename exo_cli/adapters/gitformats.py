@@ -110,3 +110,21 @@ def parse_status(text: str) -> Snapshot:
         elif line.startswith("? "):
             changes.append(f"?? {line[2:]}")
     return Snapshot(branch, head, upstream, ahead, behind, changes)
+
+
+def parse_changes(text: str) -> list[tuple[str, str]]:
+    """(XY, path) of each entry of ``git status --porcelain=v1 -z`` (a rename's path reads ``old -> new``)."""
+    fields = text.split("\0")
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        xy, path = entry[:2], entry[3:]
+        if xy[0] in "RC" and i < len(fields):  # -z puts the old name in the next field
+            path = f"{fields[i]} -> {path}"
+            i += 1
+        out.append((xy, path))
+    return out

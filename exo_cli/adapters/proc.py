@@ -12,6 +12,7 @@ Stdlib only and cheap to import: identity by ancestry (``ancestors``) runs on ev
 from __future__ import annotations
 
 import os
+import select
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -228,6 +229,82 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 # --------------------------------------------------------------------------- running programs
+
+
+def run_captured(argv: list[str], env: Mapping[str, str], timeout: float,
+                 stdin: bytes | None) -> tuple[int, bytes, bytes, bool]:
+    """posix_spawn ``argv`` with stdout/stderr captured; stdin is ``stdin`` or /dev/null (git's runner).
+
+    No ``subprocess`` import: git runs on every hook, and importing it costs more than git itself.
+
+    Returns (exit code, stdout, stderr, timed out). The child is killed at the deadline.
+    """
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r = in_w = -1
+    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
+    if stdin is None:
+        actions.append((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0))
+    else:
+        in_r, in_w = os.pipe()
+        actions += [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_CLOSE, in_w)]
+    actions += [
+        (os.POSIX_SPAWN_DUP2, out_w, 1),
+        (os.POSIX_SPAWN_DUP2, err_w, 2),
+        (os.POSIX_SPAWN_CLOSE, out_r),
+        (os.POSIX_SPAWN_CLOSE, err_r),
+    ]
+    try:
+        pid = os.posix_spawnp(argv[0], argv, dict(env), file_actions=actions)
+    except BaseException:
+        for fd in (out_r, err_r, in_w):
+            if fd >= 0:
+                os.close(fd)
+        raise
+    finally:
+        for fd in (out_w, err_w, in_r):
+            if fd >= 0:
+                os.close(fd)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    readers = [out_r, err_r]
+    pending = memoryview(stdin or b"")
+    writers = [in_w] if in_w >= 0 else []
+    if writers:
+        os.set_blocking(in_w, False)
+        if not pending:
+            os.close(in_w)
+            writers = []
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    try:
+        while readers or writers:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, 9)
+                timed_out = True
+                break
+            ready, can_write, _ = select.select(readers, writers, [], left)
+            if can_write:
+                try:
+                    pending = pending[os.write(in_w, pending[:65536]):]
+                except BrokenPipeError:  # git stopped reading: what it wrote still counts
+                    pending = pending[:0]
+                if not pending:
+                    os.close(in_w)
+                    writers = []
+            for fd in ready:
+                data = os.read(fd, 65536)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    readers.remove(fd)
+    finally:
+        os.close(out_r)
+        os.close(err_r)
+        if writers:
+            os.close(in_w)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out
 
 
 def which(name: str, path: str | None = None) -> str | None:

@@ -1,0 +1,182 @@
+"""A checkout's own git folder, read directly: operations in progress and the commits they hold.
+
+Every checkout of a repository (the main one and each linked worktree) has its own git
+folder: the main checkout's is the common ``.git``, a linked worktree's is
+``.git/worktrees/<name>`` (its ``.git`` file says where). That folder holds what
+``git worktree remove`` throws away with the checkout: its ``HEAD`` (a detached HEAD's
+commits), a paused rebase (``rebase-merge/``, ``rebase-apply/``: the original branch, the
+commits rewritten so far, an autostash), a merge, cherry-pick or revert in progress
+(``MERGE_HEAD``, ``CHERRY_PICK_HEAD``, ``REVERT_HEAD``, ``sequencer/``), a bisect
+(``BISECT_LOG``, ``BISECT_START``, ``refs/bisect/``) and its per-worktree refs
+(``refs/worktree/``, ``refs/rewritten/``). This module reads those files (no git process)
+so that removal and merging can see them; which of the commits are reachable from a ref
+is the git client's question.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+# A full object name, SHA-1 or SHA-256.
+_SHA = re.compile(r"\b(?:[0-9a-f]{64}|[0-9a-f]{40})\b")
+# Files at the top of a checkout's git folder that name commits it would lose.
+HEAD_FILES = ("HEAD", "ORIG_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD",
+              "BISECT_HEAD", "AUTO_MERGE")
+# Folders of an operation in progress, read whole (todo lists, autostash, rewritten commits).
+STATE_DIRS = ("rebase-merge", "rebase-apply", "sequencer")
+# Every file and folder that belongs to an operation in progress (what an archive keeps a copy of).
+STATE_FILES = (*STATE_DIRS, *HEAD_FILES[1:], "BISECT_LOG", "BISECT_START", "BISECT_TERMS", "BISECT_NAMES",
+               "BISECT_EXPECTED_REV", "BISECT_ANCESTORS_OK", "MERGE_MSG", "MERGE_MODE", "MERGE_RR",
+               "SQUASH_MSG", "refs")
+# Per-worktree ref namespaces (in a linked worktree's own folder, gone with it).
+WORKTREE_REFS = ("refs/bisect", "refs/worktree", "refs/rewritten")
+
+
+def git_dir_of(checkout: str | os.PathLike[str]) -> Path | None:
+    """The git folder of ``checkout``: its ``.git`` folder, or where its ``.git`` file points; None without one."""
+    dot = Path(checkout) / ".git"
+    if dot.is_dir() and not dot.is_symlink():
+        return dot
+    try:
+        text = dot.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    target = Path(text[len("gitdir:"):].strip())
+    return target if target.is_absolute() else (Path(checkout) / target)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def operations(git_dir: Path) -> list[str]:
+    """The operations in progress in the checkout of ``git_dir``: rebase, am, merge, cherry-pick, revert, bisect."""
+    out: list[str] = []
+    if (git_dir / "rebase-merge").is_dir():
+        out.append("rebase")
+    elif (git_dir / "rebase-apply").is_dir():
+        out.append("am" if (git_dir / "rebase-apply" / "applying").exists() else "rebase")
+    if (git_dir / "MERGE_HEAD").exists():
+        out.append("merge")
+    todo = _read(git_dir / "sequencer" / "todo")
+    if (git_dir / "CHERRY_PICK_HEAD").exists() or todo.startswith(("pick", "p ")):
+        out.append("cherry-pick")
+    if (git_dir / "REVERT_HEAD").exists() or todo.startswith(("revert", "r ")):
+        out.append("revert")
+    if (git_dir / "sequencer").is_dir() and not {"cherry-pick", "revert"} & set(out):
+        out.append("cherry-pick")
+    if (git_dir / "BISECT_LOG").exists() or (git_dir / "BISECT_START").exists():
+        out.append("bisect")
+    return out
+
+
+def head_branch(git_dir: Path) -> str | None:
+    """The branch ``HEAD`` is on (None when detached)."""
+    head = _read(git_dir / "HEAD")
+    return head[len("ref: refs/heads/"):] if head.startswith("ref: refs/heads/") else None
+
+
+def branches_concerned(git_dir: Path) -> set[str]:
+    """Every branch this checkout has out or is in the middle of working on.
+
+    ``HEAD``'s branch, the branch a paused rebase will update (``head-name``), and the
+    branch a bisect started from (``BISECT_START``): during a rebase or a bisect ``HEAD``
+    is detached, but the checkout is still that branch's.
+    """
+    out: set[str] = set()
+    branch = head_branch(git_dir)
+    if branch:
+        out.add(branch)
+    for name in ("rebase-merge/head-name", "rebase-apply/head-name"):
+        text = _read(git_dir / name)
+        if text.startswith("refs/heads/"):
+            out.add(text[len("refs/heads/"):])
+    start = _read(git_dir / "BISECT_START")
+    if start and not _SHA.fullmatch(start):
+        out.add(start.removeprefix("refs/heads/"))
+    return out
+
+
+def _files(root: Path) -> Iterator[Path]:
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            yield Path(folder) / name
+
+
+def state_commits(git_dir: Path, *, linked: bool = True) -> dict[str, str]:
+    """Object names the checkout's own state holds: label -> name (not checked to be commits).
+
+    A detached ``HEAD``, the other ``*_HEAD`` files, every name in ``rebase-merge/``,
+    ``rebase-apply/`` and ``sequencer/`` (an autostash, the commits rewritten so far, the
+    original branch), and, for a linked worktree (``linked``), its per-worktree refs. A
+    file naming several objects gives labels ``file#2``, ``file#3``... A ``HEAD`` on a branch
+    is the branch's business (a ref), so it is not listed; neither is ``ORIG_HEAD`` when no
+    operation is in progress (it is then what a finished rebase or a reset left behind, the
+    commits they replaced on purpose, like the reflog's).
+    """
+    found: dict[str, str] = {}
+    busy = bool(operations(git_dir))
+
+    def add(label: str, text: str) -> None:
+        for i, sha in enumerate(dict.fromkeys(_SHA.findall(text))):
+            found[label if i == 0 else f"{label}#{i + 1}"] = sha
+
+    for name in HEAD_FILES:
+        text = _read(git_dir / name)
+        if (name == "HEAD" and text.startswith("ref:")) or (name == "ORIG_HEAD" and not busy):
+            continue
+        add(name, text)
+    for name in STATE_DIRS:
+        folder = git_dir / name
+        if folder.is_dir():
+            for path in _files(folder):
+                add(path.relative_to(git_dir).as_posix(), _read(path))
+    if linked:
+        for ns in WORKTREE_REFS:
+            folder = git_dir / ns
+            if folder.is_dir():
+                for path in _files(folder):
+                    add(path.relative_to(git_dir).as_posix(), _read(path))
+    return found
+
+
+class Checkout(NamedTuple):
+    """One checkout of a repository as its git folder describes it."""
+
+    path: str  # the checkout's folder ("" when its git folder does not say)
+    git_dir: str
+    branches: set[str]  # see ``branches_concerned``
+    operations: list[str]  # see ``operations``
+
+
+def checkouts(common_dir: str | os.PathLike[str]) -> list[Checkout]:
+    """Every checkout of the repository whose shared git folder is ``common_dir``, the main one first."""
+    common = Path(common_dir)
+    out: list[Checkout] = []
+    if (common / "HEAD").exists() and not _read(common / "config").count("bare = true"):
+        out.append(Checkout(str(common.parent), str(common), branches_concerned(common), operations(common)))
+    admin = common / "worktrees"
+    if admin.is_dir():
+        for entry in sorted(admin.iterdir()):
+            if not (entry / "HEAD").exists():
+                continue
+            dot_git = _read(entry / "gitdir")
+            if dot_git and not os.path.lexists(dot_git):
+                continue  # its folder is gone (prunable): nothing there to protect
+            path = str(Path(dot_git).parent) if dot_git else ""
+            out.append(Checkout(path, str(entry), branches_concerned(entry), operations(entry)))
+    return out
+
+
+__all__ = ["HEAD_FILES", "STATE_DIRS", "STATE_FILES", "Checkout", "branches_concerned", "checkouts", "git_dir_of",
+           "head_branch", "operations", "state_commits"]
