@@ -23,6 +23,12 @@ def render_complete(out: Out, r: CompleteResult) -> None:
         out.line(f"Deleted branch {r.branch}")
     for ref, sha in r.archived.items():
         out.line(f"Archived {ref} = {sha[:12]}")
+    if r.archive_folder:
+        out.line(f"Kept files in {r.archive_folder} (private to you, never in git)")
+    if r.kept_ignored:
+        out.line(f"Kept ignored files: {', '.join(r.kept_ignored)}")
+    if r.kept_nested:
+        out.line(f"Kept nested repositories (whole, plus a bundle of every ref): {', '.join(r.kept_nested)}")
     if r.restore:
         out.line("Restore with:")
         for cmd in r.restore:

@@ -1,32 +1,42 @@
 """``exo complete``: close the task, stop the agent, and clean up without ever losing work.
 
-The worktree is removed and the branch deleted only when nothing would be lost: no
-uncommitted or untracked files, no commit whose content is missing from the base (a
-squash-merged branch counts as merged: tree and patch-id comparison, or the forge's
-merged state for the very commit that was merged), no other process working inside the
-worktree, and the branch not checked out elsewhere. ``--force`` first keeps a copy of
-everything (``refs/exo/archive/<branch>`` and a stash-shaped commit of the uncommitted
-work, untracked files included, at ``refs/exo/archive/<branch>-wip``) and says how to
-restore it. exo never retries a refused ``git worktree remove`` with ``--force``.
+The worktree is removed and the branch deleted only when nothing would be lost
+(``adapters.keep.survey``: uncommitted, untracked and non-regenerable ignored files, nested
+repositories, operations in progress, commits only the worktree's own state reaches; plus
+the branch's commits whose content is missing from the base: a squash-merged branch counts
+as merged, and so does a forge merge of the very commit while its result is still in the
+base), no other process works inside the worktree, and the branch is not checked out
+elsewhere.
+
+The order keeps a refusal harmless: check (the agent still running), stop the agent, check
+again. A refusal at the first check changes nothing; at the second, the agent is stopped but
+stays resumable (``dead``, never ``done``: bead open, backend files, worktree, branch and
+session kept). ``--force`` first archives everything (``adapters.keep.keep``) and says how
+to restore it. exo never retries a refused ``git worktree remove`` with ``--force``. Every
+step can be repeated: a complete killed midway is finished by the next one, and the restore
+commands of an archive it made are kept in the agent's record until then.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shlex
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from exo_cli.adapters.git import Git
-from exo_cli.errors import NotFound, StateError
-from exo_cli.records import DONE, ROOT, Agent
+from exo_cli import fault
+from exo_cli.adapters import keep
+from exo_cli.adapters.git import Finished, Git
+from exo_cli.errors import ExoError, NotFound, StateError
+from exo_cli.records import DEAD, DONE, ROOT, Agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
 
-ARCHIVE = "refs/exo/archive/"
+ARCHIVE = keep.ARCHIVE_REFS
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,9 @@ class CompleteResult:
     restore: list[str] = field(default_factory=list)
     undone: int = 0
     warnings: list[str] = field(default_factory=list)
+    archive_folder: str | None = None  # exo's private folder holding the kept files (mode 0700)
+    kept_ignored: list[str] = field(default_factory=list)  # ignored files and folders copied there
+    kept_nested: list[str] = field(default_factory=list)  # nested repositories copied (and bundled) there
 
 
 # -- finding the target ------------------------------------------------------------------------
@@ -126,14 +139,16 @@ def _base_of(env: Env, agent: Agent) -> str | None:
 
 
 def unmerged_commits(env: Env, branch: str, base: str | None) -> list[str]:
-    """Commits of ``branch`` whose content is in neither its base nor the remote's base ('sha subject')."""
+    """Commits of ``branch`` whose content is in neither its base nor the remote's base ('sha subject').
+
+    A PR the forge merged counts only while its merge result is still in the base: a merge
+    undone afterwards (a ``git rebase --abort`` of a checkout of the base, a reset) leaves the
+    branch's commits unmerged again.
+    """
     git = Git(env.repo.root)
     sha = git.rev(f"refs/heads/{branch}")
     if not sha:
         return []
-    for pr in env.store.prs(head=branch, state="merged") if env.has_state() else []:
-        if pr.data.get("head_sha") == sha:
-            return []  # the forge merged exactly this commit
     bases = []
     if base:
         bases.append(f"refs/heads/{base}")
@@ -142,6 +157,10 @@ def unmerged_commits(env: Env, branch: str, base: str | None) -> list[str]:
     bases = [b for b in bases if git.ref_exists(b)]
     if not bases:
         return [f"{sha[:12]} (no base branch {base!r} to compare with)"]
+    for pr in env.store.prs(head=branch, state="merged") if env.has_state() else []:
+        if pr.data.get("head_sha") == sha and pr.merge_commit and any(git.is_ancestor(pr.merge_commit, b)
+                                                                      for b in bases):
+            return []  # the forge merged exactly this commit, and its result is still in the base
     for b in bases:
         if git.merged_by_content(sha, b):
             return []
@@ -164,12 +183,19 @@ def _own_pids() -> set[int]:
 
 
 def _agent_groups(agent: Agent) -> set[int]:
-    loc = agent.location or {}
-    return {v for v in (loc.get("pid"), loc.get("pgid")) if isinstance(v, int) and v > 1}
+    """The process groups exo started for the agent: its own and its services'."""
+    out: set[int] = set()
+    for loc in (agent.location or {}, agent.spec.get("services_location") or {}):
+        out |= {v for v in (loc.get("pid"), loc.get("pgid")) if isinstance(v, int) and v > 1}
+    return out
 
 
-def _foreign_processes(agent: Agent, worktree: str, *, settle: float = 3.0) -> list[dict[str, Any]]:
-    """Processes inside the worktree other than exo itself; the stopped agent's own get time to exit."""
+def _processes(agent: Agent, worktree: str, *, settle: float) -> list[dict[str, Any]]:
+    """Processes inside the worktree other than exo itself.
+
+    With ``settle`` 0 (the agent may still run), the agent's own processes are not counted;
+    after stopping it (``settle`` > 0) they get that long to exit, and then count too.
+    """
     from exo_cli.adapters.proc import processes_inside
 
     groups = _agent_groups(agent)
@@ -177,23 +203,44 @@ def _foreign_processes(agent: Agent, worktree: str, *, settle: float = 3.0) -> l
     while True:
         found = processes_inside(worktree, exclude=_own_pids())
         agents_own = [p for p in found if p["pgid"] in groups or p["sid"] in groups]
+        if not settle:
+            return [p for p in found if p not in agents_own]
         if not agents_own or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
 
 
-def assess(env: Env, agent: Agent) -> dict[str, list[Any]]:
-    """What removing the agent's worktree and branch would lose or disturb, by kind."""
-    losses: dict[str, list[Any]] = {}
+def _policy(env: Env) -> tuple[list[str], int]:
+    """``cleanup.regenerable`` and ``cleanup.max_keep_mb`` (in bytes)."""
+    patterns = env.config.get("cleanup.regenerable")
+    limit = env.config.get("cleanup.max_keep_mb")
+    return (list(keep.DEFAULT_REGENERABLE) if patterns is None else list(patterns),
+            (keep.DEFAULT_LIMIT_MB if limit is None else int(limit)) << 20)
+
+
+def exo_owned(env: Env, agent: Agent) -> set[str]:
+    """What exo itself put into the agent's worktree (``keep.exo_files``)."""
+    written = [r["path"] for r in agent.undo if isinstance(r, dict) and isinstance(r.get("path"), str)]
+    return keep.exo_files(agent.worktree or "", copies=agent.spec.get("created_files") or [],
+                          source_root=str(env.repo.root), written=written)
+
+
+def survey(env: Env, agent: Agent) -> keep.Inventory | None:
+    """What removing the agent's worktree would lose (None: exo did not create it, or it is gone)."""
     wt = agent.worktree
-    if wt and os.path.isdir(wt):
-        changes = Git(wt).status_porcelain()
-        untracked = [c[3:] for c in changes if c.startswith("??")]
-        modified = [c for c in changes if not c.startswith("??")]
-        if modified:
-            losses["uncommitted"] = modified
-        if untracked:
-            losses["untracked"] = untracked
+    if not (_worktree_created(agent) and wt and os.path.isdir(wt)):
+        return None
+    regenerable, limit = _policy(env)
+    return keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
+                       limit=limit)
+
+
+def assess(env: Env, agent: Agent, inventory: keep.Inventory | None = None) -> dict[str, list[Any]]:
+    """What removing the agent's worktree and branch would lose, by kind (``would_lose``)."""
+    losses: dict[str, list[Any]] = {}
+    inv = inventory if inventory is not None else survey(env, agent)
+    if inv is not None:
+        losses.update(inv.losses())
     if agent.branch and _branch_created(agent):
         commits = unmerged_commits(env, agent.branch, _base_of(env, agent))
         if commits:
@@ -204,15 +251,15 @@ def assess(env: Env, agent: Agent) -> dict[str, list[Any]]:
     return losses
 
 
-def blockers(env: Env, agent: Agent) -> dict[str, list[Any]]:
+def blockers(env: Env, agent: Agent, *, settle: float = 3.0) -> dict[str, list[Any]]:
     """What stops removal even with --force: other processes inside, the branch checked out elsewhere."""
     out: dict[str, list[Any]] = {}
     wt = agent.worktree
-    if wt and os.path.isdir(wt):
-        procs = _foreign_processes(agent, wt)
+    if wt and os.path.isdir(wt) and _worktree_created(agent):
+        procs = _processes(agent, wt, settle=settle)
         if procs:
             out["processes"] = procs
-    if agent.branch:
+    if agent.branch and _branch_created(agent):
         mine = os.path.realpath(wt) if wt else None
         elsewhere = [w.path for w in Git(env.repo.root).worktrees()
                      if w.branch == f"refs/heads/{agent.branch}" and os.path.realpath(w.path) != mine]
@@ -229,30 +276,80 @@ def _branch_created(agent: Agent) -> bool:
     return bool(agent.branch) and bool(agent.spec.get("branch_created", agent.spec.get("worktree_created", True)))
 
 
+class Check(NamedTuple):
+    """One look at what removal would lose or disturb."""
+
+    inventory: keep.Inventory | None
+    losses: dict[str, list[Any]]
+    block: dict[str, list[Any]]
+
+
+def _check(env: Env, agent: Agent, *, settle: float) -> Check:
+    inv = survey(env, agent)
+    return Check(inv, assess(env, agent, inv), blockers(env, agent, settle=settle))
+
+
+def _refusal(agent: Agent, check: Check, *, force: bool, stopped: bool, running: bool,
+             base: dict[str, Any]) -> StateError | None:
+    """The StateError a check calls for (None: go ahead)."""
+    status = agent.status
+    if stopped and agent.status == DONE:  # it completed its own task earlier: done it stays
+        after = (f" exo stopped {agent.name} to check again; it stays done (it completed its own task), and its "
+                 "worktree and branch are kept.")
+    elif stopped:
+        status = DEAD
+        after = (f" exo stopped {agent.name} to check again: it is stopped (dead), not done, and stays resumable; "
+                 "its bead, worktree, branch and session are kept.")
+    else:
+        after = " Nothing was changed" + (f" ({agent.name} is still running)." if running else ".")
+    data = dict(would_lose=check.losses, stopped=stopped, status=status, **base)
+    if check.block:
+        return StateError(f"Not removing {agent.name}'s worktree: {_describe(check.block)}.{after}",
+                          hint="Stop those processes (or leave that folder) and run `exo complete` again.",
+                          would_block=check.block, **data)
+    if check.losses and not force:
+        return StateError(
+            f"Completing {agent.name} would lose work: {_describe(check.losses)}.{after}",
+            hint="Commit and file a PR (exo pr file) and merge it, or run `exo complete --force` to archive "
+            "everything first (refs under refs/exo/archive/, files in exo's private state folder).",
+            **data,
+        )
+    inv = check.inventory
+    if force and inv is not None and inv.too_big:
+        err = keep.too_big_error(inv)
+        err.message += after
+        err.data.update(data)
+        return err
+    return None
+
+
 # -- archiving -----------------------------------------------------------------------------------
-def archive(env: Env, agent: Agent) -> tuple[dict[str, str], list[str]]:
-    """Keep the branch and the uncommitted work under refs/exo/archive/; return refs and restore commands."""
-    git = Git(env.repo.root)
-    refs: dict[str, str] = {}
-    branch = agent.branch
-    wt = agent.worktree if agent.worktree and os.path.isdir(agent.worktree) else None
-    restore: list[str] = []
-    label = branch or agent.name
-    if branch:
-        sha = git.rev(f"refs/heads/{branch}")
-        if sha:
-            ref = git.keep_ref(ARCHIVE + branch, sha, reason="exo complete --force")
-            refs[ref] = sha
-            restore.append(f"git branch {shlex.quote(branch)} {shlex.quote(ref)}")
-    if wt:
-        wip = Git(wt).wip_commit("WIP archived by exo complete --force", label="exo archive")
-        if branch:
-            restore.append(f"git worktree add {shlex.quote(wt)} {shlex.quote(branch)}")
-        if wip:
-            ref = git.keep_ref(ARCHIVE + label + "-wip", wip, reason="exo complete --force (uncommitted work)")
-            refs[ref] = wip
-            restore.append(f"git -C {shlex.quote(wt)} stash apply --index {shlex.quote(ref)}")
-    return refs, restore
+def archive(env: Env, agent: Agent, inventory: keep.Inventory | None = None) -> keep.Kept:
+    """Keep the branch and everything ``inventory`` lists (``keep.keep``); the refs, folder and restore commands."""
+    inv = inventory if inventory is not None else survey(env, agent)
+    if inv is None:
+        inv = keep.Inventory(worktree=agent.worktree or "")
+    branch = agent.branch if _branch_created(agent) else None
+    try:
+        return keep.keep(inv, main=Git(env.repo.root), archive_root=env.state_dir / "archive",
+                         label=agent.branch or agent.name, branch=branch, reason="exo complete --force")
+    except OSError as exc:  # an unreadable file, a full disk: nothing is removed without its copy
+        raise StateError(f"Could not archive {agent.name}'s work, so nothing was removed: {exc}",
+                         hint="Fix what stopped the copy (permissions, disk space), then run `exo complete --force` "
+                         "again.", agent=agent.id, worktree=agent.worktree, reason="archive-failed") from exc
+
+
+def _restore_of(agent: Agent, kept: keep.Kept | None, worktree_kept: bool) -> tuple[dict[str, str], list[str], str | None]:
+    """The archive to report: this run's, or (after a complete killed midway) the earlier one's plus this one's."""
+    earlier = agent.spec.get("archive") or {}
+    if kept is not None and (worktree_kept or not earlier):
+        return kept.refs, kept.restore, kept.folder
+    refs = dict(earlier.get("refs") or {})
+    restore = list(earlier.get("restore") or [])
+    if kept is not None:
+        refs.update(kept.refs)
+        restore += [c for c in kept.restore if c not in restore]
+    return refs, restore, earlier.get("folder") or (kept.folder if kept else None)
 
 
 # -- the operation ---------------------------------------------------------------------------------
@@ -280,6 +377,42 @@ def _describe(losses: dict[str, list[Any]]) -> str:
     return "; ".join(parts)
 
 
+def _running(env: Env, agent: Agent) -> bool:
+    """Whether the agent's process (or its services') still runs."""
+    from exo_cli.adapters.mux import Location
+    from exo_cli.ops import agentctl
+
+    for loc_dict in (agent.location or {}, agent.spec.get("services_location") or {}):
+        if loc_dict.get("mux"):
+            with contextlib.suppress(ExoError, OSError):
+                loc = Location.from_dict(loc_dict)
+                if agentctl.mux_for(env, loc.mux).alive(loc):
+                    return True
+    return False
+
+
+def _stop(env: Env, agent: Agent) -> bool:
+    """Stop the agent and its services (status ``dead`` unless it is ``done``); whether it was running."""
+    from exo_cli.adapters.mux import Location
+    from exo_cli.ops import agentctl
+
+    svc = agent.spec.get("services_location") or {}
+    if svc.get("mux"):
+        with contextlib.suppress(ExoError, OSError):
+            loc = Location.from_dict(svc)
+            agentctl.mux_for(env, loc.mux).kill(loc, grace=2.0)
+    return agentctl.stop_agent(env, agent, reason="completing", status=DEAD)
+
+
+@contextlib.contextmanager
+def _complete_lock(env: Env, agent_id: str) -> Iterator[None]:
+    """One ``exo complete`` of an agent at a time (a second waits, then finds the work done)."""
+    from exo_cli.adapters.files import state_lock
+
+    with state_lock(env.state_dir, f"complete-{agent_id}"):
+        yield
+
+
 @op(
     "complete",
     cli="complete",
@@ -288,21 +421,23 @@ def _describe(losses: dict[str, list[Any]]) -> str:
     destructive=True,
     help={
         "target": "Bead id, agent id or agent name (default: your own task).",
-        "force": "Remove even with unsaved or unmerged work, after archiving it under refs/exo/archive/.",
+        "force": "Remove even with unsaved or unmerged work, after archiving it (refs under refs/exo/archive/, "
+        "files in exo's private state folder).",
     },
 )
 def complete(env: Env, *, target: str | None = None, force: bool = False) -> CompleteResult:
     """Close the bead, stop the agent, and remove its worktree and branch if nothing would be lost.
 
-    Refuses (StateError listing what would be lost) on uncommitted or untracked files or
-    commits whose content is not in the base branch (a squash merge counts as merged), and
-    always when another process works inside the worktree or the branch is checked out
-    elsewhere. ``--force`` first archives the branch and the uncommitted work under
-    ``refs/exo/archive/`` and prints how to restore them. An agent completing its own task
-    is marked done; its worktree is removed later by its parent.
+    Refuses (StateError listing what would be lost) on uncommitted, untracked or ignored files
+    (bar regenerable ones), nested repositories, an operation in progress, commits off the
+    branch, or branch commits whose content is not in the base (a squash merge counts as
+    merged); and always when another process works inside the worktree or the branch is
+    checked out elsewhere. It checks before stopping the agent and again after: a refusal
+    leaves the agent running, or stopped but resumable (dead, not done). ``--force`` first
+    archives everything and prints how to restore it. An agent completing its own task is
+    marked done; its worktree is removed later by its parent.
     """
     agent, bead = _resolve(env, target)
-    warnings: list[str] = []
     if agent is None:  # a bead with no agent
         closed, warn = _close_bead(env, bead or "", None)
         return CompleteResult(agent=None, bead=bead, bead_closed=closed, stopped=False, status=None, worktree=None,
@@ -321,53 +456,56 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
                            data={"agent": agent.id, "bead": bead, "removal": "deferred"})
         return CompleteResult(**base, bead_closed=closed, stopped=False, status=DONE, removal="deferred",
                               worktree_removed=False, branch_deleted=False, warnings=[warn] if warn else [])
+    with _complete_lock(env, agent.id):
+        agent = env.store.agent(agent.id) or agent  # another complete may have finished meanwhile
+        return _complete(env, agent, bead, force=force, base=base)
 
-    from exo_cli.ops import agentctl
 
+def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: dict[str, Any]) -> CompleteResult:
+    warnings: list[str] = []
+    running = _running(env, agent)
+    # 1. Check while the agent may still run: a refusal here changes nothing.
+    check = _check(env, agent, settle=0 if running else 3.0)
+    refusal = _refusal(agent, check, force=force, stopped=False, running=running, base=base)
+    if refusal is not None:
+        raise refusal
+    fault.point("complete.checked", env.environ)
+    # 2. Stop it (its services too), then 3. check again: it may have written something on its way out.
     stopped = False
-    if agent.status != DONE or agentctl.location(agent) is not None:
-        stopped = agentctl.stop_agent(env, agent, reason="completed", status=DONE)
-    env.store.update_agent(agent.id, status=DONE, completed_at=agent.completed_at or time.time())
-    agent = env.store.agent(agent.id) or agent
+    if running:
+        stopped = _stop(env, agent)
+        agent = env.store.agent(agent.id) or agent
+        fault.point("complete.stopped", env.environ)
+        check = _check(env, agent, settle=3.0)
+        refusal = _refusal(agent, check, force=force, stopped=True, running=False, base=base)
+        if refusal is not None:
+            env.store.update_agent(agent.id, status_reason="stopped by exo complete, which refused: " + refusal.message[:300])
+            raise refusal
+    # 4. Archive what would be lost.
+    kept: keep.Kept | None = None
+    if check.losses:
+        kept = archive(env, agent, check.inventory)
+        env.store.update_agent(agent.id, spec={**agent.spec, "archive": keep.describe_kept(kept)})
+        warnings += kept.notes
+        fault.point("complete.archived", env.environ)
+    refs, restore, folder = _restore_of(agent, kept, check.inventory is not None)
+    # 5. Undo what the backend wrote, remove the worktree, delete the branch (each step repeatable).
     undone, warn = _undo(env, agent)
     if warn:
         warnings.append(warn)
-    agent = env.store.agent(agent.id) or agent
-
-    removable = _worktree_created(agent) and agent.worktree and os.path.isdir(agent.worktree)
-    block = blockers(env, agent) if (removable or _branch_created(agent)) else {}
-    losses = assess(env, agent) if (removable or _branch_created(agent)) else {}
-    if block:
-        raise StateError(
-            f"Not removing {agent.name}'s worktree: {_describe(block)}",
-            hint="Stop those processes (or leave that folder) and run `exo complete` again.",
-            would_block=block, would_lose=losses, stopped=stopped, **base,
-        )
-    if losses and not force:
-        raise StateError(
-            f"Completing {agent.name} would lose work: {_describe(losses)}",
-            hint="Commit and file a PR (exo pr file) and merge it, or run `exo complete --force` to archive "
-            "everything under refs/exo/archive/ first.",
-            would_lose=losses, stopped=stopped, **base,
-        )
-    closed, warn = _close_bead(env, bead, agent) if bead else (False, None)
-    if warn:
-        warnings.append(warn)
-    archived: dict[str, str] = {}
-    restore: list[str] = []
-    if losses:
-        archived, restore = archive(env, agent)
     git = Git(env.repo.root)
     wt_removed = branch_deleted = False
-    if removable:
-        proc = git.worktree_remove(str(agent.worktree), force=bool(force and losses))
-        if proc.returncode != 0:
+    if check.inventory is not None:
+        # forced only once its content is archived (git refuses nested repositories and dirty files otherwise)
+        ok, why = env.worktrees.remove(str(agent.worktree), force=bool(check.inventory.losses()))
+        if not ok:
             from exo_cli.errors import external
 
-            raise external("git worktree remove", proc,
+            raise external("git worktree remove", Finished(["git", "worktree", "remove"], 1, "", why),
                            hint="git refused to remove the worktree; exo does not retry with --force. "
-                           "Look at it, then remove it yourself.", archived=archived, restore=restore)
+                           "Look at it, then remove it yourself.", archived=refs, restore=restore)
         wt_removed = True
+        fault.point("complete.removed", env.environ)
     if agent.branch and _branch_created(agent):
         sha = git.rev(f"refs/heads/{agent.branch}")
         if sha:
@@ -376,14 +514,22 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
             branch_deleted = proc.returncode == 0
             if not branch_deleted:
                 warnings.append(f"branch {agent.branch} not deleted: {proc.stderr.strip()}")
+    # 6. Close the bead and mark the agent done.
+    closed, warn = _close_bead(env, bead, agent) if bead else (False, None)
+    if warn:
+        warnings.append(warn)
+    env.store.update_agent(agent.id, status=DONE, status_reason="completed",
+                           completed_at=agent.completed_at or time.time())
     removal = "removed" if (wt_removed or branch_deleted) else "kept"
-    env.store.event("completed", agent.id, {"removal": removal, "archived": archived})
+    env.store.event("completed", agent.id, {"removal": removal, "archived": refs})
     if agent.parent and env.caller.agent_id != agent.parent:
         env.store.post("completed", env.caller.agent_id, agent.parent, f"{agent.name} was completed ({removal}).",
                        data={"agent": agent.id, "bead": bead, "removal": removal})
     return CompleteResult(**base, bead_closed=closed, stopped=stopped, status=DONE, removal=removal,
-                          worktree_removed=wt_removed, branch_deleted=branch_deleted, archived=archived,
-                          restore=restore, undone=undone, warnings=warnings)
+                          worktree_removed=wt_removed, branch_deleted=branch_deleted, archived=refs,
+                          restore=restore, undone=undone, warnings=warnings, archive_folder=folder,
+                          kept_ignored=list(kept.ignored) if kept else [],
+                          kept_nested=list(kept.nested) if kept else [])
 
 
-__all__ = ["CompleteResult", "archive", "assess", "blockers", "complete"]
+__all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "exo_owned", "survey", "unmerged_commits"]
