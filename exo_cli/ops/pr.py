@@ -9,10 +9,13 @@ them (``hooks.rebase_onto_base``, local refs only).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from exo_cli import fault
 from exo_cli.adapters.git import Git
 from exo_cli.errors import InvalidInput, NotFound, StateError
 from exo_cli.ops.branches import base_branch
@@ -195,9 +198,11 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
 def merge_pr(env: Env, *, number: int, strategy: str | None = None) -> MergeResult:
     """Merge a child's pull request into its base branch and tell the siblings.
 
-    Local forge: real git into the worktree that has the base checked out, refusing (the PR
-    stays open, nothing half-merged, that worktree untouched) when it has modified or staged
-    tracked files, when the merge would overwrite an untracked file, or on a conflict.
+    Merges into one base branch run one at a time, and are refused while any checkout of
+    the base has a rebase, merge, cherry-pick, revert or bisect in progress. Local forge:
+    real git into the worktree that has the base checked out, refusing (the PR stays open,
+    nothing half-merged, that worktree untouched) when it has modified or staged tracked
+    files, when the merge would overwrite an untracked or ignored file, or on a conflict.
     GitHub: ``gh pr merge --squash|--merge``, then the local base is fast-forwarded. The
     author and its siblings get a ``pr-merged`` message; their next stop hook rebases them.
     """
@@ -220,14 +225,54 @@ def merge_pr(env: Env, *, number: int, strategy: str | None = None) -> MergeResu
     else:
         message = f"Merge PR #{number} from {pr.head}\n\n{pr.title}\n\n{pr.body}".rstrip() + "\n"
     forge = forge_for(env, pr.forge, runner=gh_runner(env))
-    head_sha = Git(env.repo.root).rev(f"refs/heads/{pr.head}")
-    outcome = forge.merge(pr, strategy=strategy, message=message)
-    env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
-                        merged_at=time.time(), data={**pr.data, "head_sha": head_sha})
+    with merge_lock(env, pr.base):
+        # under the lock: another merge may have merged (or closed) this PR, or moved the base, meanwhile
+        pr = _get(env, number)
+        if pr.state != "open":
+            raise StateError(f"PR #{number} is {pr.state}", pr=number, state=pr.state)
+        refuse_paused(env, pr.base, number)
+        head_sha = Git(env.repo.root).rev(f"refs/heads/{pr.head}")
+        fault.point("merge.locked", env.environ)
+        outcome = forge.merge(pr, strategy=strategy, message=message)
+        fault.point("merge.moved", env.environ)
+        env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
+                            merged_at=time.time(), data={**pr.data, "head_sha": head_sha})
     notified = notify_merged(env, _get(env, number), sender=env.caller.agent_id)
     return MergeResult(pr=view(_get(env, number)), strategy=strategy, merge_commit=outcome.merge_commit,
                        base_worktree=outcome.base_worktree, local_updated=outcome.local_updated,
                        notified=notified, warnings=list(outcome.warnings))
+
+
+@contextlib.contextmanager
+def merge_lock(env: Env, base: str) -> Iterator[None]:
+    """Serialize merges into ``base`` (a file lock per base branch in exo's state folder)."""
+    import hashlib
+
+    from exo_cli.adapters.files import state_lock
+
+    with state_lock(env.state_dir, f"merge-{hashlib.sha1(base.encode()).hexdigest()[:16]}"):
+        yield
+
+
+def refuse_paused(env: Env, base: str, number: int) -> None:
+    """StateError when a checkout of ``base`` has a rebase, merge, cherry-pick, revert, am or bisect in progress.
+
+    During a rebase or a bisect that checkout's HEAD is detached, yet the operation will
+    update (or return to) ``base``: moving ``base`` under it would be undone (and the PR's
+    merge dropped) by its ``--abort``.
+    """
+    from exo_cli.adapters.gitdir import checkouts
+
+    for co in checkouts(env.repo.common_dir):
+        if base in co.branches and co.operations:
+            ops = ", ".join(co.operations)
+            raise StateError(
+                f"Not merging PR #{number}: the checkout of {base} at {co.path or co.git_dir} has a {ops} in progress",
+                hint="Finish it or abort it there (" + "; ".join(
+                    "git bisect reset" if o == "bisect" else f"git {o} --continue or --abort" for o in co.operations)
+                + "), then merge again.",
+                pr=number, worktree=co.path, operations=co.operations, reason="operation-in-progress",
+            )
 
 
 def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
