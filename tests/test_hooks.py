@@ -297,6 +297,45 @@ def test_stop_hook_rebase_conflict_leaves_tree_and_asks_parent(repo: Path, tmp_p
     assert len(_msgs(repo, sender="w1", kinds=["question"])) == 1  # asked once per parent tip
 
 
+@pytest.mark.parametrize("where", [".env", "cfg/local.toml", "cache"])
+def test_stop_hook_rebase_never_overwrites_ignored_files(repo: Path, tmp_path: Path, where: str) -> None:
+    """The parent now tracks a path where the agent has an ignored file (or folder): no rebase, and it is told why."""
+    (repo / ".git" / "info" / "exclude").write_text(".env\ncfg/\ncache\n")
+    wt = _worktree(repo, tmp_path)
+    (wt / "mine.txt").write_text("child work\n")
+    git(wt, "add", "mine.txt")
+    git(wt, "commit", "-q", "-m", "child")
+    mine = wt / where
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    if where == "cache":  # the agent's ignored folder where the parent now has a file
+        mine.mkdir()
+        (mine / "data.bin").write_bytes(b"\x00agent's own\n")
+    else:
+        mine.write_text("SECRET=the agent's own\n")
+    theirs = "cache" if where == "cache" else where
+    (repo / theirs).parent.mkdir(parents=True, exist_ok=True)
+    (repo / theirs).write_text("from the parent\n")
+    git(repo, "add", "-f", theirs)
+    git(repo, "commit", "-q", "-m", "parent tracks it now")
+    before = (git(wt, "rev-parse", "HEAD"), git(wt, "status", "--porcelain", "--ignored"))
+    out = hook_json(run_hook(repo, "w1", "stop", "claude", STOP["claude"], cwd=wt))
+    assert out["decision"] == "block"
+    assert "did not rebase" in out["reason"] and where.split("/")[0] in out["reason"] and "git rebase main" in out["reason"]
+    assert (git(wt, "rev-parse", "HEAD"), git(wt, "status", "--porcelain", "--ignored")) == before
+    if where == "cache":
+        assert (mine / "data.bin").read_bytes() == b"\x00agent's own\n"
+    else:
+        assert mine.read_text() == "SECRET=the agent's own\n"
+    assert hook_json(run_hook(repo, "w1", "stop", "claude", STOP["claude"], cwd=wt)) == {}  # told once per tip
+    mine.rename(tmp_path / "moved-away")  # once it is out of the way, the next parent tip rebases cleanly
+    commit_repo = repo / "later.txt"
+    commit_repo.write_text("x\n")
+    git(repo, "add", "later.txt")
+    git(repo, "commit", "-q", "-m", "parent again")
+    assert hook_json(run_hook(repo, "w1", "stop", "claude", STOP["claude"], cwd=wt)) == {}
+    assert git(wt, "merge-base", "--is-ancestor", "main", "HEAD") == ""
+
+
 def test_hook_imports_stay_light(team: Path) -> None:
     """The hot path never imports GitPython, rich, yaml, mcp, pydantic or the other operations."""
     import os

@@ -394,8 +394,9 @@ class RebaseResult:
 
     ``status``: none (nothing to rebase: no worktree or no parent branch), up-to-date,
     skipped (the parent moved, but the worktree is not on the agent's branch or its PR is
-    merged; ``detail`` says which), dirty (uncommitted tracked changes), rebased, or conflict
-    (aborted; ``files`` lists the conflicting files).
+    merged; ``detail`` says which), dirty (uncommitted tracked changes), in-the-way (not
+    attempted: it would overwrite or delete the untracked or ignored files ``files`` lists),
+    rebased, or conflict (aborted; ``files`` lists the conflicting files).
     """
 
     status: str
@@ -409,7 +410,9 @@ def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None
     """Rebase the agent's branch onto its parent branch when that moved ahead (local refs only).
 
     Never touches the network. Skipped when the worktree is not on the agent's branch or
-    the agent's own PR was already merged; not attempted with uncommitted tracked changes.
+    the agent's own PR was already merged; not attempted with uncommitted tracked changes,
+    nor when it would overwrite an untracked or ignored file (git overwrites ignored ones
+    silently: a ``.env`` the parent now tracks would replace the agent's own).
     On a conflict the rebase is aborted (the branch and files are exactly as before) and the
     conflicting files are returned. With ``state`` (the hook's bookkeeping), a parent tip
     already checked is recognised by reading the ref files, without running git.
@@ -443,6 +446,10 @@ def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None
         return RebaseResult("skipped", base, sha, "its PR is merged")
     if git.tracked_changes(check=False):
         return RebaseResult("dirty", base, sha, "uncommitted changes")
+    in_the_way = git.in_the_way(sha)
+    if in_the_way:  # git would overwrite an ignored file without a word (and refuse an untracked one midway)
+        return RebaseResult("in-the-way", base, sha, "untracked or ignored files the rebase would overwrite",
+                            in_the_way)
     proc = git.rebase(sha)
     if proc.returncode == 0:
         if state is not None:
@@ -483,6 +490,16 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
         sha, base = rebase.sha or "", rebase.base
         if rebase.status not in ("none", "up-to-date"):
             actions.append(f"rebase:{rebase.status}")
+        if rebase.status == "in-the-way":
+            failures = state.setdefault("rebase_failures", {})
+            n = failures[sha] = int(failures.get(sha, 0)) + 1
+            if n == 1 and not active:  # told once per parent tip
+                reasons.append(
+                    f"Your parent branch {base} moved ahead, but exo did not rebase your branch onto it: the rebase "
+                    f"would overwrite these untracked or ignored files of yours: {', '.join(rebase.files)}. "
+                    "Move them out of the way (or delete them if they are generated), then run "
+                    f"`git rebase {base}` yourself."
+                )
         if rebase.status == "conflict":
             failures = state.setdefault("rebase_failures", {})
             n = failures[sha] = int(failures.get(sha, 0)) + 1
