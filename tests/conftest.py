@@ -157,3 +157,12 @@ def wait_for(pred, timeout: float = 15.0, what: str = "condition"):  # type: ign
             return value
         time.sleep(0.03)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def sleepers(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The test repository whose custom agents just sleep; every agent (tmux or headless) is stopped afterwards."""
+    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    yield repo
+    stop_repo_agents(repo)

@@ -1,4 +1,4 @@
-"""Data-safety matrix of ``exo complete``: never lose work.
+"""Data-safety matrix of ``exo complete`` (and ``kill`` + ``reap`` + ``doctor``): never lose work.
 
 One list of cases (``CASES``), each putting one kind of work into an agent's worktree on real
 git: files (modified, staged, untracked, ignored, exo's own copies), commits (unmerged,
@@ -13,6 +13,8 @@ runs through every way exo removes a worktree:
 - ``force``: ``--force`` archives, removes, and the printed restore commands, run from
   elsewhere, bring back every byte, ref, nested repository and HEAD (and no ignored file's
   content ever lands in a git object);
+- ``doctor``: ``exo kill``, ``exo reap``, ``exo doctor``: the worktree is removed only when
+  nothing in it would be lost.
 """
 
 from __future__ import annotations
@@ -447,6 +449,23 @@ def test_force_restores(repo: Path, tmp_path: Path, case: Case) -> None:
     assert fingerprint(wt, repo, status=case.exact_status) == before
     if outside is not None:  # a link pointing outside was kept as a link: its target never touched
         assert sorted(p.name for p in (tmp_path / "outside").iterdir()) == outside
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_kill_reap_doctor(repo: Path, tmp_path: Path, case: Case) -> None:
+    """``kill``, ``reap``, ``doctor``: the worktree goes only when nothing in it would be lost (the branch stays)."""
+    _, wt = _agent(repo, tmp_path, case)
+    before = fingerprint(wt, repo)
+    env = env_for(repo)
+    registry.invoke("kill", env, agent="w1")
+    assert registry.invoke("reap", env).reaped == ["w1"]
+    doc = registry.invoke("doctor", env_for(repo))
+    if case.worktree_work:
+        assert doc.kept == [str(wt)]
+        assert fingerprint(wt, repo) == before
+    else:
+        assert not wt.exists()
+        assert git(repo, "rev-parse", "--verify", f"refs/heads/{BR}") == before["branch"]
 
 
 # --------------------------------------------------------------------------- the agent as it was

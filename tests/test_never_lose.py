@@ -1,9 +1,12 @@
-"""Never lose work beyond one ``exo complete``: merges into one base.
+"""Never lose work beyond one ``exo complete``: merges into one base, lost state, hostile settings.
 
 - Merges into one base run one at a time; a refused or failed merge leaves the target checkout
   exactly as it was, however many run at once (real ``exo pr merge`` processes).
 - No merge while a checkout of the base has a rebase, merge, cherry-pick, revert or bisect
   in progress (a paused rebase detaches HEAD: the base must still count as checked out).
+- ``exo doctor`` after the state database is lost (deleted, or corrupt and moved aside as the
+  hint says) rebuilds the agents from git, exo's naming and exo's tmux session, and kills,
+  removes and deletes nothing; a hostile ``worktree.root`` (a home folder) loses nothing.
 """
 
 from __future__ import annotations
@@ -15,10 +18,16 @@ from pathlib import Path
 
 import pytest
 from pr_helpers import commit, env_for, git, make_agent
+from test_complete_matrix import fingerprint
 
-from conftest import ROOT
+from conftest import ROOT, Exo, run_exo
 from exo_cli import registry
+from exo_cli.env import Env
 from exo_cli.errors import StateError
+
+
+def _exo(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_exo(*args, cwd=cwd, env=env, timeout=120)
 
 
 def _checkout_state(path: Path) -> tuple[str, str, dict[str, bytes]]:
@@ -111,3 +120,93 @@ def test_a_paused_rebase_in_a_linked_worktree_of_the_base_counts_too(repo: Path,
     with pytest.raises(StateError, match="rebase in progress") as info:
         registry.invoke("pr_merge", env_for(repo), number=prs["w1"])
     assert info.value.data["worktree"] == str(other)
+
+
+# --------------------------------------------------------------------------- lost state
+
+
+def _windows(repo: Path) -> dict[str, str]:
+    out = subprocess.run(["tmux", "-L", f"exo-{Env(cwd=repo).repo_id}", "list-panes", "-a", "-F",
+                          "#{window_name} #{pane_dead}"], capture_output=True, text=True).stdout
+    return dict(line.split() for line in out.splitlines() if not line.startswith("_exo "))  # not the placeholder
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupt-moved-aside"])
+def test_doctor_after_the_state_is_lost_rebuilds_and_kills_nothing(repo: Path, sleepers: Path, how: str) -> None:
+    exo = Exo(repo)
+    r = exo("spawn", "--worker", "k1", "--worker", "k2", "--prompt", "x", "--agent", "custom", "--mux", "tmux",
+            "--json")
+    assert r.exit_code == 0, r.stdout
+    r = exo("spawn", "--worker", "h1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
+    assert r.exit_code == 0, r.stdout
+    assert exo("kill", "h1").exit_code == 0  # a worktree with no live agent
+    root = repo / ".exo" / "worktrees"
+    commit(root / "k1", "work.txt", "committed work\n")
+    (root / "k2" / "draft.txt").write_text("unsaved\n")
+    before = {n: fingerprint(root / n, repo) for n in ("k1", "k2", "h1")}
+    state = Env(cwd=repo).state_dir
+    db = state / "state.db"
+    if how == "deleted":
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    else:
+        for suffix in ("-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        db.write_bytes(b"this is not a SQLite database\x00" * 200)
+        r = exo("agents", "--json")
+        err = json.loads(r.stdout)["error"]
+        assert r.exit_code == 5 and "rebuilds" in err["hint"] and "removes nothing" in err["hint"]
+        db.rename(f"{db}.broken")  # as the hint says
+    (root / "stray").mkdir()  # an empty folder exo did not make
+    r = exo("doctor", "--json")
+    doc = json.loads(r.stdout)
+    rebuilt = sorted(p["subject"] for p in doc["problems"] if p["kind"] == "lost-record" and p["repaired"])
+    assert rebuilt == ["h1", "k1", "k2"], doc
+    assert _windows(repo) == {"k1": "0", "k2": "0"}  # nothing killed
+    assert (root / "stray").is_dir()
+    for n in ("k1", "k2", "h1"):
+        assert fingerprint(root / n, repo) == before[n]
+    agents = {a["id"]: a for a in json.loads(exo("agents", "--json").stdout)["agents"]}
+    assert {n: agents[n]["status"] for n in ("k1", "k2", "h1")} == {"k1": "unknown", "k2": "unknown", "h1": "dead"}
+    assert agents["k1"]["branch"] == "main.k1" and agents["k1"]["worktree"] == str(root / "k1")
+    again = json.loads(exo("doctor", "--json").stdout)
+    assert not [p for p in again["problems"] if p["kind"] in ("lost-record", "orphan-window", "orphan-worktree")]
+    # and the rebuilt records work: complete refuses what would lose work, stops and removes what would not
+    r = exo("complete", "k2", "--json")
+    assert r.exit_code == 5 and json.loads(r.stdout)["error"]["data"]["would_lose"] == {"untracked": ["draft.txt"]}
+    assert _windows(repo)["k2"] == "0"
+    git(repo, "merge", "-q", "--ff-only", "main.k1")
+    r = exo("complete", "k1", "--json")
+    assert r.exit_code == 0, r.stdout
+    assert json.loads(r.stdout)["stopped"] and not (root / "k1").exists()
+
+
+@pytest.mark.parametrize("via", ["exo.toml", "EXO_WORKTREE_ROOT", "HANGAR_ROOT"])
+def test_a_home_folder_as_worktree_root_loses_nothing(repo: Path, sleepers: Path, tmp_path: Path, via: str) -> None:
+    """worktree.root pointing at a home folder (a cloned repository's exo.toml, say): doctor touches none of it."""
+    home = tmp_path / "victim"
+    for d in (".ssh", "Desktop", "mnt"):
+        (home / d).mkdir(parents=True)
+    (home / "notes.txt").write_text("mine\n")
+    env: dict[str, str] = {}
+    if via == "exo.toml":
+        with open(repo / "exo.toml", "a") as fh:
+            fh.write(f'[worktree]\nroot = "{home}"\n')
+    elif via == "EXO_WORKTREE_ROOT":
+        env["EXO_WORKTREE_ROOT"] = str(home)
+    else:
+        home = home / "worktrees"
+        (home / ".ssh").mkdir(parents=True)
+        env["HANGAR_ROOT"] = str(home.parent)
+    listing = sorted(p.name for p in home.iterdir())
+    for state in ("fresh", "after a spawn"):
+        if state == "after a spawn":
+            r = _exo("spawn", "--worker", "w1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json",
+                     cwd=repo, env=env)
+            assert r.returncode == 0, r.stdout
+            listing.append("w1")
+        r = _exo("doctor", "--json", cwd=repo, env=env)
+        doc = json.loads(r.stdout)
+        assert not [p for p in doc["problems"] if p["repaired"]], doc
+        assert sorted(p.name for p in home.iterdir()) == sorted(listing)
+    assert (home / ".ssh").is_dir() and (tmp_path / "victim" / "notes.txt").read_text() == "mine\n"

@@ -216,29 +216,56 @@ def test_doctor_cleans_an_interrupted_spawn(team: Path, point: str) -> None:
 
 
 def test_doctor_orphans(team: Path) -> None:
+    """Only what exo made, holds nothing and runs nothing is removed; a live window is never killed."""
+    from exo_cli.env import Env
+
     exo = Exo(team)
+    code, res = spawn_json(exo, "--worker", "keep", "--worker", "o1", "--worker", "o2", "--prompt", "x",
+                           "--agent", "custom", "--mux", "headless")
+    assert code == 0, res
     root = team / ".exo" / "worktrees"
-    root.mkdir(parents=True)
-    git(team, "worktree", "add", "-q", "-b", "stray-clean", str(root / "clean"))
-    git(team, "worktree", "add", "-q", "-b", "stray-dirty", str(root / "dirty"))
-    (root / "dirty" / "work.txt").write_text("mine")
+    assert exo("kill", "o1").exit_code == 0 and exo("kill", "o2").exit_code == 0
+    (root / "o1" / "o1.txt").unlink(missing_ok=True)  # what the test agent wrote: o1 holds nothing now
+    (root / "o2" / "work.txt").write_text("mine")
+    store = Env(cwd=team).store
+    store.delete_agent("o1")  # records lost (not reaped): exo made these worktrees, its ledger says so
+    store.delete_agent("o2")
+    git(team, "worktree", "add", "-q", "-b", "stray-clean", str(root / "manual"))  # not exo's
     sock = f"exo-{repo_id(team)}"
     subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "exo", "-n", "orphan", "sleep", "600"], check=True)
+    subprocess.run(["tmux", "-L", sock, "set-window-option", "-g", "remain-on-exit", "on"], check=True)
+    subprocess.run(["tmux", "-L", sock, "new-window", "-d", "-t", "exo:", "-n", "gone", "true"], check=True)
+    wait_until(lambda: "1" in subprocess.run(["tmux", "-L", sock, "list-panes", "-a", "-F", "#{pane_dead}"],
+                                             capture_output=True, text=True).stdout, what="a dead pane")
     r = exo("doctor", "--dry-run", "--json")
     doc = json.loads(r.stdout)
     assert r.exit_code == 5
-    kinds = sorted(p["kind"] for p in doc["problems"])
-    assert kinds == ["orphan-window", "orphan-worktree", "orphan-worktree"]
-    assert (root / "clean").is_dir()
+    assert sorted((p["kind"], Path(p["subject"]).name if "/" in p["subject"] else p["subject"].split()[0])
+                  for p in doc["problems"]) == [
+        ("orphan-window", "gone"), ("orphan-window", "orphan"),
+        ("orphan-worktree", "manual"), ("orphan-worktree", "o1"), ("orphan-worktree", "o2")]
+    assert (root / "o1").is_dir()
     r = exo("doctor", "--json")
     doc = json.loads(r.stdout)
-    assert r.exit_code == 5 and doc["remaining"] == 1 and doc["repaired"] == 2
-    assert not (root / "clean").exists() and (root / "dirty" / "work.txt").read_text() == "mine"
-    assert "stray-clean" in git(team, "branch", "--list")  # branches are never deleted by doctor
+    got = {(p["kind"], p["subject"].split()[0] if "/" not in p["subject"] else Path(p["subject"]).name): p["repaired"]
+           for p in doc["problems"]}
+    assert got == {("orphan-window", "gone"): True, ("orphan-window", "orphan"): False,
+                   ("orphan-worktree", "manual"): False, ("orphan-worktree", "o1"): True,
+                   ("orphan-worktree", "o2"): False}, doc
+    assert r.exit_code == 5
+    assert not (root / "o1").exists() and (root / "o2" / "work.txt").read_text() == "mine"
+    assert (root / "manual").is_dir() and (root / "keep").is_dir()
+    names = subprocess.run(["tmux", "-L", sock, "list-windows", "-a", "-F", "#{window_name}"],
+                           capture_output=True, text=True).stdout.split()
+    assert "orphan" in names and "gone" not in names  # the live one runs on
+    assert "main.o1" in git(team, "branch", "--list")  # branches are never deleted by doctor
 
 
 def test_doctor_reaped_worktrees_and_stray_folders(team: Path) -> None:
-    """A reaped agent's clean worktree is removed, its dirty one kept; an empty stray folder is removed."""
+    """A reaped agent's clean worktree is removed, its dirty one kept; only an empty folder exo made is removed."""
+    from exo_cli.adapters.worktree import record_created
+    from exo_cli.env import Env
+
     exo = Exo(team)
     code, res = spawn_json(exo, "--worker", "r1", "--worker", "r2", "--prompt", "x", "--agent", "custom",
                            "--mux", "headless")
@@ -248,17 +275,21 @@ def test_doctor_reaped_worktrees_and_stray_folders(team: Path) -> None:
     (root / "r2" / "wip.txt").write_text("unfinished")
     assert sorted(json.loads(exo("reap", "--json").stdout)["reaped"]) == ["r1", "r2"]
     (root / "empty").mkdir()
+    (root / "made").mkdir()
+    record_created(Env(cwd=team).state_dir, root / "made")  # as if a spawn made it and died before git did
     (root / "notes").mkdir()
     (root / "notes" / "a.txt").write_text("mine")
     r = exo("doctor", "--json")
     doc = json.loads(r.stdout)
     assert [(p["kind"], p["subject"], p["repaired"]) for p in doc["problems"]] == [
         ("reaped-worktree", str(root / "r1"), True),
-        ("stray-folder", str(root / "empty"), True),
+        ("stray-folder", str(root / "empty"), False),
+        ("stray-folder", str(root / "made"), True),
         ("stray-folder", str(root / "notes"), False),
     ]
     assert doc["kept"] == [str(root / "r2")] and r.exit_code == 5
     assert not (root / "r1").exists() and (root / "r2" / "wip.txt").read_text() == "unfinished"
+    assert (root / "empty").is_dir() and not (root / "made").exists()
     assert "main.r1" in git(team, "branch", "--list")  # the branch is kept
 
 

@@ -94,6 +94,14 @@ def command_name(pid: int) -> str | None:
         return None
 
 
+def cwd_of(pid: int) -> str | None:
+    """The working directory of ``pid`` (None when unknown or gone)."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
 def _pids() -> list[int]:
     try:
         return [int(p) for p in os.listdir("/proc") if p.isdigit()]

@@ -13,6 +13,7 @@ own index) runs outside the lock, concurrently. Everything here is argv-only, ne
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import threading
@@ -45,6 +46,7 @@ NAME_SETS: tuple[tuple[str, ...], ...] = (
     ("otter", "badger", "heron", "lynx", "marten", "raven", "stoat", "wren"),
 )
 
+CREATED_LEDGER = "created-folders.jsonl"  # in exo's state folder: every worktree folder exo made
 _TRANSIENT = ("could not lock", ".lock': File exists", "Unable to create", "index.lock", "cannot lock ref")
 _lock_guard = threading.Lock()
 
@@ -170,7 +172,10 @@ class Worktrees:
         git itself refuses an existing branch or path: that is a StateError (never reused).
         """
         path.parent.mkdir(parents=True, exist_ok=True)
+        existed = os.path.lexists(path)
         proc = self.locked(lambda: self.git.worktree_add(path, branch=branch, start=base_commit))
+        if proc.returncode == 0 and not existed:
+            record_created(self.state_dir, path)
         if proc.returncode != 0:
             if "already exists" in proc.stderr:
                 what = f"Branch {branch}" if "branch" in proc.stderr else f"Worktree {path}"
@@ -204,6 +209,48 @@ class Worktrees:
         """Keep exo's per-worktree folder out of git everywhere (``/.exo/`` in ``info/exclude``)."""
         with _lock_guard, repo_lock(self.state_dir, "exclude"):
             add_exclude(self.common_dir, EXO_EXCLUDE)
+
+
+# --------------------------------------------------------------------------- what exo created
+
+
+def record_created(state_dir: Path, path: Path) -> None:
+    """Note in exo's ledger that exo made folder ``path`` (its real path and inode, so a namesake is not it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    line = json.dumps({"path": os.path.realpath(path), "dev": st.st_dev, "ino": st.st_ino, "at": time.time()})
+    fd = os.open(state_dir / CREATED_LEDGER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode("utf-8"))  # one short append: atomic between writers
+    finally:
+        os.close(fd)
+
+
+def created_folders(state_dir: Path) -> dict[str, tuple[int, int]]:
+    """Every folder exo recorded making: real path -> (device, inode)."""
+    out: dict[str, tuple[int, int]] = {}
+    try:
+        text = (state_dir / CREATED_LEDGER).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+            rec = json.loads(line)
+            out[str(rec["path"])] = (int(rec["dev"]), int(rec["ino"]))
+    return out
+
+
+def made_by_exo(path: str | os.PathLike[str], ledger: dict[str, tuple[int, int]]) -> bool:
+    """Whether folder ``path`` is one exo made (same real path and same inode as recorded; never a link)."""
+    try:
+        if os.path.islink(path):
+            return False
+        st = os.stat(path)
+    except OSError:
+        return False
+    return ledger.get(os.path.realpath(path)) == (st.st_dev, st.st_ino)
 
 
 # --------------------------------------------------------------------------- preparing

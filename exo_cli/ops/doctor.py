@@ -4,25 +4,41 @@ A list of checks (``CHECKS``), run in order. Each looks for one kind of problem 
 ``Finding`` carrying its own repair (None when exo must not repair it: the human decides);
 the operation repairs each finding as it comes (unless ``dry_run``), so a later check sees
 what an earlier repair left. Only what exo itself created, and can repair safely, is
-repaired: interrupted spawns are finished or cleaned up through spawn's recovery steps,
-zombies are marked dead, orphan windows on exo's own tmux server are closed, clean orphan
-worktrees under exo's worktree root are removed (never forced), stale git metadata is pruned.
+repaired, and nothing that holds work or runs is ever removed or killed:
+
+- agents with no record (the state database was lost or moved aside) get their record
+  rebuilt: live windows on exo's own tmux session and live headless agents always, and, when
+  there are no records at all, the worktrees in exo's folder named the way exo names them;
+- interrupted spawns are finished or cleaned up through spawn's recovery steps; zombies are
+  marked dead;
+- windows on exo's tmux session with no record are closed only when their process has
+  exited; a live one is left alone;
+- a worktree in exo's folder with no record is removed (``git worktree remove``, never
+  forced) only when exo recorded creating it, no process works in it and removing it would
+  lose nothing (``adapters.keep.survey``: files, ignored files, nested repositories,
+  operations in progress, commits only its HEAD reaches); its branch is kept;
+- an empty folder there is removed only when exo recorded creating it (the ledger
+  ``Worktrees.create`` writes); stale git metadata is pruned.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import string
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from exo_cli.adapters.git import Git
+from exo_cli.adapters import keep
+from exo_cli.adapters.worktree import created_folders, made_by_exo
 from exo_cli.errors import ExoError, StateError
 from exo_cli.ops.lifecycle import reaped_worktrees, remember_reaped
-from exo_cli.records import DEAD, LIVE_STATUSES, ROOT, Agent
+from exo_cli.records import AGENT_CLIS, DEAD, LIVE_STATUSES, ROOT, UNKNOWN, Agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -65,7 +81,9 @@ class Checkup:
         self.env = env
         self.records: list[Agent] = []
         self.kept: list[str] = []  # worktrees left alone on purpose
+        self.adopted: set[str] = set()  # windows and processes whose record was rebuilt (keys)
         self._worktrees: dict[str, Any] | None = None
+        self.ledger = created_folders(env.state_dir)
         self.reload()
 
     def reload(self) -> None:
@@ -83,6 +101,201 @@ class Checkup:
     def claimed(self) -> set[str]:
         """The real paths of the worktrees agent records name."""
         return {os.path.realpath(a.worktree) for a in self.records if a.worktree}
+
+    def made_by_exo(self, path: str | os.PathLike[str]) -> bool:
+        """Whether exo recorded creating folder ``path``."""
+        return made_by_exo(path, self.ledger)
+
+    def losses(self, path: str, *, copies: list[str] | None = None) -> list[str]:
+        """Why removing worktree ``path`` would lose or disturb something (empty: safe to remove)."""
+        from exo_cli.adapters.proc import processes_inside
+
+        env = self.env
+        patterns = env.config.get("cleanup.regenerable")
+        owned = keep.exo_files(path, copies=copies or [], source_root=str(env.repo.root))
+        inv = keep.survey(path, main=env.git, owned=owned,
+                          regenerable=keep.DEFAULT_REGENERABLE if patterns is None else patterns)
+        reasons = [f"{kind.replace('_', ' ')}: {len(items)}" for kind, items in inv.losses().items()]
+        procs = processes_inside(path, exclude={os.getpid()})
+        if procs:
+            reasons.append(f"processes inside: {', '.join(str(p['pid']) for p in procs[:5])}")
+        return reasons
+
+
+# --------------------------------------------------------------------------- rebuilding lost records
+
+
+def _template_re(template: str) -> re.Pattern[str]:
+    """A regular expression matching what a naming template (``{name}``, ``{parent}``...) produces."""
+    out, seen = "", set()
+    for literal, field_name, _spec, _conv in string.Formatter().parse(template):
+        out += re.escape(literal)
+        if field_name:
+            out += f"(?P={field_name})" if field_name in seen else f"(?P<{field_name}>.+?)"
+            seen.add(field_name)
+    return re.compile(out)
+
+
+def _exo_named(env: Env, folder: str, branch: str | None) -> tuple[str, str | None] | None:
+    """(agent name, parent branch) when ``folder`` and ``branch`` are named the way exo names them; else None."""
+    from exo_cli.validate import check_name
+
+    if not branch:
+        return None
+    cfg = env.config
+    for dir_key, branch_key in (("worktree.child_dir", "worktree.child_branch"),
+                                ("worktree.bead_dir", "worktree.bead_branch")):
+        f = _template_re(str(cfg.get(dir_key))).fullmatch(folder)
+        b = _template_re(str(cfg.get(branch_key))).fullmatch(branch)
+        if not f or not b:
+            continue
+        shared = [k for k in f.groupdict() if k in b.groupdict() and k != "parent"]
+        if any(f.group(k) != b.group(k) for k in shared):
+            continue
+        name = f.groupdict().get("name") or folder
+        try:
+            check_name(name, "agent name")
+        except ExoError:
+            return None
+        return name, b.groupdict().get("parent")
+    return None
+
+
+def _backend_of(pid: int | None) -> str:
+    from exo_cli.adapters.proc import cmdline
+
+    text = cmdline(pid) if pid else ""
+    for cli in AGENT_CLIS:
+        if re.search(rf"(^|[/ ]){cli}( |$)", text):
+            return cli
+    return "demo" if "demo_agent" in text else "custom"
+
+
+def _live_unrecorded(c: Checkup) -> list[Any]:
+    """Live windows of exo's tmux session and live headless agents that no record (or spawn under way) owns."""
+    from exo_cli.ops import agentctl
+    from exo_cli.ops.spawn import recovery
+
+    env = c.env
+    known: set[str] = set()
+    for a in c.records:
+        for d in (a.location, a.spec.get("services_location") or {}):
+            if d.get("mux"):
+                known.add(str(d.get("pane") or d.get("pid")))
+    ids = {a.id for a in c.records}
+    found = []
+    kinds = [("tmux", agentctl.mux_for(env, "tmux").list_states())] if shutil.which("tmux") else []
+    headless = agentctl.mux_for(env, "headless")
+    kinds.append(("headless", headless.list_states()))
+    for _kind, states in kinds:
+        for key, st in states.items():
+            name = st.location.name or ""
+            if not st.alive or key in known or name in ids or recovery.spawn_in_progress(env, name.removesuffix("-svc")):
+                continue
+            found.append(st)
+    return found
+
+
+def _worktree_of(c: Checkup, cwd: str | None) -> tuple[str, dict[str, str]] | None:
+    """The registered worktree ``cwd`` is in (the deepest one), or None."""
+    if not cwd:
+        return None
+    real = os.path.realpath(cwd)
+    best = None
+    for path, attrs in c.worktrees().items():
+        top = os.path.realpath(path)
+        if (real == top or real.startswith(top.rstrip("/") + "/")) and (best is None or len(top) > len(best[0])):
+            best = (top, path, attrs)
+    return (best[1], best[2]) if best else None
+
+
+def lost_records(c: Checkup) -> Iterator[Finding]:
+    """Agents running in exo's sessions (and, with no records at all, exo's worktrees) with no record: rebuild it.
+
+    The record gets what can be known: the name (the window's, or exo's folder naming), the
+    worktree and branch (``git worktree list``), the parent (exo's branch naming), the live
+    location; the status is ``unknown`` while it runs (its next hook says more) and ``dead``
+    for a worktree with no live agent, so ``exo complete`` or ``exo kill``/``reap`` can take
+    it from there. What cannot be known (its task, messages, PRs, session) stays empty.
+    """
+    from exo_cli.adapters.proc import cwd_of, proc_start_time
+    from exo_cli.validate import check_name
+
+    env = c.env
+    now = time.time()
+    rebuilt: dict[str, Agent] = {}
+    keys: dict[str, str] = {}
+    root_real = os.path.realpath(env.worktree_root)
+    for st in _live_unrecorded(c):
+        name = st.location.name or ""
+        if name.endswith("-svc"):
+            continue  # a services window: left alone, never killed (orphan_windows reports it)
+        try:
+            check_name(name, "agent name")
+        except ExoError:
+            continue
+        if name in rebuilt or name == ROOT:
+            continue
+        found = _worktree_of(c, cwd_of(st.pid or 0) if st.pid else None)
+        if found is None:
+            continue
+        path, attrs = found
+        branch = (attrs.get("branch") or "").removeprefix("refs/heads/") or None
+        main = os.path.realpath(path) == os.path.realpath(env.repo.root)
+        loc = st.location.to_dict()
+        if st.pid and "start_time" not in loc:
+            start = proc_start_time(st.pid)
+            if start is not None:
+                loc["start_time"] = start
+        created = not main and c.made_by_exo(path)
+        rebuilt[name] = Agent(id=name, name=name, role="dev", parent=ROOT, status=UNKNOWN,
+                              backend=_backend_of(st.pid), mux=st.location.mux, worktree=str(path),
+                              branch=branch, repo=str(env.repo.root), location=loc,
+                              status_reason="record rebuilt by exo doctor", created_at=now, updated_at=now,
+                              status_at=now, spec={"phase": "spawned", "rebuilt": True, "worktree_created": created,
+                                                   "branch_created": created})
+        keys[name] = st.location.key
+    if not c.records and not (env.has_state() and env.store.events(limit=1)):
+        # no record and no history: the state was lost (not emptied by reap); exo's worktrees are its agents'
+        taken = {os.path.realpath(a.worktree or "") for a in rebuilt.values()}
+        for path, attrs in c.worktrees().items():
+            real = os.path.realpath(path)
+            if not real.startswith(root_real + os.sep) or real in taken or "prunable" in attrs:
+                continue
+            branch = (attrs.get("branch") or "").removeprefix("refs/heads/") or None
+            named = _exo_named(env, os.path.basename(real), branch)
+            if named is None or named[0] in rebuilt or named[0] == ROOT:
+                continue
+            created = c.made_by_exo(path)
+            rebuilt[named[0]] = Agent(
+                id=named[0], name=named[0], role="dev", parent=ROOT, status=DEAD, backend="custom", mux="headless",
+                worktree=str(path), branch=branch, repo=str(env.repo.root),
+                status_reason="record rebuilt by exo doctor; no live agent", created_at=now, updated_at=now,
+                status_at=now, spec={"phase": "spawned", "rebuilt": True, "worktree_created": created,
+                                     "branch_created": created})
+    by_branch = {a.branch: a for a in [*c.records, *rebuilt.values()] if a.branch}
+    for name, a in list(rebuilt.items()):
+        stem = a.branch.rsplit(".", 1)[0] if a.branch and "." in a.branch else None
+        parent = by_branch.get(stem) if stem else None
+        has_children = any(b.branch and a.branch and b.branch.startswith(a.branch + ".") for b in by_branch.values())
+        base = stem if stem and env.git.ref_exists(f"refs/heads/{stem}") else None
+        rebuilt[name] = a._replace(parent=parent.id if parent is not None and parent.id != a.id else ROOT,
+                                   role="tl" if has_children else "dev", base_branch=base)
+    for name, a in rebuilt.items():
+        if name in keys:
+            c.adopted.add(keys[name])
+        what = "a live agent" if a.status != DEAD else "a worktree named the way exo names them"
+        yield Finding("lost-record", name, f"{what} ({a.worktree}) with no record", "rebuild its record",
+                      partial(_insert, env, a))
+    c.reload()
+
+
+def _insert(env: Env, agent: Agent) -> bool:
+    if env.store.agent(agent.id) is not None:
+        return False
+    env.store.insert_agent(agent)
+    env.store.event("rebuilt", agent.id, {"by": "doctor", "worktree": agent.worktree, "location": agent.location})
+    return True
 
 
 # --------------------------------------------------------------------------- the checks
@@ -133,7 +346,7 @@ def missing_worktrees(c: Checkup) -> Iterator[Finding]:
 
 
 def orphan_windows(c: Checkup) -> Iterator[Finding]:
-    """Windows on exo's own tmux server that no record (and no spawn under way) owns: close them."""
+    """Windows on exo's own tmux session that no record owns: closed when their process exited, else left alone."""
     if not shutil.which("tmux"):
         return
     from exo_cli.adapters.mux import Location
@@ -150,22 +363,29 @@ def orphan_windows(c: Checkup) -> Iterator[Finding]:
     in_progress = {a.id for a in c.records if a.spec.get("phase") not in ("spawned", "pending")}
     for pane, st in tmux.list_states().items():
         name = st.location.name or ""
-        if pane in known or name in in_progress or recovery.spawn_in_progress(env, name.removesuffix("-svc")):
+        if pane in known or pane in c.adopted or name in in_progress \
+                or recovery.spawn_in_progress(env, name.removesuffix("-svc")):
+            continue
+        if st.alive:
+            yield Finding("orphan-window", f"{name} ({pane})",
+                          "a live window on exo's tmux server with no agent record",
+                          "left alone: it runs (look at it, then stop it yourself if it is not needed)")
             continue
 
         def close(loc: Location = st.location) -> bool:
-            tmux.close(loc, force=True)
+            tmux.close(loc)  # its process exited: nothing is killed
             return True
 
-        yield Finding("orphan-window", f"{name} ({pane})", "a window on exo's tmux server with no agent record",
-                      "close it", close)
+        yield Finding("orphan-window", f"{name} ({pane})", "a window on exo's tmux server whose process exited, "
+                      "with no agent record", "close it", close)
 
 
 def orphan_worktrees(c: Checkup) -> Iterator[Finding]:
-    """Worktrees under exo's worktree root with no record: removed when clean, never forced.
+    """Worktrees under exo's worktree root with no record: removed only when safe, never forced.
 
-    A reaped agent's worktree is removed when clean and kept (in ``kept``) when it holds
-    unfinished work; any other dirty one is reported and left alone.
+    Safe means: exo recorded creating it (a reaped agent's, or in exo's ledger), no process
+    works in it, and removing it would lose nothing (``Checkup.losses``). A reaped agent's
+    worktree that is not safe is kept (in ``kept``); any other is reported and left alone.
     """
 
     env = c.env
@@ -178,20 +398,22 @@ def orphan_worktrees(c: Checkup) -> Iterator[Finding]:
             continue
         if "prunable" in attrs or not os.path.isdir(path):
             continue  # stale metadata: pruned by its own check
-        dirty = Git(path).status_porcelain()
         if real in reaped:
-            if dirty:
+            if c.losses(path, copies=list(reaped[real].get("created_files") or [])):
                 c.kept.append(path)  # a reaped agent's unfinished work, left for the human on purpose
                 continue
             yield Finding("reaped-worktree", path, f"clean worktree of reaped agent {reaped[real].get('agent')}",
                           "git worktree remove (its branch is kept)",
                           partial(_remove_worktree, env, path, forget_reaped=real))
-        elif dirty:
-            yield Finding("orphan-worktree", path, f"no agent record; {len(dirty)} uncommitted or untracked file(s)",
-                          "left alone: commit or remove it yourself (git worktree remove)")
+        elif not c.made_by_exo(path):
+            yield Finding("orphan-worktree", path, "no agent record, and exo did not record creating it",
+                          "left alone: remove it yourself if you do not need it (git worktree remove)")
+        elif reasons := c.losses(path):
+            yield Finding("orphan-worktree", path, f"no agent record; {'; '.join(reasons)}",
+                          "left alone: keep or commit its work, then remove it yourself (git worktree remove)")
         else:
-            yield Finding("orphan-worktree", path, "no agent record; clean", "git worktree remove",
-                          partial(_remove_worktree, env, path))
+            yield Finding("orphan-worktree", path, "no agent record; exo created it; nothing in it would be lost",
+                          "git worktree remove", partial(_remove_worktree, env, path))
 
 
 def _remove_worktree(env: Env, path: str, *, forget_reaped: str | None = None) -> bool:
@@ -206,7 +428,7 @@ def _remove_worktree(env: Env, path: str, *, forget_reaped: str | None = None) -
 
 
 def stray_folders(c: Checkup) -> Iterator[Finding]:
-    """Folders in exo's worktree root that are neither worktrees nor claimed: empty ones are removed."""
+    """Folders in exo's worktree root that are neither worktrees nor claimed: removed only when exo made them and they are empty."""
 
     root = c.env.worktree_root
     if not root.is_dir():
@@ -217,9 +439,13 @@ def stray_folders(c: Checkup) -> Iterator[Finding]:
         real = os.path.realpath(child)
         if real in registered or real in claimed:
             continue
-        if child.is_dir() and not any(child.iterdir()):
-            yield Finding("stray-folder", str(child), "an empty folder in exo's worktree root", "remove it",
+        empty = child.is_dir() and not child.is_symlink() and not any(child.iterdir())
+        if empty and c.made_by_exo(child):
+            yield Finding("stray-folder", str(child), "an empty folder exo made in its worktree root", "remove it",
                           partial(_remove_folder, child))
+        elif empty:
+            yield Finding("stray-folder", str(child), "an empty folder exo did not record creating",
+                          "left alone: not exo's")
         else:
             yield Finding("stray-folder", str(child), "not a git worktree and no agent record", "left alone: look at it")
 
@@ -244,6 +470,7 @@ def stale_metadata(c: Checkup) -> Iterator[Finding]:
 
 
 CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
+    lost_records,
     interrupted_spawns,
     zombies,
     missing_worktrees,
@@ -261,15 +488,20 @@ CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
 def doctor(env: Env, *, dry_run: bool = False) -> DoctorResult:
     """Reconcile exo's records with git, the multiplexer and process liveness; repair.
 
-    Finds interrupted spawns (cleaned up), zombies (records whose pane or process is gone:
-    marked dead), orphan windows on exo's own tmux server (closed), orphan worktrees under
-    exo's worktree folder with no record (removed with `git worktree remove` when clean, never
-    forced; dirty ones are reported and left), live agents whose worktree vanished (reported),
-    and stale git worktree metadata (pruned). Exit 0 when consistent or repaired, 5 otherwise.
+    Rebuilds the records of agents it finds without one (live windows on exo's tmux session,
+    live headless agents, and, when nothing is recorded, exo's worktrees), cleans up
+    interrupted spawns, marks zombies dead, closes windows whose process exited (a live one
+    is never killed), removes a worktree or empty folder in exo's worktree folder only when
+    exo recorded creating it and nothing in it would be lost (never forced), reports live
+    agents whose worktree vanished, and prunes stale git worktree metadata. Exit 0 when
+    consistent or repaired, 5 otherwise.
     """
+    from exo_cli.adapters.files import state_lock
+
     env.repo  # noqa: B018 - EnvironmentError_ outside a repository
-    checkup = Checkup(env)
-    problems = [_settle(finding, dry_run=dry_run) for check in CHECKS for finding in check(checkup)]
+    with state_lock(env.state_dir, "doctor"):  # one doctor at a time: two would rebuild the same record
+        checkup = Checkup(env)
+        problems = [_settle(finding, dry_run=dry_run) for check in CHECKS for finding in check(checkup)]
     repaired = sum(1 for p in problems if p.repaired)
     return DoctorResult(problems=problems, repaired=repaired, remaining=len(problems) - repaired,
                         consistent=not problems, dry_run=dry_run, kept=checkup.kept)

@@ -214,7 +214,8 @@ def reap(env: Env) -> ReapResult:
         if agent_dir and Path(agent_dir).parent == env.state_dir / "agents":
             shutil.rmtree(agent_dir, ignore_errors=True)
         if a.worktree and a.spec.get("worktree_created"):
-            remember_reaped(env, a.worktree, {"agent": a.id, "branch": a.branch, "at": time.time()})
+            remember_reaped(env, a.worktree, {"agent": a.id, "branch": a.branch, "at": time.time(),
+                                              "created_files": a.spec.get("created_files") or []})
         env.store.delete_agent(a.id)
         env.store.event("reaped", a.id, {"worktree": a.worktree})
         reaped.append(a.id)

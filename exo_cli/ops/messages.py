@@ -144,7 +144,8 @@ def caller_agent(env: Env, what: str) -> Agent:
             f"exo's state database is missing: EXO_AGENT={claimed} names an agent, but this repository "
             "has no exo state",
             hint="The state folder (.git/exo, or $EXO_STATE_DIR) was removed: run `exo doctor` in the "
-            "repository to clean up, then spawn the agent again with `exo spawn`.",
+            "repository (it rebuilds the records of the agents it finds running in exo's sessions, and of exo's "
+            "worktrees), or spawn the agent again with `exo spawn`.",
             agent=claimed,
         )
     if env.caller.is_human:

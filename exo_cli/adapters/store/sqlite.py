@@ -137,8 +137,10 @@ class SqliteStore(Store):
                 raise
             raise StateError(
                 f"exo's state database is unreadable: {self.path} ({exc})",
-                hint=f"Move {self.path} aside (mv {self.path} {self.path}.broken) and run `exo doctor` "
-                "to rebuild what can be rebuilt from git and the multiplexer.",
+                hint=f"Move {self.path} aside (mv {self.path} {self.path}.broken) and run `exo doctor`: it rebuilds "
+                "the records of the agents it finds (live windows on exo's tmux server, live headless agents, and "
+                "worktrees named the way exo names them) and removes nothing that runs or holds work; messages, "
+                "questions, PRs and tasks of the old records are not recovered.",
                 path=str(self.path),
             ) from exc
         return conn
