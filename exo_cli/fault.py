@@ -4,7 +4,9 @@
 ``point(name)`` ends the whole process at once with ``os._exit(137)`` (what a SIGKILL looks
 like to a parent shell), without running ``finally`` blocks or flushing anything: exactly
 the state a killed ``exo`` leaves behind. Points used by spawn: ``spawn.recorded``,
-``spawn.worktree``, ``spawn.prepared``, ``spawn.started``.
+``spawn.worktree``, ``spawn.prepared``, ``spawn.started``; by complete: ``complete.checked``,
+``complete.stopped``, ``complete.archived``, ``complete.removed``; by pr merge:
+``merge.locked``, ``merge.moved``.
 """
 
 from __future__ import annotations

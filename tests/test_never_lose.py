@@ -1,4 +1,4 @@
-"""Never lose work beyond one ``exo complete``: merges into one base, lost state, hostile settings.
+"""Never lose work, beyond one ``exo complete``: merges, lost state, hostile settings, kill -9, races.
 
 - Merges into one base run one at a time; a refused or failed merge leaves the target checkout
   exactly as it was, however many run at once (real ``exo pr merge`` processes).
@@ -7,23 +7,33 @@
 - ``exo doctor`` after the state database is lost (deleted, or corrupt and moved aside as the
   hint says) rebuilds the agents from git, exo's naming and exo's tmux session, and kills,
   removes and deletes nothing; a hostile ``worktree.root`` (a home folder) loses nothing.
+- ``exo complete --force`` and ``exo pr merge`` killed (``EXO_FAULT``, exit 137) at each of their
+  steps: nothing is lost, and running them again finishes the job (and the restore commands
+  still restore). Two completes of one agent at once; names with spaces and newlines.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 from pr_helpers import commit, env_for, git, make_agent
-from test_complete_matrix import fingerprint
+from test_complete_matrix import BR, SECRET, dirty, fingerprint, ignored, nested_top
 
 from conftest import ROOT, Exo, run_exo
 from exo_cli import registry
 from exo_cli.env import Env
 from exo_cli.errors import StateError
+
+
+def _restore(commands: list[str], cwd: Path) -> None:
+    for cmd in commands:
+        proc = subprocess.run(shlex.split(cmd), cwd=cwd, capture_output=True, text=True)
+        assert proc.returncode == 0, (cmd, proc.stderr)
 
 
 def _exo(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -210,3 +220,163 @@ def test_a_home_folder_as_worktree_root_loses_nothing(repo: Path, sleepers: Path
         assert not [p for p in doc["problems"] if p["repaired"]], doc
         assert sorted(p.name for p in home.iterdir()) == sorted(listing)
     assert (home / ".ssh").is_dir() and (tmp_path / "victim" / "notes.txt").read_text() == "mine\n"
+
+
+# --------------------------------------------------------------------------- kill -9
+
+
+COMPLETE_POINTS = ["complete.checked", "complete.stopped", "complete.archived", "complete.removed"]
+
+
+@pytest.mark.parametrize("point", COMPLETE_POINTS)
+def test_complete_killed_at_each_step_then_run_again(repo: Path, tmp_path: Path, point: str) -> None:
+    a = make_agent(repo, "w1", start=["sleep", "300"])
+    wt = Path(a.worktree or "")
+    ignored(repo, wt, tmp_path)
+    dirty(repo, wt, tmp_path)
+    nested_top(repo, wt, tmp_path)
+    before = fingerprint(wt, repo)
+    r = _exo("complete", "w1", "--force", "--json", cwd=repo, env={"EXO_FAULT": point})
+    assert r.returncode == 137, r.stdout + r.stderr
+    if wt.exists():  # killed before the removal: all of it still there
+        assert fingerprint(wt, repo) == before
+    r = _exo("complete", "w1", "--force", "--json", cwd=repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout)
+    assert not wt.exists() and res["status"] == "done"
+    assert not git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{BR}", check=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _restore(res["restore"], elsewhere)
+    assert fingerprint(wt, repo) == before
+
+
+@pytest.mark.parametrize("point", ["merge.locked", "merge.moved"])
+def test_merge_killed_at_each_step_then_run_again(repo: Path, point: str) -> None:
+    prs = _prs(repo, ["w1"])
+    base = git(repo, "rev-parse", "main")
+    r = _exo("pr", "merge", str(prs["w1"]), "--json", cwd=repo, env={"EXO_FAULT": point})
+    assert r.returncode == 137
+    assert git(repo, "status", "--porcelain") == ""
+    moved = git(repo, "rev-parse", "main") != base
+    assert moved == (point == "merge.moved")
+    r = _exo("pr", "merge", str(prs["w1"]), "--json", cwd=repo)  # the lock died with the process
+    assert r.returncode == 0, r.stdout
+    assert (repo / "w1.txt").read_text() == "w1\n" and git(repo, "status", "--porcelain") == ""
+    assert git(repo, "rev-list", "--count", f"{base}..main") == "1"  # merged once, not twice
+    r = _exo("complete", "w1", "--json", cwd=repo)
+    assert r.returncode == 0 and json.loads(r.stdout)["removal"] == "removed", r.stdout
+
+
+# --------------------------------------------------------------------------- races and odd names
+
+
+def test_two_completes_of_one_agent_at_once(repo: Path, tmp_path: Path) -> None:
+    a = make_agent(repo, "w1")
+    wt = Path(a.worktree or "")
+    ignored(repo, wt, tmp_path)
+    dirty(repo, wt, tmp_path)
+    before = fingerprint(wt, repo)
+    procs = [subprocess.Popen(["python3", "-m", "exo_cli", "complete", "w1", "--force", "--json"], cwd=repo,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [(p.wait(120), json.loads(p.stdout.read() if p.stdout else "{}")) for p in procs]
+    assert [code for code, _ in outs] == [0, 0], outs
+    assert sorted(o["removal"] for _, o in outs) == ["kept", "removed"]
+    assert outs[0][1]["restore"] == outs[1][1]["restore"]  # the second reports the first's archive
+    assert len([ref for ref in git(repo, "for-each-ref", "--format=%(refname)", "refs/exo/archive/").split()
+                if ref.endswith("-wip") or "-wip." in ref]) == 1  # archived once
+    _restore(outs[0][1]["restore"], tmp_path)
+    assert fingerprint(wt, repo) == before
+
+
+def test_paths_and_names_with_spaces_and_newlines(repo: Path, tmp_path: Path) -> None:
+    """A worktree folder with a space and a newline, ignored files and a nested repository named oddly."""
+    odd = tmp_path / "work trees\nwith newline" / "w1"
+    odd.parent.mkdir()
+    git(repo, "worktree", "add", "-q", "-b", BR, str(odd), "main")
+    make_agent(repo, "w0")  # the record helper makes its own worktree: point a record at the odd one
+    env = env_for(repo)
+    rec = env.store.agent("w0")
+    assert rec is not None
+    env.store.insert_agent(rec._replace(id="w1", name="w1", worktree=str(odd), branch=BR))
+    (repo / ".git" / "info" / "exclude").write_text("/.exo/\n*.secret\n")
+    (odd / "a b\nc.secret").write_text(f"{SECRET}\n")
+    (odd / "-rf").write_text("an option-looking name\n")
+    v = odd / "sp ace\nrepo"
+    v.mkdir()
+    git(v, "init", "-q")
+    commit(v, "x y.txt", "in the nested repo\n")
+    before = fingerprint(odd, repo)
+    with pytest.raises(StateError) as info:
+        registry.invoke("complete", env_for(repo), target="w1")
+    assert set(info.value.data["would_lose"]) == {"ignored", "untracked", "nested_repos"}
+    r = registry.invoke("complete", env_for(repo), target="w1", force=True)
+    assert not odd.exists() and r.kept_ignored == ["a b\nc.secret"] and r.kept_nested == ["sp ace\nrepo"]
+    _restore(r.restore, tmp_path)
+    assert fingerprint(odd, repo) == before
+
+
+def test_a_link_to_a_huge_folder_is_kept_as_a_link(repo: Path, tmp_path: Path) -> None:
+    """A symbolic link inside the worktree to something huge outside counts as one small entry, never followed."""
+    big = tmp_path / "huge"
+    big.mkdir()
+    with open(big / "disk.img", "wb") as fh:
+        fh.truncate(50 << 20)
+    a = make_agent(repo, "w1")
+    wt = Path(a.worktree or "")
+    (repo / ".git" / "info" / "exclude").write_text("/.exo/\nbig\n")
+    os.symlink(big, wt / "big")
+    (repo / "exo.toml").write_text("[cleanup]\nmax_keep_mb = 1\n")
+    r = registry.invoke("complete", env_for(repo), target="w1", force=True)
+    assert r.kept_ignored == ["big"] and (big / "disk.img").stat().st_size == 50 << 20
+    assert os.readlink(Path(r.archive_folder or "") / "ignored" / "big") == str(big)
+    _restore(r.restore, tmp_path)
+    assert os.readlink(wt / "big") == str(big)
+
+
+def test_a_nested_git_link_to_a_big_repository_elsewhere_is_kept_as_a_link(repo: Path, tmp_path: Path) -> None:
+    """``evil/.git`` a link to a big repository outside: its files are kept, its history is not copied or bundled."""
+    big = tmp_path / "bigrepo"
+    big.mkdir()
+    git(big, "init", "-q")
+    (big / "blob.bin").write_bytes(os.urandom(3 << 20))
+    git(big, "add", "blob.bin")
+    git(big, "commit", "-q", "-m", "big")
+    a = make_agent(repo, "w1")
+    wt = Path(a.worktree or "")
+    (wt / "evil").mkdir()
+    os.symlink(big / ".git", wt / "evil" / ".git")
+    (wt / "evil" / "mine.txt").write_text("the agent's file\n")
+    (repo / "exo.toml").write_text("[cleanup]\nmax_keep_mb = 1\n")
+    before = fingerprint(wt, repo)
+    r = registry.invoke("complete", env_for(repo), target="w1", force=True)
+    assert r.kept_nested == ["evil"] and any("is a link" in w for w in r.warnings)
+    assert not list(Path(r.archive_folder or "").rglob("*.bundle"))
+    _restore(r.restore, tmp_path)
+    assert os.readlink(wt / "evil" / ".git") == str(big / ".git")
+    assert (wt / "evil" / "mine.txt").read_text() == "the agent's file\n"
+    assert fingerprint(wt, repo)["files"] == before["files"]
+
+
+def test_a_failed_copy_stops_the_archive_and_removes_nothing(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk (or an unreadable file) while archiving: a StateError, and the worktree untouched."""
+    import errno
+    import shutil
+
+    a = make_agent(repo, "w1")
+    wt = Path(a.worktree or "")
+    (repo / ".git" / "info" / "exclude").write_text("/.exo/\n*.key\n")
+    (wt / "a.key").write_text("secret\n")
+    before = fingerprint(wt, repo)
+
+    def full(*args: object, **kwargs: object) -> None:  # a full disk cannot be made here: fail the copy instead
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copy2", full)
+    with pytest.raises(StateError, match="nothing was removed") as info:
+        registry.invoke("complete", env_for(repo), target="w1", force=True)
+    assert info.value.data["reason"] == "archive-failed" and "No space left" in info.value.message
+    monkeypatch.undo()
+    assert fingerprint(wt, repo) == before
+    assert env_for(repo).store.agent("w1").status != "done"  # type: ignore[union-attr]
