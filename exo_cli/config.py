@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from exo_cli.errors import InvalidInput
-from exo_cli.records import BACKENDS, MUXES
+from exo_cli.records import BACKENDS, MCP_COMPAT, MUXES
 
 FORGES = ("auto", "local", "github")
 
@@ -54,6 +54,7 @@ DEFAULTS: dict[str, Any] = {
         "idle_quiet_seconds": 30,
     },
     "mux": {"default": "tmux"},
+    "mcp": {"compat": []},
     "worktree": {
         "root": "",
         "base": "",
@@ -122,6 +123,8 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "agent.start_timeout": (_is_int, "a whole number of seconds"),
     "agent.idle_quiet_seconds": (_is_int, "a whole number of seconds"),
     "mux.default": (_choice(*MUXES), "one of " + ", ".join(MUXES)),
+    "mcp.compat": (lambda v: _is_str_list(v) and all(x in MCP_COMPAT for x in v),
+                   "a list of compatible tool sets: " + ", ".join(MCP_COMPAT)),
     "worktree.root": (_is_str, "a path"),
     "worktree.base": (_is_str, "a branch name"),
     "worktree.bead_branch": (_is_str, "a template string"),

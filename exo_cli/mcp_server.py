@@ -1,40 +1,42 @@
 """The MCP server, generated from the operation registry (the only module importing ``mcp``).
 
-Each operation's tools become ``MCPServer`` tools whose input schema is the operation's
-keyword parameters (or, for a tool whose arguments another tool family fixed, its adapter's) with the registry's
-help as descriptions, and whose structured output is exactly the CLI's ``--json`` object.
-ExoErrors reach the model as tool errors whose text is exactly the error object (the
-CLI's ``--json`` error); errors the model cannot fix (``protocol = True``) are JSON-RPC
-errors with exo's codes. Only the protocol is written to stdout: the SDK's stdio
-transport points fd 1 at stderr while it serves, and the server is built with
-``sys.stdout`` redirected to stderr; logs go to stderr.
+Each operation's tools become MCP tools. A tool's input schema is derived from its
+arguments' types (``schema.input_schema``: enums, ranges, typed items, no unknown names)
+and every call is checked against exactly that schema before anything runs: an argument
+error (an unknown name, a wrong type, ``true`` for a number) is a ``UsageError`` (-32602)
+naming the arguments. Its output schema is derived from the result class, and its
+structured output is exactly the CLI's ``--json`` object. ExoErrors reach the model as
+tool errors whose text is exactly the error object (the CLI's ``--json`` error); errors
+the model cannot fix (``protocol = True``) are JSON-RPC errors with exo's codes. Only the
+protocol is written to stdout: the SDK's stdio transport points fd 1 at stderr while it
+serves, and the server is built with ``sys.stdout`` redirected to stderr; logs go to stderr.
 
 Roles: ``auto`` serves the caller's recorded role (the human's own session is the
 root TL); ``--role`` may lower it, never raise it. A tool the role does not list is
-not registered, and ``registry.invoke`` refuses it anyway if it is reached.
+not registered, and ``registry.invoke`` refuses it anyway if it is reached. The seeds'
+compatible tool sets (``--compat``) add their tools on request only.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import logging
 import sys
 import threading
-import typing
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool as SdkTool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
 
-from exo_cli import __version__, cancel, registry
+from exo_cli import __version__, cancel, registry, schema
 from exo_cli.env import ROLE_RANK, Env
-from exo_cli.errors import ExoError
+from exo_cli.errors import ExoError, UsageError
 from exo_cli.records import to_jsonable
 from exo_cli.registry import Op, Tool
 
@@ -94,27 +96,9 @@ def tool_description(op: Op, tool: Tool) -> str:
     return tool.description or op.description or op.doc
 
 
-def _signature(op: Op, tool: Tool) -> inspect.Signature:
-    source: Callable[..., Any] = tool.adapt or op.func
-    helps = {**op.help, **tool.help}
-    params = []
-    for p in inspect.signature(source).parameters.values():
-        if p.kind is not inspect.Parameter.KEYWORD_ONLY:
-            continue
-        ann = p.annotation
-        if isinstance(ann, str):  # postponed annotations: resolve in the function's module
-            ann = eval(ann, vars(sys.modules[source.__module__]), {})  # noqa: S307 - our own source
-        if ann is inspect.Parameter.empty:
-            ann = Any
-        desc = helps.get(p.name)
-        if desc is None:
-            raise TypeError(f"tool {tool.name}: parameter {p.name!r} has no help text")
-        params.append(
-            inspect.Parameter(
-                p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default, annotation=Annotated[ann, Field(description=desc)]
-            )
-        )
-    return inspect.Signature(params, return_annotation=dict[str, Any])
+def tool_output_type(op: Op, tool: Tool) -> Any:
+    """The class of what ``tool`` returns: its own result class, else the operation's."""
+    return tool.result_type or op.result_type()
 
 
 def error_result(exc: ExoError) -> CallToolResult:
@@ -130,29 +114,37 @@ def _map_error(tool: str, exc: ExoError) -> CallToolResult:
     return error_result(exc)
 
 
+def ok_result(obj: Any) -> CallToolResult:
+    """A tool's structured result, with the same JSON as text for clients that read only text."""
+    text = json.dumps(obj, indent=2, ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=obj)
+
+
 def make_tool(env: Env, op: Op, tool: Tool) -> Callable[..., Any]:
-    """Build the tool function: adapt arguments, invoke the operation (role-checked), map errors.
+    """Build the tool's call: check the arguments, adapt them, invoke the operation, map errors.
 
-    Blocking operations run in a worker thread inside ``cancel.scope``; when the client
-    cancels the call the scope's event is set, the tool returns at once and the
-    operation sees ``cancel.cancelled()`` at its next short wait.
+    ``await fn(**arguments)`` returns the ``CallToolResult``. Blocking operations run in a
+    worker thread inside ``cancel.scope``; when the client cancels the call the scope's
+    event is set, the tool returns at once and the operation sees ``cancel.cancelled()``
+    at its next short wait.
     """
+    input_schema = schema.input_schema(op.tool_args(tool))
 
-    def call(kwargs: dict[str, Any]) -> dict[str, Any] | CallToolResult:
+    def call(arguments: dict[str, Any]) -> CallToolResult:
         try:
-            kw = tool.adapt(**kwargs) if tool.adapt else kwargs
-            return typing.cast(dict[str, Any], to_jsonable(registry.invoke(op.name, env, **kw)))
+            args = schema.check_arguments(tool.name, input_schema, arguments)
+            return ok_result(to_jsonable(registry.call_tool(op, tool, env, args)))
         except ExoError as exc:
             return _map_error(tool.name, exc)
 
     if op.blocking:
 
-        async def fn(**kwargs: Any) -> dict[str, Any] | CallToolResult:
+        async def fn(**arguments: Any) -> CallToolResult:
             event = threading.Event()
 
-            def run() -> dict[str, Any] | CallToolResult:
+            def run() -> CallToolResult:
                 with cancel.scope(event):
-                    return call(kwargs)
+                    return call(arguments)
 
             try:
                 return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
@@ -162,19 +154,41 @@ def make_tool(env: Env, op: Op, tool: Tool) -> Callable[..., Any]:
 
     else:
 
-        async def fn(**kwargs: Any) -> dict[str, Any] | CallToolResult:
-            return await anyio.to_thread.run_sync(call, kwargs)
+        async def fn(**arguments: Any) -> CallToolResult:
+            return await anyio.to_thread.run_sync(call, arguments)
 
     fn.__name__ = tool.name
     fn.__doc__ = tool_description(op, tool)
-    fn.__signature__ = _signature(op, tool)  # type: ignore[attr-defined]
     return fn
 
 
+def sdk_tool(env: Env, op: Op, tool: Tool) -> SdkTool:
+    """The SDK's record of ``tool``: name, description, schemas, annotations and the call."""
+    return SdkTool(
+        fn=make_tool(env, op, tool),
+        name=tool.name,
+        title=None,
+        description=tool_description(op, tool),
+        parameters=schema.input_schema(op.tool_args(tool)),
+        context_kwarg=None,
+        fn_metadata=FuncMetadata(arg_model=ArgModelBase,
+                                 output_schema=schema.output_schema(tool_output_type(op, tool))),
+        is_async=True,
+        annotations=ToolAnnotations(
+            read_only_hint=op.read_only,
+            destructive_hint=op.destructive,
+            idempotent_hint=op.idempotent,
+            open_world_hint=False,
+        ),
+    )
+
+
 class _Server(MCPServer):
-    """An MCPServer that calls ``on_listed`` once, when it first answers tools/list."""
+    """An MCPServer that calls exo's tools itself (arguments checked by exo, not coerced by the SDK)
+    and calls ``on_listed`` once, when it first answers tools/list."""
 
     on_listed: Callable[[], None] | None = None
+    exo_tools: dict[str, Callable[..., Any]]
 
     async def list_tools(self) -> Any:
         tools = await super().list_tools()
@@ -186,37 +200,63 @@ class _Server(MCPServer):
                 log.exception("recording MCP readiness failed")
         return tools
 
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        fn = self.exo_tools.get(name)
+        if fn is None:  # unknown tool: the SDK's own answer
+            return await super().call_tool(name, arguments, context)
+        if not isinstance(arguments, dict):
+            return error_result(UsageError(f"Invalid arguments for {name}: expected an object", tool=name))
+        return await fn(**arguments)
 
-def build_server(env: Env, role: str = "auto") -> MCPServer:
-    """An MCPServer listing the registry's tools that ``role`` may use.
+
+def compat_sets(env: Env, requested: tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """The compatible tool sets to serve: those ``--compat`` names, else the ``mcp.compat`` config key.
+
+    A configuration that cannot be read serves no compatible set (with a warning on stderr):
+    every tool call then reports the configuration error itself.
+    """
+    if requested:
+        names = list(requested)
+    else:
+        try:
+            names = list(env.config.get("mcp.compat") or [])
+        except ExoError as exc:
+            log.warning("no compatible tool sets: %s", exc.message)
+            names = []
+    unknown = [n for n in names if n not in registry.COMPAT_SETS]
+    if unknown:
+        raise UsageError(f"Unknown compatible tool set(s): {', '.join(unknown)}",
+                         hint=f"Use: {', '.join(registry.COMPAT_SETS)}.", compat=unknown)
+    return tuple(dict.fromkeys(names))
+
+
+def served(role: str, compat: tuple[str, ...] = ()) -> list[tuple[Op, Tool]]:
+    """Every (operation, tool) a server for ``role`` with the ``compat`` sets lists, in registry order."""
+    out = []
+    for op in registry.load_all().values():
+        for tool in registry.served_tools(op, compat):
+            if lists_tool(op, tool, role):
+                out.append((op, tool))
+    return out
+
+
+def build_server(env: Env, role: str = "auto", compat: tuple[str, ...] | list[str] | None = None) -> MCPServer:
+    """An MCPServer listing the registry's tools that ``role`` may use (plus the ``compat`` sets').
 
     An agent's server records, once its client has listed the tools, that it is ready
     (``hooks.mark_mcp_ready``): the Claude agent's session-start hook waits for that.
     """
-    served = serving_role(env, role)
-    env.role_cap = served
-    server = _Server("exo", version=__version__, instructions=INSTRUCTIONS)
+    sets = compat_sets(env, compat)
+    served_role = serving_role(env, role)
+    env.role_cap = served_role
+    tools = [(op, tool, sdk_tool(env, op, tool)) for op, tool in served(served_role, sets)]
+    server = _Server("exo", version=__version__, instructions=INSTRUCTIONS, tools=[t for _, _, t in tools])
+    server.exo_tools = {t.name: t.fn for _, _, t in tools}
     if not env.caller.is_human:
         from exo_cli.ops.hooks import mark_mcp_ready
 
         agent_id = env.caller.agent_id
         server.on_listed = lambda: mark_mcp_ready(env, agent_id)
-    for op in registry.load_all().values():
-        for tool in op.tools:
-            if not lists_tool(op, tool, served):
-                continue
-            server.add_tool(
-                make_tool(env, op, tool),
-                name=tool.name,
-                description=tool_description(op, tool),
-                annotations=ToolAnnotations(
-                    read_only_hint=op.read_only,
-                    destructive_hint=op.destructive,
-                    idempotent_hint=op.idempotent,
-                    open_world_hint=False,
-                ),
-                structured_output=True,
-            )
     return server
 
 
@@ -244,7 +284,7 @@ def start_background_tasks(env: Env, role: str) -> list[threading.Thread]:
     return threads
 
 
-def serve(env: Env, role: str) -> None:
+def serve(env: Env, role: str, compat: tuple[str, ...] | list[str] | None = None) -> None:
     """Run the server over stdio until the client disconnects.
 
     Logs go to stderr (``EXO_DEBUG=1`` for debug level). Nothing but JSON-RPC reaches
@@ -256,7 +296,7 @@ def serve(env: Env, role: str) -> None:
                         format="exo mcp: %(levelname)s %(message)s")
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            server = build_server(env, role)
+            server = build_server(env, role, compat)
             start_background_tasks(env, env.role_cap or role)
     except ExoError as exc:
         sys.stderr.write(f"Error: {exc.message}\n")

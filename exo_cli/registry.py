@@ -6,6 +6,14 @@ tool family fixed, such as ``spawn_workers``: then the tool carries a small adap
 roles that may call it, honest read-only/destructive/idempotent hints, and the help text
 of each parameter, which feeds both ``click.option(help=...)`` and the tool schema.
 
+Parameter types are the operation's annotations; ``Annotated[str, Choice(VALUES)]`` and
+``Annotated[int, Range(1)]`` narrow them, for the CLI's ``click.Choice``/``IntRange`` and
+the tool schemas' ``enum``/``minimum`` alike. Every parameter reaches MCP through one of
+the operation's tools (the tool takes it under its public name, or its adapter produces
+it) unless ``cli_only`` says why not; an operation without tools is human only, or says
+why in ``no_tools``. Tools of the seeds' compatible tool sets (``exo mcp --compat``) are
+kept apart in ``compat``: served only on request, never in the default list.
+
 Both front ends call ``invoke``, which checks the caller's role, so a tool hidden from a
 role is also refused if called anyway.
 """
@@ -18,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.errors import StateError
+from exo_cli.records import MCP_COMPAT
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -53,17 +62,68 @@ def op_modules() -> list[str]:
     return found
 
 
+class Choice(NamedTuple):
+    """``Annotated[str, Choice(VALUES)]``: the parameter is one of ``values`` (an enum in the schema)."""
+
+    values: tuple[str, ...]
+
+
+class Range(NamedTuple):
+    """``Annotated[int, Range(1)]``: the number's bounds, inclusive (``minimum``/``maximum``)."""
+
+    min: float | None = None
+    max: float | None = None
+
+
 class Tool(NamedTuple):
-    """One MCP tool backed by an operation (a NamedTuple: cheap to define at startup)."""
+    """One MCP tool backed by an operation (a NamedTuple: cheap to define at startup).
+
+    Its arguments are the adapter's own keyword parameters plus the operation parameters
+    ``passthrough`` names (under their public names, see ``Op.names``); a tool without an
+    adapter takes every parameter of the operation that is not ``cli_only``. ``adapt``
+    maps its own arguments onto the operation's keyword arguments; it may return a list of
+    them, one operation call each (a seed's call that exo splits). ``result`` turns the
+    tool's arguments and the operation's results into what the tool returns (an object of
+    ``result_type``); without it the tool returns the operation's result.
+    """
 
     name: str
-    # tool arguments -> operation keyword arguments; its signature is the tool's schema.
-    adapt: Callable[..., dict[str, Any]] | None = None
+    # the tool's own arguments -> operation keyword arguments (or a list: one call each)
+    adapt: Callable[..., dict[str, Any] | list[dict[str, Any]]] | None = None
     # MCP roles that list the tool; None: the operation's roles.
     roles: tuple[str, ...] | None = None
     description: str | None = None
     # help for the adapter's own parameters
     help: Mapping[str, str] = {}  # noqa: RUF012 - never mutated
+    # operation parameters the tool also takes as they are (with an adapter)
+    passthrough: tuple[str, ...] = ()
+    # (tool arguments with defaults, the operation's results) -> the tool's result
+    result: Callable[[dict[str, Any], list[Any]], Any] | None = None
+    result_type: type | None = None
+    # the seed tool set that serves it (``exo mcp --compat NAME``); None: exo's default set
+    compat: str | None = None
+
+
+class Arg(NamedTuple):
+    """One argument of a tool: its public name, type, default, help, and the parameter it fills."""
+
+    name: str
+    annotation: Any
+    default: Any  # inspect.Parameter.empty when required
+    help: str
+    param: str | None  # the operation parameter it passes through to; None: the adapter's own
+
+    @property
+    def required(self) -> bool:
+        return self.default is inspect.Parameter.empty
+
+
+# The seeds' tool sets ``exo mcp --compat`` can add, and what each one is.
+COMPAT_SETS = dict(zip(MCP_COMPAT, (
+    "seed 002: spawn_workers with workers/layout, message_workers",
+    "seed 003: spawn_agent, send_to_agent, read_from_agent, wait_for_idle, kill_agent, list_agents, get_artifact",
+    "seed 004: fork, send to one agent or several",
+), strict=True))
 
 
 class Op(NamedTuple):
@@ -80,6 +140,14 @@ class Op(NamedTuple):
     help: Mapping[str, str]
     blocking: bool = False
     description: str | None = None
+    # parameter -> why no MCP tool takes it
+    cli_only: Mapping[str, str] = {}  # noqa: RUF012 - never mutated
+    # why the operation has no MCP tool (a human-only operation needs no reason)
+    no_tools: str | None = None
+    # parameter -> its public name, when it differs (the CLI's option and the tools' argument)
+    names: Mapping[str, str] = {}  # noqa: RUF012 - never mutated
+    # tools of the seeds' compatible sets (served only with ``exo mcp --compat``)
+    compat: tuple[Tool, ...] = ()
 
     @property
     def summary(self) -> str:
@@ -99,6 +167,82 @@ class Op(NamedTuple):
         roles = tool.roles if tool.roles is not None else self.roles
         return tuple(r for r in roles if r != "human")
 
+    def public(self, param: str) -> str:
+        """The public name of a parameter (``from_branch`` is ``from``)."""
+        return self.names.get(param, param)
+
+    def result_type(self) -> Any:
+        """The operation's result class (its return annotation, resolved)."""
+        return resolve(self.func, inspect.signature(self.func).return_annotation)
+
+    def tool_args(self, tool: Tool) -> list[Arg]:
+        """The arguments ``tool`` takes, in order: its adapter's own, then the parameters it passes through."""
+        out: list[Arg] = []
+        helps = {**self.help, **tool.help}
+        if tool.adapt is not None:
+            for p in inspect.signature(tool.adapt).parameters.values():
+                if p.kind is not inspect.Parameter.KEYWORD_ONLY:
+                    continue
+                if p.name not in helps:
+                    raise TypeError(f"tool {tool.name}: parameter {p.name!r} has no help text")
+                out.append(Arg(p.name, resolve(tool.adapt, p.annotation), p.default, helps[p.name], None))
+            through = [p for p in self.params() if p.name in tool.passthrough]
+        else:
+            through = [p for p in self.params() if p.name not in self.cli_only]
+        for p in through:
+            out.append(Arg(self.public(p.name), resolve(self.func, p.annotation), p.default, helps[p.name], p.name))
+        return out
+
+    def all_tools(self) -> tuple[Tool, ...]:
+        """Every tool of the operation: exo's default ones, then the compatible sets' ones."""
+        return self.tools + self.compat
+
+
+def resolve(func: Callable[..., Any], annotation: Any) -> Any:
+    """An annotation as an object: postponed (string) annotations evaluated in ``func``'s module."""
+    import sys
+
+    if annotation is inspect.Parameter.empty:
+        return Any
+    if isinstance(annotation, str):
+        module = sys.modules[func.__module__]
+        return eval(annotation, vars(module), {})  # noqa: S307 - our own source
+    return annotation
+
+
+def tool_calls(operation: Op, tool: Tool, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The operation calls (keyword arguments) a call of ``tool`` with ``args`` (public names) makes."""
+    own: dict[str, Any] = {}
+    through: dict[str, Any] = {}
+    for a in operation.tool_args(tool):
+        if a.name in args:
+            (own if a.param is None else through)[a.param or a.name] = args[a.name]
+    if tool.adapt is None:
+        return [through]
+    made = tool.adapt(**own)
+    calls = made if isinstance(made, list) else [made]
+    return [{**c, **through} for c in calls]
+
+
+def call_tool(operation: Op, tool: Tool, env: Env, args: Mapping[str, Any]) -> Any:
+    """Call ``tool`` with ``args`` (already checked against its schema): the operation, once or more."""
+    results = [invoke(operation.name, env, **kw) for kw in tool_calls(operation, tool, args)]
+    if tool.result is None:
+        return results[0]
+    full = {a.name: args.get(a.name, None if a.required else a.default) for a in operation.tool_args(tool)}
+    return tool.result(full, results)
+
+
+def served_tools(operation: Op, compat: tuple[str, ...] | list[str] = ()) -> list[Tool]:
+    """The tools a server with the ``compat`` sets serves for ``operation``.
+
+    A compatible set's tool replaces exo's tool of the same name (it takes the same arguments
+    and more, and returns the same object with more fields).
+    """
+    extra = [t for t in operation.compat if t.compat in compat]
+    replaced = {t.name for t in extra}
+    return [t for t in operation.tools if t.name not in replaced] + extra
+
 
 OPS: dict[str, Op] = {}
 
@@ -115,6 +259,9 @@ def op(
     help: Mapping[str, str] | None = None,
     blocking: bool = False,
     description: str | None = None,
+    cli_only: Mapping[str, str] | None = None,
+    no_tools: str | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare ``fn`` as the operation ``name``."""
 
@@ -135,10 +282,22 @@ def op(
             help=declared,
             blocking=blocking,
             description=description,
+            cli_only=dict(cli_only or {}),
+            no_tools=no_tools,
+            names=dict(names or {}),
         )
         return fn
 
     return deco
+
+
+def extend(name: str, *tools: Tool) -> None:
+    """Add compatible-set tools (each with ``compat`` set) to the operation ``name``."""
+    operation = OPS[name]
+    for t in tools:
+        if t.compat not in COMPAT_SETS:
+            raise TypeError(f"tool {t.name}: unknown compatible set {t.compat!r}")
+    OPS[name] = operation._replace(compat=operation.compat + tuple(tools))
 
 
 _loaded = False

@@ -80,7 +80,15 @@ def text_strategy(canary: Path) -> st.SearchStrategy[str]:
     return st.one_of(fixed, pieces, wild)
 
 
+def plain(annotation: str) -> str:
+    """The annotation without its ``Annotated[...]`` narrowing: ``Annotated[int, Range(1)] | None`` is ``int | None``."""
+    import re
+
+    return re.sub(r"Annotated\[([^,\[\]]+(?:\[[^\]]*\])?), [^\]]*\]", r"\1", annotation)
+
+
 def value_strategy(annotation: str, canary: Path) -> st.SearchStrategy[Any] | None:
+    annotation = plain(annotation)
     text = text_strategy(canary)
     if annotation.startswith("list[dict"):
         return st.lists(st.fixed_dictionaries({"name": text, "prompt": text}), min_size=1, max_size=2)
@@ -106,6 +114,7 @@ SKIP_PARAMS = {("spawn", "edit"), ("watch", "interval_pending"), ("watch", "inte
 
 
 def benign(annotation: str, required: bool) -> Any:
+    annotation = plain(annotation)
     if not required:
         return None
     if annotation.startswith("list"):

@@ -31,18 +31,12 @@ class Recorded:
 
 
 def _tool(cwd: Path, name: str, args: dict[str, Any]) -> None:
-    from mcp import Client
-
+    """Call the tool on the server itself (the recorders' results are not the tools' real results)."""
     from exo_cli.mcp_server import build_server
 
     server = build_server(Env(cwd=cwd), "tl")
-
-    async def go() -> None:
-        async with Client(server) as c:
-            r = await c.call_tool(name, args)
-            assert not r.is_error, r.content
-
-    asyncio.run(go())
+    r = asyncio.run(server.call_tool(name, args))
+    assert not r.is_error, r.content
 
 
 @pytest.fixture
@@ -55,6 +49,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]
             return Recorded()
 
         fake.__signature__ = __import__("inspect").signature(op.func)  # type: ignore[attr-defined]
+        fake.__module__ = op.func.__module__  # its annotations are read in the operation's module
         monkeypatch.setitem(registry.OPS, name, op._replace(func=fake))
     return calls
 

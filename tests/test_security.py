@@ -203,24 +203,27 @@ def test_dev_agent_refused_tl_tools_over_mcp(repo: Path) -> None:
         assert all(refused)
         # Reached anyway behind the listing (a TL tool wired to this server's env): the op refuses it.
         for tool_name, (operation, tool) in tl_tools.items():
-            import inspect
+            from exo_cli.schema import input_schema
 
             fn = make_tool(env, operation, tool)
-            sig = inspect.signature(fn)
-            kwargs = {p.name: _benign_tool_arg(p) for p in sig.parameters.values() if p.default is p.empty}
+            props = input_schema(operation.tool_args(tool))["properties"]
+            kwargs = {a.name: _benign_tool_arg(props[a.name]) for a in operation.tool_args(tool) if a.required}
             res = asyncio.run(fn(**kwargs))
             assert isinstance(res, CallToolResult) and res.is_error, tool_name
             err = json.loads(res.content[0].text)["error"]  # type: ignore[union-attr]
             assert err["code"] == -32004 and err["data"]["caller"] == "dev2", (tool_name, err)
 
 
-def _benign_tool_arg(p: Any) -> Any:
-    ann = str(p.annotation)
-    if "list" in ann:
-        return ["nobody"] if "list[str]" in ann else []
-    if "int" in ann:
-        return 1
-    if "bool" in ann:
+def _benign_tool_arg(prop: dict[str, Any]) -> Any:
+    """A value the argument's schema admits (so the call reaches the operation's role check)."""
+    kind = prop.get("type") or prop.get("anyOf", [{}])[0].get("type")
+    if "enum" in prop:
+        return prop["enum"][0]
+    if kind == "array":
+        return ["nobody"] if prop.get("items", {}).get("type") == "string" else []
+    if kind == "integer":
+        return max(1, int(prop.get("minimum", 1)))
+    if kind == "boolean":
         return False
     return "nobody"
 

@@ -11,7 +11,7 @@ import click
 from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.errors import EnvironmentError_
 from exo_cli.ops.doctor import DoctorResult
-from exo_cli.ops.lifecycle import KillResult, ReadResult, ReapResult
+from exo_cli.ops.lifecycle import KillResult, ReadManyResult, ReadResult, ReapResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out
@@ -31,7 +31,12 @@ def render_reap(out: Out, result: ReapResult) -> None:
         out.line(f"interrupted spawns left for `exo doctor`: {', '.join(result.kept)}")
 
 
-def render_read(out: Out, result: ReadResult) -> None:
+def render_read(out: Out, result: ReadResult | ReadManyResult) -> None:
+    if isinstance(result, ReadManyResult):
+        for r in result.results:
+            out.line(f"== {r.agent} ({r.status}) ==")
+            render_read(out, r)
+        return
     out.stream.write(result.text)
     if result.matched is False:
         out.stream.write(f"(pattern {result.pattern!r} not seen)\n")
@@ -77,20 +82,23 @@ def attach(env: Any, agent: str, as_json: bool) -> None:
 
 
 @click.command(help=op_help("read") + "\n\n\b\nExamples:\n  exo read w1 --lines 20\n  exo read w1 --since-last\n"
-               "  exo read w1 --wait-for 'PR filed' --timeout 120")
-@click.argument("agent")
+               "  exo read w1 --wait-for 'PR filed' --timeout 120\n  exo read w1 w2 w3 --clean --json")
+@click.argument("agent", nargs=-1, required=True)
 @op_option("read", "lines", "--lines", "-n", type=click.IntRange(min=1), default=50, show_default=True)
 @op_option("read", "since_last", "--since-last", is_flag=True)
 @op_option("read", "wait_for", "--wait-for", metavar="PATTERN")
 @op_option("read", "timeout", "--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@op_option("read", "clean", "--clean", is_flag=True)
 @json_option
 @click.pass_obj
 @click.pass_context
-def read(ctx: click.Context, env: Any, agent: str, lines: int, since_last: bool, wait_for: str | None,
-         timeout: float, as_json: bool) -> None:
-    result = invoke("read", env, agent=agent, lines=lines, since_last=since_last, wait_for=wait_for, timeout=timeout)
+def read(ctx: click.Context, env: Any, agent: tuple[str, ...], lines: int, since_last: bool, wait_for: str | None,
+         timeout: float, clean: bool, as_json: bool) -> None:
+    result = invoke("read", env, agent=agent[0] if len(agent) == 1 else list(agent), lines=lines,
+                    since_last=since_last, wait_for=wait_for, timeout=timeout, clean=clean)
     emit(result, as_json=as_json, human=render_read)
-    if result.matched is False:
+    each = result.results if isinstance(result, ReadManyResult) else [result]
+    if any(r.matched is False for r in each):
         ctx.exit(5)
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from exo_cli.records import MCP_COMPAT
+
 
 @click.command()
 @click.option(
@@ -15,21 +17,30 @@ import click
     show_default=True,
     help="Tools to serve: auto takes the caller's recorded role; tl/dev can lower it, never raise it.",
 )
+@click.option(
+    "--compat",
+    type=click.Choice(MCP_COMPAT),
+    multiple=True,
+    help="Also serve a seed's tool names and arguments (repeatable; default: mcp.compat in exo.toml).",
+)
 @click.pass_obj
-def mcp(env: Any, role: str) -> None:
+def mcp(env: Any, role: str, compat: tuple[str, ...]) -> None:
     """Serve exo's operations as MCP tools over stdio.
 
     Every tool is generated from the same operation registry as the CLI, so a tool and its
     command take the same arguments and return the same object. Only the protocol is
     written to stdout; logs go to stderr. Run from your own agent session, the server
     makes it the root TL (``exo init --agent claude`` writes that wiring for you).
+    ``--compat claude-team|termtile|ikigai`` adds that seed's tool names and arguments
+    to exo's own compact set, on the same operations.
 
     \b
     Examples:
       exo init --agent claude
       claude mcp add exo -- exo mcp --role auto
       exo mcp --role dev
+      exo mcp --compat termtile --compat ikigai
     """
     from exo_cli.mcp_server import serve
 
-    serve(env, role)
+    serve(env, role, compat)

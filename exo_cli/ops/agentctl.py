@@ -53,6 +53,21 @@ def states(env: Env, agents: Iterable[Agent]) -> dict[str, PaneState | None]:
     return out
 
 
+def capture(env: Env, locs: list[Location], lines: int) -> list[str]:
+    """The last ``lines`` lines of each location, in order: one call per multiplexer kind where it can batch."""
+    by_kind: dict[str, list[int]] = {}
+    for i, loc in enumerate(locs):
+        by_kind.setdefault(loc.mux, []).append(i)
+    out = [""] * len(locs)
+    for kind, idx in by_kind.items():
+        mux = mux_for(env, kind)
+        batch = getattr(mux, "capture_many", None)
+        texts = batch([locs[i] for i in idx], lines) if batch else [mux.capture(locs[i], lines) for i in idx]
+        for i, text in zip(idx, texts, strict=True):
+            out[i] = text
+    return out
+
+
 def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
     """Status from hooks first, liveness second: a live-status agent whose pane or process is gone is dead."""
     observed = states(env, [a for a in agents if a.status not in (DEAD, DONE)])

@@ -6,10 +6,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli.errors import InvalidInput, StateError
-from exo_cli.registry import op
+from exo_cli.registry import Range, op
 
 if TYPE_CHECKING:
     from exo_cli.adapters.beads import Bead, BeadsSource
@@ -93,7 +93,7 @@ def _list_result(
     idempotent=True,
     help={"limit": "Show at most this many beads (default: all; 0 = all)."},
 )
-def beads_ready(env: Env, *, limit: int | None = None) -> BeadsListResult:
+def beads_ready(env: Env, *, limit: Annotated[int, Range(0)] | None = None) -> BeadsListResult:
     """List the ready beads, best first (priority, then oldest).
 
     Ready exactly as ``bd ready`` decides: open, no open blocker (direct, inherited from a

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from exo_cli.adapters.git import add_exclude
 from exo_cli.records import AGENT_CLIS, PANE_MUXES
-from exo_cli.registry import op
+from exo_cli.registry import Choice, op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -65,7 +65,7 @@ class InitResult:
         "server and exo's hooks in that CLI's project settings, merged into what is there.",
     },
 )
-def init(env: Env, *, force: bool = False, agent: str | None = None) -> InitResult:
+def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CLIS)] | None = None) -> InitResult:
     """Set up exo in this repository.
 
     Writes ``exo.toml`` with commented defaults (unless it exists), hides exo's own

@@ -17,11 +17,11 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
 from exo_cli.records import DEAD, DONE, LIVE_STATUSES, ROOT, Agent
-from exo_cli.registry import op
+from exo_cli.registry import Range, op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -260,9 +260,45 @@ class ReadResult:
     matched: bool | None
 
 
+@dataclass(frozen=True)
+class ReadManyResult:
+    """``read`` of several agents: one result each, in the order asked, captured together."""
+
+    results: list[ReadResult]
+
+
 _CURSOR = "read-cursor:{reader}:{agent}"
 _CURSOR_LINES = 5
 _SINCE_CAPTURE = 5000
+# What ``clean`` removes: escape sequences (CSI, OSC, other ESC), bracketed-paste markers left as text,
+# control characters but tab and newline, and lines that are only TUI borders.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?|[\x80-\x9f]")
+_PASTE_MARKS = re.compile(r"\^\[\[20[01]~|\[20[01]~")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_BORDER = frozenset("+-|=") | {chr(c) for c in range(0x2500, 0x25A0)}
+
+
+def clean_screen(text: str) -> str:
+    """The screen text without escape sequences, paste markers, control characters or TUI chrome.
+
+    Lines made only of box-drawing or border characters are dropped, borders around a line
+    (``│ text │``) are stripped, runs of blank lines become one, and blank lines at both ends go.
+    """
+    text = _PASTE_MARKS.sub("", _ESCAPES.sub("", text.replace("\r\n", "\n")))
+    out: list[str] = []
+    for raw in text.split("\n"):
+        line = _CONTROLS.sub("", raw.rsplit("\r", 1)[-1]).rstrip()
+        core = line.strip()
+        if core and all(c in _BORDER or c.isspace() for c in core):
+            continue
+        if len(core) > 1 and "\u2500" <= core[0] <= "\u259f" and "\u2500" <= core[-1] <= "\u259f":
+            line = core[1:-1].strip()
+        if not line.strip() and (not out or not out[-1].strip()):
+            continue
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    return "\n".join(out) + ("\n" if out else "")
 
 
 def _after_cursor(lines: list[str], tail: list[str]) -> list[str]:
@@ -284,63 +320,85 @@ def _after_cursor(lines: list[str], tail: list[str]) -> list[str]:
     read_only=True,
     blocking=True,
     help={
-        "agent": "The agent to read.",
+        "agent": "The agent to read, or a list of agents to read in one call (then one result each).",
         "lines": "How many lines of the tail to return.",
         "since_last": "Only what is new since your last read of this agent.",
         "wait_for": "Wait until this regular expression appears (in what would be returned).",
         "timeout": "Seconds to wait for the pattern.",
+        "clean": "Drop escape sequences, paste markers, control characters and TUI borders.",
     },
 )
-def read(env: Env, *, agent: str, lines: int = 50, since_last: bool = False, wait_for: str | None = None,
-         timeout: float = 30.0) -> ReadResult:
+def read(env: Env, *, agent: str | list[str], lines: Annotated[int, Range(1)] = 50, since_last: bool = False,
+         wait_for: str | None = None, timeout: Annotated[float, Range(0)] = 30.0,
+         clean: bool = False) -> ReadResult | ReadManyResult:
     """Read the tail of an agent's pane, or its log when headless.
 
     With since_last, only the lines that appeared since the caller's previous read of that
     agent (a cursor per reader). With wait_for, poll the screen until the regular expression
     matches or the timeout passes (matched false); a client's cancellation stops the wait.
+    Several agents are read together (one capture call per multiplexer), each with its own
+    result; with wait_for, until every one matches.
     """
     from exo_cli import cancel
     from exo_cli.ops import agentctl
 
-    if lines < 1:
+    if isinstance(lines, bool) or lines < 1:
         raise InvalidInput(f"Invalid lines {lines!r}: expected at least 1", field="lines")
     if timeout < 0:
         raise InvalidInput(f"Invalid timeout {timeout!r}", field="timeout")
+    refs = [agent] if isinstance(agent, str) else list(agent)
+    if not refs:
+        raise InvalidInput("Give at least one agent to read", field="agent")
+    if len(set(refs)) != len(refs):
+        raise InvalidInput("An agent appears twice in the agents to read", field="agent")
     pattern = None
     if wait_for is not None:
         try:
             pattern = re.compile(wait_for, re.MULTILINE)
         except re.error as exc:
             raise InvalidInput(f"Invalid pattern {wait_for!r}: {exc}", field="wait_for") from exc
-    rec = _get(env, agent)
-    loc = agentctl.location(rec)
-    if loc is None:
-        raise StateError(f"Agent {rec.id} has not started yet ({rec.status_reason or rec.status})", agent=rec.id)
-    mux = agentctl.mux_for(env, loc.mux)
-    key = _CURSOR.format(reader=env.caller.agent_id, agent=rec.id)
-    tail: list[str] = []
+    recs = [_get(env, r) for r in refs]
+    locs = []
+    for rec in recs:
+        loc = agentctl.location(rec)
+        if loc is None:
+            raise StateError(f"Agent {rec.id} has not started yet ({rec.status_reason or rec.status})", agent=rec.id)
+        locs.append(loc)
+    keys = [_CURSOR.format(reader=env.caller.agent_id, agent=rec.id) for rec in recs]
+    tails: list[list[str]] = [[] for _ in recs]
     if since_last:
-        with contextlib.suppress(ValueError, TypeError):
-            tail = list(json.loads(env.store.kv_get(key) or "[]"))
+        for i, key in enumerate(keys):
+            with contextlib.suppress(ValueError, TypeError):
+                tails[i] = list(json.loads(env.store.kv_get(key) or "[]"))
 
-    def grab() -> tuple[list[str], list[str]]:
-        text = mux.capture(loc, _SINCE_CAPTURE if since_last else lines)
-        rows = text.rstrip("\n").split("\n") if text.strip() else []
-        shown = _after_cursor(rows, tail) if since_last else rows
-        return rows, shown[-lines:] if not since_last else shown
+    def grab() -> tuple[list[list[str]], list[str]]:
+        rows_all: list[list[str]] = []
+        texts: list[str] = []
+        for text, tail in zip(agentctl.capture(env, locs, _SINCE_CAPTURE if since_last else lines), tails,
+                              strict=True):
+            rows = text.rstrip("\n").split("\n") if text.strip() else []
+            shown = _after_cursor(rows, tail) if since_last else rows[-lines:]
+            body = "\n".join(shown) + ("\n" if shown else "")
+            rows_all.append(rows)
+            texts.append(clean_screen(body) if clean else body)
+        return rows_all, texts
 
-    rows, shown = grab()
-    matched: bool | None = None
+    rows_all, texts = grab()
+    matched: list[bool | None] = [None] * len(recs)
     if pattern is not None:
         deadline = time.monotonic() + timeout
-        while not pattern.search("\n".join(shown)):
+        while not all(pattern.search(t) for t in texts):
             if time.monotonic() >= deadline or cancel.cancelled():
                 break
             time.sleep(0.2)
-            rows, shown = grab()
-        matched = bool(pattern.search("\n".join(shown)))
+            rows_all, texts = grab()
+        matched = [bool(pattern.search(t)) for t in texts]
     if since_last:
-        env.store.kv_set(key, json.dumps(rows[-_CURSOR_LINES:]))
-    current = env.store.agent(rec.id) or rec
-    return ReadResult(agent=rec.id, status=current.status, text="\n".join(shown) + ("\n" if shown else ""),
-                      lines=len(shown), since_last=since_last, pattern=wait_for, matched=matched)
+        for key, rows in zip(keys, rows_all, strict=True):
+            env.store.kv_set(key, json.dumps(rows[-_CURSOR_LINES:]))
+    results = []
+    for rec, text, hit in zip(recs, texts, matched, strict=True):
+        current = env.store.agent(rec.id) or rec
+        results.append(ReadResult(agent=rec.id, status=current.status, text=text, lines=text.count("\n"),
+                                  since_last=since_last, pattern=wait_for, matched=hit))
+    return results[0] if isinstance(agent, str) else ReadManyResult(results=results)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli import cancel
 from exo_cli.errors import InvalidInput, NotFound, StateError
@@ -36,7 +36,7 @@ from exo_cli.ops.delivery import (
     ready_dependents,
 )
 from exo_cli.records import ASKING, DEAD, DONE, IDLE, ROOT, WORKING, Agent, Message
-from exo_cli.registry import Tool, op
+from exo_cli.registry import Range, Tool, op
 from exo_cli.validate import check_text
 
 if TYPE_CHECKING:
@@ -243,7 +243,7 @@ def _answer_to(env: Env, ticket: int) -> Message | None:
         "Asking the same question again continues waiting on the same ticket.",
     },
 )
-def question(env: Env, *, message: str, timeout: float | None = None) -> QuestionResult:
+def question(env: Env, *, message: str, timeout: Annotated[float, Range(0)] | None = None) -> QuestionResult:
     """Ask your parent a question and wait for the answer.
 
     Blocks until the parent answers (``exo answer`` / ``answer_question``), the timeout
@@ -417,8 +417,9 @@ def _refresh(env: Env, ids: list[str]) -> None:
         pass
 
 
-def _wait_tool(*, timeout: float = 30.0, from_agents: list[str] | None = None) -> dict[str, Any]:
-    """Map the ``wait`` tool's ``timeout`` and ``from_agents`` onto the operation."""
+def _wait_tool(*, timeout: Annotated[float, Range(0)] | None = None,
+               from_agents: list[str] | None = None) -> dict[str, Any]:
+    """Map the ``wait`` tool's ``timeout`` and ``from_agents`` onto the operation (the same default timeout)."""
     return {"timeout": timeout, "agents": from_agents}
 
 
@@ -438,7 +439,6 @@ def _entry_status(agent: Agent | None) -> str:
             "wait",
             adapt=_wait_tool,
             help={
-                "timeout": "Seconds to wait; 0 is an instant, non-blocking check.",
                 "from_agents": "Agents (ids or names) to fan in on; omit to take the next message from anyone.",
             },
         )
@@ -447,19 +447,23 @@ def _entry_status(agent: Agent | None) -> str:
     blocking=True,
     help={
         "agents": "Agents to wait for (fan-in); none: the next message from anyone.",
-        "timeout": "Seconds to wait (0: check without blocking; default: no limit).",
+        "timeout": "Seconds to wait; 0 checks without blocking (default: timeouts.wait in exo.toml, 600).",
     },
 )
-def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = None) -> WaitResult:
+def wait(env: Env, *, agents: list[str] | None = None,
+         timeout: Annotated[float, Range(0)] | None = None) -> WaitResult:
     """Wait for the next message, or fan in on several agents.
 
     Without agents: return the first unconsumed message to you from anyone (``--timeout
     0`` checks without blocking). With agents: wait until each has a message for you
     (``received``), or is ``idle`` or ``dead``, or the timeout passes; return one entry per
     agent with its status (received, running, idle, dead) and message. Messages returned
-    are consumed.
+    are consumed. Without a timeout it waits ``timeouts.wait`` seconds (600 by default), on
+    the command line and over MCP alike.
     """
     timeout = _timeout(timeout)
+    if timeout is None:
+        timeout = float(env.config.get("timeouts.wait"))
     me = env.caller.agent_id
     refs = _targets(list(agents or []))
     targets = [find_agent(env, r) for r in refs]

@@ -13,14 +13,14 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli import fault
 from exo_cli.adapters.git import Git
 from exo_cli.errors import InvalidInput, NotFound, StateError
 from exo_cli.ops.branches import base_branch
 from exo_cli.records import DONE, ROOT, PullRequest
-from exo_cli.registry import Tool, op
+from exo_cli.registry import Choice, Range, Tool, op
 
 if TYPE_CHECKING:
     from exo_cli.adapters.forge import Forge, GhRunner
@@ -182,12 +182,17 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     return FileResult(pr=view(pr), created=created, pushed=filed.pushed, commits=commits)
 
 
+def _merge_pr_tool(*, pr_number: Annotated[int, Range(1)],
+                   strategy: Annotated[str, Choice(STRATEGIES)] | None = None) -> dict[str, Any]:
+    """Map seed 001's ``merge_pr{pr_number, strategy?}`` onto the operation."""
+    return {"number": pr_number, "strategy": strategy}
+
+
 @op(
     "pr_merge",
     cli="pr merge",
-    tools=[Tool("merge_pr", adapt=lambda *, pr_number, strategy=None: {"number": pr_number, "strategy": strategy},
-                help={"pr_number": "Number of the pull request to merge.",
-                      "strategy": "squash or merge (default: squash for a worker's PR, merge for a subtree's)."})],
+    tools=[Tool("merge_pr", adapt=_merge_pr_tool,
+                help={"pr_number": "Number of the pull request to merge."})],
     roles=("tl",),
     destructive=False,
     help={
@@ -195,7 +200,8 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
         "strategy": "squash or merge (default: squash for a worker's PR, merge for a subtree's).",
     },
 )
-def merge_pr(env: Env, *, number: int, strategy: str | None = None) -> MergeResult:
+def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
+             strategy: Annotated[str, Choice(STRATEGIES)] | None = None) -> MergeResult:
     """Merge a child's pull request into its base branch and tell the siblings.
 
     Merges into one base branch run one at a time, and are refused while any checkout of
@@ -305,7 +311,7 @@ def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
     idempotent=True,
     help={"state": "Only PRs in this state: open, merged, closed or all (default: all)."},
 )
-def list_prs(env: Env, *, state: str = "all") -> PrList:
+def list_prs(env: Env, *, state: Annotated[str, Choice(STATES)] = "all") -> PrList:
     """List the team's pull requests with review and check state.
 
     Review and check state come from the forge (GitHub, kept current by ``exo watch`` or the
@@ -325,7 +331,8 @@ def list_prs(env: Env, *, state: str = "all") -> PrList:
     read_only=True,
     idempotent=True,
     help={"number": "Number of the pull request."},
+    no_tools="list_prs returns this same view of every pull request.",
 )
-def show_pr(env: Env, *, number: int) -> PrView:
+def show_pr(env: Env, *, number: Annotated[int, Range(1)]) -> PrView:
     """Show one pull request with its review and check state."""
     return view(_get(env, number))

@@ -15,12 +15,12 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli.adapters.files import FileLock
 from exo_cli.errors import ExoError, StateError
 from exo_cli.records import ROOT, PullRequest
-from exo_cli.registry import op
+from exo_cli.registry import Range, op
 
 if TYPE_CHECKING:
     from exo_cli.adapters.forge import GhRunner, RemoteState
@@ -200,7 +200,8 @@ def background_poller(env: Env) -> None:
         "interval_idle": "Seconds between polls otherwise.",
     },
 )
-def watch(env: Env, *, once: bool = False, interval_pending: int = 30, interval_idle: int = 300) -> WatchResult:
+def watch(env: Env, *, once: bool = False, interval_pending: Annotated[int, Range(1)] = 30,
+          interval_idle: Annotated[int, Range(1)] = 300) -> WatchResult:
     """Poll the forge for review, check and merge changes and deliver them as events.
 
     Watches every open GitHub PR exo tracks with ``gh pr view --json``: every

@@ -457,6 +457,37 @@ class Tmux:
         proc = self._exec("capture-pane", "-p", "-J", "-S", f"-{max(int(lines), 1)}", "-t", loc.pane or "")
         return tail_lines(proc.stdout, lines)
 
+    def capture_many(self, locs: Sequence[Location], lines: int = 200) -> list[str]:
+        """``capture`` of several panes in ONE tmux call (a marker line with each pane's pid before its text).
+
+        NotFound names the first pane that is gone or holds another process (as ``capture`` would).
+        """
+        if not locs:
+            return []
+        for loc in locs:
+            if loc.mux != "tmux" or not loc.pane:
+                raise InvalidInput("Not a tmux location", field="location")
+        marker = f"\x1eexo-capture-{os.urandom(8).hex()}"
+        args: list[str] = []
+        for loc in locs:
+            pane = loc.pane or ""
+            if args:
+                args.append(";")
+            args += ["display-message", "-p", "-t", pane, f"{marker} #{{pane_pid}}",
+                     ";", "capture-pane", "-p", "-J", "-S", f"-{max(int(lines), 1)}", "-t", pane]
+        proc = self._exec(*args, check=False)
+        chunks = proc.stdout.split(marker + " ")[1:]
+        out: list[str] = []
+        for i, loc in enumerate(locs):
+            chunk = chunks[i] if i < len(chunks) else None
+            pid, _, text = (chunk or "").partition("\n")
+            if chunk is None or (loc.pid is not None and pid.strip() != str(loc.pid)):
+                if chunk is None and proc.returncode == 0:
+                    raise external("tmux capture-pane", proc)
+                raise NotFound(f"tmux pane {loc.pane} of {loc.name or 'the agent'} no longer exists", pane=loc.pane)
+            out.append(tail_lines(text, lines))
+        return out
+
     def _snapshot(self, pane: str) -> str:
         proc = self._exec(
             "capture-pane", "-p", "-t", pane,

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from exo_cli.errors import ExoError
+from exo_cli.errors import ExoError, UsageError
 from exo_cli.ops.spawn import pending
 from exo_cli.ops.spawn.call import Call
 from exo_cli.ops.spawn.plan import (
+    FORKING,
     Request,
     WorkerSpec,
     choose_backend,
@@ -30,6 +31,7 @@ from exo_cli.ops.spawn.plan import (
     common_for,
     demo_script_path,
     duplicate_names,
+    own_backend,
     plan,
     read_prompts,
     target_env,
@@ -37,26 +39,33 @@ from exo_cli.ops.spawn.plan import (
 from exo_cli.ops.spawn.result import SpawnedAgent, SpawnResult, failed_call
 from exo_cli.ops.spawn.task import start_all
 from exo_cli.records import AGENT_CLIS, BACKENDS, MUXES
-from exo_cli.registry import Tool, op
+from exo_cli.registry import Choice, Range, Tool, op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
 
-__all__ = ["BACKENDS", "MUXES", "SpawnResult", "SpawnedAgent", "WorkerSpec", "first_failure_exit", "spawn"]
+__all__ = ["BACKENDS", "COMMON", "MUXES", "SpawnResult", "SpawnedAgent", "WorkerSpec", "first_failure_exit",
+           "spawn", "worker_specs"]
 
 
 # --------------------------------------------------------------------------- the MCP tools' arguments
 
+# What every spawn tool takes as it is, besides its own arguments (spawn_agents names the backend
+# ``backend``, seed 000's word; the others take ``agent``).
+COMMON = ("mux", "from_branch", "no_worktree", "repo", "skip_permissions", "after")
 
-def _adapt_agents(*, bead_ids: list[str], backend: str | None = None) -> dict[str, Any]:
-    return {"beads": list(bead_ids), "agent": backend}
+
+def _adapt_agents(*, bead_ids: list[str] | None = None, backend: Annotated[str, Choice(BACKENDS)] | None = None,
+                  prompt: str | None = None) -> dict[str, Any]:
+    return {"beads": list(bead_ids or []), "agent": backend, "prompt": [prompt] if prompt is not None else []}
 
 
 def _adapt_subtree(*, task: str, branch_name: str, parent_session_id: str | None = None) -> dict[str, Any]:
     return {"subtree": True, "task": task, "branch": branch_name, "parent_session_id": parent_session_id}
 
 
-def _adapt_workers(*, specs: list[WorkerSpec]) -> dict[str, Any]:
+def worker_specs(*, specs: list[WorkerSpec]) -> dict[str, Any]:
+    """``spawn_workers``' specs as the operation's (unset fields dropped)."""
     out = []
     for s in specs:
         d = asdict(s) if dataclasses.is_dataclass(s) else dict(s)
@@ -77,7 +86,8 @@ SPAWN_HELP = {
     "parent_session_id": "The parent's Claude session id to fork from (default: the caller's recorded one).",
     "ready": "Spawn the N best ready beads (priority, then age), skipping ones a live agent owns.",
     "specs": "Worker specs as objects {name, prompt, agent?, bead?, annotation?}.",
-    "agent": "Agent backend: claude, gemini, codex, custom or demo (default: agent.default in exo.toml).",
+    "agent": "Agent backend: claude, gemini, codex, custom or demo (default: agent.default in exo.toml; "
+    "forking a session: the caller's own).",
     "mux": "Where agents run: tmux, zellij or headless (default: mux.default in exo.toml).",
     "from_branch": "Base the new branches on this branch or ref (default: the parent's branch).",
     "no_worktree": "Run the agent in the repository itself instead of a new worktree.",
@@ -101,9 +111,11 @@ SPAWN_HELP = {
                 "the tracker; a blocked or unknown bead fails alone while the others start."
             ),
             help={
-                "bead_ids": "Bead ids, short (4hj) or full (bd-4hj).",
+                "bead_ids": "Bead ids, short (4hj) or full (bd-4hj); or none with ready.",
                 "backend": "Agent CLI: claude, gemini, codex, custom or demo (default from exo.toml).",
+                "prompt": "Extra instructions for every bead's agent.",
             },
+            passthrough=("ready", *COMMON),
         ),
         Tool(
             "spawn_subtree",
@@ -118,20 +130,29 @@ SPAWN_HELP = {
                 "task": "The subtree's responsibility.",
                 "branch_name": "Branch suffix: 'auth' becomes '<your branch>.auth'.",
             },
+            passthrough=("fork_session", "agent", *COMMON),
         ),
         Tool(
             "spawn_workers",
-            adapt=_adapt_workers,
+            adapt=worker_specs,
             description=(
                 "Spawn leaf workers, each in its own worktree on branch <your branch>.<name>, when work is "
                 "concrete enough to execute without further decomposition: give each a focused, bounded task "
                 "with the exact files and commands. Workers cannot spawn; they file a PR against your branch."
             ),
             help={"specs": "One object per worker: name, prompt, and optionally agent, bead, annotation."},
+            passthrough=("agent", *COMMON),
         ),
     ],
     roles=("tl",),
     help=SPAWN_HELP,
+    names={"from_branch": "from"},
+    cli_only={
+        "worker": "the tools name each worker in its spec (specs[].name)",
+        "prompt_file": "a tool passes the prompt text itself (task, specs[].prompt, prompt)",
+        "edit": "it opens $EDITOR, which needs a terminal",
+        "demo_script": "a test and demo aid: the tools' demo agents read [demo] script from the configuration",
+    },
 )
 def spawn(
     env: Env,
@@ -146,10 +167,10 @@ def spawn(
     branch: str | None = None,
     fork_session: bool | None = None,
     parent_session_id: str | None = None,
-    ready: int | None = None,
+    ready: Annotated[int, Range(1)] | None = None,
     specs: list[dict[str, Any]] | None = None,
-    agent: str | None = None,
-    mux: str | None = None,
+    agent: Annotated[str, Choice(BACKENDS)] | None = None,
+    mux: Annotated[str, Choice(MUXES)] | None = None,
     from_branch: str | None = None,
     no_worktree: bool = False,
     repo: str | None = None,
@@ -168,7 +189,14 @@ def spawn(
     """
     prompts = read_prompts(env, list(prompt or []), prompt_file, edit=edit)
     target = target_env(env, repo)
-    backend = choose_backend(target, agent)
+    backend = choose_backend(target, agent or (own_backend(env) if fork_session else None))
+    if fork_session and backend not in FORKING:
+        raise UsageError(
+            f"The {backend} backend cannot start from its parent's conversation: only "
+            f"{', '.join(FORKING)} can fork a session",
+            hint="Spawn a fresh subtree instead (spawn_subtree, or exo spawn --subtree without --fork-session).",
+            agent=backend,
+        )
     kind = choose_mux(target, mux)
     demo_script = demo_script_path(demo_script)
     warnings: list[str] = []

@@ -14,11 +14,12 @@ import contextlib
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli.adapters import worktree as wt
 from exo_cli.errors import ExoError, InvalidInput, NotFound, UsageError
 from exo_cli.records import BACKENDS, MUXES, ROOT
+from exo_cli.registry import Choice
 from exo_cli.validate import check_name, check_text
 
 if TYPE_CHECKING:
@@ -63,9 +64,13 @@ class WorkerSpec:
 
     name: str
     prompt: str
-    agent: str | None = None
+    agent: Annotated[str, Choice(BACKENDS)] | None = None
     bead: str | None = None
     annotation: str | None = None
+
+
+# The backends whose CLI can start a child from its parent's conversation (claude --fork-session).
+FORKING = ("claude",)
 
 
 def request_from_spec(spec: dict[str, Any]) -> Request:
@@ -122,8 +127,15 @@ def target_env(env: Env, repo: str | None) -> Env:
     if not exists(path, "dir"):
         raise NotFound(f"Repository {path} does not exist", hint="Pass the path of a git repository to --repo.")
     target = EnvCls(cwd=path, environ=env.environ, overrides=env.overrides)
-    target.repo  # noqa: B018 - EnvironmentError_ when it is not a repository
+    if target.repo.common_dir == env.repo.common_dir:  # EnvironmentError_ when it is not a repository
+        return env  # the caller's own repository (or one of its worktrees): no other team
     return target
+
+
+def own_backend(env: Env) -> str | None:
+    """The calling agent's own backend (the CLI whose conversation a fork starts from); None for the human."""
+    record = env.caller_agent()
+    return record.backend if record is not None else None
 
 
 def choose_backend(target: Env, agent: str | None) -> str:
