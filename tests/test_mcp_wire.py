@@ -90,10 +90,20 @@ def test_stdout_is_only_protocol_for_every_kind_of_call(repo: Path) -> None:
         "this is not json",
         _req(7, "ping"),
         _req(8, "tools/call", {"name": "list_agents", "arguments": {}}),
+        _req(9, "tools/call", {"name": "merge_pr", "arguments": {"pr_number": "3"}}),  # a string for a number
+        _req(10, "tools/call", {"name": "merge_pr", "arguments": {"pr_number": True}}),  # true is no PR number
+        _req(11, "tools/call", {"name": "exo_status", "arguments": {"agnet": "w1"}}),  # a misspelled argument
+        _req(12, "tools/call", {"name": "spawn_workers", "arguments": {"specs": "w1"}}),
     ]
     messages, stderr, rc = _session(repo, calls)
     got = _by_id(messages)
-    assert set(got) >= {0, 1, 2, 3, 4, 5, 6, 7, 8}, (messages, stderr)
+    assert set(got) >= set(range(13)), (messages, stderr)
+    for i in (5, 9, 10, 11, 12):  # each an error object with exo's code for a bad call, named
+        res = got[i]["result"]
+        err = json.loads(res["content"][0]["text"])["error"]
+        assert res["isError"] is True and err["code"] == -32602 and err["name"] == "UsageError", (i, err)
+    assert json.loads(got[11]["result"]["content"][0]["text"])["error"]["data"]["unknown"] == ["agnet"]
+    assert "Traceback" not in stderr and "Error executing tool" not in stderr, stderr
     assert got[0]["result"]["serverInfo"]["name"] == "exo"
     assert {"exo_status", "list_agents"} <= {t["name"] for t in got[1]["result"]["tools"]}
     ok = got[2]["result"]

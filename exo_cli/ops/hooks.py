@@ -90,7 +90,8 @@ def parse_payload(payload: str | None) -> tuple[dict[str, Any], str | None]:
 @op(
     "hook",
     cli="hook",
-    tools=[],  # called by the agent CLIs, never listed as an MCP tool
+    tools=[],
+    no_tools="the agent CLIs run it as their hook command; a model never calls it",
     roles=("tl", "dev"),
     help={
         "event": "The hook event: session-start, prompt, stop, session-end, notification, tool or notify.",
