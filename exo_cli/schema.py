@@ -2,7 +2,8 @@
 
 ``input_schema`` turns a tool's arguments (``registry.Op.tool_args``) into its input schema:
 precise JSON types, ``enum`` for ``Choice``, ``minimum``/``maximum`` for ``Range``, typed
-array items, closed objects (``additionalProperties: false``). ``output_schema`` turns a
+array items, closed objects (``additionalProperties: false``). An optional argument is left
+out to get its default, so its schema is its type alone (``null`` is not admitted). ``output_schema`` turns a
 result class (dataclasses and records, as ``records.to_jsonable`` serializes them) into
 the schema of the tool's structured result. ``check_arguments`` enforces exactly the
 input schema (a value the schema admits is accepted, anything else is a ``UsageError``,
@@ -47,7 +48,11 @@ def type_schema(tp: Any, *, output: bool = False) -> dict[str, Any]:
                     schema["maximum"] = m.max
         return schema
     if origin in (typing.Union, types.UnionType):
-        parts = [type_schema(a, output=output) for a in typing.get_args(tp)]
+        args = typing.get_args(tp)
+        if not output and type(None) in args:  # an input left out is its default: null is never needed
+            rest = [a for a in args if a is not type(None)]
+            return type_schema(rest[0] if len(rest) == 1 else typing.Union[tuple(rest)], output=output)  # noqa: UP007
+        parts = [type_schema(a, output=output) for a in args]
         simple = [p["type"] for p in parts if set(p) == {"type"} and isinstance(p["type"], str)]
         if output and len(simple) == len(parts):
             return {"type": simple}

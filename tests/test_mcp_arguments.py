@@ -179,6 +179,8 @@ def test_cli_choices_and_ranges_are_the_tool_schemas(name: str) -> None:
             assert enum is None, f"{name}.{p.name}: enum in the schema but no click.Choice"
         if isinstance(p.type, click.IntRange | click.FloatRange):
             assert minimum == p.type.min, f"exo {op.cli} {p.name}: range differs from the tool's minimum"
+        else:
+            assert minimum is None, f"exo {op.cli} {p.name}: the tool has a minimum, the command no range"
         if isinstance(p.type, click.types.IntParamType):
             kinds = {o.get("type") for o in options}
             assert "integer" in kinds, f"{name}.{p.name}: an integer option but not an integer argument"
@@ -396,3 +398,16 @@ def test_no_tool_argument_is_accepted_and_ignored() -> None:
             except ExoError:
                 continue
             assert calls != plain or tool.result is not None, f"{tool.name}.{a.name} changes nothing"
+
+
+def test_docs_show_every_reason_and_every_tool() -> None:
+    """docs/agents.md lists each tool, each compatible set's tool, and each recorded cli_only/no_tools reason."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "agents.md").read_text()
+    for op in OPS.values():
+        for param, reason in op.cli_only.items():
+            assert reason in text, f"docs/agents.md does not give the reason {op.name}.{param} is CLI-only"
+        if op.no_tools:
+            assert op.no_tools.rstrip(".") in text, f"docs/agents.md does not say why {op.name} has no tool"
+        for tool in op.all_tools():
+            row = f"| `{tool.compat}` | `{tool.name}` |" if tool.compat else f"| `{tool.name}` |"
+            assert row in text, f"docs/agents.md has no row for {tool.name} ({tool.compat or 'exo'})"

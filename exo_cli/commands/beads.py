@@ -90,7 +90,7 @@ def beads() -> None:
 @beads.command(
     help=op_help("beads_ready") + "\n\n\b\nExamples:\n  exo beads ready\n  exo beads ready --limit 3 --json"
 )
-@op_option("beads_ready", "limit", "--limit", type=int, default=None, metavar="N")
+@op_option("beads_ready", "limit", "--limit", type=click.IntRange(min=0), default=None, metavar="N")
 @json_option
 @click.pass_obj
 def ready(env: Any, limit: int | None, as_json: bool) -> None:

@@ -74,7 +74,7 @@ def file_cmd(env: Any, title: str | None, body: str | None, draft: bool, as_json
 
 @pr.command("merge", help=op_help("pr_merge") + "\n\n\b\nExamples:\n  exo pr merge 3\n"
             "  exo pr merge 3 --strategy merge --json")
-@click.argument("number", type=int)
+@click.argument("number", type=click.IntRange(min=1))
 @op_option("pr_merge", "strategy", "--strategy", type=click.Choice(STRATEGIES))
 @json_option
 @click.pass_obj
@@ -91,7 +91,7 @@ def list_cmd(env: Any, state: str, as_json: bool) -> None:
 
 
 @pr.command("show", help=op_help("pr_show") + "\n\n\b\nExamples:\n  exo pr show 3\n  exo pr show 3 --json")
-@click.argument("number", type=int)
+@click.argument("number", type=click.IntRange(min=1))
 @json_option
 @click.pass_obj
 def show_cmd(env: Any, number: int, as_json: bool) -> None:

@@ -241,13 +241,13 @@ registry.extend(
                "workers": "claude-team's workers: project_path (a path, or auto: this repository), and optionally "
                "name (default: a memorable one), prompt (none: the worker awaits a task), agent_type, bead, "
                "annotation, use_worktree (default true), skip_permissions.",
-               "layout": "auto or new; exo starts every worker in its own window, so both do the same."}),
+               "layout": "exo starts every worker in its own window, so auto and new do the same."}),
     Tool("spawn_agent", compat="termtile", adapt=_spawn_agent, passthrough=COMMON[:-1], result=_slot_result,
          result_type=SlotSpawnResult,
          description=("Spawn one agent on its own branch <your branch>.<name> in its own window; its slot is its "
                       "name. With depends_on it starts only when those agents are idle or done, with "
                       "{{NAME.output}} in the task replaced by their output."),
-         help={"agent_type": "Agent CLI: claude, gemini, codex, custom or demo.",
+         help={"agent_type": "Agent CLI.",
                "task": "The task (none: the agent starts without one and waits for send_to_agent).",
                "name": "The agent's name (default: a memorable one).",
                "depends_on": "Agents (names) that must be idle or done before this one starts."}),

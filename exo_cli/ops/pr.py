@@ -197,7 +197,7 @@ def _merge_pr_tool(*, pr_number: Annotated[int, Range(1)],
     destructive=False,
     help={
         "number": "Number of the pull request to merge.",
-        "strategy": "squash or merge (default: squash for a worker's PR, merge for a subtree's).",
+        "strategy": "How to merge (default: squash for a worker's PR, merge for a subtree's).",
     },
 )
 def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
@@ -309,7 +309,7 @@ def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
     tools=["list_prs"],
     read_only=True,
     idempotent=True,
-    help={"state": "Only PRs in this state: open, merged, closed or all (default: all)."},
+    help={"state": "Only PRs in this state (default: all)."},
 )
 def list_prs(env: Env, *, state: Annotated[str, Choice(STATES)] = "all") -> PrList:
     """List the team's pull requests with review and check state.
@@ -331,7 +331,7 @@ def list_prs(env: Env, *, state: Annotated[str, Choice(STATES)] = "all") -> PrLi
     read_only=True,
     idempotent=True,
     help={"number": "Number of the pull request."},
-    no_tools="list_prs returns this same view of every pull request.",
+    no_tools="list_prs returns this same view of every pull request",
 )
 def show_pr(env: Env, *, number: Annotated[int, Range(1)]) -> PrView:
     """Show one pull request with its review and check state."""

@@ -86,9 +86,8 @@ SPAWN_HELP = {
     "parent_session_id": "The parent's Claude session id to fork from (default: the caller's recorded one).",
     "ready": "Spawn the N best ready beads (priority, then age), skipping ones a live agent owns.",
     "specs": "Worker specs as objects {name, prompt, agent?, bead?, annotation?}.",
-    "agent": "Agent backend: claude, gemini, codex, custom or demo (default: agent.default in exo.toml; "
-    "forking a session: the caller's own).",
-    "mux": "Where agents run: tmux, zellij or headless (default: mux.default in exo.toml).",
+    "agent": "Agent backend (default: agent.default in exo.toml; forking a session: the caller's own).",
+    "mux": "Where agents run (default: mux.default in exo.toml).",
     "from_branch": "Base the new branches on this branch or ref (default: the parent's branch).",
     "no_worktree": "Run the agent in the repository itself instead of a new worktree.",
     "repo": "Spawn into the repository at this path (it keeps its own exo state).",
@@ -112,7 +111,7 @@ SPAWN_HELP = {
             ),
             help={
                 "bead_ids": "Bead ids, short (4hj) or full (bd-4hj); or none with ready.",
-                "backend": "Agent CLI: claude, gemini, codex, custom or demo (default from exo.toml).",
+                "backend": "Agent CLI (default: agent.default in exo.toml).",
                 "prompt": "Extra instructions for every bead's agent.",
             },
             passthrough=("ready", *COMMON),
