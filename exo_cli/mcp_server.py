@@ -120,7 +120,7 @@ def ok_result(obj: Any) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=obj)
 
 
-def make_tool(env: Env, op: Op, tool: Tool) -> Callable[..., Any]:
+def make_tool(env: Env, op: Op, tool: Tool, input_schema: dict[str, Any] | None = None) -> Callable[..., Any]:
     """Build the tool's call: check the arguments, adapt them, invoke the operation, map errors.
 
     ``await fn(**arguments)`` returns the ``CallToolResult``. Blocking operations run in a
@@ -128,11 +128,11 @@ def make_tool(env: Env, op: Op, tool: Tool) -> Callable[..., Any]:
     event is set, the tool returns at once and the operation sees ``cancel.cancelled()``
     at its next short wait.
     """
-    input_schema = schema.input_schema(op.tool_args(tool))
+    checked = input_schema or schema.input_schema(op.tool_args(tool))
 
     def call(arguments: dict[str, Any]) -> CallToolResult:
         try:
-            args = schema.check_arguments(tool.name, input_schema, arguments)
+            args = schema.check_arguments(tool.name, checked, arguments)
             return ok_result(to_jsonable(registry.call_tool(op, tool, env, args)))
         except ExoError as exc:
             return _map_error(tool.name, exc)
@@ -164,12 +164,13 @@ def make_tool(env: Env, op: Op, tool: Tool) -> Callable[..., Any]:
 
 def sdk_tool(env: Env, op: Op, tool: Tool) -> SdkTool:
     """The SDK's record of ``tool``: name, description, schemas, annotations and the call."""
+    input_schema = schema.input_schema(op.tool_args(tool))
     return SdkTool(
-        fn=make_tool(env, op, tool),
+        fn=make_tool(env, op, tool, input_schema),
         name=tool.name,
         title=None,
         description=tool_description(op, tool),
-        parameters=schema.input_schema(op.tool_args(tool)),
+        parameters=input_schema,
         context_kwarg=None,
         fn_metadata=FuncMetadata(arg_model=ArgModelBase,
                                  output_schema=schema.output_schema(tool_output_type(op, tool))),

@@ -25,7 +25,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from exo_cli.errors import StateError
+from exo_cli.errors import ExoError, StateError
 from exo_cli.records import MCP_COMPAT
 
 if TYPE_CHECKING:
@@ -221,12 +221,27 @@ def tool_calls(operation: Op, tool: Tool, args: Mapping[str, Any]) -> list[dict[
         return [through]
     made = tool.adapt(**own)
     calls = made if isinstance(made, list) else [made]
-    return [{**c, **through} for c in calls]
+    return [{**through, **c} for c in calls]  # what the adapter set for one call is more specific
 
 
 def call_tool(operation: Op, tool: Tool, env: Env, args: Mapping[str, Any]) -> Any:
-    """Call ``tool`` with ``args`` (already checked against its schema): the operation, once or more."""
-    results = [invoke(operation.name, env, **kw) for kw in tool_calls(operation, tool, args)]
+    """Call ``tool`` with ``args`` (already checked against its schema): the operation, once or more.
+
+    When the tool makes several calls, one failing does not stop the others: its ExoError
+    goes to ``tool.result`` in its place (unless every call failed: then the first error is raised).
+    """
+    calls = tool_calls(operation, tool, args)
+    if len(calls) == 1:
+        results: list[Any] = [invoke(operation.name, env, **calls[0])]
+    else:
+        results = []
+        for kw in calls:
+            try:
+                results.append(invoke(operation.name, env, **kw))
+            except ExoError as exc:
+                results.append(exc)
+        if all(isinstance(r, ExoError) for r in results):
+            raise results[0]
     if tool.result is None:
         return results[0]
     full = {a.name: args.get(a.name, None if a.required else a.default) for a in operation.tool_args(tool)}

@@ -411,3 +411,24 @@ def test_docs_show_every_reason_and_every_tool() -> None:
         for tool in op.all_tools():
             row = f"| `{tool.compat}` | `{tool.name}` |" if tool.compat else f"| `{tool.name}` |"
             assert row in text, f"docs/agents.md has no row for {tool.name} ({tool.compat or 'exo'})"
+
+
+def test_claude_team_workers_one_group_failing_does_not_stop_the_others(team: Path, tmp_path: Path) -> None:
+    from conftest import stop_repo_agents
+
+    try:
+        r = _call(team, "spawn_workers", {"workers": [
+            {"project_path": "auto", "name": "here", "prompt": "p"},
+            {"project_path": str(tmp_path / "nowhere"), "name": "there", "prompt": "p"},
+            {"project_path": "auto"},  # unnamed, no prompt: a memorable name, awaiting a task
+        ], "layout": "new"}, ("claude-team",))
+        res = r.structured_content
+        assert not r.is_error, r.content
+        assert [a["id"] for a in res["agents"]][0] == "here" and len(res["agents"]) == 2
+        assert res["failed"] == [["*", f"Repository {tmp_path / 'nowhere'} does not exist"]]
+        awaiting = res["workers_awaiting_task"]
+        assert len(awaiting) == 1 and awaiting[0] in res["sessions"] and res["count"] == 2
+        assert f"- {awaiting[0]} " in res["coordinator_guidance"] and "AWAITING TASK" in res["coordinator_guidance"]
+        assert res["layout"] == "new"
+    finally:
+        stop_repo_agents(team)

@@ -96,10 +96,11 @@ def test_mcp_tools_match_operations(repo: Path) -> None:
             t = tools[tool.name]
             schema = t.input_schema  # type: ignore[attr-defined]
             props = schema.get("properties", {})
+            assert set(props) == {a.name for a in op.tool_args(tool)}
+            for a in op.tool_args(tool):
+                assert props[a.name]["description"] == a.help
             if tool.adapt is None:
-                assert set(props) == {p.name for p in op.params()}
-                for p in op.params():
-                    assert props[p.name]["description"] == op.help[p.name]
+                assert set(props) == {op.public(p.name) for p in op.params() if p.name not in op.cli_only}
             assert t.annotations.read_only_hint == op.read_only  # type: ignore[attr-defined]
             assert t.annotations.destructive_hint == op.destructive  # type: ignore[attr-defined]
             assert (t.description or "").startswith((tool.description or op.doc)[:40])  # type: ignore[attr-defined]

@@ -20,14 +20,15 @@ object with more fields.
 from __future__ import annotations
 
 import typing
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from exo_cli import registry
-from exo_cli.errors import UsageError
+from exo_cli.errors import ExoError, UsageError
 from exo_cli.ops import messages, status
 from exo_cli.ops.spawn import op as spawn_op
-from exo_cli.ops.spawn.result import SpawnedAgent, SpawnResult
+from exo_cli.ops.spawn.result import SpawnedAgent, SpawnResult, error_obj
 from exo_cli.records import BACKENDS, DONE, IDLE
 from exo_cli.registry import Choice, Range, Tool
 
@@ -70,10 +71,10 @@ def _team_workers(*, specs: list[spawn_op.WorkerSpec] | None = None, workers: li
                          hint="workers: [{project_path, prompt?, name?, agent_type?, ...}]")
     if specs:
         return [spawn_op.worker_specs(specs=specs)]
-    groups: dict[tuple[str, bool | None, bool | None], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, bool | None, bool], list[dict[str, Any]]] = {}
     for w in workers or []:
         d = asdict(w) if not isinstance(w, dict) else w
-        key = (d["project_path"], d.get("skip_permissions"), d.get("use_worktree"))
+        key = (d["project_path"], d.get("skip_permissions"), d.get("use_worktree") is not False)
         spec = {"name": d.get("name"), "prompt": d.get("prompt"), "agent": d.get("agent_type"),
                 "bead": d.get("bead"), "annotation": d.get("annotation")}
         groups.setdefault(key, []).append({k: v for k, v in spec.items() if v})
@@ -84,17 +85,25 @@ def _team_workers(*, specs: list[spawn_op.WorkerSpec] | None = None, workers: li
             call["repo"] = path
         if skip is not None:
             call["skip_permissions"] = skip
-        if use_worktree is not None:
-            call["no_worktree"] = not use_worktree
+        if not use_worktree:
+            call["no_worktree"] = True
         calls.append(call)
     return calls
 
 
-def merged(results: list[SpawnResult]) -> dict[str, Any]:
-    """The fields of several spawn results, concatenated in call order (warnings once each)."""
+def merged(results: Sequence[SpawnResult | ExoError]) -> dict[str, Any]:
+    """The fields of several spawn results, concatenated in call order (warnings once each).
+
+    A call that failed as a whole is reported as spawn reports one: ``["*", message]`` in
+    ``failed`` and its error object in ``errors``.
+    """
     out: dict[str, Any] = {f: [] for f in ("worktrees", "tabs", "failed", "errors", "agents", "workers_awaiting_task")}
     warnings: list[str] = []
     for r in results:
+        if isinstance(r, ExoError):
+            out["failed"].append(["*", r.message])
+            out["errors"].append(error_obj("*", r))
+            continue
         for f in out:
             out[f] += list(getattr(r, f))
         warnings += [w for w in r.warnings if w not in warnings]
@@ -113,7 +122,7 @@ def guidance(agents: list[SpawnedAgent], awaiting: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _team_result(args: dict[str, Any], results: list[SpawnResult]) -> TeamSpawnResult:
+def _team_result(args: dict[str, Any], results: list[SpawnResult | ExoError]) -> TeamSpawnResult:
     fields = merged(results)
     agents: list[SpawnedAgent] = fields["agents"]
     return TeamSpawnResult(**fields, sessions={a.id: a for a in agents}, layout=args["layout"], count=len(agents),
