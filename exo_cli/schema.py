@@ -118,22 +118,14 @@ def output_schema(result_type: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- checking arguments
 
 
+_KINDS = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"))
+
+
 def _kind(value: Any) -> str:
+    """The JSON kind of a value (a bool is no integer)."""
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return next((name for cls, name in _KINDS if isinstance(value, cls)), type(value).__name__)
 
 
 def _shown(value: Any) -> str:
