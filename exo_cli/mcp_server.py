@@ -136,6 +136,15 @@ def make_tool(env: Env, op: Op, tool: Tool, input_schema: dict[str, Any] | None 
             return ok_result(to_jsonable(registry.call_tool(op, tool, env, args)))
         except ExoError as exc:
             return _map_error(tool.name, exc)
+        except Exception as exc:  # a bug: an error object too, the traceback only with EXO_DEBUG=1 (as the CLI)
+            if env.environ.get("EXO_DEBUG") == "1":
+                log.exception("tool %s: internal error", tool.name)
+            else:
+                log.error("tool %s: internal error: %s: %s", tool.name, type(exc).__name__, exc)
+            return error_result(ExoError(
+                f"internal error: {type(exc).__name__}: {exc}",
+                hint="This is a bug in exo; run the server with EXO_DEBUG=1 for a traceback and report it.",
+                tool=tool.name))
 
     if op.blocking:
 

@@ -432,3 +432,17 @@ def test_claude_team_workers_one_group_failing_does_not_stop_the_others(team: Pa
         assert res["layout"] == "new"
     finally:
         stop_repo_agents(team)
+
+
+def test_a_bug_in_an_operation_is_an_error_object_too(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    def broken(env: Any, *, agent: str | None = None) -> Any:
+        raise TypeError("'<' not supported between instances of 'str' and 'int'")
+
+    broken.__signature__ = __import__("inspect").signature(OPS["status"].func)  # type: ignore[attr-defined]
+    broken.__module__ = OPS["status"].func.__module__
+    monkeypatch.setitem(registry.OPS, "status", OPS["status"]._replace(func=broken))
+    res = asyncio.run(_server(repo, ()).call_tool("exo_status", {}))
+    err = json.loads(res.content[0].text)["error"]
+    assert res.is_error and err["code"] == -32603 and err["message"].startswith("internal error: TypeError")
+    assert "Traceback" not in caplog.text and "internal error" in caplog.text
