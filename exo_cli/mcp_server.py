@@ -13,7 +13,7 @@ serves, and the server is built with ``sys.stdout`` redirected to stderr; logs g
 
 Roles: ``auto`` serves the caller's recorded role (the human's own session is the
 root TL); ``--role`` may lower it, never raise it. A tool the role does not list is
-not registered, and ``registry.invoke`` refuses it anyway if it is reached. The seeds'
+not registered, and ``registry.invoke`` refuses it anyway if it is reached. Other tool families'
 compatible tool sets (``--compat``) add their tools on request only.
 """
 

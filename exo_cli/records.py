@@ -26,7 +26,7 @@ AGENT_CLIS = ("claude", "gemini", "codex")  # the agent CLIs exo wires its hooks
 BACKENDS = (*AGENT_CLIS, "custom", "demo")
 PANE_MUXES = ("tmux", "zellij")  # multiplexers that show an agent in a pane (a terminal to read and type into)
 MUXES = (*PANE_MUXES, "headless")
-# The seeds' tool sets ``exo mcp --compat`` (and the ``mcp.compat`` key) can add to exo's own.
+# Other tool families' sets ``exo mcp --compat`` (and the ``mcp.compat`` key) can add to exo's own.
 MCP_COMPAT = ("claude-team", "termtile", "ikigai")
 
 

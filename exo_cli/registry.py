@@ -11,7 +11,7 @@ Parameter types are the operation's annotations; ``Annotated[str, Choice(VALUES)
 the tool schemas' ``enum``/``minimum`` alike. Every parameter reaches MCP through one of
 the operation's tools (the tool takes it under its public name, or its adapter produces
 it) unless ``cli_only`` says why not; an operation without tools is human only, or says
-why in ``no_tools``. Tools of the seeds' compatible tool sets (``exo mcp --compat``) are
+why in ``no_tools``. Tools of other tool families' compatible sets (``exo mcp --compat``) are
 kept apart in ``compat``: served only on request, never in the default list.
 
 Both front ends call ``invoke``, which checks the caller's role, so a tool hidden from a
@@ -82,7 +82,7 @@ class Tool(NamedTuple):
     ``passthrough`` names (under their public names, see ``Op.names``); a tool without an
     adapter takes every parameter of the operation that is not ``cli_only``. ``adapt``
     maps its own arguments onto the operation's keyword arguments; it may return a list of
-    them, one operation call each (a seed's call that exo splits). ``result`` turns the
+    them, one operation call each (a call of another family's that exo splits). ``result`` turns the
     tool's arguments and the operation's results into what the tool returns (an object of
     ``result_type``); without it the tool returns the operation's result.
     """
@@ -100,7 +100,7 @@ class Tool(NamedTuple):
     # (tool arguments with defaults, the operation's results) -> the tool's result
     result: Callable[[dict[str, Any], list[Any]], Any] | None = None
     result_type: type | None = None
-    # the seed tool set that serves it (``exo mcp --compat NAME``); None: exo's default set
+    # the tool family's set that serves it (``exo mcp --compat NAME``); None: exo's default set
     compat: str | None = None
 
 
@@ -118,11 +118,11 @@ class Arg(NamedTuple):
         return self.default is inspect.Parameter.empty
 
 
-# The seeds' tool sets ``exo mcp --compat`` can add, and what each one is.
+# The tool families' sets ``exo mcp --compat`` can add, and what each one is.
 COMPAT_SETS = dict(zip(MCP_COMPAT, (
-    "seed 002: spawn_workers with workers/layout, message_workers",
-    "seed 003: spawn_agent, send_to_agent, read_from_agent, wait_for_idle, kill_agent, list_agents, get_artifact",
-    "seed 004: fork, send to one agent or several",
+    "spawn_workers with workers/layout, message_workers",
+    "spawn_agent, send_to_agent, read_from_agent, wait_for_idle, kill_agent, list_agents, get_artifact",
+    "fork, send to one agent or several",
 ), strict=True))
 
 
@@ -146,7 +146,7 @@ class Op(NamedTuple):
     no_tools: str | None = None
     # parameter -> its public name, when it differs (the CLI's option and the tools' argument)
     names: Mapping[str, str] = {}  # noqa: RUF012 - never mutated
-    # tools of the seeds' compatible sets (served only with ``exo mcp --compat``)
+    # tools of other tool families' compatible sets (served only with ``exo mcp --compat``)
     compat: tuple[Tool, ...] = ()
 
     @property

@@ -25,13 +25,13 @@ from exo_cli.records import MCP_COMPAT
 OPS = registry.load_all()
 ALL_TOOLS = [(op, t) for op in OPS.values() for t in op.all_tools()]
 FIXTURES = Path(__file__).parent / "fixtures" / "beads" / "small"
-# What each seed's set adds to exo's default tool names (its other tools exist already and gain arguments).
-SEED_NEW_TOOLS = {
+# What each tool family's set adds to exo's default tool names (its other tools exist already and gain arguments).
+FAMILY_NEW_TOOLS = {
     "claude-team": {"message_workers"},
     "termtile": {"spawn_agent", "send_to_agent", "wait_for_idle", "kill_agent"},
     "ikigai": {"fork"},
 }
-SEED_EXTENDED_TOOLS = {
+FAMILY_EXTENDED_TOOLS = {
     "claude-team": {"spawn_workers": {"workers", "layout"}},
     "termtile": {"read_from_agent": {"slot", "pattern", "clean"}, "get_artifact": {"slot"}, "list_agents": set()},
     "ikigai": {"send": set()},
@@ -271,19 +271,19 @@ def _names(repo: Path, compat: tuple[str, ...], role: str = "tl") -> dict[str, A
     return asyncio.run(go())
 
 
-def test_default_list_is_exos_own_and_each_set_adds_exactly_its_seeds_tools(repo: Path) -> None:
+def test_default_list_is_exos_own_and_each_set_adds_exactly_its_familys_tools(repo: Path) -> None:
     default = _names(repo, ())
     assert set(default) == {t.name for op in OPS.values() for t in op.tools if op.tool_roles(t)}
-    assert not set(default) & set().union(*SEED_NEW_TOOLS.values())
-    for seed in MCP_COMPAT:
-        tools = _names(repo, (seed,))
-        assert set(tools) - set(default) == SEED_NEW_TOOLS[seed], seed
-        for name, args in SEED_EXTENDED_TOOLS[seed].items():
+    assert not set(default) & set().union(*FAMILY_NEW_TOOLS.values())
+    for family in MCP_COMPAT:
+        tools = _names(repo, (family,))
+        assert set(tools) - set(default) == FAMILY_NEW_TOOLS[family], family
+        for name, args in FAMILY_EXTENDED_TOOLS[family].items():
             old, new = default[name].input_schema["properties"], tools[name].input_schema["properties"]
-            assert set(old) <= set(new), (seed, name, "a compatible tool must take exo's arguments too")
-            assert args <= set(new), (seed, name)
+            assert set(old) <= set(new), (family, name, "a compatible tool must take exo's arguments too")
+            assert args <= set(new), (family, name)
     both = _names(repo, MCP_COMPAT)
-    assert set(both) == set(default).union(*SEED_NEW_TOOLS.values())
+    assert set(both) == set(default).union(*FAMILY_NEW_TOOLS.values())
     assert "is_idle" in json.dumps(both["list_agents"].output_schema)
     assert {"sessions", "count", "coordinator_guidance"} <= set(both["spawn_workers"].output_schema["properties"])
     to = both["send"].input_schema["properties"]["to"]
@@ -384,7 +384,7 @@ def test_wait_has_one_default_timeout_on_both_sides(repo: Path) -> None:
 
 
 def test_no_tool_argument_is_accepted_and_ignored() -> None:
-    """Each argument a tool lists changes the operation calls it makes, or (seed-only fields) its result."""
+    """Each argument a tool lists changes the operation calls it makes, or (fields only its family has) its result."""
     for op, tool in ALL_TOOLS:
         args = op.tool_args(tool)
         props = schema.input_schema(args)["properties"]

@@ -21,7 +21,7 @@ from exo_cli.records import MCP_COMPAT
     "--compat",
     type=click.Choice(MCP_COMPAT),
     multiple=True,
-    help="Also serve a seed's tool names and arguments (repeatable; default: mcp.compat in exo.toml).",
+    help="Also serve that tool family's names and arguments (repeatable; default: mcp.compat in exo.toml).",
 )
 @click.pass_obj
 def mcp(env: Any, role: str, compat: tuple[str, ...]) -> None:
@@ -31,7 +31,7 @@ def mcp(env: Any, role: str, compat: tuple[str, ...]) -> None:
     command take the same arguments and return the same object. Only the protocol is
     written to stdout; logs go to stderr. Run from your own agent session, the server
     makes it the root TL (``exo init --agent claude`` writes that wiring for you).
-    ``--compat claude-team|termtile|ikigai`` adds that seed's tool names and arguments
+    ``--compat claude-team|termtile|ikigai`` adds that tool family's names and arguments
     to exo's own compact set, on the same operations.
 
     \b

@@ -1,4 +1,4 @@
-"""The seeds' tool sets, served on request (``exo mcp --compat NAME``, or ``mcp.compat`` in exo.toml).
+"""Other tool families' tool sets, served on request (``exo mcp --compat NAME``, or ``mcp.compat`` in exo.toml).
 
 Every tool costs every agent context tokens, so exo's default list is its own compact set;
 a team whose prompts were written for another orchestrator adds that orchestrator's tool
@@ -7,13 +7,13 @@ read, wait, kill, agents, output): no second implementation. A tool named like o
 own replaces it in that server, taking the same arguments and more, and returning the same
 object with more fields.
 
-- claude-team (seed 002): ``spawn_workers`` with ``workers``/``layout`` (per worker:
+- claude-team: ``spawn_workers`` with ``workers``/``layout`` (per worker:
   ``project_path``, ``agent_type``, ``use_worktree``, ``skip_permissions``, optional ``name``
   and ``prompt``) and its ``sessions``/``count``/``coordinator_guidance``; ``message_workers``.
-- termtile (seed 003): ``spawn_agent`` (with ``depends_on``), ``send_to_agent``,
+- termtile: ``spawn_agent`` (with ``depends_on``), ``send_to_agent``,
   ``read_from_agent`` (``slot``, ``pattern``), ``wait_for_idle``, ``kill_agent``,
   ``list_agents`` (with ``is_idle``), ``get_artifact``. A slot is an agent's name.
-- ikigai (seed 004): ``fork`` (a child started from the caller's conversation) and ``send``
+- ikigai: ``fork`` (a child started from the caller's conversation) and ``send``
   to one agent (a string) or several (a list).
 """
 
@@ -34,7 +34,7 @@ from exo_cli.registry import Choice, Range, Tool
 
 COMMON = spawn_op.COMMON
 
-# --------------------------------------------------------------------------- claude-team (seed 002)
+# --------------------------------------------------------------------------- claude-team
 
 LAYOUTS = ("auto", "new")
 
@@ -133,7 +133,7 @@ def _message_workers(*, session_ids: list[str]) -> dict[str, Any]:
     return {"to": list(session_ids)}
 
 
-# --------------------------------------------------------------------------- termtile (seed 003)
+# --------------------------------------------------------------------------- termtile
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def _list_agents_idle(args: dict[str, Any], results: list[status.AgentsResult]) 
     return IdleAgentsResult(agents=rows, count=r.count, by_status=r.by_status)
 
 
-# --------------------------------------------------------------------------- ikigai (seed 004)
+# --------------------------------------------------------------------------- ikigai
 
 
 def _fork(*, name: str, prompt: str) -> dict[str, Any]:

@@ -184,7 +184,7 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
 
 def _merge_pr_tool(*, pr_number: Annotated[int, Range(1)],
                    strategy: Annotated[str, Choice(STRATEGIES)] | None = None) -> dict[str, Any]:
-    """Map seed 001's ``merge_pr{pr_number, strategy?}`` onto the operation."""
+    """Map ``merge_pr``'s ``pr_number`` and ``strategy`` onto the operation."""
     return {"number": pr_number, "strategy": strategy}
 
 

@@ -51,7 +51,7 @@ __all__ = ["BACKENDS", "COMMON", "MUXES", "SpawnResult", "SpawnedAgent", "Worker
 # --------------------------------------------------------------------------- the MCP tools' arguments
 
 # What every spawn tool takes as it is, besides its own arguments (spawn_agents names the backend
-# ``backend``, seed 000's word; the others take ``agent``).
+# ``backend``, the word its tool family uses; the others take ``agent``).
 COMMON = ("mux", "from_branch", "no_worktree", "repo", "skip_permissions", "after")
 
 
