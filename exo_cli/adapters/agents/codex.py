@@ -50,7 +50,7 @@ def toml_string(value: str) -> str:
 
 def toml_key(key: str) -> str:
     """Return ``key`` bare when TOML allows it, quoted otherwise."""
-    return key if _BARE_KEY.match(key) else toml_string(key)
+    return key if _BARE_KEY.fullmatch(key) else toml_string(key)  # match() would let "0\n" through
 
 
 def toml_inline(value: Any) -> str:
