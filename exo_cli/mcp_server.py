@@ -37,7 +37,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from exo_cli import __version__, cancel, registry, schema
 from exo_cli.env import ROLE_RANK, Env
 from exo_cli.errors import ExoError, UsageError
-from exo_cli.records import to_jsonable
+from exo_cli.records import MCP_COMPAT, to_jsonable
 from exo_cli.registry import Op, Tool
 
 log = logging.getLogger("exo.mcp")
@@ -233,10 +233,10 @@ def compat_sets(env: Env, requested: tuple[str, ...] | list[str] | None) -> tupl
         except ExoError as exc:
             log.warning("no compatible tool sets: %s", exc.message)
             names = []
-    unknown = [n for n in names if n not in registry.COMPAT_SETS]
+    unknown = [n for n in names if n not in MCP_COMPAT]
     if unknown:
         raise UsageError(f"Unknown compatible tool set(s): {', '.join(unknown)}",
-                         hint=f"Use: {', '.join(registry.COMPAT_SETS)}.", compat=unknown)
+                         hint=f"Use: {', '.join(MCP_COMPAT)}.", compat=unknown)
     return tuple(dict.fromkeys(names))
 
 

@@ -118,14 +118,6 @@ class Arg(NamedTuple):
         return self.default is inspect.Parameter.empty
 
 
-# The tool families' sets ``exo mcp --compat`` can add, and what each one is.
-COMPAT_SETS = dict(zip(MCP_COMPAT, (
-    "spawn_workers with workers/layout, message_workers",
-    "spawn_agent, send_to_agent, read_from_agent, wait_for_idle, kill_agent, list_agents, get_artifact",
-    "fork, send to one agent or several",
-), strict=True))
-
-
 class Op(NamedTuple):
     """One operation: the single implementation behind a command and its tools."""
 
@@ -310,7 +302,7 @@ def extend(name: str, *tools: Tool) -> None:
     """Add compatible-set tools (each with ``compat`` set) to the operation ``name``."""
     operation = OPS[name]
     for t in tools:
-        if t.compat not in COMPAT_SETS:
+        if t.compat not in MCP_COMPAT:
             raise TypeError(f"tool {t.name}: unknown compatible set {t.compat!r}")
     OPS[name] = operation._replace(compat=operation.compat + tuple(tools))
 
