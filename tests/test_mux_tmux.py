@@ -78,6 +78,10 @@ COOKED_READER = """
 
 def test_three_windows_one_batched_list_call(tmux, tmp_path, env):
     locs = [tmux.start(f"agent{i}", SLEEPER, cwd=tmp_path, env=env) for i in range(3)]
+    # start() returns once the launcher has its request; the pane shows the launcher's shell
+    # until it execs the agent, which a loaded machine may take a while to do.
+    wait_for(lambda: all("python" in (s.current_command or "") for s in tmux.list_states().values()),
+             timeout=60, what="every pane to run the agent")
     calls = []
     real = tmux._exec
 
