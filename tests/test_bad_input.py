@@ -103,6 +103,16 @@ FIXED: dict[str, dict[str, Any]] = {
 }
 SKIP_PARAMS = {("spawn", "edit"), ("watch", "interval_pending"), ("watch", "interval_idle"),
                ("wait", "timeout"), ("question", "timeout"), ("read", "timeout")}
+# Parameters naming a folder that exo creates and then works in: `demo --dir /x/y` (or ~/x,
+# or ../../x) is a valid request that makes a scratch repository there and runs the whole
+# demo, outside every folder this test watches (as root, even at /). Their hostile values are
+# kept inside the repository, where exo must refuse them without writing anything.
+CONFINED = {("demo", "path")}
+
+
+def confined(value: str) -> str:
+    """``value`` as a path under the current folder: no leading ``/`` or ``~``, no ``..``."""
+    return "./" + value.replace("..", "__")
 
 
 def benign(annotation: str, required: bool) -> Any:
@@ -224,6 +234,8 @@ def test_hostile_parameter(world: dict[str, Any], op_name: str, param: str) -> N
     base.update(FIXED.get(op_name, {}))
     strategy = value_strategy(str(params[param].annotation), world["canary"])
     assert strategy is not None
+    if (op_name, param) in CONFINED:
+        strategy = strategy.map(confined)
     exo = Exo(world["repo"])
 
     @settings(max_examples=20, deadline=None, database=None,
@@ -237,6 +249,8 @@ def test_hostile_parameter(world: dict[str, Any], op_name: str, param: str) -> N
             registry.invoke(op_name, Env(cwd=world["repo"]), **kwargs)
         except ExoError as exc:
             assert exc.rpc_code in CODES and exc.exit_code in EXITS, (exc.rpc_code, exc)
+        else:
+            assert (op_name, param) not in CONFINED, f"{op_name} accepted {param}={value!r} inside the repository"
         # Through the CLI: a documented exit code, and the JSON error object on errors.
         argv = _cli_argv(op_name, kwargs)
         if argv is not None:
