@@ -282,7 +282,7 @@ def raw_pane(tmp_path: Path) -> Iterator[tuple[Any, Any, Path]]:
     out = tmp_path / "raw.bin"
     env = {"PATH": os.environ["PATH"], "LC_ALL": "C.UTF-8", "HOME": str(tmp_path)}
     loc = tmux.start("raw", [sys.executable, str(prog), str(out)], cwd=tmp_path, env=env)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     while "READY" not in tmux.capture(loc, 5):
         assert time.monotonic() < deadline, "reader not ready"
         time.sleep(0.03)
@@ -307,7 +307,7 @@ def test_text_to_pane_is_byte_identical(raw_pane: tuple[Any, Any, Path], text: s
     start = out.read_bytes() if out.exists() else b""
     tmux.send_text(loc, text, enter_delay=0.05, confirm=False)
     expected = b"\x1b[200~" + text.replace("\n", "\r").encode("utf-8") + b"\x1b[201~\r"
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while True:
         got = out.read_bytes()[len(start):] if out.exists() else b""
         if got.endswith(b"\x1b[201~\r") or time.monotonic() > deadline:

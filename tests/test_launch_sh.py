@@ -51,8 +51,8 @@ def run_launcher(tmp_path: Path, spec: dict, outer_env: dict[str, str]) -> subpr
     proc = subprocess.Popen(argv, env=outer_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     payload = _launch.encode_sh(spec)
     assert payload is not None
-    deliver_spec(fifo, payload, timeout=10)
-    out, err = proc.communicate(timeout=20)
+    deliver_spec(fifo, payload, timeout=60)
+    out, err = proc.communicate(timeout=60)
     assert not fifo.exists()
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
@@ -109,8 +109,8 @@ def test_truncated_script_runs_nothing(tmp_path):
     fifo = make_fifo(tmp_path / "fifo")
     proc = subprocess.Popen(_launch.sh_argv(str(fifo), [], PROGRAMS), stderr=subprocess.PIPE)
     cut = payload.rindex(b"}")  # everything but the closing brace of the group
-    deliver_spec(fifo, payload[:cut], timeout=10)
-    proc.communicate(timeout=20)
+    deliver_spec(fifo, payload[:cut], timeout=60)
+    proc.communicate(timeout=60)
     assert proc.returncode != 0 and not marker.exists()
 
 
@@ -171,7 +171,7 @@ def test_tmux_agent_env_is_exact_and_secret_never_on_a_command_line(tmp_path, la
             tmux.start(f"a{i}", [*dump, str(out), "x"], cwd=tmp_path, env=env)
             outs.append((out, env))
         for out, env in outs:
-            seen = json.loads(wait_for(lambda out=out: out.exists() and out.read_text(), timeout=60,
+            seen = json.loads(wait_for(lambda out=out: out.exists() and out.read_text(),
                                        what=f"{out.name} from the agent"))
             assert set(seen["env"]) - set(env) <= set(PANE_VARS)
             assert {k: seen["env"][k] for k in env} == env

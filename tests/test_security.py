@@ -45,7 +45,7 @@ time.sleep(600)
 CUSTOM = "import os, time; print('custom', os.environ['EXO_AGENT'], flush=True); time.sleep(600)"
 
 
-def wait_until(fn: Any, timeout: float = 20.0, what: str = "condition") -> Any:
+def wait_until(fn: Any, timeout: float = 60.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = fn()

@@ -42,7 +42,7 @@ time.sleep(600)
 CANARY = "sk-canary-spawn-42"
 
 
-def wait_until(fn: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:
+def wait_until(fn: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
     deadline = time.monotonic() + timeout
     while True:
         value = fn()

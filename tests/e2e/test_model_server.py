@@ -134,7 +134,7 @@ def test_probes_log_and_wait_for(model_server: ModelServer, tmp_path: Path) -> N
         assert resp.status == 200
     _, _, raw = post(model_server, "/v1/messages/count_tokens", {"messages": []})
     assert json.loads(raw)["input_tokens"] >= 1
-    entry = model_server.wait_for(lambda e: e["kind"] == "count_tokens", timeout=5)
+    entry = model_server.wait_for(lambda e: e["kind"] == "count_tokens", timeout=60)
     assert entry["api"] == "anthropic"
     logged = [json.loads(line) for line in (tmp_path / "model-log.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in logged] == ["probe", "count_tokens"]
