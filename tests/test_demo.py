@@ -198,7 +198,7 @@ def test_demo_human_output(tmp_path: Path) -> None:
 
 def test_demo_refuses_a_folder_inside_a_repository(repo: Path, tmp_path: Path) -> None:
     proc = run_exo("demo", "--json", "--dir", str(repo / "scratch"), cwd=repo)
-    assert proc.returncode == 4  # a value exo's own validation rejects: InvalidInput (DESIGN "Errors")
+    assert proc.returncode == 4  # a value exo's own validation rejects: InvalidInput (docs/errors.md)
     err = json.loads(proc.stdout)["error"]
     assert err["code"] == -32002
     assert "inside the git repository" in err["message"]

@@ -1,4 +1,4 @@
-"""Security (DESIGN.md "Security"): no secret from the environment on disk, private modes, roles from records.
+"""Security (docs/security.md): no secret from the environment on disk, private modes, roles from records.
 
 - Canary API keys in the spawning environment never appear in any file exo writes (state
   dir, runtime dir, worktrees, HOME), after spawning Claude, Gemini and Codex (fake binaries

@@ -649,12 +649,12 @@ def test_demo_workers(team: Path) -> None:
         rows = json.loads(exo("agents", "--json").stdout)["agents"]
         return all(a["status"] == "idle" for a in rows)
 
-    wait_until(idle, 30, "demo agents idle")
+    wait_until(idle, 60, "demo agents idle")
     for d in ("d1", "d2"):
         assert "add" in git(team / ".exo" / "worktrees" / d, "log", "-1", "--format=%s")
 
 
-def test_zellij_outside_zellij_fails_like_seed_000(team: Path) -> None:
+def test_zellij_outside_zellij_fails_before_making_a_worktree(team: Path) -> None:
     code, res = spawn_json(Exo(team), "--worker", "z1", "--prompt", "x", "--agent", "custom", "--mux", "zellij")
     assert code == 7
     assert res["failed"] == [["*", "Not running in Zellij session"]] and res["errors"][0]["code"] == -32005

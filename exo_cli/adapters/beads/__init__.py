@@ -2,13 +2,13 @@
 
 Two sources sit behind one interface (``BeadsSource``):
 
-* ``BdSource`` drives the ``bd`` CLI with ``--json`` (the live state; formats.md 1.5);
+* ``BdSource`` drives the ``bd`` CLI with ``--json`` (the live state);
 * ``JsonlSource`` reads the JSONL export in ``.beads/`` (``issues.jsonl``, legacy
   ``beads.jsonl`` or the file ``metadata.json`` names) and rewrites it safely when ``bd`` is
   not installed.
 
-``open_beads`` picks one. Ready/blocked follow current ``bd ready`` (formats.md 1.6) and are
-computed by ``compute_ready``/``BeadGraph`` for the JSONL source. Nothing here prints.
+``open_beads`` picks one. Ready/blocked follow current ``bd ready`` and are computed by
+``compute_ready``/``BeadGraph`` for the JSONL source. Nothing here prints.
 
 The modules: ``model`` (vocabulary, ``Bead``, ready rules, ids), ``source`` (the interface,
 ``resolve_id``, ``check_spawnable``), ``jsonl`` and ``bd`` (the two sources), ``context``

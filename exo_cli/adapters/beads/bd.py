@@ -1,4 +1,4 @@
-"""``BdSource``: beads through the ``bd`` CLI (the live state; formats.md 1.5).
+"""``BdSource``: beads through the ``bd`` CLI (the live state).
 
 Every call runs ``bd ... --json``; stdout is parsed (``unwrap_json`` strips bd's
 envelopes) and bd's errors on stderr become NotFound, StateError or ExternalFailure.

@@ -15,7 +15,7 @@ def render_context(
     parent_branch: str | None = None,
     dependencies_resolved: Mapping[str, Bead] | Sequence[Bead] | None = None,
 ) -> str:
-    """Return the task context markdown for an agent (seed 000's ``bead.md``).
+    """Return the task context markdown an agent gets for its bead (its ``bead.md``).
 
     ``dependencies_resolved`` gives the dependency targets (by id or as a list) so each line
     shows the target's title and status; an unknown target is shown as such.

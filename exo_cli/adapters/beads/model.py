@@ -1,7 +1,7 @@
 """Beads as records: the vocabulary, the ``Bead`` model, ready/blocked rules and bead ids.
 
 ``Bead.from_dict`` reads a JSONL line or a ``bd --json`` object of any era; ``BeadGraph``
-and ``compute_ready`` judge readiness as current ``bd ready`` does (formats.md 1.6);
+and ``compute_ready`` judge readiness as current ``bd ready`` does;
 ``check_bead_id``, ``infer_prefix`` and ``short_id`` handle ids. Pure: no files, no processes.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from exo_cli.errors import InvalidInput
 
-# --- vocabulary (formats.md 1.2, 1.3, 1.6) -------------------------------------------------
+# --- vocabulary: bd's statuses, issue types and dependency types ---------------------------
 
 #: Statuses that neither block others nor count as open work.
 INACTIVE_STATUSES = frozenset({"closed", "pinned"})
@@ -237,7 +237,7 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-# --- ready / blocked (formats.md 1.6, current bd) ------------------------------------------
+# --- ready / blocked, as current bd decides them ------------------------------------------
 
 
 class BeadGraph:

@@ -111,7 +111,7 @@ def resolve_id(source: BeadsSource, short: object) -> str:
     """Return the full id of an existing bead given a full or short id.
 
     Validates first (InvalidInput, -32002). ``4hj`` becomes ``<prefix>-4hj`` when the prefix
-    is missing (seed 000); full and hierarchical ids (``herdctl-08c.1``) are accepted as is.
+    is missing; full and hierarchical ids (``herdctl-08c.1``) are accepted as is.
     Raises NotFound (-32001) "Bead not found: <id>".
     """
     value = check_bead_id(short)
