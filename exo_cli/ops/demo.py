@@ -294,7 +294,24 @@ class _Run:
                     self.handle(entry)
             self.merge_open()
             self.complete_finished()
+        self.read_the_rest()
         self.board(force=True)
+
+    def read_the_rest(self) -> None:
+        """Read the messages still waiting once every task is complete.
+
+        An agent that ran ``exo done`` is completed as soon as its PR is merged, and another
+        agent's PR can trigger that merge: on a busy machine the last agent's note (sent
+        before its PR) may still be unread when the last bead closes.
+        """
+        from exo_cli.registry import invoke
+
+        while True:
+            received = [e for e in invoke("wait", self.env, timeout=0).results if e.status == "received"]
+            if not received:
+                return
+            for entry in received:
+                self.handle(entry)
 
     # -- stopping and reporting -----------------------------------------------------------
     def stop_everything(self) -> None:
