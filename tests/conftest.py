@@ -146,8 +146,12 @@ def stop_repo_agents(repo: Path, *, tmux: bool = True) -> None:
                 pass
 
 
-def wait_for(pred, timeout: float = 15.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    """Poll ``pred`` until it returns something truthy (and return it), or fail after ``timeout``."""
+def wait_for(pred, timeout: float = 60.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Poll ``pred`` until it returns something truthy (and return it), or fail after ``timeout``.
+
+    The deadline is generous on purpose: it only costs time when the test fails anyway, and a
+    loaded 2-core machine can take many seconds to start a process.
+    """
     import time
 
     deadline = time.monotonic() + timeout

@@ -38,6 +38,9 @@ def block(env: Any, *, seconds: float = 30.0) -> dict[str, Any]:
     It writes the file named by EXO_TEST_MARK when it sees the cancellation.
     """
     started.set()
+    begun = env.environ.get("EXO_TEST_STARTED")
+    if begun:  # tells a test in another process that the call is running
+        Path(begun).write_text("started")
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if cancel.cancelled():

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 from pr_helpers import commit, env_for, git, make_agent, snapshot
 
+from conftest import wait_for
 from exo_cli import registry
 from exo_cli.errors import StateError
 from exo_cli.ops.complete import CompleteResult
@@ -486,9 +487,10 @@ def _bead(repo: Path) -> Path:
 def test_second_check_refuses_and_the_agent_stays_resumable(repo: Path) -> None:
     """Clean when checked, but the agent writes on its way out: refused after stopping; dead, not done."""
     beads = _bead(repo)
-    script = 'trap "echo late > late.txt; exit 0" TERM; while :; do sleep 0.05; done'
+    armed = repo.parent / "trap-set"  # outside the worktree, which must stay clean until the TERM
+    script = f'trap "echo late > late.txt; exit 0" TERM; : > {shlex.quote(str(armed))}; while :; do sleep 0.05; done'
     a = make_agent(repo, "w1", start=["sh", "-c", script], bead="bd-1")
-    time.sleep(0.3)  # the trap is set
+    wait_for(armed.exists, what="the agent's trap to be set")
     with pytest.raises(StateError) as info:
         complete(repo, "w1")
     err = info.value
@@ -614,10 +616,7 @@ def test_live_agent_alone_is_stopped_and_removed(repo: Path) -> None:
     r = complete(repo, "w1")
     assert r.stopped
     removed(repo, r)
-    with pytest.raises(ProcessLookupError):
-        for _ in range(100):
-            os.kill(a.location["pid"], 0)
-            time.sleep(0.05)
+    wait_for(lambda: not _alive(a.location["pid"]), what="the agent to be stopped")
 
 
 def test_branch_checked_out_elsewhere_is_refused(repo: Path, tmp_path: Path) -> None:

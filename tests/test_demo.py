@@ -110,12 +110,27 @@ def _check_result(r: dict, mux: str) -> None:
         assert f"[{bead}]" in subjects
 
 
-def _run_demo(tmp_path: Path, *args: str, timeout: float = 100,
-              extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], dict]:
+# `exo` whose demo agents each first sleep far longer than any test waits (the demo agent's own
+# `sleep` step), so the demo cannot finish within its --timeout however fast the machine is.
+# The lead process writes the agents' scripts, so the patch is made there.
+SLOW_AGENTS_EXO = (
+    "import exo_cli.ops.demo as demo; script = demo.agent_script; "
+    "demo.agent_script = lambda bead: [{'sleep': {'seconds': 600}}, *script(bead)]; "
+    "from exo_cli.main import main; main()"
+)
+
+
+def _run_demo(tmp_path: Path, *args: str, timeout: float = 100, extra: dict[str, str] | None = None,
+              slow_agents: bool = False) -> tuple[subprocess.CompletedProcess[str], dict]:
     home = Path(os.environ["HOME"])
     before = _files(home)
     env = {**_sandbox(tmp_path), **(extra or {})}
-    proc = run_exo("demo", "--json", *args, cwd=tmp_path, env=env, timeout=timeout)
+    if slow_agents:
+        proc = subprocess.run([sys.executable, "-c", SLOW_AGENTS_EXO, "demo", "--json", *args], cwd=tmp_path,
+                              env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                              timeout=timeout)
+    else:
+        proc = run_exo("demo", "--json", *args, cwd=tmp_path, env=env, timeout=timeout)
     assert _files(home) == before, "the demo changed files in HOME"
     return proc, env
 
@@ -183,7 +198,7 @@ def test_demo_human_output(tmp_path: Path) -> None:
 
 def test_demo_refuses_a_folder_inside_a_repository(repo: Path, tmp_path: Path) -> None:
     proc = run_exo("demo", "--json", "--dir", str(repo / "scratch"), cwd=repo)
-    assert proc.returncode == 4  # a value exo's own validation rejects: InvalidInput (DESIGN "Errors")
+    assert proc.returncode == 4  # a value exo's own validation rejects: InvalidInput (docs/errors.md)
     err = json.loads(proc.stdout)["error"]
     assert err["code"] == -32002
     assert "inside the git repository" in err["message"]
@@ -196,11 +211,14 @@ def test_demo_refuses_a_folder_inside_a_repository(repo: Path, tmp_path: Path) -
 
 
 def test_demo_timeout_stops_every_agent(tmp_path: Path) -> None:
-    proc, env = _run_demo(tmp_path, "--no-keep", "--mux", "headless", "--timeout", "1.5")
+    proc, env = _run_demo(tmp_path, "--no-keep", "--mux", "headless", "--timeout", "1.5", slow_agents=True)
     assert proc.returncode == 5, proc.stderr
     err = json.loads(proc.stdout)["error"]
     assert "did not finish within 1.5 s" in err["message"]
     assert "--timeout" in err["hint"]
+    agents = err["data"]["agents"]  # every ready bead had its agent, each stopped while it slept
+    assert sorted(a["bead"] for a in agents) == ["demo-bye", "demo-cfg", "demo-test"]
+    assert {a["status"] for a in agents} == {"dead"} and err["data"]["beads_closed"] == []
     repo = Path(err["data"]["repo"])
     assert not repo.exists() and _procs_in(repo) == []
 

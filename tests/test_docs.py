@@ -137,10 +137,9 @@ SCANNED = ["README.md", "CHANGELOG.md", "pyproject.toml", "docs", "bench", "exo_
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".sh", ".yaml", ".yml", ".cfg", ".ini", ".1", ".bash", ".zsh",
                  ".fish", ""}
 SKIP_DIRS = {"node_modules", "__pycache__", ".venv", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
-# Files whose comments still cite those documents because another branch is rewriting them (the
-# beads adapter, split into a package; tests made deterministic under load). Reword them once that
-# branch has landed and empty this list; it must not grow.
-PENDING = ("exo_cli/adapters/beads", "tests/test_demo.py", "tests/test_security.py", "tests/test_spawn.py")
+# Files whose comments still cite those documents because another branch is rewriting them; it
+# must stay empty.
+PENDING: tuple[str, ...] = ()
 
 
 def outside_citations() -> list[str]:

@@ -68,18 +68,31 @@ def test_stdio_client_timeout_cancels_blocking_tool(repo: Path, tmp_path: Path) 
     from mcp.client.stdio import stdio_client
 
     mark = tmp_path / "cancelled.mark"
+    begun = tmp_path / "started.mark"
     params = StdioServerParameters(
         command=sys.executable, args=["-c", "import mcp_extra_ops; mcp_extra_ops.main()", "mcp"],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]), "EXO_TEST_MARK": str(mark)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]), "EXO_TEST_MARK": str(mark),
+             "EXO_TEST_STARTED": str(begun)},
         cwd=str(repo))
 
     async def go() -> None:
         async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
             await s.initialize()
-            with anyio.move_on_after(1.5) as scope:  # not a timing assertion: only how long we wait
+
+            async def call() -> None:
                 await s.call_tool("test_block", {"seconds": 120})
+
+            # The client gives up once the server runs the tool (a cancellation sent before the
+            # server has the request would test nothing, and could leave the tool running).
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    with anyio.fail_after(60):
+                        while not begun.exists():
+                            await anyio.sleep(0.05)
+                    scope.cancel()
             assert scope.cancelled_caught
-            with anyio.fail_after(30):
+            with anyio.fail_after(60):
                 while not mark.exists():
                     await anyio.sleep(0.05)
             assert mark.read_text() == "cancelled"

@@ -65,7 +65,7 @@ def _session(cwd: Path, lines: list[str], *argv: str, extra_ops: bool = False,
         rc = proc.wait()
     finally:
         timer.cancel()
-    reader.join(10)
+    reader.join(60)
     messages = []
     for line in raw:
         msg = json.loads(line)  # every stdout line is one JSON-RPC message, nothing else

@@ -82,10 +82,11 @@ def test_kill_group_with_stubborn_child(hl, tmp_path, env):
     prog = textwrap.dedent(
         f"""
         import subprocess, sys, time
-        code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
-        child = subprocess.Popen([sys.executable, "-c", code])
-        time.sleep(0.2)
-        open({str(pidfile)!r}, "w").write(str(child.pid))
+        # The child reports its pid once it ignores SIGTERM: only SIGKILL can stop it then.
+        code = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); "
+                "os.replace(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(120)")
+        child = subprocess.Popen([sys.executable, "-c", code, {str(pidfile)!r}])
         time.sleep(120)
         """
     )

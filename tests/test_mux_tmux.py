@@ -78,6 +78,10 @@ COOKED_READER = """
 
 def test_three_windows_one_batched_list_call(tmux, tmp_path, env):
     locs = [tmux.start(f"agent{i}", SLEEPER, cwd=tmp_path, env=env) for i in range(3)]
+    # start() returns once the launcher has its request; the pane shows the launcher's shell
+    # until it execs the agent, which a loaded machine may take a while to do.
+    wait_for(lambda: all("python" in (s.current_command or "") for s in tmux.list_states().values()),
+             what="every pane to run the agent")
     calls = []
     real = tmux._exec
 
@@ -286,10 +290,12 @@ def test_kill_stops_the_whole_process_group(tmux, tmp_path, env):
         "family",
         """
         import json, os, signal, subprocess, sys, time
-        stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
-        child = subprocess.Popen([sys.executable, "-c", stubborn])
+        # The stubborn child says when it ignores SIGTERM (a line on its stdout): only SIGKILL stops it then.
+        stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+                    "time.sleep(120)")
+        child = subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE)
         other_group = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], process_group=0)
-        time.sleep(0.3)
+        child.stdout.readline()
         json.dump([child.pid, other_group.pid], open(sys.argv[1] + ".tmp", "w"))
         os.replace(sys.argv[1] + ".tmp", sys.argv[1])
         time.sleep(120)

@@ -24,7 +24,7 @@ PY = sys.executable
 SLEEPER = [PY, "-c", "import time; time.sleep(120)"]
 
 
-def wait_for(pred, timeout: float = 15.0):
+def wait_for(pred, timeout: float = 60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = pred()
@@ -165,10 +165,10 @@ def test_starter_does_not_wait_for_a_task_that_steps_aside():
     time.sleep(0.05)
     t2 = threading.Thread(target=ready)
     t2.start()
-    t2.join(5)
+    t2.join(60)
     assert got.get("ready") == "loc-ready" and mux.batches == [["ready"]]
     release.set()
-    t1.join(5)
+    t1.join(60)
     assert got.get("late") == "loc-late" and mux.batches == [["ready"], ["late"]]
 
 

@@ -1,4 +1,4 @@
-"""Security (DESIGN.md "Security"): no secret from the environment on disk, private modes, roles from records.
+"""Security (docs/security.md): no secret from the environment on disk, private modes, roles from records.
 
 - Canary API keys in the spawning environment never appear in any file exo writes (state
   dir, runtime dir, worktrees, HOME), after spawning Claude, Gemini and Codex (fake binaries
@@ -45,7 +45,7 @@ time.sleep(600)
 CUSTOM = "import os, time; print('custom', os.environ['EXO_AGENT'], flush=True); time.sleep(600)"
 
 
-def wait_until(fn: Any, timeout: float = 20.0, what: str = "condition") -> Any:
+def wait_until(fn: Any, timeout: float = 60.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = fn()

@@ -128,7 +128,7 @@ def test_one_poller_per_repository(repo: Path) -> None:
     stop.set()
     for t in threading.enumerate():
         if t.name == "exo-forge-poller":
-            t.join(10)
+            t.join(60)
     assert watch.PollerLock(env_for(repo)).acquire()  # released
 
 

@@ -182,6 +182,11 @@ def agent_env(home: AgentHome, extra: Mapping[str, str] | None = None, *, trap: 
         # wait for MCP servers before the first request; by default a slow server is "still connecting"
         # and a scripted mcp__* call fails with "No such tool available"
         "MCP_CONNECTION_NONBLOCKING": "0",
+        # ... for long enough: that wait ends after MCP_CONNECT_TIMEOUT_MS (5 s by default), which a
+        # Python MCP server (the mcp SDK alone takes ~1 s of CPU to import) misses on a loaded machine;
+        # MCP_TIMEOUT (30 s by default) bounds each server's connection
+        "MCP_CONNECT_TIMEOUT_MS": "60000",
+        "MCP_TIMEOUT": "60000",
         # Gemini CLI
         "GOOGLE_GEMINI_BASE_URL": url,
         "GEMINI_API_KEY": DUMMY_KEY,

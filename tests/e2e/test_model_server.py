@@ -134,7 +134,7 @@ def test_probes_log_and_wait_for(model_server: ModelServer, tmp_path: Path) -> N
         assert resp.status == 200
     _, _, raw = post(model_server, "/v1/messages/count_tokens", {"messages": []})
     assert json.loads(raw)["input_tokens"] >= 1
-    entry = model_server.wait_for(lambda e: e["kind"] == "count_tokens", timeout=5)
+    entry = model_server.wait_for(lambda e: e["kind"] == "count_tokens", timeout=60)
     assert entry["api"] == "anthropic"
     logged = [json.loads(line) for line in (tmp_path / "model-log.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in logged] == ["probe", "count_tokens"]
@@ -306,8 +306,10 @@ def test_scripted_call_reaches_a_stdio_mcp_server_and_the_result_comes_back(
         home = agent_home(cli, mcp_servers={"fake": {**mcp_spec(log), "trust": True}})
     else:
         argv = [str(binary), "exec", "call echo"]
-        home = agent_home(cli, trusted=[proj], mcp_servers={"fake": mcp_spec(log)})
-    run_cli(argv, home, proj)
+        # Codex gives a server 10 s to start by default, which a loaded machine can miss.
+        home = agent_home(cli, trusted=[proj], mcp_servers={"fake": {**mcp_spec(log), "startup_timeout_sec": 60}})
+    proc = run_cli(argv, home, proj)
+    assert log.exists(), f"the MCP server never got the call\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert log.read_text() == marker + "\n"
     first, second = model_server.agent_requests()
     assert tool in tool_names(first)
