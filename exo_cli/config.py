@@ -24,6 +24,7 @@ class EnvVars:
     """Names of every environment variable exo reads."""
 
     AGENT = "EXO_AGENT"  # identity of the agent a process belongs to (checked against records)
+    PROOF = "EXO_AGENT_PROOF"  # the per-agent secret that proves EXO_AGENT (in the agent's env only)
     PARENT = "EXO_PARENT"
     ROLE = "EXO_ROLE"
     STATE_DIR = "EXO_STATE_DIR"

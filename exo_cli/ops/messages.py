@@ -138,17 +138,7 @@ class DoneResult:
 
 def caller_agent(env: Env, what: str) -> Agent:
     """The calling agent's record; StateError for the human at the root."""
-    claimed = env.environ.get("EXO_AGENT")
-    if env.caller.is_human and claimed and claimed != ROOT and not env.has_state():
-        raise StateError(
-            f"exo's state database is missing: EXO_AGENT={claimed} names an agent, but this repository "
-            "has no exo state",
-            hint="The state folder (.git/exo, or $EXO_STATE_DIR) was removed: run `exo doctor` in the "
-            "repository (it rebuilds the records of the agents it finds running in exo's sessions, and of exo's "
-            "worktrees), or spawn the agent again with `exo spawn`.",
-            agent=claimed,
-        )
-    if env.caller.is_human:
+    if env.caller.is_human:  # an agent whose state is gone is refused by identify, never the human
         raise StateError(
             f"Only an agent started by exo can {what}: you are the human at the root",
             hint="Run it from inside an agent's session (its pane, or its MCP server).",

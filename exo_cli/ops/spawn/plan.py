@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from exo_cli.adapters import worktree as wt
 from exo_cli.errors import ExoError, InvalidInput, NotFound, UsageError
 from exo_cli.records import BACKENDS, MUXES, ROOT
-from exo_cli.validate import check_name, check_text
+from exo_cli.validate import check_agent_name, check_text
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -111,9 +111,15 @@ def exists(path: Path, kind: str) -> bool:
 
 
 def target_env(env: Env, repo: str | None) -> Env:
-    """The context of the repository the agents go into: the caller's, or the one ``--repo`` names."""
+    """The context of the repository the agents go into: the caller's, or the one ``--repo`` names.
+
+    Another repository keeps its own state (the caller's ``EXO_STATE_DIR`` does not follow) and
+    its new agents report to its root, on whose behalf the spawn acts there. ``--repo`` naming
+    the caller's own repository is the caller's context: children stay the caller's children.
+    """
     if not repo:
         return env
+    from exo_cli.env import HUMAN, STATE_DIR_VAR
     from exo_cli.env import Env as EnvCls
 
     path = Path(os.path.expanduser(repo))
@@ -121,9 +127,14 @@ def target_env(env: Env, repo: str | None) -> Env:
         path = env.cwd / path
     if not exists(path, "dir"):
         raise NotFound(f"Repository {path} does not exist", hint="Pass the path of a git repository to --repo.")
-    target = EnvCls(cwd=path, environ=env.environ, overrides=env.overrides)
-    target.repo  # noqa: B018 - EnvironmentError_ when it is not a repository
-    return target
+    environ = {k: v for k, v in env.environ.items() if k != STATE_DIR_VAR}
+    target = EnvCls(cwd=path, environ=environ, overrides=env.overrides, caller=HUMAN)
+    common = os.path.realpath(target.repo.common_dir)  # EnvironmentError_ when it is not a repository
+    try:
+        same = common == os.path.realpath(env.repo.common_dir)
+    except ExoError:  # the caller is outside any repository
+        same = False
+    return env if same else target
 
 
 def choose_backend(target: Env, agent: str | None) -> str:
@@ -238,7 +249,7 @@ def _subtree(prompt: list[str], *, task: str | None, branch: str | None, agent: 
     if len(prompt) > 1:
         raise UsageError("--subtree takes one task")
     check_text(text, "task")
-    name = check_name(branch, "branch name")
+    name = check_agent_name(branch, "branch name")  # the subtree's agent name too
     return Request(kind="subtree", key=name, name=name, task=text, agent=agent)
 
 
