@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, Exo, run_exo, stop_repo_agents
+from conftest import ROOT, Exo, agent_vars, run_exo, stop_repo_agents
 from exo_cli import registry
 from exo_cli.env import Env
 
@@ -167,7 +167,7 @@ def test_dev_agent_refused_every_tl_and_human_op_on_the_cli(repo: Path, claim: s
     exo = Exo(repo)
     for agent, role in (("dev1", "dev"), ("lead1", "tl")):
         for name in restricted_ops(role):
-            r = exo(*_args_for(name), env={"EXO_AGENT": agent, "EXO_ROLE": claim, "EXO_PARENT": "root"})
+            r = exo(*_args_for(name), env=agent_vars(repo, agent, EXO_ROLE=claim, EXO_PARENT="root"))
             assert r.exit_code == 5, (agent, name, r.exit_code, r.stdout, r.stderr)
             err = json.loads(r.stdout)["error"]
             assert err["code"] == -32004 and err["data"]["role"] == role and err["data"]["caller"] == agent, err
@@ -188,7 +188,7 @@ def test_dev_agent_refused_tl_tools_over_mcp(repo: Path) -> None:
     tl_tools = {t.name: (o, t) for o in ops.values() for t in o.tools if "dev" not in o.tool_roles(t)}
     assert {"kill", "answer_question", "merge_pr", "spawn_workers"} <= set(tl_tools)
     for asked in ("tl", "auto", "dev"):
-        env = Env(cwd=repo, environ={**os.environ, "EXO_AGENT": "dev2", "EXO_ROLE": "tl"})
+        env = Env(cwd=repo, environ={**os.environ, **agent_vars(repo, "dev2"), "EXO_ROLE": "tl"})
         server = build_server(env, asked)
         assert env.role == "dev"
 
@@ -231,7 +231,7 @@ def test_exo_mcp_role_tl_by_a_dev_agent_stays_dev(repo: Path) -> None:
     from mcp.client.stdio import stdio_client
 
     record_agent(repo, "dev3", "dev")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "EXO_AGENT": "dev3", "EXO_ROLE": "tl"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **agent_vars(repo, "dev3"), "EXO_ROLE": "tl"}
     errlog = repo.parent / "mcp-stderr.log"
 
     async def go() -> set[str]:
@@ -251,5 +251,53 @@ def test_exo_mcp_role_tl_by_a_dev_agent_stays_dev(repo: Path) -> None:
     assert names == dev_tools
     assert "--role tl ignored" in errlog.read_text()
     # and the CLI agrees: the dev agent's `exo kill` is refused
-    r = run_exo("kill", "dev3", "--json", cwd=repo, env={"EXO_AGENT": "dev3", "EXO_ROLE": "tl"})
+    r = run_exo("kill", "dev3", "--json", cwd=repo, env={**agent_vars(repo, "dev3"), "EXO_ROLE": "tl"})
     assert r.returncode == 5 and "dev role cannot" in r.stdout
+
+
+# --------------------------------------------------------------------------- text typed into panes
+
+HOSTILE = "go \x1b[201~\x1b[Z\x03\r\x1b]52;c;cHduZWQ=\x07\x9b2J\x7f end"
+HOSTILE_SHOWN = "go ^[[201~^[[Z^C^M^[]52;c;cHduZWQ=^GM-^[2J^? end"
+
+
+@pytest.mark.skipif(__import__("shutil").which("tmux") is None, reason="tmux is not installed")
+def test_send_and_notes_type_no_control_character_into_a_pane(repo: Path, tmp_path: Path) -> None:
+    """`exo send` to an idle agent and a child's note to its idle TL reach a raw-mode reader as visible text."""
+    from test_mux_tmux import RAW_READER
+
+    reader = tmp_path / "raw.py"
+    reader.write_text(__import__("textwrap").dedent(RAW_READER))
+    out_dir = tmp_path / "raw"
+    out_dir.mkdir()
+    (repo / "exo.toml").write_text(
+        f"[agent]\ncommand = {json.dumps([sys.executable, str(reader), str(out_dir) + '/{name}.bin'])}\n")
+    exo = Exo(repo)
+    try:
+        for args in (["--worker", "w1", "--prompt", "x"], ["--subtree", "--task", "t", "--branch", "lead"]):
+            r = exo("spawn", *args, "--agent", "custom", "--mux", "tmux", "--json")
+            assert r.exit_code == 0, r.stdout
+        env = Env(cwd=repo)
+        from exo_cli.ops import agentctl
+
+        for name in ("w1", "lead"):
+            rec = env.store.agent(name)
+            assert rec is not None
+            wait_until(lambda rec=rec: "READY" in agentctl.mux_for(env, "tmux").capture(agentctl.location(rec), 5),
+                       what=f"{name} ready")
+            env.store.update_agent(name, status="idle")
+        # The human's send, through the real command line.
+        r = exo("send", "w1", HOSTILE, "--json")
+        assert r.exit_code == 0 and json.loads(r.stdout)["sent"][0]["delivery"] == "typed", r.stdout
+        # A child's note to its idle TL, with the child's own identity.
+        record_agent(repo, "kid", "dev")
+        env.store.update_agent("kid", parent="lead")
+        r = exo("note", HOSTILE, "--json", env=agent_vars(repo, "kid"))
+        assert r.exit_code == 0 and json.loads(r.stdout)["delivery"] == "typed", r.stdout
+        for name, label in (("w1", "[MESSAGE from root] "), ("lead", "[NOTE from kid] ")):
+            path = out_dir / f"{name}.bin"
+            got = wait_until(lambda path=path: path.exists() and path.read_bytes().endswith(b"\x1b[201~\r")
+                             and path.read_bytes(), what=f"paste into {name}")
+            assert got == b"\x1b[200~" + (label + HOSTILE_SHOWN).encode() + b"\x1b[201~\r", got
+    finally:
+        stop_repo_agents(repo)

@@ -12,6 +12,7 @@ from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.ops import hooks as _hooks  # registers the operation without loading the others
 from exo_cli.records import to_jsonable
 from exo_cli.registry import invoke
+from exo_cli.render import warn
 
 
 def _stdin() -> str:
@@ -42,10 +43,10 @@ def hook(env: Any, event: str, payload: str | None, cli: str, as_json: bool) -> 
         result = invoke("hook", env, event=event, cli=cli, payload=payload)
         output = result.output
         if result.warning:
-            sys.stderr.write(f"exo hook {event}: warning: {result.warning}\n")
+            warn(f"exo hook {event}: warning: {result.warning}")
     except Exception as exc:  # fail open: never brick the agent
         msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-        sys.stderr.write(f"exo hook {event}: warning: {' '.join(str(msg).split())} (exo ignored this hook)\n")
+        warn(f"exo hook {event}: warning: {' '.join(str(msg).split())} (exo ignored this hook)")
     if as_json:
         sys.stdout.write(json.dumps(to_jsonable(result) if result is not None else {"output": output}) + "\n")
     elif output is not None:

@@ -32,9 +32,9 @@ def render_reap(out: Out, result: ReapResult) -> None:
 
 
 def render_read(out: Out, result: ReadResult) -> None:
-    out.stream.write(result.text)
+    out.text(result.text)
     if result.matched is False:
-        out.stream.write(f"(pattern {result.pattern!r} not seen)\n")
+        out.line(f"(pattern {result.pattern!r} not seen)")
 
 
 def render_doctor(out: Out, result: DoctorResult) -> None:
