@@ -108,6 +108,36 @@ def check_text(value: object, what: str, *, max_len: int = 1_000_000, allow_empt
     return value
 
 
+# Longest wait exo accepts, in seconds (about 31 years: below every OS and threading limit).
+MAX_TIMEOUT = 1_000_000_000
+
+
+def check_timeout(value: object, what: str = "timeout", *, allow_zero: bool = True) -> float | None:
+    """A timeout in seconds as a float (None stays None: no limit); InvalidInput for anything else.
+
+    NaN (it would never expire), infinity, negative values, values above ``MAX_TIMEOUT`` and,
+    without ``allow_zero``, 0 are refused with a message naming the value.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"Invalid {what} {value!r}: expected a number of seconds", field=what)
+    seconds = float(value)
+    if seconds != seconds:
+        why = "it is not a number"
+    elif seconds in (float("inf"), float("-inf")):
+        why = "it is infinite (leave the timeout out to wait without a limit)"
+    elif seconds < 0:
+        why = "it is negative"
+    elif seconds == 0 and not allow_zero:
+        why = "it must be more than 0 seconds"
+    elif seconds > MAX_TIMEOUT:
+        why = f"it is more than {MAX_TIMEOUT} seconds"
+    else:
+        return seconds
+    raise InvalidInput(f"Invalid {what} {value!r}: {why}", hint=f"Give {what} as a number of seconds.", field=what)
+
+
 # --------------------------------------------------------------------------- text on a terminal
 
 

@@ -325,3 +325,72 @@ def test_not_utf8_prompt_file_is_invalid_input(exo: Exo, repo: Path) -> None:
     (repo / "bin.txt").write_bytes(b"\xff\xfe\x00garbage")
     r = exo("spawn", "--worker", "w", "--prompt-file", "bin.txt", "--json")
     assert r.exit_code == 4 and json.loads(r.stdout)["error"]["code"] == -32002
+
+
+# --------------------------------------------------------------------------- issue 15: each bad input its error class
+
+
+@pytest.mark.parametrize("where", ["exo.toml", ".exo/config.toml"])
+def test_config_not_utf8_is_invalid_input_naming_the_file(exo: Exo, repo: Path, where: str) -> None:
+    path = repo / where
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(b'[agent]\ndefault = "cl\xffaude"\n')
+    for args in (["spawn", "--worker", "w", "--prompt", "x"], ["agents"], ["status"]):
+        r = exo(*args, "--json")
+        if r.exit_code == 0:  # a command that does not read the configuration
+            continue
+        assert r.exit_code == 4, (args, r.stdout)
+        doc = json.loads(r.stdout)
+        err = doc["error"] if "error" in doc else doc["errors"][0]
+        assert err["code"] == -32002 and str(path) in err["message"] and "UTF-8" in err["message"], err
+    r = exo("spawn", "--worker", "w", "--prompt", "x")
+    assert r.exit_code == 4 and str(path) in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(("toml", "key"), [
+    ('[agent]\nargs = "--verbose"\n', "agent.args"),
+    ('[agent]\nargs = ["--verbose"]\n', "agent.args"),
+    ('[agent.args]\ncustom = "--verbose"\n', "agent.args.custom"),  # never split into -, -, v, e, ...
+    ('[agent.args]\ncustom = 5\n', "agent.args.custom"),
+    ('[agent.args]\ncustom = ["ok", 5]\n', "agent.args.custom"),
+    ('[agent.args]\nnobody = ["x"]\n', "agent.args.nobody"),
+    ('[timeouts]\nwait = 9223372036854775807\n', "timeouts.wait"),
+])
+def test_bad_agent_args_and_timeouts_name_the_key(exo: Exo, repo: Path, toml: str, key: str) -> None:
+    (repo / "exo.toml").write_text(toml)
+    r = exo("spawn", "--worker", "w", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
+    assert r.exit_code == 4, r.stdout
+    doc = json.loads(r.stdout)
+    err = doc["error"] if "error" in doc else doc["errors"][0]
+    assert err["code"] == -32002 and f"Bad value for {key} " in err["message"], err
+    assert not (repo / ".exo" / "worktrees" / "w").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "1e300"])
+def test_bad_timeouts_are_invalid_input_everywhere(exo: Exo, repo: Path, value: str) -> None:
+    from exo_cli import registry
+    from exo_cli.env import Env
+    from exo_cli.errors import InvalidInput
+
+    exo("init")
+    for args in (["wait"], ["question", "q?"], ["read", "nobody"], ["demo", "--no-keep"]):
+        r = exo(*args, "--timeout", value, "--json")
+        assert r.exit_code == 4, (args, r.stdout)
+        err = json.loads(r.stdout)["error"]
+        assert err["code"] == -32002 and "Invalid timeout" in err["message"], err
+        assert repr(float(value)) in err["message"], err
+    for name, kwargs in (("wait", {}), ("question", {"message": "q?"}), ("read", {"agent": "nobody"})):
+        with pytest.raises(InvalidInput, match="Invalid timeout"):
+            registry.invoke(name, Env(cwd=repo), timeout=float(value), **kwargs)
+
+
+def test_failing_editor_is_an_external_failure(exo: Exo, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.setenv("EDITOR", "false")
+    r = exo("spawn", "--worker", "w", "--edit", "--json")
+    assert r.exit_code == 6, r.stdout
+    err = json.loads(r.stdout)["error"]
+    assert err["name"] == "ExternalFailure" and "'false'" in err["message"]
+    monkeypatch.setenv("EDITOR", "no-such-editor-anywhere")
+    r = exo("spawn", "--worker", "w", "--edit", "--json")
+    assert r.exit_code == 7 and json.loads(r.stdout)["error"]["name"] == "EnvironmentError", r.stdout

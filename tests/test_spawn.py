@@ -737,3 +737,20 @@ def test_reserved_names_are_refused_everywhere(beads_repo: Path) -> None:
     env = Env(cwd=repo)
     assert {a.id for a in env.store.agents()} <= {"ok1"}
     assert not git(repo, "branch", "--list", "*root*")
+
+
+def test_parallel_unnamed_spawns_get_unique_names(team: Path) -> None:
+    """8 `exo spawn --prompt` at once, none named: all succeed, each with its own automatic name."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-m", "exo_cli", "spawn", "--prompt", f"task {i}", "--agent", "custom",
+                               "--mux", "headless", "--json"], cwd=team, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(8)]
+    results = [p.communicate(timeout=180) for p in procs]
+    names = []
+    for p, (out, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, out + err
+        names += [a["id"] for a in json.loads(out)["agents"]]
+    assert len(names) == 8 and len(set(names)) == 8, names
+    from exo_cli.env import Env
+
+    assert {a.id for a in Env(cwd=team).store.agents()} == set(names)

@@ -46,7 +46,7 @@ def render_demo(out: Out, r: DemoResult) -> None:
 @op_option("demo", "mux", "--mux", type=click.Choice(MUXES), default=None)
 @op_option("demo", "path", "--dir", default=None, metavar="DIRECTORY")  # checked by the op (a NUL must not reach os.stat)
 @op_option("demo", "keep", "--keep/--no-keep", default=True, show_default=True)
-@op_option("demo", "timeout", "--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
+@op_option("demo", "timeout", "--timeout", type=float, default=120.0,
            show_default=True)
 @json_option
 @click.pass_obj

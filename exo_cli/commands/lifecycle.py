@@ -82,7 +82,7 @@ def attach(env: Any, agent: str, as_json: bool) -> None:
 @op_option("read", "lines", "--lines", "-n", type=click.IntRange(min=1), default=50, show_default=True)
 @op_option("read", "since_last", "--since-last", is_flag=True)
 @op_option("read", "wait_for", "--wait-for", metavar="PATTERN")
-@op_option("read", "timeout", "--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@op_option("read", "timeout", "--timeout", type=float, default=30.0, show_default=True)
 @json_option
 @click.pass_obj
 @click.pass_context

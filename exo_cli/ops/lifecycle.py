@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
 from exo_cli.records import DEAD, DONE, LIVE_STATUSES, ROOT, Agent
 from exo_cli.registry import op
+from exo_cli.validate import check_timeout
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -304,8 +305,7 @@ def read(env: Env, *, agent: str, lines: int = 50, since_last: bool = False, wai
 
     if lines < 1:
         raise InvalidInput(f"Invalid lines {lines!r}: expected at least 1", field="lines")
-    if timeout < 0:
-        raise InvalidInput(f"Invalid timeout {timeout!r}", field="timeout")
+    timeout = check_timeout(timeout) or 0.0
     pattern = None
     if wait_for is not None:
         try:

@@ -37,7 +37,7 @@ from exo_cli.ops.delivery import (
 )
 from exo_cli.records import ASKING, DEAD, DONE, IDLE, ROOT, WORKING, Agent, Message
 from exo_cli.registry import Tool, op
-from exo_cli.validate import check_text
+from exo_cli.validate import check_text, check_timeout
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -173,11 +173,7 @@ def _deliver(env: Env, msg_id: int, recipient: Agent) -> str:
 
 
 def _timeout(value: float | None, what: str = "timeout") -> float | None:
-    if value is None:
-        return None
-    if value < 0:
-        raise InvalidInput(f"Invalid {what} {value}: it must be 0 or more seconds", field=what)
-    return float(value)
+    return check_timeout(value, what)
 
 
 # ---------------------------------------------------------------------------------- note

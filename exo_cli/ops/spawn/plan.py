@@ -323,8 +323,15 @@ def _from_specs(specs: list[dict[str, Any]], *, agent: str) -> list[Request]:
     return reqs
 
 
+AUTO_NAME_KEY = "auto-name:{name}"  # a name picked for an unnamed worker, reserved for good
+
+
 def _name_workers(call_env: Env, reqs: list[Request]) -> None:
-    """Pick memorable names for unnamed workers, unlike any agent, request or worktree folder."""
+    """Pick memorable names for unnamed workers, unlike any agent, request or worktree folder.
+
+    Each name is reserved atomically in the store (``kv_claim``) before it is used, so spawns
+    running at the same time never pick the same one; a reserved name is never picked again.
+    """
     unnamed = [r for r in reqs if r.kind == "worker" and not r.name]
     if not unnamed:
         return
@@ -332,7 +339,14 @@ def _name_workers(call_env: Env, reqs: list[Request]) -> None:
     root = call_env.worktree_root
     if root.is_dir():
         taken |= {p.name for p in root.iterdir()}
-    for r, n in zip(unnamed, wt.pick_names(len(unnamed), {t for t in taken if t}), strict=True):
+    taken = {t for t in taken if t}
+    names: list[str] = []
+    while len(names) < len(unnamed):
+        for n in wt.pick_names(len(unnamed) - len(names), taken):
+            taken.add(n)
+            if call_env.store.kv_claim(AUTO_NAME_KEY.format(name=n), str(os.getpid())):
+                names.append(n)
+    for r, n in zip(unnamed, names, strict=True):
         r.name = n
         r.key = n
 
