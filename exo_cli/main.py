@@ -15,9 +15,9 @@ from exo_cli.errors import INTERNAL_EXIT, ExoError, UsageError
 def report(error: ExoError, *, as_json: bool) -> None:
     """Print an error: the error object on stdout under --json, Error:/Hint: on stderr otherwise."""
     if as_json:
-        import json
+        from exo_cli.render.jsonout import dump_json
 
-        sys.stdout.write(json.dumps(error.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(dump_json(error.to_dict()) + "\n")
         sys.stdout.flush()
         return
     from exo_cli.render import warn  # a message may quote what an agent wrote: made safe there

@@ -18,4 +18,5 @@ def _escape(m: re.Match[str]) -> str:
 
 
 def dump_json(result: Any) -> str:
+    """``result`` as indented JSON: every control character and lone surrogate escaped, the rest as is."""
     return _RAW.sub(_escape, json.dumps(to_jsonable(result), indent=2, ensure_ascii=False))
