@@ -370,6 +370,9 @@ def _by_proof(env: Env, agents: list[Agent]) -> Caller:
     claimed = env.environ.get(AGENT_VAR) or ""
     if not claimed:
         raise _unproven(env, f"it carries {', '.join(env.markers)} without {AGENT_VAR}", reason="no-claim")
+    if claimed == ROOT:
+        raise _unproven(env, f"{AGENT_VAR}={ROOT} names the human at the root, who carries no {AGENT_VAR}",
+                        reason="root-claim")
     record = next((a for a in agents if a.id == claimed), None)
     if record is None:
         raise _unproven(env, f"{AGENT_VAR}={claimed} is not an agent exo recorded", reason="unknown-agent")
