@@ -366,6 +366,9 @@ def test_text_to_pane_is_byte_identical(raw_pane: tuple[Any, Any, Path], text: s
     (["spawn", "--worker", "w", "--prompt-file", "a\x00b"], 4),  # was ValueError: embedded null byte
     (["spawn", "--worker", "w", "--prompt", "x", "--repo", "x" * 300], 3),  # was OSError: name too long
     (["spawn", "--worker", "w", "--prompt", "x", "--demo-script", "x" * 300], 3),
+    (["kill", "w\udcff"], 4),  # bytes that are not UTF-8 reached SQLite: UnicodeEncodeError (exit 70)
+    (["status", "\udcff\udcfe"], 4),
+    (["send", "w1", "hi \udcff"], 4),
 ])
 def test_found_bugs_stay_fixed(exo: Exo, args: list[str], code: int) -> None:
     exo("init")  # a state database, so the pull request lookup reaches SQLite
