@@ -200,6 +200,12 @@ def find_state_dir(env: Env) -> Path:
     """
     raw = env.environ.get(STATE_DIR_VAR) or None
     override = _override_path(env, raw) if raw is not None else None
+    if override is not None:
+        # Every agent names its own state folder: confirm it from the .git files around cwd, without
+        # running git (the hooks' hot path); anything else is decided by git below.
+        fast = _common_dir_from_files(env)
+        if fast is not None and os.path.realpath(override) == os.path.realpath(fast / "exo"):
+            return override
     try:
         common = env.repo.common_dir
     except EnvironmentError_:
@@ -214,6 +220,38 @@ def find_state_dir(env: Env) -> Path:
     if env.markers or _agent_here(env, real):
         raise _foreign_state(raw or "", real, env.markers)
     return override
+
+
+def _common_dir_from_files(env: Env) -> Path | None:
+    """The git common dir around ``env.cwd`` read from ``.git`` files as git does, or None to ask git.
+
+    Handles a main checkout (``.git/``) and a linked worktree (``.git`` file -> gitdir ->
+    ``commondir``); anything unusual (``GIT_DIR`` and friends, a bare repository, cwd inside
+    ``.git``, an unreadable file) returns None.
+    """
+    if any(env.environ.get(v) for v in ("GIT_DIR", "GIT_COMMON_DIR", "GIT_WORK_TREE")):
+        return None
+    try:
+        for folder in (env.cwd, *env.cwd.parents):
+            if folder.name == ".git":
+                return None
+            dotgit = folder / ".git"
+            if dotgit.is_dir():
+                return dotgit if not (dotgit / "commondir").exists() else None
+            if dotgit.is_file():
+                text = dotgit.read_text(encoding="utf-8").strip()
+                if not text.startswith("gitdir:"):
+                    return None
+                gitdir = Path(text[len("gitdir:"):].strip())
+                gitdir = gitdir if gitdir.is_absolute() else folder / gitdir
+                common = gitdir / "commondir"
+                if not common.is_file():
+                    return gitdir
+                rel = Path(common.read_text(encoding="utf-8").strip())
+                return rel if rel.is_absolute() else gitdir / rel
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def _override_path(env: Env, raw: str) -> Path:

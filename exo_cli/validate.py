@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 from exo_cli.errors import InvalidInput
 
@@ -101,8 +102,10 @@ def check_text(value: object, what: str, *, max_len: int = 1_000_000, allow_empt
         raise InvalidInput(f"Invalid {what}: it is empty", field=what)
     if "\x00" in value:
         raise InvalidInput(f"Invalid {what}: it contains a NUL byte", field=what)
-    if _SURROGATES.search(value) is not None:
-        raise InvalidInput(f"Invalid {what}: it is not valid UTF-8 text", field=what)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates: bytes that were not UTF-8
+        raise InvalidInput(f"Invalid {what}: it is not valid UTF-8 text", field=what) from exc
     if len(value) > max_len:
         raise InvalidInput(f"Invalid {what}: longer than {max_len} characters", field=what)
     return value
@@ -148,9 +151,16 @@ def _caret_table() -> dict[int, str]:
     return table
 
 
-_VISIBLE = _caret_table()
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-_SURROGATES = re.compile("[\ud800-\udfff]")
+_UNSAFE_CLASS = "[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\ud800-\\udfff]"
+_compiled: dict[str, Any] = {}  # built on first use: importing this module stays cheap
+
+
+def _visible_parts() -> tuple[Any, dict[int, str], Any]:
+    if not _compiled:
+        _compiled["unsafe"] = re.compile(_UNSAFE_CLASS)
+        _compiled["table"] = _caret_table()
+        _compiled["surrogates"] = re.compile("[\\ud800-\\udfff]")
+    return _compiled["unsafe"], _compiled["table"], _compiled["surrogates"]
 
 
 def visible(text: str) -> str:
@@ -163,8 +173,9 @@ def visible(text: str) -> str:
     line ends), any other CR shows as ``^M``. Lone surrogates (bytes that were not UTF-8)
     become U+FFFD. Text without any of these is returned as it is.
     """
-    if _UNSAFE.search(text) is None:
+    unsafe, table, surrogates = _visible_parts()
+    if unsafe.search(text) is None:
         return text
-    text = text.replace("\r\n", "\n").translate(_VISIBLE)
-    return _SURROGATES.sub("\ufffd", text)
+    text = text.replace("\r\n", "\n").translate(table)
+    return surrogates.sub("\ufffd", text)
 

@@ -215,3 +215,20 @@ def test_state_not_created_by_status_in_fresh_repo(repo: Path) -> None:
                           text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
     assert proc.returncode == 0, proc.stderr
     assert '"count": 0' in proc.stdout
+
+
+def test_state_dir_confirmed_from_git_files_as_git_finds_it(repo: Path, tmp_path: Path) -> None:
+    """The hooks' fast path (no git process) finds the same common dir as git, or defers to git."""
+    from exo_cli.env import _common_dir_from_files
+
+    wt = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(wt))
+    (repo / "sub" / "deeper").mkdir(parents=True)
+    (wt / "sub").mkdir()
+    for cwd in (repo, repo / "sub" / "deeper", wt, wt / "sub"):
+        env = Env(cwd=cwd)
+        fast = _common_dir_from_files(env)
+        assert fast is not None and os.path.realpath(fast) == os.path.realpath(env.repo.common_dir), cwd
+    assert _common_dir_from_files(Env(cwd=repo / ".git")) is None  # inside .git: ask git
+    assert _common_dir_from_files(Env(cwd=tmp_path)) is None
+    assert _common_dir_from_files(Env(cwd=repo, environ={**os.environ, "GIT_DIR": str(repo / ".git")})) is None

@@ -12,7 +12,12 @@ from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.ops import hooks as _hooks  # registers the operation without loading the others
 from exo_cli.records import to_jsonable
 from exo_cli.registry import invoke
-from exo_cli.render import warn
+
+
+def _warn(text: str) -> None:
+    from exo_cli.render import warn  # only when there is something to say: the hooks' hot path
+
+    warn(text)
 
 
 def _stdin() -> str:
@@ -43,10 +48,10 @@ def hook(env: Any, event: str, payload: str | None, cli: str, as_json: bool) -> 
         result = invoke("hook", env, event=event, cli=cli, payload=payload)
         output = result.output
         if result.warning:
-            warn(f"exo hook {event}: warning: {result.warning}")
+            _warn(f"exo hook {event}: warning: {result.warning}")
     except Exception as exc:  # fail open: never brick the agent
         msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-        warn(f"exo hook {event}: warning: {' '.join(str(msg).split())} (exo ignored this hook)")
+        _warn(f"exo hook {event}: warning: {' '.join(str(msg).split())} (exo ignored this hook)")
     if as_json:
         sys.stdout.write(json.dumps(to_jsonable(result) if result is not None else {"output": output}) + "\n")
     elif output is not None:

@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from exo_cli.records import to_jsonable
-from exo_cli.validate import visible
 
 
 def safe(value: Any) -> str:
     """``value`` as text a terminal shows and never obeys (see ``validate.visible``)."""
+    from exo_cli.validate import visible  # here: `--json` never needs it
+
     return visible(value if isinstance(value, str) else str(value))
 
 
