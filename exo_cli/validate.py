@@ -6,9 +6,9 @@ through here first; values that fail raise ``InvalidInput`` (-32002).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
-from typing import Any
 
 from exo_cli.errors import InvalidInput
 
@@ -151,16 +151,11 @@ def _caret_table() -> dict[int, str]:
     return table
 
 
-_UNSAFE_CLASS = "[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\ud800-\\udfff]"
-_compiled: dict[str, Any] = {}  # built on first use: importing this module stays cheap
-
-
-def _visible_parts() -> tuple[Any, dict[int, str], Any]:
-    if not _compiled:
-        _compiled["unsafe"] = re.compile(_UNSAFE_CLASS)
-        _compiled["table"] = _caret_table()
-        _compiled["surrogates"] = re.compile("[\\ud800-\\udfff]")
-    return _compiled["unsafe"], _compiled["table"], _compiled["surrogates"]
+@functools.cache
+def _visible_parts() -> tuple[re.Pattern[str], dict[int, str], re.Pattern[str]]:
+    """What ``visible`` needs, built on first use: importing this module stays cheap."""
+    unsafe = re.compile("[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\ud800-\\udfff]")
+    return unsafe, _caret_table(), re.compile("[\\ud800-\\udfff]")
 
 
 def visible(text: str) -> str:
