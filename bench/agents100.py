@@ -104,7 +104,7 @@ def main() -> int:
     precompile()
     env = {**bench_env(), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
            "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
-    for var in ("EXO_AGENT", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "TMUX", "TMUX_PANE"):
+    for var in ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "TMUX", "TMUX_PANE"):
         env.pop(var, None)
     tmp = Path(tempfile.mkdtemp(prefix="exo-bench-agents-"))
     sock = None

@@ -1,7 +1,8 @@
 """Hook budget: `exo hook stop --cli claude` (realistic stdin) vs `python -c "import click"`.
 
 Budget (docs/performance.md): at most 1.5x the baseline, measured in the same run,
-interleaved. The hook runs as a recorded agent (EXO_AGENT, EXO_STATE_DIR as exo gives them)
+interleaved. The hook runs as a recorded agent (EXO_AGENT, its EXO_AGENT_PROOF and EXO_STATE_DIR as
+exo gives them; not under the agent's process, so it is identified by its proof, the costlier way)
 in a worktree whose parent branch did not move, with a Claude transcript on disk, so it does
 all of its usual work: identify the caller, record output/turn/tokens, check the parent
 branch (local refs), look for pending messages, post `idle` to the parent.
@@ -43,14 +44,15 @@ def setup(tmp: Path, env: dict[str, str]) -> tuple[Path, dict[str, str], str]:
     wt = tmp / "wt"
     subprocess.run(["git", "worktree", "add", "-q", "-b", "main.w1", str(wt), "main"], cwd=repo, check=True, env=genv)
     state = repo / ".git" / "exo"
-    from exo_cli.env import Env
+    from exo_cli.env import PROOF_FIELD, Env, new_proof
     from exo_cli.records import Agent
 
     e = Env(cwd=repo, environ={**env, "EXO_STATE_DIR": str(state)})
     now = time.time()
+    proof, digest = new_proof()  # as spawn gives it: the hook proves EXO_AGENT with it (no ancestry here)
     e.store.insert_agent(Agent(id="w1", name="w1", role="dev", parent="root", status="working", backend="claude",
                                mux="headless", worktree=str(wt), branch="main.w1", base_branch="main",
-                               created_at=now, updated_at=now, status_at=now))
+                               created_at=now, updated_at=now, status_at=now, spec={PROOF_FIELD: digest}))
     transcript = tmp / "transcript.jsonl"
     with open(transcript, "w") as fh:
         for i in range(200):
@@ -69,7 +71,8 @@ def setup(tmp: Path, env: dict[str, str]) -> tuple[Path, dict[str, str], str]:
         "background_tasks": [],
         "session_crons": [],
     })
-    agent_env = {**env, "EXO_AGENT": "w1", "EXO_PARENT": "root", "EXO_ROLE": "dev", "EXO_STATE_DIR": str(state)}
+    agent_env = {**env, "EXO_AGENT": "w1", "EXO_AGENT_PROOF": proof, "EXO_PARENT": "root", "EXO_ROLE": "dev",
+                 "EXO_STATE_DIR": str(state)}
     return wt, agent_env, payload
 
 
@@ -91,7 +94,7 @@ def main() -> int:
         times = time_commands(cmds, runs=args.runs, cwd=wt, env=agent_env, stdin=stdin)
         check = subprocess.run(cmds["exo hook stop --cli claude"], cwd=wt, env=agent_env, input=payload,
                                capture_output=True, text=True)
-        assert check.returncode == 0 and check.stdout.strip() == "{}", (check.stdout, check.stderr)
+        assert check.returncode == 0 and check.stdout.strip() == "{}" and not check.stderr, (check.stdout, check.stderr)
     base = median_ms(times[base_name])
     print(f"{'command':40} {'median ms':>10} {'ratio':>6}")
     worst = 0.0

@@ -82,7 +82,7 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--notes", type=int, default=25, help="notes per agent")
     args = parser.parse_args()
-    from exo_cli.env import Env
+    from exo_cli.env import PROOF_FIELD, Env, new_proof
     from exo_cli.ops import messages
     from exo_cli.records import Agent
 
@@ -94,16 +94,18 @@ def main() -> int:
         state = repo / ".git" / "exo"
         base_env = {**os.environ, "EXO_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
         base_env.pop("EXO_AGENT", None)
+        base_env.pop("EXO_AGENT_PROOF", None)
         parent = Env(cwd=repo, environ=base_env)
         now = time.time()
+        proofs = [new_proof() for _ in range(args.agents)]  # each writer proves its EXO_AGENT, as agents do
         for i in range(args.agents):
             parent.store.insert_agent(Agent(id=f"w{i}", name=f"w{i}", role="dev", parent="root", status="working",
                                             backend="demo", mux="headless", created_at=now, updated_at=now,
-                                            status_at=now))
+                                            status_at=now, spec={PROOF_FIELD: proofs[i][1]}))
         go = tmp / "go"
         writers = [
             subprocess.Popen([sys.executable, "-c", WRITER, str(args.notes), str(go)], cwd=repo,
-                             env={**base_env, "EXO_AGENT": f"w{i}"})
+                             env={**base_env, "EXO_AGENT": f"w{i}", "EXO_AGENT_PROOF": proofs[i][0]})
             for i in range(args.agents)
         ]
         time.sleep(1.0)  # let every writer import exo and open the store

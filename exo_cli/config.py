@@ -16,6 +16,7 @@ from typing import Any
 
 from exo_cli.errors import InvalidInput
 from exo_cli.records import BACKENDS, MCP_COMPAT, MUXES
+from exo_cli.validate import MAX_TIMEOUT
 
 FORGES = ("auto", "local", "github")
 
@@ -24,6 +25,7 @@ class EnvVars:
     """Names of every environment variable exo reads."""
 
     AGENT = "EXO_AGENT"  # identity of the agent a process belongs to (checked against records)
+    PROOF = "EXO_AGENT_PROOF"  # the per-agent secret that proves EXO_AGENT (in the agent's env only)
     PARENT = "EXO_PARENT"
     ROLE = "EXO_ROLE"
     STATE_DIR = "EXO_STATE_DIR"
@@ -90,6 +92,14 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+def _is_seconds(v: Any) -> bool:
+    return _is_int(v) and v <= MAX_TIMEOUT
+
+
+def _is_args_table(v: Any) -> bool:
+    return isinstance(v, dict) and all(k in BACKENDS and _is_str_list(x) for k, x in v.items())
+
+
 def _is_str(v: Any) -> bool:
     return isinstance(v, str)
 
@@ -119,9 +129,10 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "agent.default": (_choice(*BACKENDS), "one of " + ", ".join(BACKENDS)),
     "agent.skip_permissions": (_is_bool, "true or false"),
     "agent.command": (_is_cmd, "a command (string or list of strings)"),
-    "agent.args": (_is_table, "a table of backend -> list of extra arguments"),
-    "agent.start_timeout": (_is_int, "a whole number of seconds"),
-    "agent.idle_quiet_seconds": (_is_int, "a whole number of seconds"),
+    "agent.args": (_is_args_table, "a table of backend -> list of extra arguments, e.g. "
+                   "{ claude = [\"--model\", \"sonnet\"] } (backends: " + ", ".join(BACKENDS) + ")"),
+    "agent.start_timeout": (_is_seconds, "a whole number of seconds"),
+    "agent.idle_quiet_seconds": (_is_seconds, "a whole number of seconds"),
     "mux.default": (_choice(*MUXES), "one of " + ", ".join(MUXES)),
     "mcp.compat": (lambda v: _is_str_list(v) and all(x in MCP_COMPAT for x in v),
                    "a list of compatible tool sets: " + ", ".join(MCP_COMPAT)),
@@ -141,8 +152,8 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "limits.on_limit": (_choice("fail", "wait"), "fail or wait"),
     "cleanup.regenerable": (_is_str_list, "a list of patterns (name/, *.ext, path/from/top)"),
     "cleanup.max_keep_mb": (_is_int, "a whole number of MiB"),
-    "timeouts.question": (_is_int, "a whole number of seconds"),
-    "timeouts.wait": (_is_int, "a whole number of seconds"),
+    "timeouts.question": (_is_seconds, "a whole number of seconds"),
+    "timeouts.wait": (_is_seconds, "a whole number of seconds"),
     "demo.script": (lambda v: isinstance(v, list), "a list of demo steps"),
 }
 _SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}
@@ -202,13 +213,32 @@ def _check(key: str, value: Any, origin: str) -> None:
             source=origin,
         )
     check, expected = SCHEMA[key]
+    if check is _is_args_table and isinstance(value, dict):  # name the one entry that is wrong
+        for sub, item in value.items():
+            if sub not in BACKENDS or not _is_str_list(item):
+                _check_entry(f"{key}.{sub}", item, origin, sub in BACKENDS)
     if not check(value):
         raise InvalidInput(
-            f"Bad value for {key} in {origin}: {value!r} (expected {expected})",
+            f"Bad value for {key} in {origin}: {_shown(value)} (expected {expected})",
             hint=f"Fix {key} in {origin}.",
             key=key,
             source=origin,
         )
+
+
+def _check_entry(key: str, value: Any, origin: str, known: bool) -> None:
+    expected = "a list of strings (one per argument)" if known else f"one of the backends {', '.join(BACKENDS)}"
+    raise InvalidInput(
+        f"Bad value for {key} in {origin}: {_shown(value)} (expected {expected})",
+        hint=f"Fix {key} in {origin}" + (", e.g. [\"--verbose\"]." if known else "."),
+        key=key,
+        source=origin,
+    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _parse_env_value(key: str, raw: str) -> Any:
@@ -238,8 +268,12 @@ def read_toml(path: Path) -> dict[str, Any]:
         return {}
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"{path} is not valid TOML: {exc}", hint=f"Fix the syntax of {path}.", source=str(path)) from exc
-    except OSError as exc:
-        raise InvalidInput(f"Cannot read {path}: {exc.strerror}", source=str(path)) from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path} is not UTF-8 text: byte {exc.object[exc.start:exc.start + 1]!r} at offset "
+                           f"{exc.start}", hint=f"Save {path} as UTF-8.", source=str(path)) from exc
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidInput(f"Cannot read {path}: {why}", source=str(path)) from exc
 
 
 def load(

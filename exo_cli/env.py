@@ -2,6 +2,9 @@
 
 Everything is computed lazily and cached, so a command pays only for what it uses
 (``exo --help`` touches none of it; ``exo status`` one git call and one SQLite open).
+
+Who is calling (``identify``) and which state folder is theirs (``find_state_dir``) are
+decided here, from exo's own records: see docs/security.md "Roles come from exo's records".
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from exo_cli.errors import EnvironmentError_, ExoError, InvalidInput, StateError
 from exo_cli.records import ROOT
 
 if TYPE_CHECKING:
@@ -24,7 +28,15 @@ if TYPE_CHECKING:
 
 # Same names as config.EnvVars (kept here so the hot path does not import tomllib).
 AGENT_VAR = "EXO_AGENT"
+# The per-agent secret that proves an EXO_AGENT claim. Its name avoids the words agent CLIs
+# strip from the environment they pass on (Gemini CLI drops *TOKEN*, *SECRET*, *KEY*, *AUTH*...).
+PROOF_VAR = "EXO_AGENT_PROOF"
 STATE_DIR_VAR = "EXO_STATE_DIR"
+# Variables exo sets only in an agent's environment: a process carrying one is an agent until
+# its claim is proven or refused, never the human.
+MARKER_VARS = (AGENT_VAR, PROOF_VAR, "EXO_PARENT", "EXO_ROLE")
+# Where an agent's record keeps the SHA-256 of its proof (the proof itself is never stored).
+PROOF_FIELD = "proof_sha256"
 ROLE_RANK = {"dev": 1, "tl": 2, "human": 3}
 
 
@@ -37,7 +49,11 @@ class Caller(NamedTuple):
 
     @property
     def is_human(self) -> bool:
-        return self.agent_id == ROOT
+        # From the role exo decided, never from a name: no agent is ever recorded as "human".
+        return self.role == "human"
+
+
+HUMAN = Caller(ROOT, "human", "none")
 
 
 class Env:
@@ -51,7 +67,12 @@ class Env:
         overrides: Mapping[str, Any] | None = None,
         role_cap: str | None = None,
         pid: int | None = None,
+        caller: Caller | None = None,
     ) -> None:
+        """``caller`` fixes who is calling instead of ``identify`` (a spawn into another repository acts
+        there as that repository's root)."""
+        if caller is not None:
+            self.__dict__["caller"] = caller
         self.cwd = Path(cwd if cwd is not None else os.getcwd()).absolute()
         self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
         self.overrides = dict(overrides or {})
@@ -68,10 +89,21 @@ class Env:
         return Git(self.cwd).discover()
 
     @cached_property
+    def state_path(self) -> Path:
+        """The state folder (not created): the repository's own; see ``find_state_dir``."""
+        return find_state_dir(self)
+
+    @cached_property
     def state_dir(self) -> Path:
-        override = self.environ.get(STATE_DIR_VAR)
-        path = Path(override) if override else self.repo.common_dir / "exo"
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = self.state_path
+        try:
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise InvalidInput(f"The state folder {path} is not a folder: {exc.strerror}",
+                               hint=f"Fix or unset ${STATE_DIR_VAR}.", path=str(path)) from exc
+        except OSError as exc:
+            raise EnvironmentError_(f"Cannot create the state folder {path}: {exc.strerror}",
+                                    path=str(path)) from exc
         return path
 
     @cached_property
@@ -128,10 +160,14 @@ class Env:
         """True when the state database already exists (hooks must not create one)."""
         from exo_cli.adapters.store import has_state
 
-        override = self.environ.get(STATE_DIR_VAR)
-        return has_state(Path(override) if override else self.repo.common_dir / "exo")
+        return has_state(self.state_path)
 
     # -- identity -------------------------------------------------------------------------
+    @cached_property
+    def markers(self) -> tuple[str, ...]:
+        """The agent variables this process carries (``EXO_AGENT``, its proof, ``EXO_PARENT``, ``EXO_ROLE``)."""
+        return tuple(v for v in MARKER_VARS if self.environ.get(v))
+
     @cached_property
     def caller(self) -> Caller:
         return identify(self)
@@ -150,38 +186,212 @@ class Env:
         return self.store.agent(self.caller.agent_id)
 
 
-def identify(env: Env) -> Caller:
-    """Find the caller: process ancestry, then EXO_AGENT checked against records, then worktree.
+# --------------------------------------------------------------------------- the state folder
 
-    Roles come from exo's records, never from what a process claims. Only a process that
-    is none of these is the human at the root.
+
+def find_state_dir(env: Env) -> Path:
+    """The state folder of ``env`` (not created): ``<git common dir>/exo`` of the repository around its cwd.
+
+    ``$EXO_STATE_DIR`` may name that same folder (every agent gets it so); naming another one
+    is honoured only for a caller that is no agent: one that carries an agent variable, runs
+    under an agent's recorded process or inside a live agent's worktree gets InvalidInput,
+    so no agent can make itself the human of an empty state. Outside any repository the
+    override must be a repository's own state folder for such a caller.
     """
+    raw = env.environ.get(STATE_DIR_VAR) or None
+    override = _override_path(env, raw) if raw is not None else None
+    if override is not None:
+        # Every agent names its own state folder: confirm it from the .git files around cwd, without
+        # running git (the hooks' hot path); anything else is decided by git below.
+        fast = _common_dir_from_files(env)
+        if fast is not None and os.path.realpath(override) == os.path.realpath(fast / "exo"):
+            return override
+    try:
+        common = env.repo.common_dir
+    except EnvironmentError_:
+        if override is None:
+            raise
+        if env.markers and not _is_repository_state(override):
+            raise _foreign_state(raw or "", None, env.markers) from None
+        return override
+    real = common / "exo"
+    if override is None or os.path.realpath(override) == os.path.realpath(real):
+        return real
+    if env.markers or _agent_here(env, real):
+        raise _foreign_state(raw or "", real, env.markers)
+    return override
+
+
+def _common_dir_from_files(env: Env) -> Path | None:
+    """The git common dir around ``env.cwd`` read from ``.git`` files as git does, or None to ask git.
+
+    Handles a main checkout (``.git/``) and a linked worktree (``.git`` file -> gitdir ->
+    ``commondir``); anything unusual (``GIT_DIR`` and friends, a bare repository, cwd inside
+    ``.git``, an unreadable file) returns None.
+    """
+    if any(env.environ.get(v) for v in ("GIT_DIR", "GIT_COMMON_DIR", "GIT_WORK_TREE")):
+        return None
+    try:
+        for folder in (env.cwd, *env.cwd.parents):
+            if folder.name == ".git":
+                return None
+            dotgit = folder / ".git"
+            if dotgit.is_dir():
+                return dotgit if not (dotgit / "commondir").exists() else None
+            if dotgit.is_file():
+                text = dotgit.read_text(encoding="utf-8").strip()
+                if not text.startswith("gitdir:"):
+                    return None
+                gitdir = Path(text[len("gitdir:"):].strip())
+                gitdir = gitdir if gitdir.is_absolute() else folder / gitdir
+                common = gitdir / "commondir"
+                if not common.is_file():
+                    return gitdir
+                rel = Path(common.read_text(encoding="utf-8").strip())
+                return rel if rel.is_absolute() else gitdir / rel
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _override_path(env: Env, raw: str) -> Path:
+    """``$EXO_STATE_DIR`` as an absolute path; InvalidInput when it cannot be a folder."""
+    if "\x00" in raw:
+        raise InvalidInput(f"Invalid ${STATE_DIR_VAR}: it contains a NUL byte", field=STATE_DIR_VAR)
+    path = Path(os.path.expanduser(raw))
+    path = path if path.is_absolute() else env.cwd / path
+    try:
+        is_other = path.exists() and not path.is_dir()
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"Invalid ${STATE_DIR_VAR} {raw!r}: {exc}", field=STATE_DIR_VAR) from exc
+    if is_other:
+        raise InvalidInput(
+            f"${STATE_DIR_VAR}={raw} is not a folder (it is a file)",
+            hint=f"Unset {STATE_DIR_VAR} (exo finds the state folder from the repository) or point it at a folder.",
+            field=STATE_DIR_VAR,
+            path=str(path),
+        )
+    return path
+
+
+def _is_repository_state(path: Path) -> bool:
+    """Whether ``path`` is ``<git common dir>/exo``: its parent holds a repository's HEAD, objects and refs."""
+    parent = path.parent
+    try:
+        return (path.name == "exo" and (parent / "HEAD").is_file() and (parent / "objects").is_dir()
+                and (parent / "refs").is_dir() and not (parent / "commondir").exists())
+    except OSError:
+        return False
+
+
+def _foreign_state(raw: str, real: Path | None, markers: tuple[str, ...]) -> InvalidInput:
+    why = f"this process carries {', '.join(markers)}" if markers else "this process belongs to an agent"
+    where = f"this repository's state folder is {real}" if real is not None else "it is no repository's state folder"
+    return InvalidInput(
+        f"${STATE_DIR_VAR}={raw} is refused: {where}, and {why}",
+        hint="An agent always works on its repository's own state: unset EXO_STATE_DIR, or run exo from "
+        "inside the repository the agent belongs to.",
+        field=STATE_DIR_VAR,
+        state_dir=raw,
+    )
+
+
+def _agent_here(env: Env, real: Path) -> bool:
+    """Whether the repository's real state records an agent this process runs under or in."""
+    from exo_cli.adapters.files import runtime_dir_for
+    from exo_cli.adapters.store import has_state, open_store
+
+    if not has_state(real):
+        return False
+    try:
+        store = open_store(real, lambda: runtime_dir_for(os.path.realpath(real), env.environ))
+        try:
+            agents = [a for a in store.agents() if a.id != ROOT]
+        finally:
+            store.close()
+    except Exception:  # an unreadable state proves nothing either way
+        return False
+    return _by_ancestry(env, agents) is not None or _by_worktree(env, agents) is not None
+
+
+# --------------------------------------------------------------------------- the caller
+
+
+def identify(env: Env) -> Caller:
+    """Find the caller: process ancestry, then EXO_AGENT proven by its secret, then the worktree.
+
+    Roles come from exo's records, never from what a process claims. A process that carries
+    an agent variable must be proven (by ancestry or by its agent's proof): otherwise
+    StateError, never the human, whatever the state says (missing, empty, unreadable). Only
+    a process that is none of these and carries no agent variable is the human at the root.
+    """
+    markers = env.markers
+    try:
+        env.state_path  # noqa: B018 - InvalidInput: a state folder this caller may not use
+    except InvalidInput:
+        raise
+    except ExoError as exc:  # outside any repository: no agent can be matched or proven there
+        if markers:
+            raise _unproven(env, f"it runs outside any repository ({env.cwd})", reason="no-repository") from exc
+        return HUMAN
     try:
         if not env.has_state():
-            return Caller(ROOT, "human", "none")
+            if markers:
+                claimed = env.environ.get(AGENT_VAR) or "?"
+                raise _unproven(
+                    env, f"exo's state database is missing: {AGENT_VAR}={claimed} names an agent, but this "
+                    "repository has no exo state", reason="no-state",
+                    hint="The state folder (.git/exo) was removed: run `exo doctor` in the repository (it "
+                    "rebuilds the records of the agents it finds running in exo's sessions, and of exo's "
+                    "worktrees), or spawn the agent again with `exo spawn`.")
+            return HUMAN
         agents = [a for a in env.store.agents() if a.id != ROOT]
-    except Exception:
-        return Caller(ROOT, "human", "none")
-    if not agents:
-        return Caller(ROOT, "human", "none")
-    by_pid: dict[int, Agent] = {}
+    except ExoError:
+        if markers:
+            raise
+        return HUMAN
+    except Exception as exc:  # an unreadable state database
+        if markers:
+            raise StateError(f"exo cannot read its state database to check who is calling: {exc}",
+                             hint="Run `exo doctor` in the repository.") from exc
+        return HUMAN
+    hit = _by_ancestry(env, agents)
+    if hit is not None:
+        return Caller(hit.id, hit.role, "ancestry")
+    if markers:
+        return _by_proof(env, agents)
+    hit = _by_worktree(env, agents)
+    if hit is not None:
+        return Caller(hit.id, hit.role, "worktree")
+    return HUMAN
+
+
+def _by_ancestry(env: Env, agents: list[Agent]) -> Agent | None:
+    """The agent whose recorded process (pane process or process group) this process descends from."""
+    by_pid: dict[int, tuple[Agent, Any]] = {}
     for a in agents:
         for key in ("pid", "pgid"):
             pid = a.location.get(key)
-            if isinstance(pid, int) and pid > 1:
-                by_pid.setdefault(pid, a)
-    if by_pid:
-        from exo_cli.adapters.proc import ancestors
+            if isinstance(pid, int) and not isinstance(pid, bool) and pid > 1:
+                start = a.location.get("start_time") if pid == a.location.get("pid") else None
+                by_pid.setdefault(pid, (a, start))
+    if not by_pid:
+        return None
+    from exo_cli.adapters.proc import ancestors, proc_start_time
 
-        for pid in ancestors(env.pid):
-            hit = by_pid.get(pid)
-            if hit is not None:
-                return Caller(hit.id, hit.role, "ancestry")
-    claimed = env.environ.get(AGENT_VAR)
-    if claimed and claimed != ROOT:
-        for a in agents:
-            if a.id == claimed:
-                return Caller(a.id, a.role, "env")
+    for pid in ancestors(env.pid):
+        hit = by_pid.get(pid)
+        if hit is None:
+            continue
+        agent, start = hit
+        if isinstance(start, int) and proc_start_time(pid) not in (None, start):
+            continue  # the recorded process is gone and its pid was reused
+        return agent
+    return None
+
+
+def _by_worktree(env: Env, agents: list[Agent]) -> Agent | None:
+    """The live agent whose worktree (created by exo) holds this process's cwd (the deepest one)."""
     cwd = str(env.cwd.resolve())
     best: Agent | None = None
     for a in agents:
@@ -190,6 +400,62 @@ def identify(env: Env) -> Caller:
         if a.worktree and (cwd == a.worktree or cwd.startswith(a.worktree.rstrip("/") + "/")):
             if best is None or len(a.worktree) > len(best.worktree or ""):
                 best = a
-    if best is not None:
-        return Caller(best.id, best.role, "worktree")
-    return Caller(ROOT, "human", "none")
+    return best
+
+
+def _by_proof(env: Env, agents: list[Agent]) -> Caller:
+    """The agent ``EXO_AGENT`` names, when ``EXO_AGENT_PROOF`` matches its recorded proof; else StateError."""
+    claimed = env.environ.get(AGENT_VAR) or ""
+    if not claimed:
+        raise _unproven(env, f"it carries {', '.join(env.markers)} without {AGENT_VAR}", reason="no-claim")
+    if claimed == ROOT:
+        raise _unproven(env, f"{AGENT_VAR}={ROOT} names the human at the root, who carries no {AGENT_VAR}",
+                        reason="root-claim")
+    record = next((a for a in agents if a.id == claimed), None)
+    if record is None:
+        raise _unproven(env, f"{AGENT_VAR}={claimed} is not an agent exo recorded", reason="unknown-agent")
+    given = env.environ.get(PROOF_VAR) or ""
+    stored = record.spec.get(PROOF_FIELD)
+    if not given:
+        raise _unproven(env, f"{AGENT_VAR}={claimed} comes without {PROOF_VAR}", reason="no-proof")
+    if not isinstance(stored, str) or not proof_matches(given, stored):
+        raise _unproven(env, f"{PROOF_VAR} does not prove {AGENT_VAR}={claimed}", reason="wrong-proof")
+    return Caller(record.id, record.role, "env")
+
+
+def _unproven(env: Env, why: str, *, reason: str, hint: str | None = None) -> StateError:
+    claimed = env.environ.get(AGENT_VAR) or None
+    return StateError(
+        why if reason == "no-state" else f"exo cannot tell who is calling: {why}",
+        hint=hint or "Run exo from the agent's own session (its pane, its hooks or its MCP server), which exo "
+        "started with the agent's identity. In a shell of your own, unset "
+        f"{', '.join(MARKER_VARS)}.",
+        reason=reason,
+        claimed=claimed,
+        markers=list(env.markers),
+    )
+
+
+# --------------------------------------------------------------------------- the per-agent proof
+
+
+def new_proof() -> tuple[str, str]:
+    """A fresh per-agent secret and the digest exo records (the secret goes only into the agent's env)."""
+    import secrets
+
+    proof = secrets.token_hex(32)
+    return proof, proof_digest(proof)
+
+
+def proof_digest(proof: str) -> str:
+    """The SHA-256 (hex) of ``proof``, as recorded in the agent's spec."""
+    import hashlib
+
+    return hashlib.sha256(proof.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def proof_matches(proof: str, digest: str) -> bool:
+    """Whether ``proof`` hashes to ``digest`` (compared in constant time)."""
+    import hmac
+
+    return hmac.compare_digest(proof_digest(proof).encode("ascii"), digest.encode("ascii", "replace"))

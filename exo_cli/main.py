@@ -15,14 +15,16 @@ from exo_cli.errors import INTERNAL_EXIT, ExoError, UsageError
 def report(error: ExoError, *, as_json: bool) -> None:
     """Print an error: the error object on stdout under --json, Error:/Hint: on stderr otherwise."""
     if as_json:
-        import json
+        from exo_cli.render.jsonout import dump_json
 
-        sys.stdout.write(json.dumps(error.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(dump_json(error.to_dict()) + "\n")
         sys.stdout.flush()
         return
-    sys.stderr.write(f"Error: {error.message}\n")
+    from exo_cli.render import warn  # a message may quote what an agent wrote: made safe there
+
+    warn(f"Error: {error.message}")
     if error.hint:
-        sys.stderr.write(f"Hint: {error.hint}\n")
+        warn(f"Hint: {error.hint}")
 
 
 class ExoGroup(click.Group):
@@ -103,6 +105,17 @@ def cli(ctx: click.Context, directory: str | None) -> None:
     ctx.obj = Env(cwd=directory)
 
 
+def _show_click_error(exc: click.exceptions.ClickException) -> None:
+    """Click's own usage error text, made safe like every other message (it quotes the argument given)."""
+    import io
+
+    from exo_cli.render.text import safe
+
+    buf = io.StringIO()
+    exc.show(file=buf)
+    sys.stderr.write(safe(buf.getvalue()))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``exo`` script."""
     args = sys.argv[1:] if argv is None else argv
@@ -116,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         if as_json:
             report(UsageError(exc.format_message(), hint="See `exo --help`."), as_json=True)
         else:
-            exc.show()
+            _show_click_error(exc)
         sys.exit(exc.exit_code)
     except ExoError as exc:  # raised outside a subcommand (e.g. by the group callback)
         report(exc, as_json=as_json)
@@ -134,9 +147,9 @@ def main(argv: list[str] | None = None) -> None:
 
             traceback.print_exc()
         else:
-            sys.stderr.write(
-                f"Error: internal error: {type(exc).__name__}: {exc}\n"
-                "Hint: this is a bug in exo; rerun with EXO_DEBUG=1 for a traceback and report it.\n"
-            )
+            from exo_cli.render import warn
+
+            warn(f"Error: internal error: {type(exc).__name__}: {exc}")
+            warn("Hint: this is a bug in exo; rerun with EXO_DEBUG=1 for a traceback and report it.")
         sys.exit(INTERNAL_EXIT)
     sys.exit(rv if isinstance(rv, int) else 0)

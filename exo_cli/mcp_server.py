@@ -309,8 +309,8 @@ def serve(env: Env, role: str, compat: tuple[str, ...] | list[str] | None = None
             server = build_server(env, role, compat)
             start_background_tasks(env, env.role_cap or role)
     except ExoError as exc:
-        sys.stderr.write(f"Error: {exc.message}\n")
-        if exc.hint:
-            sys.stderr.write(f"Hint: {exc.hint}\n")
+        from exo_cli.main import report
+
+        report(exc, as_json=False)
         raise SystemExit(exc.exit_code) from exc
     server.run("stdio")

@@ -6,6 +6,7 @@ through here first; values that fail raise ``InvalidInput`` (-32002).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -47,6 +48,24 @@ def check_name(value: object, what: str = "name") -> str:
     return value
 
 
+# Names no agent may take: "root" is the human at the root (the parent and mailbox of top-level
+# agents); compared without case, so no file system or eye can mix them up.
+RESERVED_NAMES = ("root",)
+
+
+def check_agent_name(value: object, what: str = "agent name") -> str:
+    """Return ``value`` if it is a safe name (``check_name``) that is not reserved for exo itself."""
+    name = check_name(value, what)
+    if name.lower() in RESERVED_NAMES:
+        raise InvalidInput(
+            f"Invalid {what} {name!r}: it is reserved ({name.lower()} is the human at the root)",
+            hint="Pick another name.",
+            field=what,
+            reserved=list(RESERVED_NAMES),
+        )
+    return name
+
+
 def check_branch(value: object, what: str = "branch") -> str:
     """Return ``value`` if it is a safe git branch name (a subset of git-check-ref-format)."""
     if not isinstance(value, str) or not value:
@@ -72,13 +91,86 @@ def slugify(text: str, max_len: int = 40) -> str:
 
 
 def check_text(value: object, what: str, *, max_len: int = 1_000_000, allow_empty: bool = False) -> str:
-    """Free text (prompts, messages): any characters but NUL, bounded in size."""
+    """Free text (prompts, messages): any characters but NUL and bytes that are not UTF-8, bounded in size.
+
+    Control characters are kept as written (``--json`` and the MCP tools return them exactly);
+    ``visible`` makes them harmless wherever the text meets a terminal.
+    """
     if not isinstance(value, str):
         raise InvalidInput(f"Invalid {what}: expected a string", field=what)
     if not value and not allow_empty:
         raise InvalidInput(f"Invalid {what}: it is empty", field=what)
     if "\x00" in value:
         raise InvalidInput(f"Invalid {what}: it contains a NUL byte", field=what)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates: bytes that were not UTF-8
+        raise InvalidInput(f"Invalid {what}: it is not valid UTF-8 text", field=what) from exc
     if len(value) > max_len:
         raise InvalidInput(f"Invalid {what}: longer than {max_len} characters", field=what)
     return value
+
+
+# Longest wait exo accepts, in seconds (about 31 years: below every OS and threading limit).
+MAX_TIMEOUT = 1_000_000_000
+
+
+def check_timeout(value: object, what: str = "timeout", *, allow_zero: bool = True) -> float | None:
+    """A timeout in seconds as a float (None stays None: no limit); InvalidInput for anything else.
+
+    NaN (it would never expire), infinity, negative values, values above ``MAX_TIMEOUT`` and,
+    without ``allow_zero``, 0 are refused with a message naming the value.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"Invalid {what} {value!r}: expected a number of seconds", field=what)
+    seconds = float(value)
+    if seconds != seconds:
+        why = "it is not a number"
+    elif seconds in (float("inf"), float("-inf")):
+        why = "it is infinite (leave the timeout out to wait without a limit)"
+    elif seconds < 0:
+        why = "it is negative"
+    elif seconds == 0 and not allow_zero:
+        why = "it must be more than 0 seconds"
+    elif seconds > MAX_TIMEOUT:
+        why = f"it is more than {MAX_TIMEOUT} seconds"
+    else:
+        return seconds
+    raise InvalidInput(f"Invalid {what} {value!r}: {why}", hint=f"Give {what} as a number of seconds.", field=what)
+
+
+# --------------------------------------------------------------------------- text on a terminal
+
+
+def _caret_table() -> dict[int, str]:
+    table = {c: "^" + chr(c + 0x40) for c in range(0x20) if c not in (0x09, 0x0A)}  # ^@ .. ^_ (ESC is ^[)
+    table[0x7F] = "^?"
+    table.update({c: "M-^" + chr(c - 0x80 + 0x40) for c in range(0x80, 0xA0)})  # C1, as `cat -v` shows them
+    return table
+
+
+@functools.cache
+def _visible_parts() -> tuple[re.Pattern[str], dict[int, str], re.Pattern[str]]:
+    """What ``visible`` needs, built on first use: importing this module stays cheap."""
+    unsafe = re.compile("[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\ud800-\\udfff]")
+    return unsafe, _caret_table(), re.compile("[\\ud800-\\udfff]")
+
+
+def visible(text: str) -> str:
+    """``text`` safe for a terminal: every C0/C1 control character but newline and tab made visible.
+
+    exo applies it to every text it types into a pane and to every text it renders for a
+    human, so nothing an agent wrote can act as a key or an escape sequence: ESC shows as
+    ``^[`` (``ESC[201~`` as ``^[[201~``), Ctrl-C as ``^C``, DEL as ``^?``, a C1 control such as
+    U+009B as ``M-^[`` (the notation of ``cat -v``). A CR before a newline is dropped (Windows
+    line ends), any other CR shows as ``^M``. Lone surrogates (bytes that were not UTF-8)
+    become U+FFFD. Text without any of these is returned as it is.
+    """
+    unsafe, table, surrogates = _visible_parts()
+    if unsafe.search(text) is None:
+        return text
+    text = text.replace("\r\n", "\n").translate(table)
+    return surrogates.sub("\ufffd", text)
+

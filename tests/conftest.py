@@ -33,7 +33,7 @@ def isolate(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n")
-    for var in ("EXO_AGENT", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "EXO_DEBUG", "EXO_FAULT", "TMUX",
+    for var in ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "EXO_DEBUG", "EXO_FAULT", "TMUX",
                 "TMUX_PANE", "ZELLIJ", "ZELLIJ_SESSION_NAME", "HANGAR_ROOT", "EXO_AGENT_BACKEND", "EXO_MUX",
                 "EXO_FORGE", "EXO_MAX_AGENTS", "EXO_WORKTREE_ROOT", "EXO_BASE_BRANCH", "EXO_SKIP_PERMISSIONS",
                 "BEADS_DIR"):
@@ -144,6 +144,46 @@ def stop_repo_agents(repo: Path, *, tmux: bool = True) -> None:
                 kill_group(pgid, grace=0.5, leader_start_time=a.location.get("start_time"))
             except Exception:  # noqa: BLE001 - already gone
                 pass
+
+
+_PROOFS: dict[tuple[str, str], str] = {}
+
+
+def agent_vars(repo: Path, agent_id: str, **extra: str) -> dict[str, str]:
+    """The identity an agent's own environment carries: ``EXO_AGENT`` and its proof.
+
+    As spawn does, a proof is made and its digest recorded in the agent's spec; the same
+    proof is given again while the record keeps its digest. For an agent exo did not record,
+    only ``EXO_AGENT`` (a claim exo refuses).
+    """
+    from exo_cli.env import PROOF_FIELD, Env, new_proof, proof_digest
+
+    env = Env(cwd=repo)
+    try:
+        record = env.store.agent(agent_id) if env.has_state() else None
+    except Exception:  # noqa: BLE001 - a broken state in a test of just that: no record to prove
+        record = None
+    if record is None:
+        return {"EXO_AGENT": agent_id, **extra}
+    key = (str(env.state_path.resolve()), agent_id)
+    proof = _PROOFS.get(key)
+    if proof is None or record.spec.get(PROOF_FIELD) != proof_digest(proof):
+        proof, digest = new_proof()
+        env.store.update_agent(agent_id, spec={**record.spec, PROOF_FIELD: digest})
+        _PROOFS[key] = proof
+    return {"EXO_AGENT": agent_id, "EXO_AGENT_PROOF": proof, **extra}
+
+
+def live_agent_vars(repo: Path, agent_id: str) -> dict[str, str]:
+    """``EXO_AGENT`` and its proof as the running agent's own process has them (from /proc, as only
+    the same Unix user can read them): the identity spawn really gave it."""
+    from exo_cli.env import Env
+
+    record = Env(cwd=repo).store.agent(agent_id)
+    assert record is not None and record.location.get("pid"), f"{agent_id} has no recorded process"
+    raw = Path(f"/proc/{record.location['pid']}/environ").read_bytes()
+    environ = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k: environ[k.encode()].decode() for k in ("EXO_AGENT", "EXO_AGENT_PROOF")}
 
 
 def wait_for(pred, timeout: float = 60.0, what: str = "condition"):  # type: ignore[no-untyped-def]

@@ -27,10 +27,14 @@ def commit(wt: Path | str, name: str, text: str, msg: str | None = None) -> str:
 
 
 def env_for(cwd: Path | str, agent: str | None = None, extra: dict[str, str] | None = None) -> Env:
+    """The Env of ``agent`` (its EXO_AGENT and proof) in ``cwd``, or of the human."""
+    from conftest import agent_vars
+
     environ = dict(os.environ)
     environ.pop("EXO_AGENT", None)
+    environ.pop("EXO_AGENT_PROOF", None)
     if agent:
-        environ["EXO_AGENT"] = agent
+        environ.update(agent_vars(Path(cwd), agent))
     environ.update(extra or {})
     return Env(cwd=cwd, environ=environ)
 

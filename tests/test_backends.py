@@ -367,7 +367,9 @@ def test_codex_argv_and_overrides(tmp_path: Path, fake_exo: Path) -> None:
     values = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
     parsed = dict((".".join(k), v) for k, v in map(parse_override, values))
     exo = str(fake_exo)
+    # The proof passes by name only (Codex starts MCP servers with a reduced environment).
     assert parsed["mcp_servers.exo"] == {"command": exo, "args": ["mcp", "--role", "auto"], "required": True,
+                                         "env_vars": ["EXO_AGENT_PROOF"],
                                          "env": {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(ctx.state_dir)}}
     assert parsed["projects"] == {str(wt): {"trust_level": "trusted"}}
     assert parsed["notify"] == [exo, "hook", "notify", "--cli", "codex"]

@@ -159,11 +159,11 @@ def test_demo_runs_the_whole_lifecycle_and_leaves_nothing(tmp_path: Path, mux: s
 
 def test_demo_keeps_the_repo_with_the_merged_work(tmp_path: Path) -> None:
     target = tmp_path / "scratch"
-    # As if run from inside an agent's pane of another repository: its identity, state folder,
-    # forge, hangar and user config must not leak into the demo.
+    # Run with another repository's state folder, forge, hangar and user config: none of them may
+    # leak into the demo. (An agent's own identity variables are refused: see the next test.)
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "config.toml").write_text('[forge]\nkind = "github"\n[worktree]\nroot = "/nonexistent"\n')
-    extra = {"EXO_AGENT": "bye", "EXO_ROLE": "dev", "EXO_PARENT": "root", "EXO_STATE_DIR": str(tmp_path / "other"),
+    extra = {"EXO_STATE_DIR": str(tmp_path / "other"),
              "EXO_FORGE": "github", "HANGAR_ROOT": str(tmp_path / "hangar"), "EXO_CONFIG_DIR": str(tmp_path / "cfg"),
              "BEADS_DIR": str(tmp_path / "otherbeads")}
     proc, env = _run_demo(tmp_path, "--mux", "headless", "--dir", str(target), extra=extra)
@@ -182,6 +182,22 @@ def test_demo_keeps_the_repo_with_the_merged_work(tmp_path: Path) -> None:
     beads = [json.loads(line) for line in (target / ".beads" / "issues.jsonl").read_text().splitlines()]
     assert {b["id"]: b["status"] for b in beads} == dict.fromkeys(
         ("demo-bye", "demo-cfg", "demo-test", "demo-doc"), "closed")
+
+
+@pytest.mark.parametrize("markers", [{"EXO_AGENT": "bye", "EXO_ROLE": "dev", "EXO_PARENT": "root"},
+                                     {"EXO_ROLE": "tl"}])
+@pytest.mark.parametrize("state", [True, False])
+def test_demo_refused_to_an_agent_that_left_its_repository(tmp_path: Path, markers: dict[str, str],
+                                                           state: bool) -> None:
+    """The demo is the human's: a process with an agent's variables is refused even outside any repository."""
+    extra = {**markers, "EXO_STATE_DIR": str(tmp_path / "other")} if state else markers
+    proc, _env = _run_demo(tmp_path, "--mux", "headless", "--dir", str(tmp_path / "scratch"), extra=extra)
+    err = json.loads(proc.stdout)["error"]
+    if state:  # a state folder that is no repository's: refused as such
+        assert proc.returncode == 4 and err["code"] == -32002 and "EXO_STATE_DIR" in err["message"], err
+    else:
+        assert proc.returncode == 5 and err["code"] == -32004 and "cannot tell who is calling" in err["message"]
+    assert not (tmp_path / "scratch").exists() and not (tmp_path / "other").exists()
 
 
 def test_demo_human_output(tmp_path: Path) -> None:

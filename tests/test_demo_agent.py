@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_messages_helpers import ROOT, env_for, git, make_agent, state_dir
+from test_messages_helpers import ROOT, env_for, git, make_agent, proven, state_dir
 
 from exo_cli.demo_agent import load_script, read_input
 from exo_cli.ops import agentctl, messages
@@ -35,7 +35,7 @@ def start_demo(repo: Path, tmp_path: Path, name: str, script: list[Any] | None =
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(script))
         argv += ["--script", str(path)]
-    agent_env = {**os.environ, "PYTHONPATH": str(ROOT), "EXO_AGENT": name, "EXO_PARENT": "root", "EXO_ROLE": "dev",
+    agent_env = {**os.environ, "PYTHONPATH": str(ROOT), **proven(repo, name), "EXO_PARENT": "root", "EXO_ROLE": "dev",
                  "EXO_STATE_DIR": str(state_dir(repo))}
     env = env_for(repo)
     loc = agentctl.mux_for(env, "tmux").start(name, argv, cwd=wt, env=agent_env)

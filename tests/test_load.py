@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXO, ROOT, git, run_exo, stop_repo_agents
+from conftest import EXO, ROOT, agent_vars, git, run_exo, stop_repo_agents
 from exo_cli.env import Env
 
 N = 20
@@ -104,7 +104,7 @@ def test_200_parallel_notes_all_recorded_once_and_received(repo: Path, tmp_path:
     go = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(per_agent), str(go)], cwd=repo,
-                                env={**env, "EXO_AGENT": f"n{i:02d}"}, stdout=subprocess.PIPE,
+                                env={**env, **agent_vars(repo, f"n{i:02d}")}, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for i in range(N)]
     expected = {f"n{i:02d}:{k}" for i in range(N) for k in range(per_agent)}
     received: list[str] = []

@@ -14,7 +14,7 @@ from pathlib import Path
 import mcp_extra_ops
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, agent_vars
 from exo_cli import registry
 from exo_cli.env import Env
 from exo_cli.errors import StateError
@@ -91,14 +91,14 @@ def test_dev_server_lists_only_dev_tools(repo: Path, extra_ops: None) -> None:
 def test_recorded_dev_agent_cannot_raise_its_role(repo: Path, extra_ops: None) -> None:
     record_agent(repo, "w1", "dev")
     for role in ("tl", "auto"):
-        tools, stderr = list_over_stdio(repo, "--role", role, env={"EXO_AGENT": "w1"})
+        tools, stderr = list_over_stdio(repo, "--role", role, env=agent_vars(repo, "w1"))
         assert tools == expected_tools("dev"), role
         assert "test_tl_only" not in tools
         if role == "tl":
             assert "--role tl ignored" in stderr and "w1" in stderr
     # a recorded TL (a subtree child) gets TL tools with auto
     record_agent(repo, "t1", "tl")
-    assert list_over_stdio(repo, env={"EXO_AGENT": "t1"})[0] == expected_tools("tl")
+    assert list_over_stdio(repo, env=agent_vars(repo, "t1"))[0] == expected_tools("tl")
 
 
 def test_hidden_tl_tool_is_refused_by_the_operation(repo: Path, extra_ops: None) -> None:
@@ -132,13 +132,13 @@ def test_hidden_tl_tool_is_refused_by_the_operation(repo: Path, extra_ops: None)
 
     # 2. a recorded dev agent (EXO_AGENT), even with a server asked for tl
     record_agent(repo, "w2", "dev")
-    denv = Env(cwd=repo, environ={**os.environ, "EXO_AGENT": "w2"})
+    denv = Env(cwd=repo, environ={**os.environ, **agent_vars(repo, "w2")})
     build_server(denv, "tl")
     assert denv.caller.agent_id == "w2" and denv.role == "dev"
     res = asyncio.run(make_tool(denv, op, tool)(word="x"))
     assert res.is_error and json.loads(res.content[0].text)["error"]["data"]["caller"] == "w2"
     with pytest.raises(StateError):
-        registry.invoke("test_tl_only", Env(cwd=repo, environ={**os.environ, "EXO_AGENT": "w2"}), word="x")
+        registry.invoke("test_tl_only", Env(cwd=repo, environ={**os.environ, **agent_vars(repo, "w2")}), word="x")
     # the human at the root may
     assert registry.invoke("test_tl_only", Env(cwd=repo), word="ok")["word"] == "ok"
 
@@ -152,7 +152,7 @@ def test_cli_refuses_tl_operation_for_dev_agent(repo: Path, extra_ops: None) -> 
             "lambda env: print(registry.invoke('test_tl_only', env, word='x')))));"
             "main()")
     p = subprocess.run([sys.executable, "-c", code, "tl-only"], cwd=repo, capture_output=True, text=True,
-                       env=server_env(EXO_AGENT="w3"), timeout=60)
+                       env=server_env(**agent_vars(repo, "w3")), timeout=60)
     assert p.returncode == 5, p.stderr
     assert "dev role cannot" in p.stderr
     ok = subprocess.run([sys.executable, "-c", code, "tl-only"], cwd=repo, capture_output=True, text=True,
@@ -221,7 +221,7 @@ def test_background_tasks_start_only_for_the_root_tl(repo: Path) -> None:
     try:
         assert mcp_server.start_background_tasks(Env(cwd=repo), "dev") == []
         record_agent(repo, "t5", "tl")
-        child_tl = Env(cwd=repo, environ={**os.environ, "EXO_AGENT": "t5"})
+        child_tl = Env(cwd=repo, environ={**os.environ, **agent_vars(repo, "t5")})
         assert mcp_server.start_background_tasks(child_tl, "tl") == []  # a subtree TL is not the root
         threads = mcp_server.start_background_tasks(Env(cwd=repo), "tl")
         assert len(threads) == registered + 2 and all(t.daemon for t in threads)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from conftest import agent_vars as proven
 from exo_cli.env import Env
 from exo_cli.records import Agent
 
@@ -22,11 +23,12 @@ def state_dir(repo: Path) -> Path:
 
 
 def env_for(repo: Path, agent: str | None = None) -> Env:
+    """The Env of ``agent`` (its EXO_AGENT and proof, as exo gives them), or of the human."""
     environ = {**os.environ, "EXO_STATE_DIR": str(state_dir(repo))}
+    environ.pop("EXO_AGENT", None)
+    environ.pop("EXO_AGENT_PROOF", None)
     if agent:
-        environ["EXO_AGENT"] = agent
-    else:
-        environ.pop("EXO_AGENT", None)
+        environ.update(proven(repo, agent))
     return Env(cwd=repo, environ=environ)
 
 
@@ -43,7 +45,7 @@ def make_agent(repo: Path, agent_id: str, *, parent: str = "root", role: str = "
 def agent_vars(repo: Path, agent_id: str | None) -> dict[str, str]:
     out = {"EXO_STATE_DIR": str(state_dir(repo)), "PYTHONPATH": str(ROOT)}
     if agent_id:
-        out["EXO_AGENT"] = agent_id
+        out.update(proven(repo, agent_id))
     return out
 
 
@@ -54,6 +56,7 @@ def run_hook(repo: Path, agent_id: str | None, event: str, cli: str, payload: di
     env = {**os.environ, **agent_vars(repo, agent_id), **(extra_env or {})}
     if agent_id is None:
         env.pop("EXO_AGENT", None)
+        env.pop("EXO_AGENT_PROOF", None)
     text = payload if isinstance(payload, str) or payload is None else json.dumps(payload)
     argv = [*EXO, "hook", event, "--cli", cli]
     if argv_payload:
@@ -72,6 +75,7 @@ def run_exo_as(repo: Path, agent_id: str | None, *args: str, timeout: float = 60
     env = {**os.environ, **agent_vars(repo, agent_id)}
     if agent_id is None:
         env.pop("EXO_AGENT", None)
+        env.pop("EXO_AGENT_PROOF", None)
     return subprocess.run([*EXO, *args], cwd=cwd or repo, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -182,6 +182,34 @@ def test_send_text_to_line_reader_arrives_intact(tmux, tmp_path, env):
     assert not (Path("/tmp/pwned")).exists()
 
 
+# Hostile text -> the exact bytes a raw-mode reader in the pane receives inside the paste.
+HOSTILE_PASTES = [
+    ("end the paste \x1b[201~then type", b"end the paste ^[[201~then type"),
+    ("\x1b[Z shift-tab", b"^[[Z shift-tab"),
+    ("stop\x03 it\x04", b"stop^C it^D"),
+    ("carriage\rreturn", b"carriage^Mreturn"),
+    ("windows\r\nline", b"windows\rline"),  # CRLF is a newline; tmux pastes a newline as CR
+    ("clip\x1b]52;c;aGVsbG8=\x07 title\x1b]0;pwned\x1b\\", b"clip^[]52;c;aGVsbG8=^G title^[]0;pwned^[\\"),
+    ("c1 csi \x9b31m nel \x85 st \x9c", b"c1 csi M-^[31m nel M-^E st M-^\\"),
+    ("clear \x1b[2J\x1b[H del\x7f bell\x07 bs\x08", b"clear ^[[2J^[[H del^? bell^G bs^H"),
+    ("bad utf-8 \udcff\udcfe end", "bad utf-8 \ufffd\ufffd end".encode()),
+    ("tab\tand\nnewline stay", b"tab\tand\rnewline stay"),
+]
+
+
+@pytest.mark.parametrize(("text", "inside"), HOSTILE_PASTES, ids=[f"p{i}" for i in range(len(HOSTILE_PASTES))])
+def test_hostile_text_reaches_a_raw_reader_as_visible_text(tmux, tmp_path, env, text, inside):
+    """No C0/C1 control character but newline and tab reaches the pane: the paste cannot be ended early
+    and nothing in it acts as a key; what arrives is exactly the bracketed paste, then one Enter."""
+    out = tmp_path / "raw.bin"
+    loc = tmux.start("raw", [*script(tmp_path, "raw", RAW_READER), str(out)], cwd=tmp_path, env=env)
+    wait_for(lambda: "READY" in tmux.capture(loc, 5), what="reader ready")
+    tmux.send_text(loc, text, enter_delay=0.05, confirm=False)
+    got = wait_for(lambda: out.exists() and out.read_bytes().endswith(b"\x1b[201~\r") and out.read_bytes())
+    assert got == b"\x1b[200~" + inside + b"\x1b[201~\r"
+    assert got.count(b"\x1b") == 2 and not any(0x80 <= ord(c) <= 0x9F for c in got.decode("utf-8"))
+
+
 def test_send_text_bracketed_paste_is_byte_exact(tmux, tmp_path, env):
     out = tmp_path / "raw.bin"
     loc = tmux.start("raw", [*script(tmp_path, "raw", RAW_READER), str(out)], cwd=tmp_path, env=env)

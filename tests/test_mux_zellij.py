@@ -247,6 +247,11 @@ def test_send_capture_close_command_lines(zj, fake, tmp_path):
     assert "".join(a[2] for a in fake.actions()[1:]) == "x" * 40000
     with pytest.raises(InvalidInput):
         zj.send_text(loc, "nul\x00")
+    # Control characters are typed as visible text: nothing in a message acts as a key.
+    fake.calls.clear()
+    zj.send_text(loc, "a\x1b[Z\x03\rb\x9b2J\udcff\tc", enter_delay=0.0)
+    assert fake.actions() == [["go-to-tab-name", "a2"], ["write-chars", "--", "a^[[Z^C^MbM-^[2J\ufffd\tc"],
+                              ["write", "13"]]
     fake.calls.clear()
     assert zj.capture(loc, 2) == "line b\nlast line\n"
     (goto, dump) = fake.actions()

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import jsonschema
 import pytest
 
-from conftest import ROOT, Exo, git, stop_repo_agents
+from conftest import ROOT, Exo, agent_vars, git, stop_repo_agents
 from exo_cli import registry
 from exo_cli.records import MCP_COMPAT
 
@@ -104,7 +104,7 @@ class World:
     def environ(self, agent: str | None) -> dict[str, str]:
         env = {**self.env, "PYTHONPATH": str(ROOT)}
         if agent:
-            env["EXO_AGENT"] = agent
+            env.update(agent_vars(self.repo, agent))
         return env
 
     def cli(self, *args: str, agent: str | None = None) -> tuple[dict[str, Any], bool]:

@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import stat
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, Exo, run_exo, stop_repo_agents
+from conftest import ROOT, Exo, agent_vars, run_exo, stop_repo_agents
 from exo_cli import registry
 from exo_cli.env import Env
 
@@ -126,6 +127,86 @@ def test_no_secret_on_disk_and_private_modes(team: Path, tmp_path: Path, isolate
     for f in _files(team / ".exo"):
         if f.name.endswith((".json", ".toml")) and "worktrees" in f.parts and ".exo" in f.parts[-3:]:
             assert stat.S_IMODE(f.stat().st_mode) & 0o077 == 0, f"{f} is {oct(stat.S_IMODE(f.stat().st_mode))}"
+    _check_proofs(team, tmp_path, bases)
+
+
+def _proofs(team: Path, tmp_path: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """Each spawned agent's proof and environment, as its own process has them."""
+    out: dict[str, tuple[str, dict[str, str]]] = {}
+    for rec in (tmp_path / "out").glob("*.json"):  # the fake agent CLIs recorded their environment
+        seen = json.loads(rec.read_text())["env"]
+        out[seen["EXO_AGENT"]] = (seen["EXO_AGENT_PROOF"], seen)
+    for a in Env(cwd=team).store.agents():
+        if a.id not in out and a.location.get("pid"):
+            raw = Path(f"/proc/{a.location['pid']}/environ").read_bytes()
+            seen = dict(x.decode().split("=", 1) for x in raw.split(b"\0") if b"=" in x)
+            out[a.id] = (seen["EXO_AGENT_PROOF"], seen)
+    return out
+
+
+def _check_proofs(team: Path, tmp_path: Path, bases: list[Path]) -> None:
+    """Each agent's proof is in its own environment only: no file, command line, tmux server, other agent."""
+    import hashlib
+
+    proofs = _proofs(team, tmp_path)
+    env = Env(cwd=team)
+    assert set(proofs) == {a.id for a in env.store.agents()} and len(proofs) == 10
+    assert len({p for p, _ in proofs.values()}) == len(proofs)  # one secret per agent
+    for agent_id, (proof, seen) in proofs.items():
+        assert len(proof) == 64
+        spec = env.store.agent(agent_id).spec  # type: ignore[union-attr]
+        assert spec["proof_sha256"] == hashlib.sha256(proof.encode()).hexdigest()  # only a digest is stored
+        others = [p for other, (p, _) in proofs.items() if other != agent_id]
+        assert not any(p in json.dumps(seen) for p in others), f"another agent's proof in {agent_id}'s environment"
+    needles = [p.encode() for p, _ in proofs.values()]
+    for base in bases:  # state, runtime, worktrees (context files, MCP and hook wiring), HOME, .git
+        for f in _files(base):
+            try:
+                data = f.read_bytes()
+            except OSError:
+                continue
+            assert not any(n in data for n in needles), f"a proof written to {f}"
+    for pid in filter(str.isdigit, os.listdir("/proc")):  # no command line anywhere carries one
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        assert not any(n in cmd for n in needles), f"a proof on the command line of pid {pid}"
+    server = subprocess.run(["tmux", "-L", f"exo-{env.repo_id}", "show-environment", "-g"],
+                            capture_output=True, text=True)
+    assert server.returncode == 0 and "EXO_AGENT_PROOF" not in server.stdout
+    assert not any(p in server.stdout for p, _ in proofs.values())
+    # Codex gets exo's MCP server entry with the proof passed by name only.
+    codex_argv = json.loads((tmp_path / "out" / "codex-codex-t.json").read_text())["argv"]
+    assert any('env_vars = ["EXO_AGENT_PROOF"]' in a for a in codex_argv), codex_argv
+
+
+def test_a_tls_proof_never_reaches_its_children(team: Path, tmp_path: Path) -> None:
+    """A TL's spawn passes its environment on, but never its own proof: not to the child, its
+    post-create command or anything else; the child gets a proof of its own."""
+    from conftest import live_agent_vars
+
+    dump = "import json, os; json.dump(dict(os.environ), open('post-create-env.json', 'w'))"
+    (team / "exo.toml").write_text(team.joinpath("exo.toml").read_text()
+                                   + f"[worktree]\npost_create = {json.dumps([sys.executable, '-c', dump])}\n")
+    r = Exo(team)("spawn", "--subtree", "--task", "lead", "--branch", "lead", "--agent", "custom", "--mux", "headless",
+                  "--json")
+    assert r.exit_code == 0, r.stdout
+    lead = live_agent_vars(team, "lead")
+    r = Exo(team)("spawn", "--worker", "kid", "--prompt", "x", "--agent", "claude", "--mux", "headless", "--json",
+                  env={**lead, "EXO_STATE_DIR": str(team / ".git" / "exo"), "EXO_ROLE": "tl", "EXO_PARENT": "root"})
+    assert r.exit_code == 0, r.stdout
+    assert json.loads(r.stdout)["agents"][0]["parent"] == "lead"
+    rec = tmp_path / "out" / "claude-kid.json"
+    wait_until(rec.exists, 20, "the kid's CLI")
+    kid_env = json.loads(rec.read_text())["env"]
+    assert kid_env["EXO_AGENT"] == "kid" and kid_env["EXO_PARENT"] == "lead"
+    assert kid_env["EXO_AGENT_PROOF"] != lead["EXO_AGENT_PROOF"]
+    assert lead["EXO_AGENT_PROOF"] not in json.dumps(kid_env)
+    for agent in ("lead", "kid"):
+        post = json.loads((team / ".exo" / "worktrees" / agent / "post-create-env.json").read_text())
+        assert post["EXO_AGENT"] == agent and "EXO_AGENT_PROOF" not in post
+        assert lead["EXO_AGENT_PROOF"] not in json.dumps(post)
 
 
 # --------------------------------------------------------------------------- roles
@@ -167,7 +248,7 @@ def test_dev_agent_refused_every_tl_and_human_op_on_the_cli(repo: Path, claim: s
     exo = Exo(repo)
     for agent, role in (("dev1", "dev"), ("lead1", "tl")):
         for name in restricted_ops(role):
-            r = exo(*_args_for(name), env={"EXO_AGENT": agent, "EXO_ROLE": claim, "EXO_PARENT": "root"})
+            r = exo(*_args_for(name), env=agent_vars(repo, agent, EXO_ROLE=claim, EXO_PARENT="root"))
             assert r.exit_code == 5, (agent, name, r.exit_code, r.stdout, r.stderr)
             err = json.loads(r.stdout)["error"]
             assert err["code"] == -32004 and err["data"]["role"] == role and err["data"]["caller"] == agent, err
@@ -188,7 +269,7 @@ def test_dev_agent_refused_tl_tools_over_mcp(repo: Path) -> None:
     tl_tools = {t.name: (o, t) for o in ops.values() for t in o.tools if "dev" not in o.tool_roles(t)}
     assert {"kill", "answer_question", "merge_pr", "spawn_workers"} <= set(tl_tools)
     for asked in ("tl", "auto", "dev"):
-        env = Env(cwd=repo, environ={**os.environ, "EXO_AGENT": "dev2", "EXO_ROLE": "tl"})
+        env = Env(cwd=repo, environ={**os.environ, **agent_vars(repo, "dev2"), "EXO_ROLE": "tl"})
         server = build_server(env, asked)
         assert env.role == "dev"
 
@@ -234,7 +315,7 @@ def test_exo_mcp_role_tl_by_a_dev_agent_stays_dev(repo: Path) -> None:
     from mcp.client.stdio import stdio_client
 
     record_agent(repo, "dev3", "dev")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "EXO_AGENT": "dev3", "EXO_ROLE": "tl"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **agent_vars(repo, "dev3"), "EXO_ROLE": "tl"}
     errlog = repo.parent / "mcp-stderr.log"
 
     async def go() -> set[str]:
@@ -254,5 +335,177 @@ def test_exo_mcp_role_tl_by_a_dev_agent_stays_dev(repo: Path) -> None:
     assert names == dev_tools
     assert "--role tl ignored" in errlog.read_text()
     # and the CLI agrees: the dev agent's `exo kill` is refused
-    r = run_exo("kill", "dev3", "--json", cwd=repo, env={"EXO_AGENT": "dev3", "EXO_ROLE": "tl"})
+    r = run_exo("kill", "dev3", "--json", cwd=repo, env={**agent_vars(repo, "dev3"), "EXO_ROLE": "tl"})
     assert r.returncode == 5 and "dev role cannot" in r.stdout
+
+
+# --------------------------------------------------------------------------- text typed into panes
+
+HOSTILE = "go \x1b[201~\x1b[Z\x03\r\x1b]52;c;cHduZWQ=\x07\x9b2J\x7f end"
+HOSTILE_SHOWN = "go ^[[201~^[[Z^C^M^[]52;c;cHduZWQ=^GM-^[2J^? end"
+
+
+@pytest.mark.skipif(__import__("shutil").which("tmux") is None, reason="tmux is not installed")
+def test_send_and_notes_type_no_control_character_into_a_pane(repo: Path, tmp_path: Path) -> None:
+    """`exo send` to an idle agent and a child's note to its idle TL reach a raw-mode reader as visible text."""
+    from test_mux_tmux import RAW_READER
+
+    reader = tmp_path / "raw.py"
+    reader.write_text(__import__("textwrap").dedent(RAW_READER))
+    out_dir = tmp_path / "raw"
+    out_dir.mkdir()
+    (repo / "exo.toml").write_text(
+        f"[agent]\ncommand = {json.dumps([sys.executable, str(reader), str(out_dir) + '/{name}.bin'])}\n")
+    exo = Exo(repo)
+    try:
+        for args in (["--worker", "w1", "--prompt", "x"], ["--subtree", "--task", "t", "--branch", "lead"]):
+            r = exo("spawn", *args, "--agent", "custom", "--mux", "tmux", "--json")
+            assert r.exit_code == 0, r.stdout
+        env = Env(cwd=repo)
+        from exo_cli.ops import agentctl
+
+        for name in ("w1", "lead"):
+            rec = env.store.agent(name)
+            assert rec is not None
+            wait_until(lambda rec=rec: "READY" in agentctl.mux_for(env, "tmux").capture(agentctl.location(rec), 5),
+                       what=f"{name} ready")
+            env.store.update_agent(name, status="idle")
+        # The human's send, through the real command line.
+        r = exo("send", "w1", HOSTILE, "--json")
+        assert r.exit_code == 0 and json.loads(r.stdout)["sent"][0]["delivery"] == "typed", r.stdout
+        # A child's note to its idle TL, with the child's own identity.
+        record_agent(repo, "kid", "dev")
+        env.store.update_agent("kid", parent="lead")
+        r = exo("note", HOSTILE, "--json", env=agent_vars(repo, "kid"))
+        assert r.exit_code == 0 and json.loads(r.stdout)["delivery"] == "typed", r.stdout
+        for name, label in (("w1", "[MESSAGE from root] "), ("lead", "[NOTE from kid] ")):
+            path = out_dir / f"{name}.bin"
+            got = wait_until(lambda path=path: path.exists() and path.read_bytes().endswith(b"\x1b[201~\r")
+                             and path.read_bytes(), what=f"paste into {name}")
+            assert got == b"\x1b[200~" + (label + HOSTILE_SHOWN).encode() + b"\x1b[201~\r", got
+    finally:
+        stop_repo_agents(repo)
+
+
+# --------------------------------------------------------------------------- a dev agent that tries other ways
+
+ATTACK = r'''
+import json, os, subprocess, sys, tempfile, time
+out, me = sys.argv[1], sys.argv[2]
+if me != "mallory":
+    time.sleep(600)
+    sys.exit(0)
+exo = [sys.executable, "-m", "exo_cli"]
+empty = tempfile.mkdtemp()
+
+
+def direct(name, *args, env=None):
+    r = subprocess.run([*exo, *args, "--json"], capture_output=True, text=True, env={**os.environ, **(env or {})})
+    json.dump({"rc": r.returncode, "out": r.stdout, "err": r.stderr}, open(os.path.join(out, name + ".json"), "w"))
+
+
+def detached(name, how, *args, env=None):
+    """Run exo outside this process tree: setsid -f, nohup in a subshell, or `( cmd & )`."""
+    target = os.path.join(out, name + ".json")
+    inner = ("import json, os, subprocess, sys; r = subprocess.run(sys.argv[2:], capture_output=True, text=True, "
+             "stdin=subprocess.DEVNULL, timeout=60); "
+             "json.dump({'rc': r.returncode, 'out': r.stdout, 'err': r.stderr, 'ppid': os.getppid()}, "
+             "open(sys.argv[1] + '.tmp', 'w')); os.replace(sys.argv[1] + '.tmp', sys.argv[1])")
+    cmd = [sys.executable, "-c", inner, target, *exo, *args, *(["--json"] if args[0] != "mcp" else [])]
+    environ = {**os.environ, **(env or {})}
+    for k, v in list(environ.items()):
+        if v is None:
+            del environ[k]
+    import shlex
+    line = shlex.join(cmd)
+    if how == "setsid":
+        subprocess.run(["setsid", "-f", *cmd], env=environ)
+    elif how == "nohup":
+        subprocess.run(["sh", "-c", f"(nohup {line} >/dev/null 2>&1 &)"], env=environ)
+    else:
+        subprocess.run(["sh", "-c", f"( {line} & )"], env=environ)
+
+
+direct("direct-merge", "pr", "merge", "1")
+direct("direct-spawn-repo", "spawn", "--worker", "x", "--prompt", "p", "--repo", sys.argv[3])
+detached("setsid-claim-tl", "setsid", "kill", "sib", env={"EXO_AGENT": "lead"})
+detached("nohup-claim-tl", "nohup", "spawn", "--worker", "x2", "--prompt", "p", env={"EXO_AGENT": "lead"})
+detached("subshell-claim-root", "subshell", "pr", "merge", "1", env={"EXO_AGENT": "root"})
+detached("setsid-empty-state", "setsid", "pr", "merge", "1", env={"EXO_STATE_DIR": empty})
+detached("subshell-empty-state", "subshell", "kill", "sib", env={"EXO_STATE_DIR": empty, "EXO_AGENT": "lead"})
+detached("setsid-role-tl", "setsid", "pr", "merge", "1", env={"EXO_ROLE": "tl"})
+detached("setsid-no-agent", "setsid", "kill", "sib", env={"EXO_AGENT": ""})
+detached("setsid-own-note", "setsid", "note", "from a detached process")
+detached("setsid-mcp-empty-state", "setsid", "mcp", env={"EXO_STATE_DIR": empty})
+detached("setsid-done-for-sib", "setsid", "done", "--output", "forged", env={"EXO_AGENT": "sib"})
+time.sleep(600)
+'''
+
+EXPECTED = {  # what each attempt must end with: (exit code, a phrase of the error)
+    "direct-merge": (5, "dev role cannot"),
+    "direct-spawn-repo": (5, "dev role cannot"),
+    "setsid-claim-tl": (5, "does not prove EXO_AGENT=lead"),
+    "nohup-claim-tl": (5, "does not prove EXO_AGENT=lead"),
+    "subshell-claim-root": (5, "EXO_AGENT=root names the human at the root"),
+    "setsid-empty-state": (4, "EXO_STATE_DIR="),
+    "subshell-empty-state": (4, "EXO_STATE_DIR="),
+    "setsid-role-tl": (5, "dev role cannot"),
+    "setsid-no-agent": (5, "without EXO_AGENT"),
+    "setsid-own-note": (0, ""),
+    "setsid-mcp-empty-state": (4, "EXO_STATE_DIR="),
+    "setsid-done-for-sib": (5, "does not prove EXO_AGENT=sib"),
+}
+
+
+@pytest.mark.skipif(__import__("shutil").which("setsid") is None, reason="setsid is not installed")
+def test_a_dev_that_leaves_its_process_tree_gets_no_other_identity(repo: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dev agent (a real process exo spawned) tries the plausible ways around its role: direct calls,
+    then `setsid -f`, `nohup` and `( cmd & )` children claiming its TL, the root or a sibling, an
+    empty EXO_STATE_DIR, EXO_ROLE=tl, no EXO_AGENT. Every one is refused; its own detached
+    process is still itself (its proof), and nothing changed."""
+    other = tmp_path / "other"
+    other.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(other)], check=True)
+    script = tmp_path / "attack.py"
+    script.write_text(ATTACK)
+    out = tmp_path / "attempts"
+    out.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    (repo / "exo.toml").write_text(
+        f"[agent]\ncommand = {json.dumps([sys.executable, str(script), str(out), '{name}', str(other)])}\n")
+    exo = Exo(repo)
+    try:
+        from conftest import live_agent_vars
+
+        r = exo("spawn", "--subtree", "--task", "t", "--branch", "lead", "--agent", "custom", "--mux", "headless",
+                "--json")
+        assert r.exit_code == 0, r.stdout
+        # sib is the TL's own child: what a forged TL identity could kill or complete.
+        r = exo("spawn", "--worker", "sib", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json",
+                env=live_agent_vars(repo, "lead"))
+        assert r.exit_code == 0 and json.loads(r.stdout)["agents"][0]["parent"] == "lead", r.stdout
+        env = Env(cwd=repo)
+        env.store.insert_pr(forge="local", title="sib's work", body="", head="main.lead.sib", base="main",
+                            author="sib", state="open")
+        r = exo("spawn", "--worker", "mallory", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
+        assert r.exit_code == 0, r.stdout
+        got = wait_until(lambda: len(list(out.glob("*.json"))) == len(EXPECTED) and list(out.glob("*.json")),
+                         60, "every attempt")
+        results = {p.stem: json.loads(p.read_text()) for p in got}
+        for name, (code, phrase) in EXPECTED.items():
+            res = results[name]
+            assert res["rc"] == code, (name, res)
+            assert phrase in res["out"] + res["err"], (name, res)
+            if name.startswith(("setsid", "nohup", "subshell")):
+                assert res["ppid"] != env.store.agent("mallory").location["pid"], name  # really detached
+        # Nothing happened: sib runs and is not done, the PR is open, nobody else was spawned, the note is mallory's.
+        sib = env.store.agent("sib")
+        assert sib is not None and sib.status != "done" and sib.output is None
+        assert env.store.pr(1).state == "open"  # type: ignore[union-attr]
+        assert {a.id for a in env.store.agents()} == {"lead", "sib", "mallory"}
+        assert not (other / ".git" / "exo").exists()
+        notes = [m for m in env.store.messages(recipient="root") if m.kind == "note"]
+        assert [(m.sender, m.body) for m in notes] == [("mallory", "from a detached process")]
+    finally:
+        stop_repo_agents(repo)

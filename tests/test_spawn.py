@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, Exo, git, run_exo, stop_repo_agents
+from conftest import ROOT, Exo, git, live_agent_vars, run_exo, stop_repo_agents
 
 AGENT = r'''
 import os, subprocess, sys, time
@@ -81,8 +81,8 @@ def _kill_headless(repo: Path) -> None:
     stop_repo_agents(repo, tmux=False)
 
 
-def spawn_json(exo: Exo, *args: str) -> tuple[int, dict]:
-    r = exo("spawn", *args, "--json")
+def spawn_json(exo: Exo, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
+    r = exo("spawn", *args, "--json", env=env)
     return r.exit_code, json.loads(r.stdout)
 
 
@@ -542,6 +542,29 @@ def test_spawn_into_another_repo(team: Path, tmp_path: Path) -> None:
         subprocess.run(["tmux", "-L", f"exo-{repo_id(other)}", "kill-server"], capture_output=True)
 
 
+def test_spawn_repo_by_a_tl_agent(team: Path, tmp_path: Path) -> None:
+    """A TL's `--repo`: another repository keeps its own state and root; its own repository keeps the TL as parent."""
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q", "-b", "trunk")
+    git(other, "commit", "-q", "--allow-empty", "-m", "i")
+    (other / "exo.toml").write_text((team / "exo.toml").read_text())
+    exo = Exo(team)
+    assert spawn_json(exo, "--subtree", "--task", "t", "--branch", "lead", "--agent", "custom")[0] == 0
+    lead = {**live_agent_vars(team, "lead"), "EXO_STATE_DIR": str(team / ".git" / "exo")}
+    try:
+        code, res = spawn_json(exo, "--worker", "far", "--prompt", "x", "--agent", "custom", "--repo", str(other),
+                               env=lead)
+        assert code == 0, res
+        assert res["agents"][0]["parent"] == "root" and (other / ".git" / "exo" / "state.db").exists()
+        code, res = spawn_json(exo, "--worker", "near", "--prompt", "x", "--agent", "custom", "--repo", str(team),
+                               env=lead)
+        assert code == 0, res
+        assert res["agents"][0]["parent"] == "lead" and res["agents"][0]["branch"] == "main.lead.near"
+    finally:
+        subprocess.run(["tmux", "-L", f"exo-{repo_id(other)}", "kill-server"], capture_output=True)
+
+
 def test_after_records_pending_and_launch(team: Path) -> None:
     from exo_cli.env import Env
     from exo_cli.errors import StateError
@@ -631,10 +654,16 @@ def test_roles_dev_cannot_spawn_and_tl_kills_only_its_subtree(team: Path) -> Non
     exo = Exo(team)
     assert spawn_json(exo, "--worker", "dev1", "--prompt", "x", "--agent", "custom")[0] == 0
     assert spawn_json(exo, "--subtree", "--task", "t", "--branch", "lead", "--agent", "custom")[0] == 0
-    r = exo("spawn", "--worker", "x", "--prompt", "x", "--agent", "custom", "--json", env={"EXO_AGENT": "dev1"})
+    # As the agents themselves, with the identity spawn gave each of them (EXO_AGENT and its proof).
+    dev1, lead = live_agent_vars(team, "dev1"), live_agent_vars(team, "lead")
+    assert dev1["EXO_AGENT_PROOF"] != lead["EXO_AGENT_PROOF"]
+    r = exo("spawn", "--worker", "x", "--prompt", "x", "--agent", "custom", "--json", env=dev1)
     assert r.exit_code == 5 and "dev role cannot" in json.loads(r.stdout)["error"]["message"]
-    r = exo("kill", "dev1", "--json", env={"EXO_AGENT": "lead"})
+    r = exo("kill", "dev1", "--json", env=lead)
     assert r.exit_code == 5 and "not in your subtree" in json.loads(r.stdout)["error"]["message"]
+    # The dev naming itself its TL (as a `setsid -f`/`nohup` child could try) is refused, not promoted.
+    r = exo("spawn", "--worker", "x", "--prompt", "x", "--agent", "custom", "--json", env={**dev1, "EXO_AGENT": "lead"})
+    assert r.exit_code == 5 and "does not prove EXO_AGENT=lead" in json.loads(r.stdout)["error"]["message"]
 
 
 @pytest.mark.skipif(
@@ -659,3 +688,74 @@ def test_zellij_outside_zellij_fails_before_making_a_worktree(team: Path) -> Non
     assert code == 7
     assert res["failed"] == [["*", "Not running in Zellij session"]] and res["errors"][0]["code"] == -32005
     assert not (team / ".exo" / "worktrees" / "z1").exists()
+
+
+# --------------------------------------------------------------------------- reserved names
+
+
+def _spawn_errors(doc: dict) -> list[dict]:
+    return [doc["error"]] if "error" in doc else doc.get("errors", [])
+
+
+def test_reserved_names_are_refused_everywhere(beads_repo: Path) -> None:
+    """`root` is the human at the root: no worker, subtree, spec, bead or MCP spawn tool may take it."""
+    import asyncio
+
+    from mcp import Client
+
+    from exo_cli.env import Env
+    from exo_cli.mcp_server import build_server
+
+    repo = beads_repo
+    beads = (repo / ".beads" / "issues.jsonl").read_text()
+    (repo / ".beads" / "issues.jsonl").write_text(beads + json.dumps(
+        {"id": "t-root", "title": "Root", "status": "open", "priority": 0, "issue_type": "task",
+         "created_at": "2025-01-07T00:00:00Z"}) + "\n")
+    git(repo, "commit", "-qam", "root bead")
+    exo = Exo(repo)
+    calls = [
+        ["--worker", "root", "--prompt", "x"],
+        ["--worker", "ROOT", "--prompt", "x"],
+        ["--worker", "ok1", "--worker", "Root", "--prompt", "x"],
+        ["--subtree", "--task", "t", "--branch", "root"],
+        ["--spec", json.dumps({"name": "root", "prompt": "x"})],
+        ["root"],  # the bead t-root: its agent would be named root
+    ]
+    for args in calls:
+        r = exo("spawn", *args, "--agent", "custom", "--json")
+        assert r.exit_code == 4, (args, r.stdout)
+        errors = _spawn_errors(json.loads(r.stdout))
+        assert errors and all(e["code"] == -32002 and "reserved" in e["message"] for e in errors), errors
+
+    async def tools() -> list:
+        async with Client(build_server(Env(cwd=repo), "tl")) as c:
+            return [
+                await c.call_tool("spawn_workers", {"specs": [{"name": "root", "prompt": "x", "agent": "custom"}]}),
+                await c.call_tool("spawn_subtree", {"task": "t", "branch_name": "root"}),
+                await c.call_tool("spawn_agents", {"bead_ids": ["t-root"], "backend": "custom"}),
+            ]
+
+    for res in asyncio.run(tools()):
+        doc = json.loads(res.content[0].text) if res.is_error else res.structured_content
+        errors = _spawn_errors(doc)
+        assert errors and all(e["code"] == -32002 and "reserved" in e["message"] for e in errors), doc
+    env = Env(cwd=repo)
+    assert {a.id for a in env.store.agents()} <= {"ok1"}
+    assert not git(repo, "branch", "--list", "*root*")
+
+
+def test_parallel_unnamed_spawns_get_unique_names(team: Path) -> None:
+    """8 `exo spawn --prompt` at once, none named: all succeed, each with its own automatic name."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-m", "exo_cli", "spawn", "--prompt", f"task {i}", "--agent", "custom",
+                               "--mux", "headless", "--json"], cwd=team, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(8)]
+    results = [p.communicate(timeout=180) for p in procs]
+    names = []
+    for p, (out, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, out + err
+        names += [a["id"] for a in json.loads(out)["agents"]]
+    assert len(names) == 8 and len(set(names)) == 8, names
+    from exo_cli.env import Env
+
+    assert {a.id for a in Env(cwd=team).store.agents()} == set(names)

@@ -37,3 +37,20 @@ def op_option(op_name: str, param: str, *decls: str, **kwargs: Any) -> Callable[
 def op_help(op_name: str) -> str:
     """The command help: the operation's docstring."""
     return get(op_name).doc
+
+
+class Seconds(click.FloatRange):
+    """A ``--timeout`` in seconds: a number at least 0 (the tool schema's minimum), checked by the
+    one timeout rule (``validate.check_timeout``), so NaN, infinity and negative values are the same
+    InvalidInput (exit 4) on the command line as over MCP."""
+
+    name = "seconds"
+
+    def __init__(self) -> None:
+        super().__init__(min=0)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from exo_cli.validate import check_timeout
+
+        number = click.FLOAT.convert(value, param, ctx)
+        return check_timeout(number)

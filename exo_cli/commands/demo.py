@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -14,87 +13,9 @@ import click
 from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.ops.demo import MUXES, DemoResult
 from exo_cli.registry import invoke
-from exo_cli.render import emit
-from exo_cli.render.text import Out, fancy
-
-ROWS = 8  # recent progress lines shown under the live table
-
-
-def _short(text: str | None, n: int = 60) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _row(a: Any) -> list[str]:
-    pr = a.pr or {}
-    shown_pr = f"#{pr['number']} {pr['state']}" if pr else "-"
-    return [a.name, a.status, _short(a.task, 36), a.branch or "-", shown_pr, _short(a.last_message)]
-
-
-HEADERS = ["agent", "status", "task", "branch", "PR", "last message"]
-
-
-class PlainBoard:
-    """Progress lines on stderr, only when something changes (piped, NO_COLOR, or --json)."""
-
-    def __init__(self) -> None:
-        self.seen: dict[str, str] = {}
-
-    def board(self, agents: Any, elapsed: float) -> None:
-        for a in agents.agents:
-            if self.seen.get(a.id) != a.status:
-                self.seen[a.id] = a.status
-                self._line(f"{a.name}: {a.status}", elapsed)
-
-    def event(self, text: str) -> None:
-        self._line(text, None)
-
-    def _line(self, text: str, elapsed: float | None) -> None:
-        sys.stderr.write(f"demo: {text}\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        pass
-
-
-class LiveBoard:
-    """A rich Live table of the agents (refreshed ~4/s) with the latest progress lines under it."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
-        self.console = Console(file=sys.stderr)
-        self.lines: list[str] = []
-        self.agents: Any = None
-        self.elapsed = 0.0
-        self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
-        self.live.start()
-
-    def _render(self) -> Any:
-        from rich.console import Group
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(title=f"exo demo  {self.elapsed:5.1f}s", title_justify="left", header_style="bold",
-                      expand=False)
-        for h in HEADERS:
-            table.add_column(h, overflow="ellipsis", no_wrap=True)
-        for a in (self.agents.agents if self.agents else []):
-            style = {"done": "green", "dead": "red", "asking": "yellow", "idle": "cyan"}.get(a.status, "")
-            table.add_row(*_row(a), style=style)
-        return Group(table, *(Text(line, style="dim") for line in self.lines[-ROWS:]))
-
-    def board(self, agents: Any, elapsed: float) -> None:
-        self.agents, self.elapsed = agents, elapsed
-        self.live.update(self._render())
-
-    def event(self, text: str) -> None:
-        self.lines.append(text)
-        self.live.update(self._render())
-
-    def close(self) -> None:
-        self.live.stop()
+from exo_cli.render import emit, warn
+from exo_cli.render.board import new_board, short
+from exo_cli.render.text import Out
 
 
 def render_demo(out: Out, r: DemoResult) -> None:
@@ -105,7 +26,7 @@ def render_demo(out: Out, r: DemoResult) -> None:
                 " closed" if waited else ""))
     out.line(f"Notes received: {len(r.notes)}")
     for n in r.notes:
-        out.line(f"  {n.agent}: {_short(n.message, 100)}")
+        out.line(f"  {n.agent}: {short(n.message, 100)}")
     for q in r.questions:
         out.line(f"Question from {q.agent}: {q.question}")
         out.line(f"  answered: {q.answer}")
@@ -125,7 +46,7 @@ def render_demo(out: Out, r: DemoResult) -> None:
 @op_option("demo", "mux", "--mux", type=click.Choice(MUXES), default=None)
 @op_option("demo", "path", "--dir", default=None, metavar="DIRECTORY")  # checked by the op (a NUL must not reach os.stat)
 @op_option("demo", "keep", "--keep/--no-keep", default=True, show_default=True)
-@op_option("demo", "timeout", "--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
+@op_option("demo", "timeout", "--timeout", type=float, default=120.0,
            show_default=True)
 @json_option
 @click.pass_obj
@@ -142,7 +63,7 @@ def demo(env: Any, mux: str | None, path: str | None, keep: bool, timeout: float
     if path is not None:
         path = str((env.cwd / Path(os.path.expanduser(path))).absolute())
     outer = Env(cwd=tempfile.gettempdir(), environ=env.environ)
-    board: Any = LiveBoard() if fancy(sys.stderr) else PlainBoard()
+    board: Any = new_board()
     outer.demo_observer = board  # type: ignore[attr-defined]
     started = time.monotonic()
     try:
@@ -150,7 +71,7 @@ def demo(env: Any, mux: str | None, path: str | None, keep: bool, timeout: float
     except KeyboardInterrupt:
         board.close()
         board = None
-        sys.stderr.write(f"demo: interrupted after {time.monotonic() - started:.1f} s; every demo agent was stopped\n")
+        warn(f"demo: interrupted after {time.monotonic() - started:.1f} s; every demo agent was stopped")
         raise
     finally:
         if board is not None:

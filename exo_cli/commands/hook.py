@@ -14,6 +14,12 @@ from exo_cli.records import to_jsonable
 from exo_cli.registry import invoke
 
 
+def _warn(text: str) -> None:
+    from exo_cli.render import warn  # only when there is something to say: the hooks' hot path
+
+    warn(text)
+
+
 def _stdin() -> str:
     try:
         if sys.stdin is None or sys.stdin.isatty():
@@ -42,10 +48,10 @@ def hook(env: Any, event: str, payload: str | None, cli: str, as_json: bool) -> 
         result = invoke("hook", env, event=event, cli=cli, payload=payload)
         output = result.output
         if result.warning:
-            sys.stderr.write(f"exo hook {event}: warning: {result.warning}\n")
+            _warn(f"exo hook {event}: warning: {result.warning}")
     except Exception as exc:  # fail open: never brick the agent
         msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-        sys.stderr.write(f"exo hook {event}: warning: {' '.join(str(msg).split())} (exo ignored this hook)\n")
+        _warn(f"exo hook {event}: warning: {' '.join(str(msg).split())} (exo ignored this hook)")
     if as_json:
         sys.stdout.write(json.dumps(to_jsonable(result) if result is not None else {"output": output}) + "\n")
     elif output is not None:

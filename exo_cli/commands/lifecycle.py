@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.commands._options import Seconds, json_option, op_help, op_option
 from exo_cli.errors import EnvironmentError_
 from exo_cli.ops.doctor import DoctorResult
 from exo_cli.ops.lifecycle import KillResult, ReadManyResult, ReadResult, ReapResult
@@ -37,9 +37,9 @@ def render_read(out: Out, result: ReadResult | ReadManyResult) -> None:
             out.line(f"== {r.agent} ({r.status}) ==")
             render_read(out, r)
         return
-    out.stream.write(result.text)
+    out.text(result.text)
     if result.matched is False:
-        out.stream.write(f"(pattern {result.pattern!r} not seen)\n")
+        out.line(f"(pattern {result.pattern!r} not seen)")
 
 
 def render_doctor(out: Out, result: DoctorResult) -> None:
@@ -87,7 +87,7 @@ def attach(env: Any, agent: str, as_json: bool) -> None:
 @op_option("read", "lines", "--lines", "-n", type=click.IntRange(min=1), default=50, show_default=True)
 @op_option("read", "since_last", "--since-last", is_flag=True)
 @op_option("read", "wait_for", "--wait-for", metavar="PATTERN")
-@op_option("read", "timeout", "--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@op_option("read", "timeout", "--timeout", type=Seconds(), default=30.0, show_default=True)
 @op_option("read", "clean", "--clean", is_flag=True)
 @json_option
 @click.pass_obj

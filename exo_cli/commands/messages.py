@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.commands._options import Seconds, json_option, op_help, op_option
 from exo_cli.ops import messages as _messages  # registers the operations
 from exo_cli.ops.delivery import LABELS as _LABELS
 from exo_cli.registry import invoke
@@ -76,7 +76,7 @@ def note(env: Any, message: str, as_json: bool) -> None:
 @click.command(help=op_help("question") + _examples('exo question "Which port should the server use?"',
                                                     'exo question "Squash or merge?" --timeout 300'))
 @click.argument("message")
-@op_option("question", "timeout", "--timeout", type=click.FloatRange(min=0), default=None, metavar="S")
+@op_option("question", "timeout", "--timeout", type=Seconds(), default=None, metavar="S")
 @json_option
 @click.pass_obj
 def question(env: Any, message: str, timeout: float | None, as_json: bool) -> None:
@@ -105,7 +105,7 @@ def send(env: Any, to: str, message: str, as_json: bool) -> None:
 
 @click.command(help=op_help("wait") + _examples("exo wait", "exo wait --timeout 0", "exo wait w1 w2 --timeout 600"))
 @click.argument("agents", nargs=-1, metavar="[AGENT...]")
-@op_option("wait", "timeout", "--timeout", type=click.FloatRange(min=0), default=None, metavar="S")
+@op_option("wait", "timeout", "--timeout", type=Seconds(), default=None, metavar="S")
 @json_option
 @click.pass_obj
 def wait(env: Any, agents: tuple[str, ...], timeout: float | None, as_json: bool) -> None:

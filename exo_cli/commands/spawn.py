@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from exo_cli.commands._options import json_option, op_help, op_option
-from exo_cli.errors import UsageError
+from exo_cli.errors import EnvironmentError_, ExternalFailure, UsageError
 from exo_cli.ops.spawn.op import BACKENDS, MUXES, SpawnResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -44,6 +44,30 @@ def _specs(values: tuple[str, ...]) -> list[dict[str, Any]]:
             raise UsageError("--spec must be a JSON object")
         out.append(obj)
     return out
+
+
+def _edit(template: str) -> str | None:
+    """The text written in ``$VISUAL``/``$EDITOR``; EnvironmentError_ when it cannot start, ExternalFailure when it fails."""
+    import os
+    import shlex
+    import shutil
+
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or next(
+        (e for e in ("sensible-editor", "vim", "nano") if shutil.which(e)), "vi")  # as click.edit picks it
+    try:
+        program = shlex.split(editor)[0] if editor.strip() else editor
+    except ValueError:
+        program = editor
+    if not program or shutil.which(program) is None:
+        raise EnvironmentError_(f"The editor {editor!r} is not installed or not on PATH",
+                                hint="Set $VISUAL or $EDITOR to an editor, or give the prompt with --prompt.",
+                                editor=editor)
+    try:
+        return click.edit(template, editor=editor)
+    except click.ClickException as exc:  # click says "<editor>: Editing failed"
+        raise ExternalFailure(f"The editor {editor!r} failed: {exc.format_message()}",
+                              hint="Fix $VISUAL/$EDITOR, or give the prompt with --prompt or --prompt-file.",
+                              editor=editor) from exc
 
 
 @click.command(
@@ -93,7 +117,7 @@ def spawn(ctx: click.Context, env: Any, beads: tuple[str, ...], worker: tuple[st
     if edit:
         if prompts or prompt_file:
             raise UsageError("Give the prompt once: '-' (stdin), --prompt, --prompt-file or --edit")
-        text = click.edit("\n# Write the task above. Lines starting with '#' are dropped.\n")
+        text = _edit("\n# Write the task above. Lines starting with '#' are dropped.\n")
         text = "\n".join(line for line in (text or "").splitlines() if not line.startswith("#")).strip()
         if not text:
             raise UsageError("Empty prompt: nothing was written in the editor")

@@ -34,6 +34,7 @@ from exo_cli import records
 from exo_cli.errors import EnvironmentError_, ExoError, InvalidInput, StateError
 from exo_cli.ops.demo_project import BEADS, Bead, agent_script, clean_environ, scratch_dir, setup
 from exo_cli.registry import op
+from exo_cli.validate import check_timeout
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -398,8 +399,7 @@ def demo(env: Env, *, mux: str | None = None, path: str | None = None, keep: boo
     agent CLI, and touches none of your repositories, tmux sessions or files. Ctrl-C or
     the timeout stop every demo agent.
     """
-    if timeout <= 0:
-        raise InvalidInput(f"Invalid timeout {timeout}: it must be more than 0 seconds", field="timeout")
+    timeout = check_timeout(timeout, allow_zero=False) or DEFAULT_TIMEOUT
     kind = _choose_mux(env, mux)
     observer: Observer = getattr(env, "demo_observer", None) or _Quiet()
     started = time.monotonic()

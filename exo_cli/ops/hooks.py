@@ -122,12 +122,8 @@ def hook(env: Env, *, event: str, cli: str = "claude", payload: str | None = Non
     if not env.has_state():
         return HookResult(event, cli, None, neutral(event, cli),
                           warning=warning or "no exo state for this repository; hook did nothing")
-    caller = env.caller
+    caller = env.caller  # an agent's claim exo cannot prove is refused (StateError), never the human
     if caller.is_human:
-        claimed = env.environ.get("EXO_AGENT")
-        if claimed and claimed != ROOT:  # an agent's hook that could not be matched: say why
-            env.store.kv_get("schema-probe")  # raises when the state database is broken
-            warning = warning or f"EXO_AGENT={claimed} is not an agent exo recorded; hook did nothing"
         return HookResult(event, cli, None, neutral(event, cli), warning=warning)
     agent = env.store.agent(caller.agent_id)
     if agent is None:

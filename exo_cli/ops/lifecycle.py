@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
 from exo_cli.records import DEAD, DONE, LIVE_STATUSES, ROOT, Agent
 from exo_cli.registry import Range, op
+from exo_cli.validate import check_timeout
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -344,8 +345,7 @@ def read(env: Env, *, agent: str | list[str], lines: Annotated[int, Range(1)] = 
 
     if isinstance(lines, bool) or lines < 1:
         raise InvalidInput(f"Invalid lines {lines!r}: expected at least 1", field="lines")
-    if timeout < 0:
-        raise InvalidInput(f"Invalid timeout {timeout!r}", field="timeout")
+    timeout = check_timeout(timeout) or 0.0
     refs = [agent] if isinstance(agent, str) else list(agent)
     if not refs:
         raise InvalidInput("Give at least one agent to read", field="agent")

@@ -37,7 +37,7 @@ from exo_cli.ops.delivery import (
 )
 from exo_cli.records import ASKING, DEAD, DONE, IDLE, ROOT, WORKING, Agent, Message
 from exo_cli.registry import Range, Tool, op
-from exo_cli.validate import check_text
+from exo_cli.validate import check_text, check_timeout
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -138,17 +138,7 @@ class DoneResult:
 
 def caller_agent(env: Env, what: str) -> Agent:
     """The calling agent's record; StateError for the human at the root."""
-    claimed = env.environ.get("EXO_AGENT")
-    if env.caller.is_human and claimed and claimed != ROOT and not env.has_state():
-        raise StateError(
-            f"exo's state database is missing: EXO_AGENT={claimed} names an agent, but this repository "
-            "has no exo state",
-            hint="The state folder (.git/exo, or $EXO_STATE_DIR) was removed: run `exo doctor` in the "
-            "repository (it rebuilds the records of the agents it finds running in exo's sessions, and of exo's "
-            "worktrees), or spawn the agent again with `exo spawn`.",
-            agent=claimed,
-        )
-    if env.caller.is_human:
+    if env.caller.is_human:  # an agent whose state is gone is refused by identify, never the human
         raise StateError(
             f"Only an agent started by exo can {what}: you are the human at the root",
             hint="Run it from inside an agent's session (its pane, or its MCP server).",
@@ -183,11 +173,7 @@ def _deliver(env: Env, msg_id: int, recipient: Agent) -> str:
 
 
 def _timeout(value: float | None, what: str = "timeout") -> float | None:
-    if value is None:
-        return None
-    if value < 0:
-        raise InvalidInput(f"Invalid {what} {value}: it must be 0 or more seconds", field=what)
-    return float(value)
+    return check_timeout(value, what)
 
 
 # ---------------------------------------------------------------------------------- note

@@ -1,15 +1,21 @@
-"""Output: exactly the operation's result as JSON under --json, a human view otherwise."""
+"""Output: exactly the operation's result as JSON under --json, a human view otherwise.
+
+Every human view is written through ``render.text.Out``, which makes all text safe for a
+terminal; JSON keeps the exact text (JSON-escaped).
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exo_cli.render.jsonout import dump_json
-from exo_cli.render.text import Out
 
-Renderer = Callable[[Out, Any], None]
+if TYPE_CHECKING:
+    from exo_cli.render.text import Out
+
+Renderer = Callable[["Out", Any], None]
 
 
 def emit(result: Any, *, as_json: bool, human: Renderer | None = None) -> None:
@@ -17,11 +23,17 @@ def emit(result: Any, *, as_json: bool, human: Renderer | None = None) -> None:
     if as_json:
         sys.stdout.write(dump_json(result) + "\n")
         return
-    out = Out.for_stdout()
-    if human is None:
-        from exo_cli.render.text import generic
+    from exo_cli.render.text import Out, generic
 
-        generic(out, result)
-    else:
-        human(out, result)
+    out = Out.for_stdout()
+    (human or generic)(out, result)
+    out.flush()
+
+
+def warn(text: str) -> None:
+    """One line on stderr for a human (a warning, an error, progress), made safe like every view."""
+    from exo_cli.render.text import Out
+
+    out = Out(sys.stderr, False)
+    out.line(text)
     out.flush()

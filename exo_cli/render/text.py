@@ -1,5 +1,12 @@
 """Human output: rich tables on a colour terminal, plain aligned text when piped or NO_COLOR.
 
+``Out`` is the one writer of every human view (command results, errors, warnings, the demo's
+board): each piece of text it is given, whoever wrote it, goes through ``safe`` first, so an
+agent's note, output, title or name can never act on the terminal (every C0/C1 control
+character but newline and tab made visible: ``ESC`` shows as ``^[``), and rich never reads it
+as markup or emoji codes (a PR title ``[demo-cfg]`` prints as it is). ``--json`` never comes
+here: it keeps the exact text.
+
 rich costs ~80 ms to import, so it is imported only when stdout is a colour TTY.
 """
 
@@ -14,6 +21,13 @@ from typing import Any, TextIO
 from exo_cli.records import to_jsonable
 
 
+def safe(value: Any) -> str:
+    """``value`` as text a terminal shows and never obeys (see ``validate.visible``)."""
+    from exo_cli.validate import visible  # here: `--json` never needs it
+
+    return visible(value if isinstance(value, str) else str(value))
+
+
 def fancy(stream: TextIO) -> bool:
     """Whether to use rich: a TTY, colour allowed, not a dumb terminal."""
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
@@ -25,10 +39,10 @@ def fancy(stream: TextIO) -> bool:
 
 
 class Out:
-    """A small writer with tables, headings and key/value blocks."""
+    """A small writer with tables, headings and key/value blocks; everything it prints is ``safe``."""
 
     def __init__(self, stream: TextIO, rich_ok: bool) -> None:
-        self.stream = stream
+        self._stream = stream
         self.rich_ok = rich_ok
         self._console: Any = None
 
@@ -36,26 +50,40 @@ class Out:
     def for_stdout(cls) -> Out:
         return cls(sys.stdout, fancy(sys.stdout))
 
-    def _rich(self) -> Any:
+    @classmethod
+    def for_stderr(cls) -> Out:
+        return cls(sys.stderr, fancy(sys.stderr))
+
+    def console(self) -> Any:
+        """The rich console of this writer: no markup, no highlighting, no emoji codes.
+
+        For live views (the demo's board): give it only ``cell`` texts.
+        """
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(file=self.stream, markup=False, highlight=False)
+            self._console = Console(file=self._stream, markup=False, highlight=False, emoji=False)
         return self._console
 
-    def line(self, text: str = "") -> None:
+    def line(self, text: Any = "") -> None:
+        shown = safe(text)
         if self.rich_ok:
-            self._rich().print(text)
+            self.console().print(cell(shown, safe_already=True))
         else:
-            self.stream.write(text + "\n")
+            self._stream.write(shown + "\n")
 
-    def heading(self, text: str) -> None:
+    def text(self, text: str) -> None:
+        """Write ``text`` as it is, lines and all (a pane's tail), made ``safe``."""
         if self.rich_ok:
-            from rich.text import Text
-
-            self._rich().print(Text(text, style="bold"))
+            self.console().print(cell(text), end="")
         else:
-            self.stream.write(text + "\n")
+            self._stream.write(safe(text))
+
+    def heading(self, text: Any) -> None:
+        if self.rich_ok:
+            self.console().print(cell(text, style="bold"))
+        else:
+            self._stream.write(safe(text) + "\n")
 
     def kv(self, pairs: Sequence[tuple[str, Any]]) -> None:
         width = max((len(k) for k, _ in pairs), default=0)
@@ -67,28 +95,35 @@ class Out:
         if not rows:
             self.line(empty)
             return
-        cells = [[("-" if c is None or c == "" else str(c)) for c in row] for row in rows]
+        cells = [[("-" if c is None or c == "" else safe(c)) for c in row] for row in rows]
         if self.rich_ok:
             from rich.table import Table
 
             table = Table(box=None, pad_edge=False, header_style="bold")
             for h in headers:
-                table.add_column(h, overflow="fold")
+                table.add_column(safe(h), overflow="fold")
             for row in cells:
-                table.add_row(*row)
-            self._rich().print(table)
+                table.add_row(*(cell(c, safe_already=True) for c in row))
+            self.console().print(table)
             return
         widths = [len(h) for h in headers]
         for row in cells:
             for i, c in enumerate(row):
                 widths[i] = max(widths[i], len(c))
         fmt = "  ".join("{:<" + str(w) + "}" for w in widths)
-        self.stream.write(fmt.format(*headers).rstrip() + "\n")
+        self._stream.write(fmt.format(*headers).rstrip() + "\n")
         for row in cells:
-            self.stream.write(fmt.format(*row).rstrip() + "\n")
+            self._stream.write(fmt.format(*row).rstrip() + "\n")
 
     def flush(self) -> None:
-        self.stream.flush()
+        self._stream.flush()
+
+
+def cell(text: Any, *, style: str = "", safe_already: bool = False) -> Any:
+    """A rich ``Text`` of ``text`` made ``safe``: plain characters, never markup (rich imported here)."""
+    from rich.text import Text
+
+    return Text(text if safe_already else safe(text), style=style)
 
 
 def generic(out: Out, result: Any) -> None:

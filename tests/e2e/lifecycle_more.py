@@ -32,6 +32,41 @@ GIT_ID = {"GIT_AUTHOR_NAME": "E2E TL", "GIT_AUTHOR_EMAIL": "tl@example.invalid",
           "GIT_COMMITTER_NAME": "E2E TL", "GIT_COMMITTER_EMAIL": "tl@example.invalid"}
 
 
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(x.decode("utf-8", "replace").split("=", 1) for x in raw.split(b"\0") if b"=" in x)
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:
+            return False
+        pid = int(stat[stat.rfind(b")") + 2:].split()[1])
+    return False
+
+
+def assert_mcp_server_has_the_agents_proof(agent_pid: int) -> None:
+    """exo's MCP server, started by the agent CLI (a descendant of its pane process), has the agent's
+    own EXO_AGENT_PROOF in its environment: proven even where ancestry could not be read."""
+    proof = _environ(agent_pid)["EXO_AGENT_PROOF"]
+    servers = []
+    for name in Path("/proc").iterdir():
+        if not name.name.isdigit():
+            continue
+        try:
+            cmd = (name / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"mcp" in cmd and b"--role" in cmd and _descends(int(name.name), agent_pid):
+            servers.append(_environ(int(name.name)))
+    assert servers, "no exo MCP server runs under the agent"
+    assert all(env.get("EXO_AGENT_PROOF") == proof for env in servers), [e.get("EXO_AGENT_PROOF") for e in servers]
+
+
 def make_repo(path: Path) -> Path:
     """Create a git repository on main with one commit (README.md) at path; return it."""
     path.mkdir(parents=True)

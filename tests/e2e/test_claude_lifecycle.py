@@ -28,6 +28,7 @@ from e2e.lifecycle import (
     result_for,
     user_texts,
 )
+from e2e.lifecycle_more import assert_mcp_server_has_the_agents_proof
 from e2e.model_server import ModelServer, tool_names
 
 pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
@@ -99,6 +100,7 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     assert watch.samples > 0 and not watch.hits, f"dialog on screen: {watch.hits[0][1] if watch.hits else ''}"
     assert idle.output == "TURN-1-DONE: committed, noted and filed the PR."
     assert idle.session_id  # recorded from the SessionStart payload
+    assert_mcp_server_has_the_agents_proof(idle.location["pid"])
 
     # The task arrives in the first model request as the SessionStart hook's additional context.
     contexts = [m["content"] for m in first["body"]["messages"]

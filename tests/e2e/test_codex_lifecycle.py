@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 
 from e2e.agents import AgentHome
-from e2e.lifecycle_more import Lifecycle, assert_no_egress, git, lifecycle_env, make_repo
+from e2e.lifecycle_more import (
+    Lifecycle,
+    assert_mcp_server_has_the_agents_proof,
+    assert_no_egress,
+    git,
+    lifecycle_env,
+    make_repo,
+)
 from e2e.model_server import ModelServer, tool_names, tool_results
 
 pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
@@ -77,6 +84,7 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
     # Turn one: commit, note, PR; the Stop hook marks it idle, and notify of the same turn changes nothing.
     rec = lc.wait_status("w1", "idle", timeout=60, since_turns=0)
     assert rec["session_id"] and rec["output"] == "TURN-ONE-DONE"
+    assert_mcp_server_has_the_agents_proof(json.loads(rec["location"])["pid"])  # Codex passes it by name (env_vars)
     requests = server.agent_requests()
     assert [e["turn"] for e in requests] == [0, 1, 2, 3]
     assert "COMMITTED" in tool_results(requests[1])[-1]["output"]

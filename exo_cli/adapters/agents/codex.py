@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from exo_cli.adapters.agents.base import Backend, Launch, LaunchContext, hook_argv, hook_command
+from exo_cli.config import EnvVars
 
 # Codex hook event -> (exo hook event, matcher or None, timeout in seconds). Codex 0.169 clamps a
 # SessionEnd timeout above 3 s to 3 s and says so in a startup warning of the TUI: ask for 3.
@@ -92,7 +93,10 @@ class CodexBackend(Backend):
         """Return the ``-c`` values (without the ``-c`` flags)."""
         # required: Codex otherwise omits a server that is still starting ("omitting pending
         # optional MCP server") and the agent never sees exo's tools (0.169; tests/e2e/README.md).
-        values = [override("mcp_servers.exo", {**self.mcp_server(ctx, env), "required": True})]
+        # env_vars: Codex starts MCP servers with a reduced environment; the agent's proof passes
+        # by name only (its value never reaches a command line).
+        server = {**self.mcp_server(ctx, env), "env_vars": [EnvVars.PROOF], "required": True}
+        values = [override("mcp_servers.exo", server)]
         if ctx.created_worktree:
             values.append(override("projects", {str(ctx.worktree): {"trust_level": "trusted"}}))
         values.append(override("notify", hook_argv("notify", "codex")))

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from exo_cli.errors import ExternalFailure, InvalidInput
 from exo_cli.records import MUXES
+from exo_cli.validate import visible
 
 # The launcher that gives a pane's process exactly the environment exo passes.
 LAUNCHER = Path(__file__).with_name("_launch.py")
@@ -199,12 +200,17 @@ def check_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def check_send_text(text: object) -> str:
-    """Return ``text`` if it can be typed into a pane (any string without NUL)."""
+    """Return ``text`` as it may be typed into a pane: refused with a NUL; control characters made visible.
+
+    Every backend types only what this returns, so no text (a message, a note, an answer) can
+    end a bracketed paste early (``ESC[201~``) or act as a key (``ESC[Z``, Ctrl-C, a CR): every
+    C0/C1 control character but newline and tab arrives as visible text (``validate.visible``).
+    """
     if not isinstance(text, str):
         raise InvalidInput("Invalid text: expected a string", field="text")
     if "\x00" in text:
         raise InvalidInput("Invalid text: it contains a NUL byte", field="text")
-    return text
+    return visible(text)
 
 
 # --------------------------------------------------------------------------- launcher

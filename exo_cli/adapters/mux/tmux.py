@@ -533,7 +533,9 @@ class Tmux:
         terminal), never through a shell or ``send-keys`` parsing. Enter follows after
         ``enter_delay`` seconds. When the paste visibly changed the screen and the
         Enter does not, the Enter alone is retried up to ``retries`` times; the text
-        is never pasted twice. Copy mode is left first. Only NUL is refused.
+        is never pasted twice. Copy mode is left first. NUL is refused and every other control
+        character but newline and tab arrives as visible text (``check_send_text``): nothing
+        in the text can end the bracketed paste or act as a key.
         """
         text = check_send_text(text)
         if not loc.pane:

@@ -356,7 +356,8 @@ class Zellij:
         """Type ``text`` into the agent's tab with ``write-chars`` and press Enter (``write 13``) after a pause.
 
         The text is passed after ``--`` so a leading ``-`` is never read as a flag,
-        and is split into chunks for long messages. Only NUL is refused.
+        and is split into chunks for long messages. NUL is refused and every other control
+        character but newline and tab is typed as visible text (``check_send_text``).
         """
         text = check_send_text(text)
         name = check_name(loc.tab or loc.name, "tab name")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters.store import SCHEMA_VERSION
-from exo_cli.errors import StateError
+from exo_cli.errors import InvalidInput, StateError
 from exo_cli.records import (
     AGENT_JSON_FIELDS,
     STARTING,
@@ -151,6 +151,8 @@ class SqliteStore(Store):
         while True:
             try:
                 return fn()
+            except UnicodeEncodeError as exc:  # a value with lone surrogates (bytes that were not UTF-8)
+                raise InvalidInput(f"Invalid value {exc.object[:80]!r}: it is not valid UTF-8 text") from exc
             except sqlite3.OperationalError as exc:
                 if not _is_locked(exc) or time.monotonic() > deadline:
                     raise
@@ -194,6 +196,9 @@ class SqliteStore(Store):
         self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
         try:
             yield conn
+        except UnicodeEncodeError as exc:  # nothing half-written: the transaction is rolled back
+            conn.execute("ROLLBACK")
+            raise InvalidInput(f"Invalid value {exc.object[:80]!r}: it is not valid UTF-8 text") from exc
         except BaseException:
             conn.execute("ROLLBACK")
             raise

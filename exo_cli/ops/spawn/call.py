@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 # Spec phases, in order: recorded, worktree, prepared, started, spawned (complete); an agent
 # spawned with `after` is "pending" until it may start.
 PENDING = "pending"
-# Environment variables of the caller that never pass to an agent (identity is exo's to set).
-DROP_VARS = ("EXO_AGENT", "EXO_PARENT", "EXO_ROLE", "EXO_FAULT", "TMUX_PANE")
+# Environment variables of the caller that never pass to an agent (identity is exo's to set;
+# a TL's proof must never reach its children).
+DROP_VARS = ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_FAULT", "TMUX_PANE")
 
 
 class Call:

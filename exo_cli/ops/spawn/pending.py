@@ -24,7 +24,7 @@ from exo_cli.ops.spawn.recovery import spawn_lock
 from exo_cli.ops.spawn.result import SpawnResult, run_tasks
 from exo_cli.ops.spawn.task import start_all
 from exo_cli.records import DONE, IDLE, STARTING, Agent
-from exo_cli.validate import check_name, check_text
+from exo_cli.validate import check_agent_name, check_name, check_text
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -52,7 +52,7 @@ def record_all(call: Call, reqs: list[Request], waits: list[str], *,
 
 def _record_pending(call: Call, req: Request, waits: list[str]) -> Agent:
     env = call.env
-    agent_id = check_name(req.name or req.key, "agent name")
+    agent_id = check_agent_name(req.name or req.key)
     with spawn_lock(env, agent_id):
         if env.store.agent(agent_id) is not None:
             raise StateError(f"Agent {agent_id} already exists", hint="Pick another name.", agent=agent_id)

@@ -20,7 +20,7 @@ from exo_cli.adapters import worktree as wt
 from exo_cli.errors import ExoError, InvalidInput, NotFound, UsageError
 from exo_cli.records import BACKENDS, MUXES, ROOT
 from exo_cli.registry import Choice
-from exo_cli.validate import check_name, check_text
+from exo_cli.validate import check_agent_name, check_text
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -116,9 +116,15 @@ def exists(path: Path, kind: str) -> bool:
 
 
 def target_env(env: Env, repo: str | None) -> Env:
-    """The context of the repository the agents go into: the caller's, or the one ``--repo`` names."""
+    """The context of the repository the agents go into: the caller's, or the one ``--repo`` names.
+
+    Another repository keeps its own state (the caller's ``EXO_STATE_DIR`` does not follow) and
+    its new agents report to its root, on whose behalf the spawn acts there. ``--repo`` naming
+    the caller's own repository is the caller's context: children stay the caller's children.
+    """
     if not repo:
         return env
+    from exo_cli.env import HUMAN, STATE_DIR_VAR
     from exo_cli.env import Env as EnvCls
 
     path = Path(os.path.expanduser(repo))
@@ -126,10 +132,14 @@ def target_env(env: Env, repo: str | None) -> Env:
         path = env.cwd / path
     if not exists(path, "dir"):
         raise NotFound(f"Repository {path} does not exist", hint="Pass the path of a git repository to --repo.")
-    target = EnvCls(cwd=path, environ=env.environ, overrides=env.overrides)
-    if target.repo.common_dir == env.repo.common_dir:  # EnvironmentError_ when it is not a repository
-        return env  # the caller's own repository (or one of its worktrees): no other team
-    return target
+    environ = {k: v for k, v in env.environ.items() if k != STATE_DIR_VAR}
+    target = EnvCls(cwd=path, environ=environ, overrides=env.overrides, caller=HUMAN)
+    common = os.path.realpath(target.repo.common_dir)  # EnvironmentError_ when it is not a repository
+    try:
+        same = common == os.path.realpath(env.repo.common_dir)
+    except ExoError:  # the caller is outside any repository
+        same = False
+    return env if same else target
 
 
 def own_backend(env: Env) -> str | None:
@@ -250,7 +260,7 @@ def _subtree(prompt: list[str], *, task: str | None, branch: str | None, agent: 
     if len(prompt) > 1:
         raise UsageError("--subtree takes one task")
     check_text(text, "task")
-    name = check_name(branch, "branch name")
+    name = check_agent_name(branch, "branch name")  # the subtree's agent name too
     return Request(kind="subtree", key=name, name=name, task=text, agent=agent)
 
 
@@ -324,8 +334,15 @@ def _from_specs(specs: list[dict[str, Any]], *, agent: str) -> list[Request]:
     return reqs
 
 
+AUTO_NAME_KEY = "auto-name:{name}"  # a name picked for an unnamed worker, reserved for good
+
+
 def _name_workers(call_env: Env, reqs: list[Request]) -> None:
-    """Pick memorable names for unnamed workers, unlike any agent, request or worktree folder."""
+    """Pick memorable names for unnamed workers, unlike any agent, request or worktree folder.
+
+    Each name is reserved atomically in the store (``kv_claim``) before it is used, so spawns
+    running at the same time never pick the same one; a reserved name is never picked again.
+    """
     unnamed = [r for r in reqs if r.kind == "worker" and not r.name]
     if not unnamed:
         return
@@ -333,7 +350,14 @@ def _name_workers(call_env: Env, reqs: list[Request]) -> None:
     root = call_env.worktree_root
     if root.is_dir():
         taken |= {p.name for p in root.iterdir()}
-    for r, n in zip(unnamed, wt.pick_names(len(unnamed), {t for t in taken if t}), strict=True):
+    taken = {t for t in taken if t}
+    names: list[str] = []
+    while len(names) < len(unnamed):
+        for n in wt.pick_names(len(unnamed) - len(names), taken):
+            taken.add(n)
+            if call_env.store.kv_claim(AUTO_NAME_KEY.format(name=n), str(os.getpid())):
+                names.append(n)
+    for r, n in zip(unnamed, names, strict=True):
         r.name = n
         r.key = n
 

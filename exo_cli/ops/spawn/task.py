@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli import fault
 from exo_cli.adapters import worktree as wt
+from exo_cli.env import PROOF_FIELD, PROOF_VAR, new_proof
 from exo_cli.errors import ExoError, InvalidInput, StateError, UsageError
 from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, private_dir
 from exo_cli.ops.spawn.context import context_text, first_prompt
 from exo_cli.ops.spawn.recovery import cleanup_partial, resume_started, spawn_lock
 from exo_cli.ops.spawn.result import SpawnResult, failed_call, run_tasks
 from exo_cli.records import BACKENDS, LIVE_STATUSES, ROOT, STARTING, Agent
-from exo_cli.validate import check_name, slugify
+from exo_cli.validate import check_agent_name, slugify
 
 if TYPE_CHECKING:
     from exo_cli.adapters.agents import Backend, Launch
@@ -68,7 +69,7 @@ def run_task(call: Call, req: Request, *, launching: bool = False) -> Agent:
     if req.agent not in BACKENDS:
         raise InvalidInput(f"Invalid agent backend {req.agent!r}", hint=f"Use one of: {', '.join(BACKENDS)}.")
     bead = _resolve_bead(call, req) if req.kind == "bead" else None
-    agent_id = bead.agent_id if bead is not None else check_name(req.name, "agent name")
+    agent_id = bead.agent_id if bead is not None else check_agent_name(req.name)
     with spawn_lock(env, agent_id):
         resumed = _clear_name(call, req, agent_id, launching=launching)
         if resumed is not None:
@@ -91,7 +92,7 @@ def _resolve_bead(call: Call, req: Request) -> _Bead:
     full = beads.resolve_id(src, req.bead)
     short = beads.short_id(full, src.prefix)
     bead = src.get(full)
-    agent_id = check_name(req.name or short, "agent name")
+    agent_id = check_agent_name(req.name or short)
     return _Bead(full, short, agent_id, slugify(bead.title or full), bead.title or full)
 
 
@@ -295,8 +296,8 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
     call.exclude_exo()
     identity = _identity(call, agent, spec)
     base_env = agent_env(env)
-    if worktree:
-        _fill_worktree(call, agent, spec, path, {**base_env, **identity})
+    if worktree:  # the post-create command is no agent: it never gets the proof
+        _fill_worktree(call, agent, spec, path, {**base_env, **_without_proof(identity)})
     _write_context(call, req, agent, spec, path, bead_task)
     services = _write_services(env, spec, path)
     launch = _prepare_backend(call, req, agent, spec, path, base_env=base_env, identity=identity, bead_task=bead_task)
@@ -318,16 +319,29 @@ def _make_worktree(env: Env, agent: Agent, spec: dict[str, Any], path: Path) -> 
 
 
 def _identity(call: Call, agent: Agent, spec: dict[str, Any]) -> dict[str, str]:
-    """The variables that tell the agent (and its hooks) who and where it is, and its service ports."""
+    """The variables that tell the agent (and its hooks) who and where it is, and its service ports.
+
+    ``EXO_AGENT_PROOF`` is a fresh secret that proves the agent's ``EXO_AGENT`` when process
+    ancestry cannot (a command it detached with ``setsid`` or ``nohup``): it goes only into
+    the agent's own environment; the record keeps its SHA-256 (``spec["proof_sha256"]``).
+    """
     env = call.env
+    proof, digest = new_proof()
+    spec[PROOF_FIELD] = digest
     return {
         "EXO_AGENT": agent.id,
+        PROOF_VAR: proof,
         "EXO_PARENT": call.common.parent,
         "EXO_ROLE": agent.role,
         "EXO_STATE_DIR": str(env.state_dir),
         "BEADS_DIR": str(env.repo.root / ".beads"),
         **wt.port_env(spec.get("ports") or {}),
     }
+
+
+def _without_proof(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` without the agent's proof (for the processes exo starts beside the agent)."""
+    return {k: v for k, v in environ.items() if k != PROOF_VAR}
 
 
 def _fill_worktree(call: Call, agent: Agent, spec: dict[str, Any], path: Path, environ: dict[str, str]) -> None:
@@ -459,6 +473,6 @@ def _start_services(call: Call, agent_id: str, spec: dict[str, Any], path: Path,
     logs = call.env.state_dir / "logs"
     svc_name = f"{agent_id[:58]}-svc"
     with contextlib.suppress(ExoError):
-        sloc = mux.start(svc_name, wt.services_argv(path), cwd=str(path), env={**launch.env},
+        sloc = mux.start(svc_name, wt.services_argv(path), cwd=str(path), env=_without_proof(launch.env),
                          log_path=logs / f"{svc_name}.log")
         spec["services_location"] = sloc.to_dict()
