@@ -13,8 +13,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from exo_cli.adapters import agents as backends
 from exo_cli.adapters.agents import base, claude, codex
@@ -352,46 +350,62 @@ def test_gemini_refuses_to_merge_unparseable_settings(tmp_path: Path, fake_exo: 
 # -- codex -----------------------------------------------------------------------------------
 
 
-def parse_override(value: str) -> tuple[list[str], object]:
-    key, _, raw = value.partition("=")
-    return key.split("."), tomllib.loads(f"v = {raw}")["v"]
-
-
-def test_codex_argv_and_overrides(tmp_path: Path, fake_exo: Path) -> None:
+def test_codex_private_home_argv_and_config(tmp_path: Path, fake_exo: Path) -> None:
     wt = tmp_path / 'we.ird "wt" \\ dir'
+    user_home = tmp_path / "home" / ".codex"
+    user_home.mkdir(parents=True)
+    user_cfg = user_home / "config.toml"
+    user_text = (
+        "# my settings\n"
+        'model = "gpt-5"  # keep me\n\n'
+        "[[hooks.Stop]]\n[[hooks.Stop.hooks]]\ntype = \"command\"\ncommand = \"my-hook\"\n\n"
+        f'[hooks.state."{user_cfg}:stop:0:0"]\ntrusted_hash = "sha256:mine"\n'
+    )
+    user_cfg.write_text(user_text)
+    (user_home / "auth.json").write_text("{}")
     ctx = make_ctx(tmp_path, wt, skip_permissions=True, extra_args=["-m", "gpt"])
     launch = backends.get_backend("codex").prepare(ctx, IDENTITY)
     argv = launch.argv
-    assert argv[:3] == ["codex", "--dangerously-bypass-hook-trust", "--dangerously-bypass-approvals-and-sandbox"]
-    assert argv[-4:] == ["-m", "gpt", "--", "fix the bug"]
-    values = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
-    parsed = dict((".".join(k), v) for k, v in map(parse_override, values))
+    # no -c overrides and no --dangerously-bypass-hook-trust: Codex warns about both
+    assert argv == ["codex", "--dangerously-bypass-approvals-and-sandbox", "-m", "gpt", "--", "fix the bug"]
+    own = ctx.agent_dir / "codex-home"
+    assert launch.env["CODEX_HOME"] == str(own)
+    assert stat.S_IMODE(os.stat(own).st_mode) == 0o700
+    assert os.readlink(own / "auth.json") == str(user_home / "auth.json")  # the user's login, shared
+    assert user_cfg.read_text() == user_text  # the user's file is never written
+    text = (own / "config.toml").read_text()
+    assert text.startswith("# my settings\n") and 'model = "gpt-5"  # keep me' in text  # tomlkit keeps the layout
+    parsed = tomllib.loads(text)
     exo = str(fake_exo)
-    assert parsed["mcp_servers.exo"] == {"command": exo, "args": ["mcp", "--role", "auto"], "required": True,
-                                         "env": {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(ctx.state_dir)}}
-    assert parsed["projects"] == {str(wt): {"trust_level": "trusted"}}
     assert parsed["notify"] == [exo, "hook", "notify", "--cli", "codex"]
-    assert set(k for k in parsed if k.startswith("hooks.")) == {
-        "hooks.SessionStart", "hooks.UserPromptSubmit", "hooks.Stop", "hooks.SessionEnd", "hooks.PostToolUse"}
-    start = parsed["hooks.SessionStart"][0]
+    assert parsed["mcp_servers"]["exo"] == {"command": exo, "args": ["mcp", "--role", "auto"], "required": True,
+                                            "env": {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(ctx.state_dir)}}
+    assert parsed["projects"] == {str(wt): {"trust_level": "trusted"}}
+    hooks = parsed["hooks"]
+    assert set(hooks) == {"SessionStart", "UserPromptSubmit", "Stop", "SessionEnd", "PostToolUse", "state"}
+    assert hooks["Stop"][0]["hooks"][0]["command"] == "my-hook"  # the user's hook first, index kept
+    start = hooks["SessionStart"][0]
     assert start["matcher"] == "startup|resume|clear"
     assert shlex.split(start["hooks"][0]["command"]) == [exo, "hook", "session-start", "--cli", "codex"]
-    assert launch.files == [] and launch.undo == []
-    assert CANARY not in " ".join(argv)
-    assert not ctx.agent_dir.exists()
+    state = hooks["state"]
+    own_cfg = own / "config.toml"
+    assert state[f"{own_cfg}:stop:0:0"] == {"trusted_hash": "sha256:mine"}  # the user's trust, moved
+    mine = hooks["Stop"][1]["hooks"][0]
+    assert state[f"{own_cfg}:stop:1:0"]["trusted_hash"] == codex.trust_hash("Stop", None, mine["command"], 120)
+    assert CANARY not in " ".join(argv) and CANARY not in text
+
+
+def test_codex_trust_hash_is_codexs() -> None:
+    # What Codex 0.169 itself wrote after "Trust all and continue" for this hook.
+    assert codex.trust_hash("Stop", None, "/bin/true", 10) == (
+        "sha256:3c75cb092e3950863ad8058f4bb30d306cedb26dfb7b5eb217733b2635579c77")
 
 
 def test_codex_without_created_worktree_adds_no_trust(tmp_path: Path, fake_exo: Path) -> None:
-    launch = backends.get_backend("codex").prepare(make_ctx(tmp_path, tmp_path, created_worktree=False, prompt=None), {})
-    assert not any(a.startswith("projects=") for a in launch.argv)
+    ctx = make_ctx(tmp_path, tmp_path, created_worktree=False, prompt=None)
+    launch = backends.get_backend("codex").prepare(ctx, {})
+    assert "projects" not in tomllib.loads((ctx.agent_dir / "codex-home" / "config.toml").read_text())
     assert "--dangerously-bypass-approvals-and-sandbox" not in launch.argv and "--" not in launch.argv
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.text(), st.text(min_size=1))
-def test_toml_inline_round_trips(value: str, key: str) -> None:
-    doc = {key: [value, {"k": value}], "n": 3, "b": True}
-    assert tomllib.loads(f"v = {codex.toml_inline(doc)}")["v"] == doc
 
 
 # -- custom and demo ---------------------------------------------------------------------------
