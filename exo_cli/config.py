@@ -51,7 +51,8 @@ DEFAULTS: dict[str, Any] = {
         "command": [],  # custom backend: argv template with {prompt} {worktree} {name}
         "args": {backend: [] for backend in BACKENDS},
         "start_timeout": 60,
-        "idle_quiet_seconds": 30,
+        "idle_quiet_seconds": 30,  # a custom agent quiet this long (and running no child process) is idle
+        "idle_pattern": "",  # a regular expression: a custom agent whose last line matches is idle at once
     },
     "mux": {"default": "tmux"},
     "worktree": {
@@ -101,6 +102,18 @@ def _is_cmd(v: Any) -> bool:
     return isinstance(v, str) or _is_str_list(v)
 
 
+def _is_regex(v: Any) -> bool:
+    import re
+
+    if not isinstance(v, str):
+        return False
+    try:
+        re.compile(v)
+    except re.error:
+        return False
+    return True
+
+
 def _is_table(v: Any) -> bool:
     return isinstance(v, dict)
 
@@ -121,6 +134,7 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "agent.args": (_is_table, "a table of backend -> list of extra arguments"),
     "agent.start_timeout": (_is_int, "a whole number of seconds"),
     "agent.idle_quiet_seconds": (_is_int, "a whole number of seconds"),
+    "agent.idle_pattern": (_is_regex, "a regular expression"),
     "mux.default": (_choice(*MUXES), "one of " + ", ".join(MUXES)),
     "worktree.root": (_is_str, "a path"),
     "worktree.base": (_is_str, "a branch name"),

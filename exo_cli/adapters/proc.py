@@ -187,6 +187,39 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def tree_activity(pgid: int) -> str | None:
+    """A fingerprint of what the processes of group/session ``pgid`` wrote so far (None without /proc).
+
+    The count of live members and the sum of their ``wchar`` (bytes written, terminal output
+    included, from ``/proc/<pid>/io``): it changes whenever the agent prints or writes, so an
+    observer that sees it unchanged for N seconds knows the agent was quiet that long.
+    """
+    if not has_proc():
+        return None
+    members = group_members(pgid)
+    total = 0
+    for pid in members:
+        try:
+            with open(f"/proc/{pid}/io", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"wchar:"):
+                        total += int(line.split()[1])
+                        break
+        except (OSError, ValueError):
+            continue
+    return f"{len(members)}:{total}"
+
+
+def children_of(pid: int) -> list[int]:
+    """The live (non-zombie) direct children of ``pid`` (empty where /proc is missing)."""
+    out = []
+    for p in _pids():
+        st = proc_stat(p)
+        if st is not None and st.ppid == pid and st.state not in ("Z", "X"):
+            out.append(p)
+    return out
+
+
 def kill_group(pgid: int, *, grace: float = 3.0, leader_start_time: int | None = None) -> bool:
     """Stop process group ``pgid``: SIGTERM, then SIGKILL after ``grace`` seconds.
 

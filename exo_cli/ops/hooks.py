@@ -283,9 +283,16 @@ def on_tool(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResul
 def on_session_end(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
     if agent.status in (DONE, DEAD):
         return HookResult("session-end", cli, agent.id, {}, [])
+    if agent.mux == "headless" and agent.backend in AGENT_CLIS:
+        # A headless CLI runs one turn per process: its session ends after every turn, and the
+        # next message continues it. The agent lives as long as its runner does.
+        return HookResult("session-end", cli, agent.id, {}, ["turn-process-ended"])
     reason = str(data.get("reason") or "session ended")
-    env.store.update_agent(agent.id, status=DEAD, status_reason=f"session ended ({reason})")
+    if not env.store.update_agent(agent.id, if_status=agent.status, status=DEAD,
+                                  status_reason=f"session ended ({reason})"):
+        return HookResult("session-end", cli, agent.id, {}, [])
     msgs.notify_parent(env, agent, "dead", f"{agent.name} ended its session ({reason})", reason=reason)
+    msgs.fail_dependents(env, agent, f"{agent.name} ended its session ({reason})")
     return HookResult("session-end", cli, agent.id, {}, ["dead"])
 
 
@@ -543,6 +550,17 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     # one short transaction for the record, counters and bookkeeping
     env.store.record_turn(agent.id, changes, turns=1 if first_for_turn else 0, tokens=tokens,
                           kv=(_key(agent.id), json.dumps(state, separators=(",", ":"))))
+    if not blocking and can_block and agent.status != DONE and "block-limit" not in actions:
+        # A message posted while this hook ran saw the agent still working and was queued; now
+        # that the record says idle, a later sender types it, and one in between is taken here.
+        if env.store.messages(recipient=agent.id, unconsumed=True, undelivered=True, limit=1):
+            late = msgs.claim_pending(env, agent.id)
+            if late:
+                state["blocks"] = 1
+                env.store.update_agent(agent.id, status=WORKING, status_reason="continuing with messages")
+                save_state(env, agent.id, state)
+                return HookResult(event, cli, agent.id, block_output(cli, msgs.render_all(late)),
+                                  [*actions, "late-messages"])
     if not blocking and agent.status != DONE and (first_for_turn or agent.status != IDLE):
         msgs.notify_parent(env, agent, "idle", f"{agent.name} is idle" + (f": {_short(text)}" if text else ""),
                            output=(text or "")[:4000])

@@ -52,6 +52,8 @@ class LaunchContext:
     ``env`` is the environment of the ``exo spawn`` call; ``created_worktree`` says whether exo
     created the worktree (trust entries are only ever added for folders exo created).
     ``branch`` and ``parent_cwd`` are optional and only used by Claude's ``--fork-session``.
+    ``headless``: the agent runs without a terminal (``--mux headless``), so a CLI with a print
+    mode runs one turn per process and continues its session for each message (``Launch.channel``).
     """
 
     name: str
@@ -70,17 +72,25 @@ class LaunchContext:
     created_worktree: bool = False
     branch: str | None = None
     parent_cwd: Path | None = None
+    headless: bool = False
 
 
 @dataclass
 class Launch:
-    """How to start one agent: argv, full environment, cwd, files written and undo records."""
+    """How to start one agent: argv, full environment, cwd, files written and undo records.
+
+    ``channel`` says how a headless agent gets its messages (``Headless.start``): ``stdin``
+    (written to its stdin), or ``resume`` with the argv of the next turn of the same session
+    (``{session}`` and ``{message}`` stand for whole arguments) and the session id, known in
+    advance or read from the first turn's output (``session_from``).
+    """
 
     argv: list[str]
     env: dict[str, str]
     cwd: str
     files: list[str] = field(default_factory=list)
     undo: list[dict[str, Any]] = field(default_factory=list)
+    channel: dict[str, Any] = field(default_factory=lambda: {"mode": "stdin"})
 
 
 class Backend:

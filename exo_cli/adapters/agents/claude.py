@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -132,18 +133,22 @@ class ClaudeBackend(Backend):
             if record is not None:
                 launch.undo.append(record)
 
-        argv = [self.binary or "claude"]
-        if ctx.skip_permissions:
-            argv.append("--dangerously-skip-permissions")
-        if ctx.resume_session:
-            argv += ["--resume", ctx.resume_session]
-            if ctx.fork_session:
-                argv.append("--fork-session")
+        perm = ["--dangerously-skip-permissions"] if ctx.skip_permissions else []
         # --mcp-config is variadic: another option must follow it before any positional.
-        argv += ["--mcp-config", str(mcp), "--settings", str(settings), *ctx.extra_args]
-        if prompt:
-            argv += ["--", prompt]
-        launch.argv = argv
+        wiring = ["--mcp-config", str(mcp), "--settings", str(settings), *ctx.extra_args]
+        binary = self.binary or "claude"
+        fork = ["--resume", ctx.resume_session] if ctx.resume_session else []
+        if ctx.resume_session and ctx.fork_session:
+            fork.append("--fork-session")
+        if ctx.headless:
+            # Print mode, one turn per process; each message continues the same session from the
+            # same folder (`claude -p --resume <id>`). The id is chosen here (`--session-id`).
+            session = str(uuid.uuid4())
+            launch.argv = [binary, "-p", *perm, *fork, "--session-id", session, *wiring, "--", prompt or "{message}"]
+            launch.channel = {"mode": "resume", "session": session, "wait_first": not prompt,
+                              "resume": [binary, "-p", *perm, "--resume", "{session}", *wiring, "--", "{message}"]}
+            return launch
+        launch.argv = [binary, *perm, *fork, *wiring, *(["--", prompt] if prompt else [])]
         return launch
 
     def _copy_transcript(self, ctx: LaunchContext) -> dict[str, Any] | None:

@@ -175,10 +175,17 @@ class CodexBackend(Backend):
         env = self.base_env(ctx, identity_env)
         own, own_file = make_home(ctx, self.mcp_server(ctx, env))
         env["CODEX_HOME"] = str(own)
-        argv = [self.binary or "codex"]
-        if ctx.skip_permissions:
-            argv.append("--dangerously-bypass-approvals-and-sandbox")
-        argv += list(ctx.extra_args)
-        if ctx.prompt:
-            argv += ["--", ctx.prompt]
-        return Launch(argv=argv, env=env, cwd=str(ctx.worktree), files=[str(own_file)])
+        binary = self.binary or "codex"
+        perm = ["--dangerously-bypass-approvals-and-sandbox"] if ctx.skip_permissions else []
+        launch = Launch(argv=[], env=env, cwd=str(ctx.worktree), files=[str(own_file)])
+        if ctx.headless:
+            # `codex exec`, one turn per process (stdin closed by the runner); each message
+            # continues the thread with `codex exec resume <thread_id>`, the id read from the
+            # first turn's `thread.started` event.
+            head = [binary, "exec", "--json", *perm, *ctx.extra_args]
+            launch.argv = [*head, "--", ctx.prompt or "{message}"]
+            launch.channel = {"mode": "resume", "session_from": "codex-json", "wait_first": not ctx.prompt,
+                              "resume": [*head, "resume", "{session}", "--", "{message}"]}
+            return launch
+        launch.argv = [binary, *perm, *ctx.extra_args, *(["--", ctx.prompt] if ctx.prompt else [])]
+        return launch
