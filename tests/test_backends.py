@@ -153,11 +153,13 @@ def test_claude_argv_and_files(tmp_path: Path, fake_exo: Path) -> None:
     doc = json.loads(settings_file.read_text())
     assert "skipDangerousModePermissionPrompt" not in doc
     hooks = doc["hooks"]
-    assert set(hooks) == {"SessionStart", "UserPromptSubmit", "Stop", "SessionEnd", "Notification", "PostToolUse"}
+    assert set(hooks) == {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "SessionEnd", "Notification",
+                          "PostToolUse"}
     assert hooks["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
     assert hooks["Notification"][0]["matcher"] == "permission_prompt"
     events = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop",
-              "SessionEnd": "session-end", "Notification": "notification", "PostToolUse": "tool"}
+              "StopFailure": "stop-failure", "SessionEnd": "session-end", "Notification": "notification",
+              "PostToolUse": "tool"}
     for event, exo_event in events.items():
         (handler,) = hooks[event][0]["hooks"]
         assert handler["type"] == "command" and isinstance(handler["timeout"], int)
@@ -168,6 +170,51 @@ def test_claude_argv_and_files(tmp_path: Path, fake_exo: Path) -> None:
     assert launch.undo == []  # not created by exo: no trust entry
     assert not (ctx.home / ".claude.json").exists()
     assert launch.env["MCP_CONNECTION_NONBLOCKING"] == "0"  # wait for exo's MCP server before the first request
+    # The API key dialog is pre-empted: the key moves to another variable that exo's apiKeyHelper prints.
+    assert "ANTHROPIC_API_KEY" not in launch.env and launch.env["EXO_ANTHROPIC_API_KEY"] == CANARY
+    assert doc["apiKeyHelper"] == 'printf %s "$EXO_ANTHROPIC_API_KEY"'
+    helper = subprocess.run(["sh", "-c", doc["apiKeyHelper"]], env=launch.env, capture_output=True, text=True)
+    assert helper.stdout == CANARY
+
+
+def test_claude_without_api_key_has_no_helper(tmp_path: Path, fake_exo: Path) -> None:
+    ctx = make_ctx(tmp_path, tmp_path / "wt", created_worktree=False, env={"ANTHROPIC_API_KEY": ""})
+    launch = backends.get_backend("claude").prepare(ctx, {})
+    assert "apiKeyHelper" not in json.loads((ctx.agent_dir / "claude-settings.json").read_text())
+    assert "EXO_ANTHROPIC_API_KEY" not in launch.env
+
+
+def test_claude_headless_continues_its_session(tmp_path: Path, fake_exo: Path) -> None:
+    ctx = make_ctx(tmp_path, tmp_path / "wt", created_worktree=False, headless=True, skip_permissions=True)
+    launch = backends.get_backend("claude").prepare(ctx, {})
+    session = launch.channel["session"]
+    wiring = ["--mcp-config", str(ctx.agent_dir / "mcp.json"), "--settings", str(ctx.agent_dir / "claude-settings.json")]
+    assert launch.argv == ["claude", "-p", "--dangerously-skip-permissions", "--session-id", session, *wiring,
+                           "--", "fix the bug"]
+    assert launch.channel == {"mode": "resume", "session": session, "wait_first": False,
+                              "resume": ["claude", "-p", "--dangerously-skip-permissions", "--resume", "{session}",
+                                         *wiring, "--", "{message}"]}
+
+
+def test_codex_and_gemini_headless_continue_their_sessions(tmp_path: Path, fake_exo: Path) -> None:
+    ctx = make_ctx(tmp_path, tmp_path / "wt", created_worktree=False, headless=True, prompt="-start")
+    codex_launch = backends.get_backend("codex").prepare(ctx, {})
+    assert codex_launch.argv == ["codex", "exec", "--json", "--", "-start"]
+    assert codex_launch.channel == {"mode": "resume", "session_from": "codex-json", "wait_first": False,
+                                    "resume": ["codex", "exec", "--json", "resume", "{session}", "--", "{message}"]}
+    (tmp_path / "wt").mkdir(exist_ok=True)
+    gem = backends.get_backend("gemini").prepare(ctx, {})
+    try:
+        session = gem.channel["session"]
+        assert gem.argv == ["gemini", "--session-id", session, "--prompt=-start"]
+        assert gem.channel["resume"] == ["gemini", "--resume", "{session}", "--prompt={message}"]
+        settings = json.loads((tmp_path / "wt" / ".gemini" / "settings.json").read_text())
+        assert settings["general"]["sessionRetention"] == {"enabled": False}  # or it deletes resumed sessions
+    finally:
+        backends.cleanup(gem.undo)
+    no_prompt = backends.get_backend("codex").prepare(make_ctx(tmp_path, tmp_path / "wt", headless=True,
+                                                                prompt=None), {})
+    assert no_prompt.argv[-1] == "{message}" and no_prompt.channel["wait_first"] is True
 
 
 def test_claude_skip_permissions(tmp_path: Path, fake_exo: Path) -> None:

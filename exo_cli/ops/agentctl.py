@@ -69,6 +69,8 @@ def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
                 a = ended(env, a, st)
             elif a.backend == "custom":
                 a = watch_custom(env, a, st)
+            elif a.backend == "codex" and a.status == WORKING:
+                a = watch_codex_turn(env, a)
         out.append(a)
     out = check_dialogs(env, out, observed)
     from exo_cli.ops.delivery import deliver_pending
@@ -137,16 +139,27 @@ def start_ready(env: Env, agent: Agent) -> list[str]:
     return start_dependents(env, agent.id, ready)
 
 
+_DEAD_PANE = re.compile(r"^Pane is dead \(.*\)\s*$")  # what tmux writes under a dead pane (remain-on-exit)
+
+
 def _screen_output(env: Env, agent: Agent) -> str | None:
     """The end of the agent's screen or log (the fenced part when it printed one), or None."""
     loc = location(agent)
     if loc is None:
         return None
     try:
-        text = mux_for(env, loc.mux).capture(loc, OUTPUT_LINES)
+        text = mux_for(env, loc.mux).capture(loc, 10 * OUTPUT_LINES)
     except Exception:  # noqa: BLE001 - a pane that vanished has no output to give
         return None
-    return fenced(text) or text.strip() or None
+    return fenced(text) or last_lines(text) or None
+
+
+def last_lines(text: str, n: int = OUTPUT_LINES) -> str:
+    """The last ``n`` lines of a screen that has any text, without the blank rows below it."""
+    rows = [r.rstrip() for r in text.splitlines() if not _DEAD_PANE.match(r)]
+    while rows and not rows[-1]:
+        rows.pop()
+    return "\n".join(rows[-n:]).strip()
 
 
 # -------------------------------------------------------------------------------- custom agents
@@ -244,7 +257,7 @@ def _rest_signal(env: Env, agent: Agent) -> tuple[str | None, str]:
     if pattern:
         try:
             if re.search(pattern, last):
-                return text.strip() or None, "idle pattern"
+                return last_lines(text) or None, "idle pattern"
         except re.error:
             return None, ""
     return None, ""
@@ -281,6 +294,29 @@ def went_idle(env: Env, agent: Agent, output: str | None, reason: str) -> Agent:
                   output=(output or "")[:4000])
     start_ready(env, now)
     return env.store.agent(agent.id) or now
+
+
+# -------------------------------------------------------------------------------- failed turns
+
+
+def watch_codex_turn(env: Env, agent: Agent) -> Agent:
+    """A working Codex agent whose last turn ended with an error (Codex has no failure hook) is ``failed-turn``.
+
+    Read from the session's rollout file (recorded by its session-start hook): the error of
+    its last ``task_complete`` event, when that came after the agent started working.
+    """
+    from exo_cli.ops.hooks import load_state, turn_failed
+
+    path = load_state(env, agent.id).get("transcript")
+    if not isinstance(path, str) or not path:
+        return agent
+    from exo_cli.adapters.agents.codex import turn_error
+
+    found = turn_error(path)
+    if found is None or found[1] < (agent.status_at or 0) - 1.0:
+        return agent
+    turn_failed(env, agent, found[0], kind="api_error")
+    return env.store.agent(agent.id) or agent
 
 
 # -------------------------------------------------------------------------------- dialogs

@@ -21,7 +21,7 @@ from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked
 from exo_cli.errors import StateError, UsageError
 from exo_cli.selfcmd import exo_command
 
-HOOK_EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
+HOOK_EVENTS = ("session-start", "prompt", "stop", "stop-failure", "session-end", "notification", "tool", "notify")
 """The events ``exo hook`` understands (the hook command contract)."""
 
 ROLES = ("tl", "dev")
@@ -133,6 +133,26 @@ class Backend:
         """Refuse resume/fork options for backends that do not support them."""
         if ctx.resume_session or ctx.fork_session:
             raise UsageError(f"the {self.name} backend does not support --resume/--fork-session")
+
+
+def tail_json_lines(path: str, limit: int = 256 * 1024) -> list[Any]:
+    """The JSON objects of the last ``limit`` bytes of a JSONL file (a transcript); [] when unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except OSError:
+        return []
+    out = []
+    for line in data.splitlines():
+        if not line.startswith(b"{"):
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 # -- private files ---------------------------------------------------------------------------

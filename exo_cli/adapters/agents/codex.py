@@ -163,6 +163,36 @@ def make_home(ctx: LaunchContext, mcp_entry: Mapping[str, Any]) -> tuple[Path, P
     return own, own_file
 
 
+def turn_error(rollout_path: str) -> tuple[str, float] | None:
+    """(error, when) of the error that ended the session's last turn, from its rollout file; None otherwise.
+
+    Codex 0.169 has no failure hook (no Stop, no notify after an API error): the turn ends
+    with a ``task_complete`` event whose ``error.message`` says what happened, written to the
+    rollout file its hooks report as ``transcript_path``. ``when`` is the event's time (epoch).
+    """
+    from datetime import datetime
+
+    from exo_cli.adapters.agents.base import tail_json_lines
+
+    found: tuple[str, float] | None = None
+    for entry in tail_json_lines(rollout_path, 128 * 1024):
+        payload = entry.get("payload") if isinstance(entry, dict) else None
+        if not isinstance(payload, dict) or entry.get("type") != "event_msg":
+            continue
+        if payload.get("type") == "task_started":
+            found = None
+        elif payload.get("type") == "task_complete":
+            failure = payload.get("error")
+            found = None
+            if isinstance(failure, dict):
+                try:
+                    when = datetime.fromisoformat(str(entry.get("timestamp")).replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    when = 0.0
+                found = (str(failure.get("message") or failure), when)
+    return found
+
+
 class CodexBackend(Backend):
     """Codex CLI (``codex``); a turn ends with its Stop hook and ``notify`` (agent-turn-complete)."""
 

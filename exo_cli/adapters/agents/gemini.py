@@ -65,6 +65,30 @@ def git_identity_env(worktree: Path, env: Mapping[str, str]) -> dict[str, str]:
     return {var: values[key] for var, key in missing if key in values}
 
 
+def turn_error(transcript_path: str) -> str | None:
+    """The API error that ended the last turn of a Gemini session, from its transcript; None otherwise.
+
+    Gemini 0.61 has no failure hook: after an API error its AfterAgent hook fires with the
+    placeholder response ``[no response text]``, and the session file (``transcript_path``)
+    holds an entry ``{"type": "error", "content": "[API Error: ...]"}`` after the turn's
+    user message.
+    """
+    from exo_cli.adapters.agents.base import tail_json_lines
+
+    error = None
+    for entry in tail_json_lines(transcript_path):
+        if not isinstance(entry, dict):
+            continue
+        kind = entry.get("type")
+        if kind == "user":
+            error = None
+        elif kind == "error" and isinstance(entry.get("content"), str):
+            error = entry["content"]
+        elif kind == "gemini":
+            error = None
+    return error
+
+
 def exo_settings(mcp_server: Mapping[str, Any], *, keep_sessions: bool = False) -> dict[str, Any]:
     """Return exo's own Gemini settings: hooks enabled, exo's hooks, the exo MCP server.
 

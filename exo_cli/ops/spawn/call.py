@@ -156,8 +156,16 @@ def check_backend(env: Env, name: str) -> None:
 
 
 def agent_env(env: Env) -> dict[str, str]:
-    """The spawning call's environment minus identity variables exo sets itself."""
-    return {k: v for k, v in env.environ.items() if k not in DROP_VARS}
+    """The spawning call's environment minus identity variables exo sets itself.
+
+    A Claude agent's own environment holds its API key under another name (see the Claude
+    backend): what it spawns gets it back as ``ANTHROPIC_API_KEY``.
+    """
+    from exo_cli.adapters.agents.claude import restore_api_key
+
+    out = {k: v for k, v in env.environ.items() if k not in DROP_VARS}
+    restore_api_key(out)
+    return out
 
 
 def private_dir(path: Path) -> None:
