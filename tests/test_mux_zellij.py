@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from fake_zellij import child, find_pane, panes, parse_kdl
 
 from conftest import wait_for
 from exo_cli.adapters.mux import get_mux
@@ -30,98 +30,6 @@ from exo_cli.adapters.mux.zellij import (
 from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
 
 PY = sys.executable
-
-# --------------------------------------------------------------------------- tiny KDL reader
-
-_TOKEN = re.compile(r'[ \t\r]*(?:(//[^\n]*)|("(?:\\.|[^"\\])*")|([{};\n])|([^\s{};="]+)(=)?)')
-_ESC = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "b": "\b", "f": "\f", "/": "/"}
-
-
-def _unquote(s: str) -> str:
-    body, out, i = s[1:-1], [], 0
-    while i < len(body):
-        if body[i] == "\\":
-            nxt = body[i + 1]
-            if nxt == "u":
-                end = body.index("}", i)
-                out.append(chr(int(body[i + 3 : end], 16)))
-                i = end + 1
-                continue
-            out.append(_ESC[nxt])
-            i += 2
-        else:
-            out.append(body[i])
-            i += 1
-    return "".join(out)
-
-
-def parse_kdl(text: str) -> list[dict]:
-    """Parse the KDL subset the layout uses into [{name, args, props, children}]."""
-    tokens = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        assert m and m.end() > pos, f"cannot tokenize at {text[pos : pos + 30]!r}"
-        pos = m.end()
-        comment, string, punct, word, eq = m.groups()
-        if comment:
-            continue
-        if string is not None:
-            tokens.append(("str", _unquote(string)))
-        elif punct is not None:
-            tokens.append((punct, punct))
-        elif word is not None:
-            tokens.append(("word", word))
-            if eq:
-                tokens.append(("=", "="))
-    stack: list[list[dict]] = [[]]
-    node = None
-    i = 0
-    while i < len(tokens):
-        kind, val = tokens[i]
-        if kind in ("\n", ";"):
-            node = None
-        elif kind == "{":
-            assert node is not None
-            stack.append(node["children"])
-            node = None
-        elif kind == "}":
-            stack.pop()
-            node = None
-        elif node is None:
-            assert kind == "word", f"node name expected, got {val!r}"
-            node = {"name": val, "args": [], "props": {}, "children": []}
-            stack[-1].append(node)
-        elif i + 1 < len(tokens) and tokens[i + 1][0] == "=":
-            vkind, vval = tokens[i + 2]
-            node["props"][val] = vval if vkind == "str" else {"true": True, "false": False}.get(vval, vval)
-            i += 2
-        else:
-            node["args"].append(val if kind == "str" else {"true": True, "false": False}.get(val, val))
-        i += 1
-    assert len(stack) == 1, "unbalanced braces"
-    return stack[0]
-
-
-def child(node: dict, name: str) -> dict:
-    found = [c for c in node["children"] if c["name"] == name]
-    assert len(found) == 1, f"{name} not found once in {node['name']}"
-    return found[0]
-
-
-def panes(node: dict) -> list[dict]:
-    return [c for c in node["children"] if c["name"] == "pane"]
-
-
-def find_pane(nodes: list[dict], name: str) -> dict | None:
-    for n in nodes:
-        if n["name"] == "pane" and n["props"].get("name") == name:
-            return n
-        found = find_pane(n["children"], name)
-        if found:
-            return found
-    return None
-
 
 # --------------------------------------------------------------------------- fake zellij
 
