@@ -211,3 +211,19 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("mux", MUXES)
+def test_a_message_still_queued_to_a_resting_agent_is_handed_over(team: Path, mux: str) -> None:
+    """A message queued while the agent was busy (no hook took it) goes to it once it rests."""
+    from exo_cli.env import Env
+
+    exo_json(team, "spawn", "--worker", "quiet", "--agent", "custom", "--mux", mux, "--prompt", "hello")
+    assert exo_json(team, "wait", "quiet", "--timeout", "60")["results"][0]["status"] == "idle"
+    env = Env(cwd=team, environ={**os.environ, "EXO_STATE_DIR": str(team / ".git" / "exo")})
+    env.store.post("send", "root", "quiet", "RACED-7", data={"from_name": "root"})  # queued, never typed
+    # The waiting root's watcher hands it over; the agent answers it and rests again.
+    waited = exo_json(team, "wait", "quiet", "--timeout", "60")
+    assert "ECHO [MESSAGE from root] RACED-7" in waited["results"][0]["message"], waited
+    (msg,) = [m for m in env.store.messages(recipient="quiet") if m.body == "RACED-7"]
+    assert msg.delivered_at is not None

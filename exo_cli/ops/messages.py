@@ -484,8 +484,10 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = N
     store = env.store
     settled: dict[str, WaitEntry] = {}
     deadline = None if timeout is None else time.monotonic() + timeout
-    next_live = time.monotonic()
+    next_live = time.monotonic() + LIVENESS_EVERY
     with store.bell.listen([me]) as waiter:
+        if timeout != 0:  # watch once before the first look: a resting agent may still have a message queued
+            _refresh(env, _watched(env, me, targets, settled))
         while True:
             if not targets:
                 for m in store.messages(recipient=me, unconsumed=True, limit=20):
