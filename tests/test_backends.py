@@ -407,6 +407,7 @@ def test_codex_private_home_argv_and_config(tmp_path: Path, fake_exo: Path) -> N
         'model = "gpt-5"  # keep me\n\n'
         "[[hooks.Stop]]\n[[hooks.Stop.hooks]]\ntype = \"command\"\ncommand = \"my-hook\"\n\n"
         f'[hooks.state."{user_cfg}:stop:0:0"]\ntrusted_hash = "sha256:mine"\n'
+        f'[hooks.state."{user_home / "hooks.json"}:pre_tool_use:0:0"]\ntrusted_hash = "sha256:json"\n'
     )
     user_cfg.write_text(user_text)
     (user_home / "auth.json").write_text("{}")
@@ -437,6 +438,7 @@ def test_codex_private_home_argv_and_config(tmp_path: Path, fake_exo: Path) -> N
     state = hooks["state"]
     own_cfg = own / "config.toml"
     assert state[f"{own_cfg}:stop:0:0"] == {"trusted_hash": "sha256:mine"}  # the user's trust, moved
+    assert state[f"{own / 'hooks.json'}:pre_tool_use:0:0"] == {"trusted_hash": "sha256:json"}
     mine = hooks["Stop"][1]["hooks"][0]
     assert state[f"{own_cfg}:stop:1:0"]["trusted_hash"] == codex.trust_hash("Stop", None, mine["command"], 120)
     assert CANARY not in " ".join(argv) and CANARY not in text

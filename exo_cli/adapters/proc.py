@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import select
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.errors import EnvironmentError_, ExternalFailure, InvalidInput, external
@@ -187,27 +187,36 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def tree_activity(pgid: int) -> str | None:
-    """A fingerprint of what the processes of group/session ``pgid`` wrote so far (None without /proc).
+def tree_activities(pgids: Iterable[int]) -> dict[int, str]:
+    """A fingerprint, per process group/session in ``pgids``, of what its processes wrote so far.
 
-    The count of live members and the sum of their ``wchar`` (bytes written, terminal output
-    included, from ``/proc/<pid>/io``): it changes whenever the agent prints or writes, so an
-    observer that sees it unchanged for N seconds knows the agent was quiet that long.
+    The count of its live members and the sum of their ``wchar`` (bytes written, terminal
+    output included, from ``/proc/<pid>/io``): it changes whenever the agent prints or writes,
+    so an observer that sees it unchanged for N seconds knows the agent was quiet that long.
+    One scan of ``/proc`` for all of them; empty where ``/proc`` is missing.
     """
-    if not has_proc():
-        return None
-    members = group_members(pgid)
-    total = 0
-    for pid in members:
+    wanted = {g for g in pgids if g and g > 1}
+    if not wanted or not has_proc():
+        return {}
+    counts = dict.fromkeys(wanted, 0)
+    totals = dict.fromkeys(wanted, 0)
+    for pid in _pids():
+        st = proc_stat(pid)
+        if st is None or st.state in ("Z", "X"):
+            continue
+        group = st.pgrp if st.pgrp in wanted else st.session if st.session in wanted else None
+        if group is None:
+            continue
+        counts[group] += 1
         try:
             with open(f"/proc/{pid}/io", "rb") as fh:
                 for line in fh:
                     if line.startswith(b"wchar:"):
-                        total += int(line.split()[1])
+                        totals[group] += int(line.split()[1])
                         break
         except (OSError, ValueError):
             continue
-    return f"{len(members)}:{total}"
+    return {g: f"{counts[g]}:{totals[g]}" for g in wanted}
 
 
 def children_of(pid: int) -> list[int]:

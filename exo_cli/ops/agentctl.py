@@ -73,14 +73,14 @@ def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
                 a = watch_codex_turn(env, a)
         out.append(a)
     out = check_dialogs(env, out, observed)
-    from exo_cli.ops.delivery import deliver_pending
+    resting = [a for a in out if a.status in AT_REST and a.id in observed]
+    if resting:
+        from exo_cli.ops.delivery import deliver_pending
 
-    for a in out:
-        if a.status in AT_REST and a.id in observed:
-            try:
-                deliver_pending(env, a)
-            except Exception:  # noqa: BLE001 - a message that cannot be handed over waits for a hook
-                continue
+        try:
+            deliver_pending(env, resting)
+        except Exception:  # noqa: BLE001 - a message that cannot be handed over waits for a hook or the next look
+            pass
     return out
 
 

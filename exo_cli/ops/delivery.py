@@ -121,21 +121,26 @@ def deliver(env: Env, msg_id: int, recipient: Agent) -> str:
     return "typed"
 
 
-def deliver_pending(env: Env, agent: Agent) -> bool:
-    """Hand a resting agent the oldest message still queued for it (not events); True when one went.
+TYPED_KINDS = (NOTE, QUESTION, ANSWER, SEND)  # what is handed to a resting agent; events never are
+
+
+def deliver_pending(env: Env, agents: list[Agent]) -> list[int]:
+    """Hand each resting agent the oldest message still queued for it; the ids handed over.
 
     Closes the gap between a message queued while the agent was busy and the agent coming
     to rest without a hook to take it (its stop hook gave up after keeping it going five
-    times, or a custom agent without hooks went quiet). Lifecycle events are not typed:
-    they reach the agent at its hooks and its ``wait``.
+    times, or a custom agent without hooks went quiet). Only the kinds ``exo send`` and the
+    other message operations hand over are (notes, questions, answers, messages); lifecycle
+    events reach an agent at its hooks and its ``wait``. One query for all the agents.
     """
-    if agent.id == ROOT or agent.status not in AT_REST or not agent.location:
-        return False
-    for msg in env.store.messages(recipient=agent.id, unconsumed=True, undelivered=True, limit=20):
-        if msg.kind == EVENT:
-            continue
-        return deliver(env, msg.id, agent) == "typed"
-    return False
+    resting = {a.id: a for a in agents if a.id != ROOT and a.status in AT_REST and a.location}
+    if not resting:
+        return []
+    first: dict[str, Message] = {}
+    for msg in env.store.messages(kinds=list(TYPED_KINDS), unconsumed=True, undelivered=True):
+        if msg.recipient in resting:
+            first.setdefault(msg.recipient, msg)
+    return [m.id for r, m in first.items() if deliver(env, m.id, resting[r]) == "typed"]
 
 
 def fail_dependents(env: Env, agent: Agent, why: str) -> list[str]:

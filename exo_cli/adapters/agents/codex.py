@@ -11,7 +11,8 @@ gets its own ``CODEX_HOME`` (``<agent folder>/codex-home``, mode 0700) where
   ``[[hooks.<Event>]]`` tables appended after the user's own, and for each of exo's hooks a
   ``[hooks.state."<file>:<event>:<group>:<handler>"] trusted_hash`` computed the way Codex computes
   it (``trust_hash``), so they run without the review dialog. The user's own hook trust entries
-  are moved to the new file's path, so the user's trusted hooks stay trusted;
+  (for its ``config.toml`` and its ``hooks.json``) are moved to this folder's paths, so the
+  user's trusted hooks stay trusted;
 - every other entry of the user's ``CODEX_HOME`` (``auth.json``, ``sessions``, ``history.jsonl``,
   ``hooks.json``, ...) is a symlink to the user's, so the login and the session history are
   the user's own.
@@ -110,8 +111,10 @@ def config_text(user_text: str, *, user_file: Path, own_file: Path, mcp_entry: M
         projects[str(trusted_project)] = {"trust_level": "trusted"}
     hooks = _table(doc, "hooks")
     state = _table(hooks, "state")
-    old_prefix, new_prefix = f"{user_file}:", f"{own_file}:"
-    for key in list(state.keys()):  # the user's trusted hooks keep their trust in the new file
+    # The user's trusted hooks (its config.toml's and its hooks.json's, now read through this
+    # folder) keep their trust: their keys name the file they come from.
+    old_prefix, new_prefix = f"{user_file.parent}{os.sep}", f"{own_file.parent}{os.sep}"
+    for key in list(state.keys()):
         if key.startswith(old_prefix):
             state[new_prefix + key[len(old_prefix):]] = state.pop(key)
     for event, exo_event, matcher, timeout in HOOKS:

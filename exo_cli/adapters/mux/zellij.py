@@ -400,20 +400,20 @@ class Zellij:
         """Return the state of ``locations`` (default: every recorded tab) keyed by tab name.
 
         Liveness comes from the recorded pid, the exit status from the launcher's report,
-        and ``activity`` from the agent's process tree (``proc.tree_activity``): no Zellij call.
+        and ``activity`` from the agents' processes (``proc.tree_activities``, one scan of
+        /proc for all): no Zellij call.
         """
-        from exo_cli.adapters.proc import tree_activity
+        from exo_cli.adapters.proc import tree_activities
 
-        locs = self.locations() if locations is None else list(locations)
+        locs = [loc for loc in (self.locations() if locations is None else list(locations)) if loc.mux == "zellij"]
+        alive = {loc.key: pid_alive(loc.pid, loc.start_time) for loc in locs}
+        activities = tree_activities(loc.pgid or loc.pid or 0 for loc in locs if alive[loc.key])
         states = {}
         for loc in locs:
-            if loc.mux != "zellij":
-                continue
-            alive = pid_alive(loc.pid, loc.start_time)
-            status = None if alive else self.exit_status(loc)
-            activity = tree_activity(loc.pid) if alive and loc.pid else None
-            states[loc.key] = PaneState(location=loc, alive=alive, pid=loc.pid, dead_status=status,
-                                        activity=activity)
+            live = alive[loc.key]
+            status = None if live else self.exit_status(loc)
+            states[loc.key] = PaneState(location=loc, alive=live, pid=loc.pid, dead_status=status,
+                                        activity=activities.get(loc.pgid or loc.pid or 0))
         return states
 
     def alive(self, loc: Location) -> bool:
