@@ -19,6 +19,7 @@ or all of the caller's live children, every ``LIVENESS_EVERY`` seconds. A refres
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from typing import TYPE_CHECKING, Any
@@ -309,6 +310,11 @@ def watch_codex_turn(env: Env, agent: Agent) -> Agent:
 
     path = load_state(env, agent.id).get("transcript")
     if not isinstance(path, str) or not path:
+        return agent
+    try:
+        if os.stat(path).st_mtime < (agent.status_at or 0) - 1.0:
+            return agent  # nothing written since it started working
+    except OSError:
         return agent
     from exo_cli.adapters.agents.codex import turn_error
 

@@ -135,14 +135,19 @@ class Backend:
             raise UsageError(f"the {self.name} backend does not support --resume/--fork-session")
 
 
-def tail_json_lines(path: str, limit: int = 256 * 1024) -> list[Any]:
-    """The JSON objects of the last ``limit`` bytes of a JSONL file (a transcript); [] when unreadable."""
+def tail_json_lines(path: str, limit: int = 256 * 1024, *, containing: bytes | None = None) -> list[Any]:
+    """The JSON objects of the last ``limit`` bytes of a JSONL file (a transcript); [] when unreadable.
+
+    With ``containing``, [] at once (nothing parsed) when those bytes do not occur in the tail.
+    """
     try:
         with open(path, "rb") as fh:
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - limit))
             data = fh.read()
     except OSError:
+        return []
+    if containing is not None and containing not in data:
         return []
     out = []
     for line in data.splitlines():

@@ -178,7 +178,7 @@ def turn_error(rollout_path: str) -> tuple[str, float] | None:
     from exo_cli.adapters.agents.base import tail_json_lines
 
     found: tuple[str, float] | None = None
-    for entry in tail_json_lines(rollout_path, 128 * 1024):
+    for entry in tail_json_lines(rollout_path, 64 * 1024, containing=b'"task_complete"'):
         payload = entry.get("payload") if isinstance(entry, dict) else None
         if not isinstance(payload, dict) or entry.get("type") != "event_msg":
             continue
