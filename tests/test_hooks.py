@@ -447,3 +447,20 @@ def test_codex_failed_turn_is_read_from_its_rollout(team: Path, tmp_path: Path) 
     a = agentctl.watch_codex_turn(env, env.store.agent("w1"))
     assert a.status == "failed-turn" and "fake bad request" in a.output
     assert _root_events(team, "failed-turn")
+
+
+def test_session_end_fails_the_agents_waiting_after_it(team: Path) -> None:
+    make_agent(team, "next", status="starting", status_reason="waiting for w1",
+               spec={"phase": "pending", "after": ["w1"], "request": {"prompt": "after w1"}})
+    hook_json(run_hook(team, "w1", "session-end", "claude", END["claude"]))
+    assert _agent(team, "w1").status == "dead"
+    nxt = _agent(team, "next")
+    assert nxt.status == "dead" and nxt.status_reason.startswith("not started: w1 ended its session")
+    (event,) = _root_events(team, "after-failed")
+    assert event.sender == "next" and "will not start" in event.body
+
+
+def test_headless_cli_session_end_is_the_end_of_a_turn_only(repo: Path) -> None:
+    make_agent(repo, "h1", backend="claude", mux="headless", status="idle")
+    hook_json(run_hook(repo, "h1", "session-end", "claude", END["claude"]))
+    assert _agent(repo, "h1").status == "idle"  # its runner lives on and continues the session
