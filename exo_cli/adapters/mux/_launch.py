@@ -173,7 +173,7 @@ def main(args: list[str]) -> int:
         return 127
 
 
-def run_and_report(argv: list[str], env: dict, exit_file: str) -> int:
+def run_and_report(argv: list[str], env: dict[str, str], exit_file: str) -> int:
     """Run ``argv`` as a child (same terminal, session and group), write its exit status to ``exit_file``.
 
     For multiplexers that do not keep a dead pane's exit status (Zellij): the launcher stays

@@ -38,12 +38,17 @@ import select
 import subprocess
 import sys
 
+# Importing typing would cost the runner start-up time; type checkers still see it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 POLL = 5.0  # seconds between inbox checks when no wake-up byte arrives (a missed write)
 PLACEHOLDER = re.compile(r"\{session\}|\{message\}")
 
 
 class Runner:
-    def __init__(self, spec: dict) -> None:
+    def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
         self.dir = spec["dir"]
         self.name = spec["name"]
