@@ -227,3 +227,25 @@ def test_a_message_still_queued_to_a_resting_agent_is_handed_over(team: Path, mu
     assert "ECHO [MESSAGE from root] RACED-7" in waited["results"][0]["message"], waited
     (msg,) = [m for m in env.store.messages(recipient="quiet") if m.body == "RACED-7"]
     assert msg.delivered_at is not None
+
+
+def test_pending_agents_are_settled_by_the_watcher_whatever_ended_their_dependency(team: Path) -> None:
+    """A dependency completed (done) starts them; one marked dead by any path fails them."""
+    from exo_cli.env import Env
+
+    exo_json(team, "spawn", "--worker", "quiet", "--worker", "bad", "--agent", "custom", "--mux", "headless",
+             "--prompt", "first")
+    exo_json(team, "spawn", "--worker", "after-quiet", "--after", "quiet", "--agent", "custom", "--mux",
+             "headless", "--prompt", "got {{quiet.output}}")
+    exo_json(team, "spawn", "--worker", "after-bad", "--after", "bad", "--agent", "custom", "--mux", "headless",
+             "--prompt", "y")
+    env = Env(cwd=team, environ={**os.environ, "EXO_STATE_DIR": str(team / ".git" / "exo")})
+    # Recorded directly, as another operation might: no hook or kill ran for them.
+    env.store.update_agent("quiet", status="done", output="OUT-Q")
+    env.store.update_agent("bad", status="dead", status_reason="gone somehow")
+    exo(team, "agents")  # any watcher
+    started = wait_for(lambda: (a := store_agent(team, "after-quiet")) and a.location.get("pid") and a, 30,
+                       "after-quiet started")
+    assert started.spec.get("phase") == "spawned" and "got OUT-Q" in (started.task or "") + json.dumps(started.spec)
+    failed = store_agent(team, "after-bad")
+    assert failed.status == "dead" and failed.status_reason == "not started: bad is dead (gone somehow)"

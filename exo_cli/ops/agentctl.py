@@ -74,6 +74,7 @@ def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
                 a = watch_codex_turn(env, a)
         out.append(a)
     out = check_dialogs(env, out, observed)
+    out = settle_pending(env, out)
     resting = [a for a in out if a.status in AT_REST and a.id in observed]
     if resting:
         from exo_cli.ops.delivery import deliver_pending
@@ -126,6 +127,34 @@ def died(env: Env, agent: Agent, reason: str, *, tell_parent: bool = True) -> No
     if tell_parent:
         notify_parent(env, agent, "dead", f"{agent.name} is dead: {reason}", reason=reason)
     fail_dependents(env, agent, f"{agent.name} is dead ({reason})")
+
+
+def settle_pending(env: Env, agents: list[Agent]) -> list[Agent]:
+    """Agents waiting ``--after`` others: fail the ones whose dependency died, start the ready ones.
+
+    The hooks and operations that end a turn or an agent do this as it happens; this catches
+    what happened otherwise (an agent completed, or marked dead by another path).
+    """
+    pending = [a for a in agents if a.status == STARTING and a.spec.get("phase") == "pending"]
+    if not pending:
+        return agents
+    from exo_cli.ops.delivery import fail_pending, pending_verdict
+
+    ready: list[tuple[str, str]] = []
+    for a in pending:
+        fresh = env.store.agent(a.id)
+        if fresh is None or fresh.status != STARTING or fresh.spec.get("phase") != "pending":
+            continue  # started or failed meanwhile
+        verdict, detail = pending_verdict(env, fresh)
+        if verdict == "dead":
+            fail_pending(env, a, detail)
+        elif verdict == "ready":
+            ready.append((a.id, detail))
+    if ready:
+        from exo_cli.ops.spawn.pending import start_dependents
+
+        start_dependents(env, "watcher", ready)
+    return [env.store.agent(a.id) or a if a in pending else a for a in agents]
 
 
 def start_ready(env: Env, agent: Agent) -> list[str]:
@@ -372,12 +401,14 @@ def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState |
 # -------------------------------------------------------------------------------- stopping
 
 
-def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = DEAD) -> bool:
+def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = DEAD,
+               settle_dependents: bool = False) -> bool:
     """Stop the agent's process group and every service exo started for it; record ``status``.
 
     Panes stay readable. True if the agent itself was alive. A ``done`` agent keeps its
-    status unless ``status`` is done too; one that becomes ``dead`` here fails the agents
-    waiting ``--after`` it.
+    status unless ``status`` is done too. With ``settle_dependents`` (``exo kill``), one that
+    becomes ``dead`` here fails the agents waiting ``--after`` it at once; otherwise (a
+    ``complete`` that may still end ``done``) the next watcher settles them.
     """
     from exo_cli.errors import ExoError
 
@@ -398,7 +429,7 @@ def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = 
     became_dead = False
     if agent.status not in (DONE,) or status == DONE:
         env.store.update_agent(agent.id, status=status, status_reason=reason)
-        became_dead = status == DEAD and agent.status != DEAD
+        became_dead = settle_dependents and status == DEAD and agent.status != DEAD
     env.store.event(reason, agent.id, {"was_alive": was_alive})
     if became_dead:
         died(env, agent, reason, tell_parent=False)

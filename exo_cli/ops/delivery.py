@@ -156,13 +156,40 @@ def fail_dependents(env: Env, agent: Agent, why: str) -> list[str]:
             continue
         if not ({agent.id, agent.name} & set(_deps(pending))):
             continue
-        reason = f"not started: {why}"
-        if not env.store.update_agent(pending.id, if_status=STARTING, status=DEAD, status_reason=reason):
-            continue
-        notify_parent(env, pending, "after-failed", f"{pending.name} will not start: {why}",
-                      after=agent.id, reason=why)
-        failed.append(pending.id)
+        if fail_pending(env, pending, why):
+            failed.append(pending.id)
     return failed
+
+
+def fail_pending(env: Env, pending: Agent, why: str) -> bool:
+    """Mark one agent waiting ``--after`` dead (``not started: <why>``) and tell its parent; once."""
+    if not env.store.update_agent(pending.id, if_status=STARTING, status=DEAD, status_reason=f"not started: {why}"):
+        return False
+    notify_parent(env, pending, "after-failed", f"{pending.name} will not start: {why}", reason=why)
+    return True
+
+
+def pending_verdict(env: Env, pending: Agent) -> tuple[str, str]:
+    """Where an agent waiting ``--after`` stands: ("ready", its prompt), ("dead", why) or ("waiting", "").
+
+    Dead when one of the agents it waits for is dead or gone; ready when all are idle or done
+    (the prompt with their outputs substituted, as ``ready_dependents`` gives it).
+    """
+    deps = _deps(pending)
+    records = [(d, _lookup(env, d)) for d in deps]
+    for ref, rec in records:
+        if rec is None:
+            return "dead", f"{ref} is gone"
+        if rec.status == DEAD:
+            return "dead", f"{rec.name} is dead ({rec.status_reason or 'stopped'})"
+    if not deps or any(rec.status not in (IDLE, DONE) for _, rec in records if rec is not None):
+        return "waiting", ""
+    outputs: dict[str, str | None] = {}
+    for _, rec in records:
+        if rec is not None:
+            outputs[rec.name] = rec.output
+            outputs[rec.id] = rec.output
+    return "ready", substitute_outputs(_template(pending), outputs)
 
 
 def _lookup(env: Env, ref: str) -> Agent | None:

@@ -113,7 +113,7 @@ def kill(env: Env, *, agent: str) -> KillResult:
         a = env.store.agent(a.id) or a
         # Stops the agent's process group and its services; a done agent whose process still
         # runs is stopped too (its status stays done).
-        was_alive = agentctl.stop_agent(env, a, reason="killed")
+        was_alive = agentctl.stop_agent(env, a, reason="killed", settle_dependents=True)
         (killed if was_alive or a.status in LIVE_STATUSES else dead).append(a.id)
         if a.worktree and a.spec.get("worktree_created"):
             kept.append([a.id, a.worktree])
