@@ -53,7 +53,8 @@ DEFAULTS: dict[str, Any] = {
         "command": [],  # custom backend: argv template with {prompt} {worktree} {name}
         "args": {backend: [] for backend in BACKENDS},
         "start_timeout": 60,
-        "idle_quiet_seconds": 30,
+        "idle_quiet_seconds": 30,  # a custom agent quiet this long (and running no child process) is idle
+        "idle_pattern": "",  # a regular expression: a custom agent whose last line matches is idle at once
     },
     "mux": {"default": "tmux"},
     "mcp": {"compat": []},
@@ -112,6 +113,18 @@ def _is_cmd(v: Any) -> bool:
     return isinstance(v, str) or _is_str_list(v)
 
 
+def _is_regex(v: Any) -> bool:
+    import re
+
+    if not isinstance(v, str):
+        return False
+    try:
+        re.compile(v)
+    except re.error:
+        return False
+    return True
+
+
 def _is_table(v: Any) -> bool:
     return isinstance(v, dict)
 
@@ -133,6 +146,7 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
                    "{ claude = [\"--model\", \"sonnet\"] } (backends: " + ", ".join(BACKENDS) + ")"),
     "agent.start_timeout": (_is_seconds, "a whole number of seconds"),
     "agent.idle_quiet_seconds": (_is_seconds, "a whole number of seconds"),
+    "agent.idle_pattern": (_is_regex, "a regular expression"),
     "mux.default": (_choice(*MUXES), "one of " + ", ".join(MUXES)),
     "mcp.compat": (lambda v: _is_str_list(v) and all(x in MCP_COMPAT for x in v),
                    "a list of compatible tool sets: " + ", ".join(MCP_COMPAT)),

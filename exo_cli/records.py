@@ -15,10 +15,13 @@ IDLE = "idle"
 ASKING = "asking"
 BLOCKED_ON_DIALOG = "blocked-on-dialog"
 WAITING_PERMISSION = "waiting-permission"
+FAILED_TURN = "failed-turn"  # its last turn ended with an error (an API error); alive, takes new messages
 DONE = "done"
 DEAD = "dead"
 UNKNOWN = "unknown"
-LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, UNKNOWN)
+LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, FAILED_TURN, UNKNOWN)
+# Statuses in which an agent waits at its input for the next message (it can be typed into).
+AT_REST = (IDLE, FAILED_TURN)
 
 # What an agent's ``backend`` and ``mux`` can be: the one list of each (config, the adapters and
 # the operations read these; kept here because this module is cheap, even on the hooks' path).

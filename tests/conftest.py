@@ -174,6 +174,37 @@ def agent_vars(repo: Path, agent_id: str, **extra: str) -> dict[str, str]:
     return {"EXO_AGENT": agent_id, "EXO_AGENT_PROOF": proof, **extra}
 
 
+def agent_process_environ(pid: int) -> dict[str, str]:
+    """The environment of the agent's own process: the recorded process, or (headless: the recorded
+    process is exo's runner, which holds the agent's environment in memory only) its first
+    descendant that carries ``EXO_AGENT``. Waits for the runner to start the agent."""
+
+    def environ_of(p: int) -> dict[str, str]:
+        try:
+            raw = Path(f"/proc/{p}/environ").read_bytes()
+        except OSError:
+            return {}
+        return dict(x.decode(errors="replace").split("=", 1) for x in raw.split(b"\0") if b"=" in x)
+
+    def children(p: int) -> list[int]:
+        try:
+            return [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            return []
+
+    def search() -> dict[str, str] | None:
+        todo = [pid]
+        while todo:
+            p = todo.pop(0)
+            env = environ_of(p)
+            if "EXO_AGENT" in env:
+                return env
+            todo.extend(children(p))
+        return None
+
+    return wait_for(search, what=f"an agent process under pid {pid}")  # type: ignore[no-any-return]
+
+
 def live_agent_vars(repo: Path, agent_id: str) -> dict[str, str]:
     """``EXO_AGENT`` and its proof as the running agent's own process has them (from /proc, as only
     the same Unix user can read them): the identity spawn really gave it."""
@@ -181,9 +212,8 @@ def live_agent_vars(repo: Path, agent_id: str) -> dict[str, str]:
 
     record = Env(cwd=repo).store.agent(agent_id)
     assert record is not None and record.location.get("pid"), f"{agent_id} has no recorded process"
-    raw = Path(f"/proc/{record.location['pid']}/environ").read_bytes()
-    environ = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k: environ[k.encode()].decode() for k in ("EXO_AGENT", "EXO_AGENT_PROOF")}
+    environ = agent_process_environ(int(record.location["pid"]))
+    return {k: environ[k] for k in ("EXO_AGENT", "EXO_AGENT_PROOF")}
 
 
 def wait_for(pred, timeout: float = 60.0, what: str = "condition"):  # type: ignore[no-untyped-def]

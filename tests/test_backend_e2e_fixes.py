@@ -72,7 +72,6 @@ def test_codex_session_end_timeout_is_within_codex_limit(tmp_path: Path) -> None
     """Codex 0.169 clamps SessionEnd hook timeouts above 3 s (and warns in the TUI)."""
     ctx = LaunchContext(name="ada", role="dev", worktree=tmp_path, repo_root=tmp_path, prompt=None,
                         agent_dir=tmp_path / "agent", state_dir=tmp_path / "state", home=tmp_path, env={})
-    values = codex.CodexBackend().overrides(ctx, {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(tmp_path)})
-    (end,) = [v for v in values if v.startswith("hooks.SessionEnd=")]
-    groups = tomllib.loads("v = " + end.partition("=")[2])["v"]
+    codex.CodexBackend().prepare(ctx, {})
+    groups = tomllib.loads((tmp_path / "agent" / "codex-home" / "config.toml").read_text())["hooks"]["SessionEnd"]
     assert groups[0]["hooks"][0]["timeout"] <= 3

@@ -13,8 +13,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from exo_cli.adapters import agents as backends
 from exo_cli.adapters.agents import base, claude, codex
@@ -155,11 +153,13 @@ def test_claude_argv_and_files(tmp_path: Path, fake_exo: Path) -> None:
     doc = json.loads(settings_file.read_text())
     assert "skipDangerousModePermissionPrompt" not in doc
     hooks = doc["hooks"]
-    assert set(hooks) == {"SessionStart", "UserPromptSubmit", "Stop", "SessionEnd", "Notification", "PostToolUse"}
+    assert set(hooks) == {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "SessionEnd", "Notification",
+                          "PostToolUse"}
     assert hooks["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
     assert hooks["Notification"][0]["matcher"] == "permission_prompt"
     events = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop",
-              "SessionEnd": "session-end", "Notification": "notification", "PostToolUse": "tool"}
+              "StopFailure": "stop-failure", "SessionEnd": "session-end", "Notification": "notification",
+              "PostToolUse": "tool"}
     for event, exo_event in events.items():
         (handler,) = hooks[event][0]["hooks"]
         assert handler["type"] == "command" and isinstance(handler["timeout"], int)
@@ -170,6 +170,51 @@ def test_claude_argv_and_files(tmp_path: Path, fake_exo: Path) -> None:
     assert launch.undo == []  # not created by exo: no trust entry
     assert not (ctx.home / ".claude.json").exists()
     assert launch.env["MCP_CONNECTION_NONBLOCKING"] == "0"  # wait for exo's MCP server before the first request
+    # The API key dialog is pre-empted: the key moves to another variable that exo's apiKeyHelper prints.
+    assert "ANTHROPIC_API_KEY" not in launch.env and launch.env["EXO_ANTHROPIC_API_KEY"] == CANARY
+    assert doc["apiKeyHelper"] == 'printf %s "$EXO_ANTHROPIC_API_KEY"'
+    helper = subprocess.run(["sh", "-c", doc["apiKeyHelper"]], env=launch.env, capture_output=True, text=True)
+    assert helper.stdout == CANARY
+
+
+def test_claude_without_api_key_has_no_helper(tmp_path: Path, fake_exo: Path) -> None:
+    ctx = make_ctx(tmp_path, tmp_path / "wt", created_worktree=False, env={"ANTHROPIC_API_KEY": ""})
+    launch = backends.get_backend("claude").prepare(ctx, {})
+    assert "apiKeyHelper" not in json.loads((ctx.agent_dir / "claude-settings.json").read_text())
+    assert "EXO_ANTHROPIC_API_KEY" not in launch.env
+
+
+def test_claude_headless_continues_its_session(tmp_path: Path, fake_exo: Path) -> None:
+    ctx = make_ctx(tmp_path, tmp_path / "wt", created_worktree=False, headless=True, skip_permissions=True)
+    launch = backends.get_backend("claude").prepare(ctx, {})
+    session = launch.channel["session"]
+    wiring = ["--mcp-config", str(ctx.agent_dir / "mcp.json"), "--settings", str(ctx.agent_dir / "claude-settings.json")]
+    assert launch.argv == ["claude", "-p", "--dangerously-skip-permissions", "--session-id", session, *wiring,
+                           "--", "fix the bug"]
+    assert launch.channel == {"mode": "resume", "session": session, "wait_first": False,
+                              "resume": ["claude", "-p", "--dangerously-skip-permissions", "--resume", "{session}",
+                                         *wiring, "--", "{message}"]}
+
+
+def test_codex_and_gemini_headless_continue_their_sessions(tmp_path: Path, fake_exo: Path) -> None:
+    ctx = make_ctx(tmp_path, tmp_path / "wt", created_worktree=False, headless=True, prompt="-start")
+    codex_launch = backends.get_backend("codex").prepare(ctx, {})
+    assert codex_launch.argv == ["codex", "exec", "--json", "--", "-start"]
+    assert codex_launch.channel == {"mode": "resume", "session_from": "codex-json", "wait_first": False,
+                                    "resume": ["codex", "exec", "--json", "resume", "{session}", "--", "{message}"]}
+    (tmp_path / "wt").mkdir(exist_ok=True)
+    gem = backends.get_backend("gemini").prepare(ctx, {})
+    try:
+        session = gem.channel["session"]
+        assert gem.argv == ["gemini", "--session-id", session, "--prompt=-start"]
+        assert gem.channel["resume"] == ["gemini", "--resume", "{session}", "--prompt={message}"]
+        settings = json.loads((tmp_path / "wt" / ".gemini" / "settings.json").read_text())
+        assert settings["general"]["sessionRetention"] == {"enabled": False}  # or it deletes resumed sessions
+    finally:
+        backends.cleanup(gem.undo)
+    no_prompt = backends.get_backend("codex").prepare(make_ctx(tmp_path, tmp_path / "wt", headless=True,
+                                                                prompt=None), {})
+    assert no_prompt.argv[-1] == "{message}" and no_prompt.channel["wait_first"] is True
 
 
 def test_claude_skip_permissions(tmp_path: Path, fake_exo: Path) -> None:
@@ -352,48 +397,66 @@ def test_gemini_refuses_to_merge_unparseable_settings(tmp_path: Path, fake_exo: 
 # -- codex -----------------------------------------------------------------------------------
 
 
-def parse_override(value: str) -> tuple[list[str], object]:
-    key, _, raw = value.partition("=")
-    return key.split("."), tomllib.loads(f"v = {raw}")["v"]
-
-
-def test_codex_argv_and_overrides(tmp_path: Path, fake_exo: Path) -> None:
+def test_codex_private_home_argv_and_config(tmp_path: Path, fake_exo: Path) -> None:
     wt = tmp_path / 'we.ird "wt" \\ dir'
+    user_home = tmp_path / "home" / ".codex"
+    user_home.mkdir(parents=True)
+    user_cfg = user_home / "config.toml"
+    user_text = (
+        "# my settings\n"
+        'model = "gpt-5"  # keep me\n\n'
+        "[[hooks.Stop]]\n[[hooks.Stop.hooks]]\ntype = \"command\"\ncommand = \"my-hook\"\n\n"
+        f'[hooks.state."{user_cfg}:stop:0:0"]\ntrusted_hash = "sha256:mine"\n'
+        f'[hooks.state."{user_home / "hooks.json"}:pre_tool_use:0:0"]\ntrusted_hash = "sha256:json"\n'
+    )
+    user_cfg.write_text(user_text)
+    (user_home / "auth.json").write_text("{}")
     ctx = make_ctx(tmp_path, wt, skip_permissions=True, extra_args=["-m", "gpt"])
     launch = backends.get_backend("codex").prepare(ctx, IDENTITY)
     argv = launch.argv
-    assert argv[:3] == ["codex", "--dangerously-bypass-hook-trust", "--dangerously-bypass-approvals-and-sandbox"]
-    assert argv[-4:] == ["-m", "gpt", "--", "fix the bug"]
-    values = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
-    parsed = dict((".".join(k), v) for k, v in map(parse_override, values))
+    # no -c overrides and no --dangerously-bypass-hook-trust: Codex warns about both
+    assert argv == ["codex", "--dangerously-bypass-approvals-and-sandbox", "-m", "gpt", "--", "fix the bug"]
+    own = ctx.agent_dir / "codex-home"
+    assert launch.env["CODEX_HOME"] == str(own)
+    assert stat.S_IMODE(os.stat(own).st_mode) == 0o700
+    assert os.readlink(own / "auth.json") == str(user_home / "auth.json")  # the user's login, shared
+    assert user_cfg.read_text() == user_text  # the user's file is never written
+    text = (own / "config.toml").read_text()
+    assert text.startswith("# my settings\n") and 'model = "gpt-5"  # keep me' in text  # tomlkit keeps the layout
+    parsed = tomllib.loads(text)
     exo = str(fake_exo)
-    # The proof passes by name only (Codex starts MCP servers with a reduced environment).
-    assert parsed["mcp_servers.exo"] == {"command": exo, "args": ["mcp", "--role", "auto"], "required": True,
-                                         "env_vars": ["EXO_AGENT_PROOF"],
-                                         "env": {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(ctx.state_dir)}}
-    assert parsed["projects"] == {str(wt): {"trust_level": "trusted"}}
     assert parsed["notify"] == [exo, "hook", "notify", "--cli", "codex"]
-    assert set(k for k in parsed if k.startswith("hooks.")) == {
-        "hooks.SessionStart", "hooks.UserPromptSubmit", "hooks.Stop", "hooks.SessionEnd", "hooks.PostToolUse"}
-    start = parsed["hooks.SessionStart"][0]
+    # The proof passes by name only (Codex starts MCP servers with a reduced environment).
+    assert parsed["mcp_servers"]["exo"] == {"command": exo, "args": ["mcp", "--role", "auto"], "required": True,
+                                            "env_vars": ["EXO_AGENT_PROOF"],
+                                            "env": {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(ctx.state_dir)}}
+    assert parsed["projects"] == {str(wt): {"trust_level": "trusted"}}
+    hooks = parsed["hooks"]
+    assert set(hooks) == {"SessionStart", "UserPromptSubmit", "Stop", "SessionEnd", "PostToolUse", "state"}
+    assert hooks["Stop"][0]["hooks"][0]["command"] == "my-hook"  # the user's hook first, index kept
+    start = hooks["SessionStart"][0]
     assert start["matcher"] == "startup|resume|clear"
     assert shlex.split(start["hooks"][0]["command"]) == [exo, "hook", "session-start", "--cli", "codex"]
-    assert launch.files == [] and launch.undo == []
-    assert CANARY not in " ".join(argv)
-    assert not ctx.agent_dir.exists()
+    state = hooks["state"]
+    own_cfg = own / "config.toml"
+    assert state[f"{own_cfg}:stop:0:0"] == {"trusted_hash": "sha256:mine"}  # the user's trust, moved
+    assert state[f"{own / 'hooks.json'}:pre_tool_use:0:0"] == {"trusted_hash": "sha256:json"}
+    mine = hooks["Stop"][1]["hooks"][0]
+    assert state[f"{own_cfg}:stop:1:0"]["trusted_hash"] == codex.trust_hash("Stop", None, mine["command"], 120)
+    assert CANARY not in " ".join(argv) and CANARY not in text
+
+
+def test_codex_trust_hash_is_codexs() -> None:
+    # What Codex 0.169 itself wrote after "Trust all and continue" for this hook.
+    assert codex.trust_hash("Stop", None, "/bin/true", 10) == (
+        "sha256:3c75cb092e3950863ad8058f4bb30d306cedb26dfb7b5eb217733b2635579c77")
 
 
 def test_codex_without_created_worktree_adds_no_trust(tmp_path: Path, fake_exo: Path) -> None:
-    launch = backends.get_backend("codex").prepare(make_ctx(tmp_path, tmp_path, created_worktree=False, prompt=None), {})
-    assert not any(a.startswith("projects=") for a in launch.argv)
+    ctx = make_ctx(tmp_path, tmp_path, created_worktree=False, prompt=None)
+    launch = backends.get_backend("codex").prepare(ctx, {})
+    assert "projects" not in tomllib.loads((ctx.agent_dir / "codex-home" / "config.toml").read_text())
     assert "--dangerously-bypass-approvals-and-sandbox" not in launch.argv and "--" not in launch.argv
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.text(), st.text(min_size=1))
-def test_toml_inline_round_trips(value: str, key: str) -> None:
-    doc = {key: [value, {"k": value}], "n": 3, "b": True}
-    assert tomllib.loads(f"v = {codex.toml_inline(doc)}")["v"] == doc
 
 
 # -- custom and demo ---------------------------------------------------------------------------

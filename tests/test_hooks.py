@@ -382,3 +382,85 @@ def test_stop_hook_never_touches_the_network(repo: Path, tmp_path: Path) -> None
     assert out == {}
     assert (wt / "theirs.txt").exists()  # rebased onto the local parent branch
     assert not canary.exists()
+
+
+# ------------------------------------------------------------------------------------------ failed turns
+
+
+def _root_events(repo: Path, kind: str) -> list:
+    return [m for m in _msgs(repo, recipient="root", kinds=["event"]) if m.data.get("event") == kind]
+
+
+def test_claude_stop_failure_is_a_failed_turn_and_the_parent_is_told(team: Path) -> None:
+    payload = {"session_id": "c-sess", "transcript_path": "/nonexistent", "cwd": "/x",
+               "hook_event_name": "StopFailure", "error": "rate_limit",
+               "last_assistant_message": "API Error: 429 rate limited"}
+    assert hook_json(run_hook(team, "w1", "stop-failure", "claude", payload)) == {}
+    a = _agent(team, "w1")
+    assert a.status == "failed-turn" and a.status_reason == "turn failed: API Error: 429 rate limited"
+    assert a.output == "API Error: 429 rate limited" and a.turns == 1
+    (event,) = _root_events(team, "failed-turn")
+    assert "API Error: 429" in event.body and event.data["error_kind"] == "rate_limit"
+    assert not _root_events(team, "idle")
+    # Its next turn (a message, then the prompt hook) makes it work again; a repeat changes nothing.
+    assert hook_json(run_hook(team, "w1", "stop-failure", "claude", payload)) == {}
+    assert len(_root_events(team, "failed-turn")) == 1
+    hook_json(run_hook(team, "w1", "prompt", "claude", PROMPT["claude"]))
+    assert _agent(team, "w1").status == "working"
+
+
+def test_gemini_after_agent_after_an_api_error_is_a_failed_turn(team: Path, tmp_path: Path) -> None:
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_text("\n".join(json.dumps(e) for e in [
+        {"sessionId": "g-sess", "kind": "main"},
+        {"id": "1", "type": "user", "content": [{"text": "go on"}]},
+        {"id": "2", "type": "error", "content": '[API Error: {"error":{"code":400,"message":"bad request"}}]'},
+        {"id": "3", "type": "info", "content": "This request failed."},
+    ]) + "\n")
+    payload = dict(STOP["gemini"], transcript_path=str(transcript), prompt_response="[no response text]")
+    hook_json(run_hook(team, "w1", "stop", "gemini", payload))
+    a = _agent(team, "w1")
+    assert a.status == "failed-turn" and "bad request" in a.output
+    assert _root_events(team, "failed-turn") and not _root_events(team, "idle")
+    # A turn that answered normally is idle as before.
+    transcript.write_text(transcript.read_text() + json.dumps({"id": "4", "type": "user"}) + "\n"
+                          + json.dumps({"id": "5", "type": "gemini", "content": "fine"}) + "\n")
+    hook_json(run_hook(team, "w1", "stop", "gemini", dict(STOP["gemini"], transcript_path=str(transcript))))
+    assert _agent(team, "w1").status == "idle"
+
+
+def test_codex_failed_turn_is_read_from_its_rollout(team: Path, tmp_path: Path) -> None:
+    import time as _time
+
+    from exo_cli.ops import agentctl
+
+    rollout = tmp_path / "rollout.jsonl"
+    stamp = _time.strftime("%Y-%m-%dT%H:%M:%S.000Z", _time.gmtime(_time.time() + 1))
+    rollout.write_text("\n".join(json.dumps(e) for e in [
+        {"type": "event_msg", "payload": {"type": "task_started", "turn_id": "t1"}},
+        {"timestamp": stamp, "type": "event_msg",
+         "payload": {"type": "task_complete", "turn_id": "t1", "last_agent_message": None,
+                     "error": {"message": "unexpected status 400: fake bad request"}}},
+    ]) + "\n")
+    hook_json(run_hook(team, "w1", "session-start", "codex", dict(START["codex"], transcript_path=str(rollout))))
+    env = env_for(team)
+    a = agentctl.watch_codex_turn(env, env.store.agent("w1"))
+    assert a.status == "failed-turn" and "fake bad request" in a.output
+    assert _root_events(team, "failed-turn")
+
+
+def test_session_end_fails_the_agents_waiting_after_it(team: Path) -> None:
+    make_agent(team, "next", status="starting", status_reason="waiting for w1",
+               spec={"phase": "pending", "after": ["w1"], "request": {"prompt": "after w1"}})
+    hook_json(run_hook(team, "w1", "session-end", "claude", END["claude"]))
+    assert _agent(team, "w1").status == "dead"
+    nxt = _agent(team, "next")
+    assert nxt.status == "dead" and nxt.status_reason.startswith("not started: w1 ended its session")
+    (event,) = _root_events(team, "after-failed")
+    assert event.sender == "next" and "will not start" in event.body
+
+
+def test_headless_cli_session_end_is_the_end_of_a_turn_only(repo: Path) -> None:
+    make_agent(repo, "h1", backend="claude", mux="headless", status="idle")
+    hook_json(run_hook(repo, "h1", "session-end", "claude", END["claude"]))
+    assert _agent(repo, "h1").status == "idle"  # its runner lives on and continues the session

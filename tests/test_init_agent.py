@@ -114,7 +114,7 @@ def test_codex_wiring_keeps_user_toml_and_comments(repo: Path) -> None:
     (repo / ".codex" / "config.toml").write_text(user)
     w = _init(repo, "codex")
     text = (repo / ".codex" / "config.toml").read_text()
-    assert text.startswith(user)  # appended, never rewritten
+    assert text.startswith(user)  # edited in place with tomlkit: the user's text stays as it was
     cfg = tomllib.loads(text)
     exo = exo_command()
     assert cfg["model"] == "gpt-5" and cfg["mcp_servers"]["docs"] == {"command": "docs-mcp"}
@@ -130,6 +130,19 @@ def test_codex_wiring_keeps_user_toml_and_comments(repo: Path) -> None:
     before = _snapshot(repo, [".codex/config.toml", ".codex/hooks.json"])
     assert _init(repo, "codex")["changed"] == []
     assert _snapshot(repo, [".codex/config.toml", ".codex/hooks.json"]) == before
+
+
+def test_codex_wiring_replaces_its_own_table_keeping_comments(repo: Path) -> None:
+    (repo / ".codex").mkdir()
+    user = ('# top comment\nmodel = "gpt-5"  # inline\n\n[mcp_servers.exo]  # old exo entry\n'
+            'command = "old-exo"\n\n[mcp_servers.docs]\n# docs server\ncommand = "docs-mcp"\n')
+    (repo / ".codex" / "config.toml").write_text(user)
+    _init(repo, "codex")
+    text = (repo / ".codex" / "config.toml").read_text()
+    for kept in ("# top comment", 'model = "gpt-5"  # inline', "# docs server", 'command = "docs-mcp"'):
+        assert kept in text
+    assert "old-exo" not in text
+    assert tomllib.loads(text)["mcp_servers"]["exo"]["args"][-3:] == ["mcp", "--role", "auto"]
 
 
 def test_codex_fresh_config_and_user_home_untouched(repo: Path, isolate: Path) -> None:

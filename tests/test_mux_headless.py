@@ -143,8 +143,10 @@ def test_launcher_request_round_trip():
         "cwd": "/w d",
         "keep": ["TERM", "TMUX"],
         "pid_file": "",
+        "exit_file": "",
     }
     assert _launch.decode(encode_spec(spec)) == spec
+    assert _launch.decode(encode_spec(dict(spec, exit_file="/rt/a.exit")))["exit_file"] == "/rt/a.exit"
     with pytest.raises(InvalidInput):
         encode_spec(dict(spec, argv=["a\x00b"]))
     with pytest.raises(ValueError):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from fake_zellij import child, find_pane, panes, parse_kdl
 
 from conftest import wait_for
 from exo_cli.adapters.mux import get_mux
@@ -31,103 +31,15 @@ from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
 
 PY = sys.executable
 
-# --------------------------------------------------------------------------- tiny KDL reader
-
-_TOKEN = re.compile(r'[ \t\r]*(?:(//[^\n]*)|("(?:\\.|[^"\\])*")|([{};\n])|([^\s{};="]+)(=)?)')
-_ESC = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "b": "\b", "f": "\f", "/": "/"}
-
-
-def _unquote(s: str) -> str:
-    body, out, i = s[1:-1], [], 0
-    while i < len(body):
-        if body[i] == "\\":
-            nxt = body[i + 1]
-            if nxt == "u":
-                end = body.index("}", i)
-                out.append(chr(int(body[i + 3 : end], 16)))
-                i = end + 1
-                continue
-            out.append(_ESC[nxt])
-            i += 2
-        else:
-            out.append(body[i])
-            i += 1
-    return "".join(out)
-
-
-def parse_kdl(text: str) -> list[dict]:
-    """Parse the KDL subset the layout uses into [{name, args, props, children}]."""
-    tokens = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        assert m and m.end() > pos, f"cannot tokenize at {text[pos : pos + 30]!r}"
-        pos = m.end()
-        comment, string, punct, word, eq = m.groups()
-        if comment:
-            continue
-        if string is not None:
-            tokens.append(("str", _unquote(string)))
-        elif punct is not None:
-            tokens.append((punct, punct))
-        elif word is not None:
-            tokens.append(("word", word))
-            if eq:
-                tokens.append(("=", "="))
-    stack: list[list[dict]] = [[]]
-    node = None
-    i = 0
-    while i < len(tokens):
-        kind, val = tokens[i]
-        if kind in ("\n", ";"):
-            node = None
-        elif kind == "{":
-            assert node is not None
-            stack.append(node["children"])
-            node = None
-        elif kind == "}":
-            stack.pop()
-            node = None
-        elif node is None:
-            assert kind == "word", f"node name expected, got {val!r}"
-            node = {"name": val, "args": [], "props": {}, "children": []}
-            stack[-1].append(node)
-        elif i + 1 < len(tokens) and tokens[i + 1][0] == "=":
-            vkind, vval = tokens[i + 2]
-            node["props"][val] = vval if vkind == "str" else {"true": True, "false": False}.get(vval, vval)
-            i += 2
-        else:
-            node["args"].append(val if kind == "str" else {"true": True, "false": False}.get(val, val))
-        i += 1
-    assert len(stack) == 1, "unbalanced braces"
-    return stack[0]
-
-
-def child(node: dict, name: str) -> dict:
-    found = [c for c in node["children"] if c["name"] == name]
-    assert len(found) == 1, f"{name} not found once in {node['name']}"
-    return found[0]
-
-
-def panes(node: dict) -> list[dict]:
-    return [c for c in node["children"] if c["name"] == "pane"]
-
-
-def find_pane(nodes: list[dict], name: str) -> dict | None:
-    for n in nodes:
-        if n["name"] == "pane" and n["props"].get("name") == name:
-            return n
-        found = find_pane(n["children"], name)
-        if found:
-            return found
-    return None
-
-
 # --------------------------------------------------------------------------- fake zellij
 
 
 class FakeZellij:
-    """Records argv lists; runs the agent pane of a new tab like Zellij would."""
+    """Records argv lists; runs every pane of a new tab like Zellij would; plays a screen.
+
+    ``echo`` makes typed characters and Enter show on the screen (a program that echoes its
+    input); ``ignore_enters`` swallows that many Enter presses first (a TUI not ready yet).
+    """
 
     def __init__(self, tmp_path: Path, pane_env: dict[str, str]) -> None:
         self.calls: list[list[str]] = []
@@ -135,6 +47,8 @@ class FakeZellij:
         self.children: list[subprocess.Popen] = []
         self.pane_env = pane_env
         self.screen = "line a\nline b\nlast line\n"
+        self.echo = False
+        self.ignore_enters = 0
 
     def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
         self.calls.append(list(argv))
@@ -142,16 +56,26 @@ class FakeZellij:
         if action[0] == "new-tab":
             layout = Path(action[action.index("--layout") + 1]).read_text()
             self.layouts.append(layout)
-            agent = find_pane(parse_kdl(layout), "agent")
-            cmd = [child(agent, "command")["args"][0], *child(agent, "args")["args"]]
-            cwd = child(agent, "cwd")["args"][0]
-            self.children.append(
-                subprocess.Popen(
-                    cmd, cwd=cwd, env=self.pane_env, start_new_session=True, stdin=subprocess.DEVNULL
+            for name in ("agent", "process-compose", "logs"):
+                pane = find_pane(parse_kdl(layout), name)
+                if pane is None:
+                    continue
+                cmd = [child(pane, "command")["args"][0], *child(pane, "args")["args"]]
+                cwd = child(pane, "cwd")["args"][0]
+                self.children.append(
+                    subprocess.Popen(
+                        cmd, cwd=cwd, env=self.pane_env, start_new_session=True, stdin=subprocess.DEVNULL
+                    )
                 )
-            )
         elif action[0] == "dump-screen":
             Path(action[-1]).write_text(self.screen)
+        elif action[0] == "write-chars" and self.echo:
+            self.screen += action[-1]
+        elif action[:2] == ["write", "13"] and self.echo:
+            if self.ignore_enters:
+                self.ignore_enters -= 1
+            else:
+                self.screen += "\n(submitted)\n"
         return subprocess.CompletedProcess(argv, 0, "", "")
 
     def actions(self) -> list[list[str]]:
@@ -202,7 +126,8 @@ def test_start_command_lines_env_and_pid(zj, fake, tmp_path, monkeypatch):
     prog = textwrap.dedent(
         """
         import json, os, sys, time
-        json.dump({"env": dict(os.environ), "argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid()},
+        json.dump({"env": dict(os.environ), "argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(),
+                   "ppid": os.getppid(), "pgid": os.getpgid(0)},
                   open(os.environ["OUT"] + ".tmp", "w"))
         os.replace(os.environ["OUT"] + ".tmp", os.environ["OUT"])
         time.sleep(60)
@@ -223,7 +148,8 @@ def test_start_command_lines_env_and_pid(zj, fake, tmp_path, monkeypatch):
     assert set(seen["env"]) - set(given) <= set(PANE_VARS)
     assert {k: seen["env"][k] for k in given} == given
     assert seen["env"]["ZELLIJ_PANE_ID"] == "3"
-    assert loc.pid == seen["pid"] == loc.pgid and loc.tab == "agent1" and loc.mux == "zellij"
+    # the pane's process is exo's launcher, which runs the agent as its child to report its exit status
+    assert loc.pid == seen["ppid"] == seen["pgid"] == loc.pgid and loc.tab == "agent1" and loc.mux == "zellij"
     assert zj.alive(loc)
     states = zj.list_states()
     assert list(states) == ["agent1"] and states["agent1"].alive
@@ -236,11 +162,14 @@ def test_send_capture_close_command_lines(zj, fake, tmp_path):
     )
     fake.calls.clear()
     zj.send_text(loc, "-leading; $(x) `y` 'q'\nnext", enter_delay=0.0)
-    assert fake.actions() == [
+    actions = fake.actions()
+    assert [a for a in actions if a[0] != "dump-screen"] == [
         ["go-to-tab-name", "a2"],
         ["write-chars", "--", "-leading; $(x) `y` 'q'\nnext"],
         ["write", "13"],
     ]
+    # the screen did not change when typing (no echo): nothing to confirm against, one Enter
+    assert [a[0] for a in actions].count("write") == 1
     fake.calls.clear()
     zj.send_text(loc, "x" * 40000, submit=False)
     assert [a[0] for a in fake.actions()] == ["go-to-tab-name", "write-chars", "write-chars", "write-chars"]
@@ -250,8 +179,8 @@ def test_send_capture_close_command_lines(zj, fake, tmp_path):
     # Control characters are typed as visible text: nothing in a message acts as a key.
     fake.calls.clear()
     zj.send_text(loc, "a\x1b[Z\x03\rb\x9b2J\udcff\tc", enter_delay=0.0)
-    assert fake.actions() == [["go-to-tab-name", "a2"], ["write-chars", "--", "a^[[Z^C^MbM-^[2J\ufffd\tc"],
-                              ["write", "13"]]
+    assert [a for a in fake.actions() if a[0] != "dump-screen"] == [
+        ["go-to-tab-name", "a2"], ["write-chars", "--", "a^[[Z^C^MbM-^[2J\ufffd\tc"], ["write", "13"]]
     fake.calls.clear()
     assert zj.capture(loc, 2) == "line b\nlast line\n"
     (goto, dump) = fake.actions()
@@ -314,8 +243,57 @@ def test_layout_without_services_and_escaping():
         layout_kdl([], "/w", services=False)
 
 
-def test_get_mux_zellij_needs_a_session(tmp_path, monkeypatch):
+def test_get_mux_zellij_works_outside_zellij(tmp_path, monkeypatch, zj, fake):
+    """Listing and stopping recorded Zellij agents needs no Zellij session (issue: exit 7 from a shell)."""
     monkeypatch.delenv("ZELLIJ", raising=False)
     monkeypatch.delenv("ZELLIJ_SESSION_NAME", raising=False)
-    with pytest.raises(EnvironmentError_, match="Not running in Zellij session"):
-        get_mux("zellij", repo_id="r", runtime_dir=tmp_path, session="main")
+    loc = zj.start("far", [PY, "-c", "import time; time.sleep(60)"], cwd=tmp_path, env={"PATH": os.environ["PATH"]})
+    mux = get_mux("zellij", repo_id="r", runtime_dir=tmp_path / "rt", session="main")
+    states = mux.list_states([loc])
+    assert states["far"].alive and isinstance(states["far"].activity, str)
+    mux.kill(loc, grace=0.5)
+    assert not mux.list_states([loc])["far"].alive
+    # an action that needs Zellij targets the session recorded in the location
+    outside = Zellij(None, runtime_dir=tmp_path / "rt", run=fake, environ={}, require=False)
+    fake.calls.clear()
+    outside.capture(loc, 1)
+    assert fake.calls[0][:3] == ["zellij", "--session", "work"]
+
+
+def test_typing_is_confirmed_like_tmux(zj, fake, tmp_path):
+    loc = zj.start("tty", [PY, "-c", "import time; time.sleep(60)"], cwd=tmp_path, env={"PATH": os.environ["PATH"]})
+    fake.echo = True
+    fake.ignore_enters = 1  # the first Enter is lost: it is pressed again, the text is never retyped
+    fake.calls.clear()
+    zj.send_text(loc, "hello", enter_delay=0.0)
+    kinds = [a[0] for a in fake.actions()]
+    assert kinds.count("write-chars") == 1 and kinds.count("write") == 2
+    assert fake.screen.endswith("hello\n(submitted)\n")
+    fake.calls.clear()
+    zj.send_text(loc, "again", enter_delay=0.0)
+    kinds = [a[0] for a in fake.actions()]
+    assert kinds.count("write-chars") == 1 and kinds.count("write") == 1
+
+
+def test_exit_status_and_services_panes(zj, fake, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    pc = bindir / "process-compose"
+    pc.write_text(f"#!{PY}\nimport json, os, sys, time\n"
+                  f"open({str(tmp_path / 'pc.json')!r}, 'w').write(json.dumps({{'argv': sys.argv[1:], 'cwd': os.getcwd(), "
+                  f"'port': os.environ.get('WEB_PORT')}}))\ntime.sleep(60)\n")
+    pc.chmod(0o755)
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "WEB_PORT": "4100"}
+    svc_argv = ["process-compose", "up", "--config", str(tmp_path / ".exo" / "process-compose.yaml")]
+    loc = zj.start("svc", [PY, "-c", "import time; time.sleep(0.5); raise SystemExit(3)"], cwd=tmp_path, env=env,
+                   services_argv=svc_argv, services_log=str(tmp_path / ".exo" / "logs" / "pc.log"))
+    seen = wait_for(lambda: (tmp_path / "pc.json").exists() and json.loads((tmp_path / "pc.json").read_text()),
+                    what="process-compose started")
+    assert seen["argv"] == svc_argv[1:] and seen["port"] == "4100"  # the agent's environment, config by path
+    services = zj.service_locations(loc)
+    assert [s.name for s in services] == ["svc:process-compose", "svc:logs"]
+    assert all(zj.alive(s) for s in services)
+    wait_for(lambda: not zj.alive(loc), what="agent exit")
+    assert zj.list_states([loc])["svc"].dead_status == 3
+    zj.close(loc, force=True)
+    assert not any(zj.alive(s) for s in services)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, Exo, agent_vars, run_exo, stop_repo_agents
+from conftest import ROOT, Exo, agent_process_environ, agent_vars, run_exo, stop_repo_agents
 from exo_cli import registry
 from exo_cli.env import Env
 
@@ -97,7 +97,11 @@ def test_no_secret_on_disk_and_private_modes(team: Path, tmp_path: Path, isolate
             rec = tmp_path / "out" / f"{backend}-{backend}-{mux[0]}.json"
             wait_until(rec.exists, 20, f"fake {backend} in {mux}")
             seen = json.loads(rec.read_text())["env"]
-            assert all(seen.get(k) == v for k, v in CANARIES.items())  # the agent does get the user's env
+            expected = dict(CANARIES)
+            if backend == "claude":  # under another name, printed by exo's apiKeyHelper (no API-key dialog)
+                expected["EXO_ANTHROPIC_API_KEY"] = expected.pop("ANTHROPIC_API_KEY")
+                assert "ANTHROPIC_API_KEY" not in seen
+            assert all(seen.get(k) == v for k, v in expected.items())  # the agent does get the user's env
     env = Env(cwd=team)
     bases = [env.state_dir, env.runtime_dir, team / ".exo", isolate, team / ".git"]
     needles = [v.encode() for v in CANARIES.values()]
@@ -138,8 +142,7 @@ def _proofs(team: Path, tmp_path: Path) -> dict[str, tuple[str, dict[str, str]]]
         out[seen["EXO_AGENT"]] = (seen["EXO_AGENT_PROOF"], seen)
     for a in Env(cwd=team).store.agents():
         if a.id not in out and a.location.get("pid"):
-            raw = Path(f"/proc/{a.location['pid']}/environ").read_bytes()
-            seen = dict(x.decode().split("=", 1) for x in raw.split(b"\0") if b"=" in x)
+            seen = agent_process_environ(int(a.location["pid"]))
             out[a.id] = (seen["EXO_AGENT_PROOF"], seen)
     return out
 
@@ -177,8 +180,11 @@ def _check_proofs(team: Path, tmp_path: Path, bases: list[Path]) -> None:
     assert server.returncode == 0 and "EXO_AGENT_PROOF" not in server.stdout
     assert not any(p in server.stdout for p, _ in proofs.values())
     # Codex gets exo's MCP server entry with the proof passed by name only.
-    codex_argv = json.loads((tmp_path / "out" / "codex-codex-t.json").read_text())["argv"]
-    assert any('env_vars = ["EXO_AGENT_PROOF"]' in a for a in codex_argv), codex_argv
+    import tomllib
+
+    codex_env = json.loads((tmp_path / "out" / "codex-codex-t.json").read_text())["env"]
+    codex_cfg = tomllib.loads((Path(codex_env["CODEX_HOME"]) / "config.toml").read_text())
+    assert codex_cfg["mcp_servers"]["exo"]["env_vars"] == ["EXO_AGENT_PROOF"], codex_cfg["mcp_servers"]
 
 
 def test_a_tls_proof_never_reaches_its_children(team: Path, tmp_path: Path) -> None:

@@ -391,7 +391,8 @@ def test_real_backend_command_lines(team: Path, fake_clis: Path, backend: str, t
     elif backend == "gemini":
         assert "-i" in argv or any(a.startswith("--prompt-interactive=") for a in argv)
     else:
-        assert "--dangerously-bypass-hook-trust" in argv
+        assert "--dangerously-bypass-hook-trust" not in argv and "-c" not in argv
+        assert Path(env["CODEX_HOME"], "config.toml").is_file()
     assert not (tmp_path / "pwned").exists() and not (wt / "pwned").exists()
     # No secret in any file exo wrote: state, worktree, home.
     for base in (Path(env["EXO_STATE_DIR"]), wt, isolate):

@@ -135,6 +135,9 @@ def test_pick_ready_priority_age_and_live_owners(repo: Path) -> None:
     env.store.insert_agent(agent("w6", "ex-ep.1", location={"mux": "headless", "pid": 2**22 + 12345}))  # its process is gone
     fresh = make_env(repo)
     assert ids(tasks.pick_ready(fresh, 3)) == ["ex-a1", "ex-ep", "ex-ep.1"]
+    from exo_cli.ops import agentctl
+
+    agentctl.refresh(fresh, fresh.store.agents())  # recording it dead is a refresh's (exo agents, a wait)
     assert fresh.store.agent("w6").status == "dead"  # type: ignore[union-attr]
     assert tasks.live_owners(fresh) == {"a2": "w1", "ex-a3": "w2"}
     for bad in (0, -1, True, "3"):

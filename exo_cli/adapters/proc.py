@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import select
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.errors import EnvironmentError_, ExternalFailure, InvalidInput, external
@@ -185,6 +185,48 @@ def group_members(pgid: int) -> list[int]:
         if st and (st.pgrp == pgid or st.session == pgid) and st.state not in ("Z", "X"):
             members.append(pid)
     return members
+
+
+def tree_activities(pgids: Iterable[int]) -> dict[int, str]:
+    """A fingerprint, per process group/session in ``pgids``, of what its processes wrote so far.
+
+    The count of its live members and the sum of their ``wchar`` (bytes written, terminal
+    output included, from ``/proc/<pid>/io``): it changes whenever the agent prints or writes,
+    so an observer that sees it unchanged for N seconds knows the agent was quiet that long.
+    One scan of ``/proc`` for all of them; empty where ``/proc`` is missing.
+    """
+    wanted = {g for g in pgids if g and g > 1}
+    if not wanted or not has_proc():
+        return {}
+    counts = dict.fromkeys(wanted, 0)
+    totals = dict.fromkeys(wanted, 0)
+    for pid in _pids():
+        st = proc_stat(pid)
+        if st is None or st.state in ("Z", "X"):
+            continue
+        group = st.pgrp if st.pgrp in wanted else st.session if st.session in wanted else None
+        if group is None:
+            continue
+        counts[group] += 1
+        try:
+            with open(f"/proc/{pid}/io", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"wchar:"):
+                        totals[group] += int(line.split()[1])
+                        break
+        except (OSError, ValueError):
+            continue
+    return {g: f"{counts[g]}:{totals[g]}" for g in wanted}
+
+
+def children_of(pid: int) -> list[int]:
+    """The live (non-zombie) direct children of ``pid`` (empty where /proc is missing)."""
+    out = []
+    for p in _pids():
+        st = proc_stat(p)
+        if st is not None and st.ppid == pid and st.state not in ("Z", "X"):
+            out.append(p)
+    return out
 
 
 def kill_group(pgid: int, *, grace: float = 3.0, leader_start_time: int | None = None) -> bool:

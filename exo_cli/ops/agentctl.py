@@ -1,99 +1,369 @@
-"""Controlling recorded agents through their multiplexer: find, observe (batched), stop.
+"""Controlling recorded agents through their multiplexer: find, observe (batched), watch, stop.
 
 Every place that needs an agent's pane or process goes through here, so there is one
 way to turn a record into a ``Location`` and one batched liveness check per refresh.
+
+``refresh`` is also the watcher for everything hooks cannot report. Whoever observes the
+team runs it: ``exo agents`` and ``exo status``, and, without anyone running those, every
+blocked ``exo wait`` (and the MCP ``wait`` tool), which refreshes the agents it waits for,
+or all of the caller's live children, every ``LIVENESS_EVERY`` seconds. A refresh
+
+- marks an agent whose pane or process is gone ``dead`` (a custom agent that exited 0
+  ``done`` with its last output), tells its parent, and fails the agents waiting
+  ``--after`` it (or starts them, when it is done);
+- lets a custom agent (no hooks) go ``idle`` by quiet output (``watch_custom``);
+- marks an agent stuck at a startup dialog ``blocked-on-dialog`` (``check_dialogs``);
+- hands a resting agent a message that is still queued for it (``delivery.deliver_pending``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+import json
+import os
+import re
+import time
+from typing import TYPE_CHECKING, Any
 
-from exo_cli.records import BLOCKED_ON_DIALOG, DEAD, DONE, PANE_MUXES, STARTING, Agent
+from exo_cli.ops.panes import TMUX_SESSION, capture, location, mux_for, service_locations, states
+from exo_cli.records import (
+    AT_REST,
+    BLOCKED_ON_DIALOG,
+    DEAD,
+    DONE,
+    IDLE,
+    PANE_MUXES,
+    STARTING,
+    WORKING,
+    Agent,
+)
 
 if TYPE_CHECKING:
-    from exo_cli.adapters.mux import Location, Mux, PaneState
+    from exo_cli.adapters.mux import PaneState
     from exo_cli.env import Env
 
-TMUX_SESSION = "exo"
-# Startup dialogs an agent CLI may show that exo could not pre-empt (trust, safety, permission bypass).
-DIALOG_STRINGS = ("trust this folder", "quick safety check", "do you trust the contents", "bypass permissions")
+__all__ = ["TMUX_SESSION", "capture", "location", "mux_for", "refresh", "service_locations", "states", "stop_agent"]
 
-
-def mux_for(env: Env, kind: str) -> Mux:
-    """The multiplexer backend of this repository for ``kind`` (private tmux socket per repo)."""
-    from exo_cli.adapters.mux import get_mux
-
-    return get_mux(kind, repo_id=env.repo_id, runtime_dir=env.runtime_dir, session=TMUX_SESSION)
-
-
-def location(agent: Agent) -> Location | None:
-    """The agent's recorded location, or None when it never started."""
-    if not agent.location or not agent.location.get("mux"):
-        return None
-    from exo_cli.adapters.mux import Location
-
-    return Location.from_dict(agent.location)
-
-
-def states(env: Env, agents: Iterable[Agent]) -> dict[str, PaneState | None]:
-    """Observe every agent with one listing call per multiplexer kind; None = no location."""
-    by_kind: dict[str, list[tuple[Agent, Location]]] = {}
-    out: dict[str, PaneState | None] = {}
-    for a in agents:
-        loc = location(a)
-        if loc is None:
-            out[a.id] = None
-        else:
-            by_kind.setdefault(loc.mux, []).append((a, loc))
-    for kind, pairs in by_kind.items():
-        listing = mux_for(env, kind).list_states([loc for _, loc in pairs])
-        for a, loc in pairs:
-            out[a.id] = listing.get(loc.key)
-    return out
-
-
-def capture(env: Env, locs: list[Location], lines: int) -> list[str]:
-    """The last ``lines`` lines of each location, in order: one call per multiplexer kind where it can batch."""
-    by_kind: dict[str, list[int]] = {}
-    for i, loc in enumerate(locs):
-        by_kind.setdefault(loc.mux, []).append(i)
-    out = [""] * len(locs)
-    for kind, idx in by_kind.items():
-        mux = mux_for(env, kind)
-        batch = getattr(mux, "capture_many", None)
-        texts = batch([locs[i] for i in idx], lines) if batch else [mux.capture(locs[i], lines) for i in idx]
-        for i, text in zip(idx, texts, strict=True):
-            out[i] = text
-    return out
+# Startup dialogs an agent CLI may show that exo could not pre-empt.
+DIALOG_STRINGS = (
+    "trust this folder",
+    "quick safety check",
+    "do you trust the contents",
+    "bypass permissions",
+    "detected a custom api key",  # Claude Code: an ANTHROPIC_API_KEY it has not been told to use
+    "hooks need review",  # Codex: hooks whose trust it has not recorded
+)
+# A custom agent that prints this after its answer goes idle at once, the answer being its output.
+FENCE_OPEN = "[exo-output]"
+FENCE_CLOSE = "[/exo-output]"
+SETTLE = 2.0  # seconds of quiet output before a custom agent's screen is read for the fence or pattern
+OUTPUT_LINES = 40  # lines of screen kept as a custom agent's output
 
 
 def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
-    """Status from hooks first, liveness second: a live-status agent whose pane or process is gone is dead."""
+    """Status from hooks first, observation second (see the module docstring); the agents as they are now."""
     observed = states(env, [a for a in agents if a.status not in (DEAD, DONE)])
     out: list[Agent] = []
     for a in agents:
         if a.id in observed and location(a) is not None:
             st = observed[a.id]
             if st is None or not st.alive:
-                reason = "pane gone" if st is None else f"process exited ({st.dead_status})"
-                env.store.update_agent(a.id, status=DEAD, status_reason=reason)
-                env.store.event("dead", a.id, {"reason": reason})
-                if a.parent:
-                    env.store.bell.ring(a.parent)
-                a = env.store.agent(a.id) or a
+                a = ended(env, a, st)
+            elif a.backend == "custom":
+                a = watch_custom(env, a, st)
+            elif a.backend == "codex" and a.status == WORKING:
+                a = watch_codex_turn(env, a)
         out.append(a)
-    return check_dialogs(env, out, observed)
+    out = check_dialogs(env, out, observed)
+    out = settle_pending(env, out)
+    resting = [a for a in out if a.status in AT_REST and a.id in observed]
+    if resting:
+        from exo_cli.ops.delivery import deliver_pending
+
+        try:
+            deliver_pending(env, resting)
+        except Exception:  # noqa: BLE001 - a message that cannot be handed over waits for a hook or the next look
+            pass
+    return out
+
+
+# -------------------------------------------------------------------------------- an agent ended
+
+
+def ended(env: Env, agent: Agent, st: PaneState | None) -> Agent:
+    """Record that the agent's pane or process is gone; tell its parent; settle its dependents.
+
+    A custom agent (no hooks) that exited 0 is ``done`` with the end of its screen or log as
+    its output, and the agents waiting ``--after`` it start; any other agent is ``dead``
+    (reason: its exit status) and the agents waiting for it fail. Done once, whoever sees it.
+    """
+    status = st.dead_status if st is not None else None
+    if agent.backend == "custom" and status == 0:
+        output = _screen_output(env, agent) or agent.output
+        if not env.store.update_agent(agent.id, if_status=agent.status, status=DONE, status_reason="exited (0)",
+                                      output=output, completed_at=time.time()):
+            return env.store.agent(agent.id) or agent
+        finished = env.store.agent(agent.id) or agent
+        env.store.event("completed", agent.id, {"output": (output or "")[:2000], "exit": 0})
+        env.store.post("done", agent.id, agent.parent or "root", output or "(done, no output)",
+                       data={"event": "done", "from_name": agent.name, "exit": 0})
+        start_ready(env, finished)
+        return finished
+    if st is None:
+        reason = "pane gone"
+    elif agent.backend == "custom" and status is not None:
+        reason = f"exited with status {status}"
+    else:
+        reason = f"process exited ({status})"
+    if not env.store.update_agent(agent.id, if_status=agent.status, status=DEAD, status_reason=reason):
+        return env.store.agent(agent.id) or agent
+    died(env, agent, reason)
+    return env.store.agent(agent.id) or agent
+
+
+def died(env: Env, agent: Agent, reason: str, *, tell_parent: bool = True) -> None:
+    """After an agent was marked dead: the event, its parent told, the agents waiting for it failed."""
+    from exo_cli.ops.delivery import fail_dependents, notify_parent
+
+    if tell_parent:
+        notify_parent(env, agent, "dead", f"{agent.name} is dead: {reason}", reason=reason)
+    fail_dependents(env, agent, f"{agent.name} is dead ({reason})")
+
+
+def settle_pending(env: Env, agents: list[Agent]) -> list[Agent]:
+    """Agents waiting ``--after`` others: fail the ones whose dependency died, start the ready ones.
+
+    The hooks and operations that end a turn or an agent do this as it happens; this catches
+    what happened otherwise (an agent completed, or marked dead by another path).
+    """
+    pending = [a for a in agents if a.status == STARTING and a.spec.get("phase") == "pending"]
+    if not pending:
+        return agents
+    from exo_cli.ops.delivery import fail_pending, pending_verdict
+
+    ready: list[tuple[str, str]] = []
+    for a in pending:
+        fresh = env.store.agent(a.id)
+        if fresh is None or fresh.status != STARTING or fresh.spec.get("phase") != "pending":
+            continue  # started or failed meanwhile
+        verdict, detail = pending_verdict(env, fresh)
+        if verdict == "dead":
+            fail_pending(env, a, detail)
+        elif verdict == "ready":
+            ready.append((a.id, detail))
+    if ready:
+        from exo_cli.ops.spawn.pending import start_dependents
+
+        start_dependents(env, "watcher", ready)
+    return [env.store.agent(a.id) or a if a in pending else a for a in agents]
+
+
+def start_ready(env: Env, agent: Agent) -> list[str]:
+    """Start the agents spawned ``--after`` ``agent`` that may start now (it is idle or done)."""
+    from exo_cli.ops.delivery import ready_dependents
+
+    ready = ready_dependents(env, agent.id)
+    if not ready:
+        return []
+    from exo_cli.ops.spawn.pending import start_dependents
+
+    return start_dependents(env, agent.id, ready)
+
+
+_DEAD_PANE = re.compile(r"^Pane is dead \(.*\)\s*$")  # what tmux writes under a dead pane (remain-on-exit)
+
+
+def _screen_output(env: Env, agent: Agent) -> str | None:
+    """The end of the agent's screen or log (the fenced part when it printed one), or None."""
+    loc = location(agent)
+    if loc is None:
+        return None
+    try:
+        text = mux_for(env, loc.mux).capture(loc, 10 * OUTPUT_LINES)
+    except Exception:  # noqa: BLE001 - a pane that vanished has no output to give
+        return None
+    return fenced(text) or last_lines(text) or None
+
+
+def last_lines(text: str, n: int = OUTPUT_LINES) -> str:
+    """The last ``n`` lines of a screen that has any text, without the blank rows below it."""
+    rows = [r.rstrip() for r in text.splitlines() if not _DEAD_PANE.match(r)]
+    while rows and not rows[-1]:
+        rows.pop()
+    return "\n".join(rows[-n:]).strip()
+
+
+# -------------------------------------------------------------------------------- custom agents
+
+
+def fenced(text: str) -> str | None:
+    """What a custom agent printed between ``[exo-output]`` and ``[/exo-output]`` last, if it closed it."""
+    end = text.rfind(FENCE_CLOSE)
+    if end < 0:
+        return None
+    start = text.rfind(FENCE_OPEN, 0, end)
+    if start < 0:
+        return None
+    return text[start + len(FENCE_OPEN):end].strip()
+
+
+def _quiet_key(agent_id: str) -> str:
+    return f"quiet:{agent_id}"
+
+
+def watch_custom(env: Env, agent: Agent, st: PaneState) -> Agent:
+    """Let a custom agent (no hooks) go idle by its output by tiers (a fence or pattern at once, else quiet output with no child process); back to working when it prints.
+
+    Quiet is measured from the multiplexer's activity (tmux: the window's last activity;
+    headless: the log's modification time; Zellij: what the agent's processes wrote, from
+    /proc). Once its output has settled for ``SETTLE`` seconds, its screen is read once
+    (per settled state): a closed fence (``[exo-output]...[/exo-output]``) or a line
+    matching ``agent.idle_pattern`` at the bottom makes it idle at once. Otherwise it goes
+    idle after ``agent.idle_quiet_seconds`` of quiet, unless it still runs child processes
+    (a build, a test run). Idle means: status ``idle``, its output recorded, an ``idle``
+    event to its parent, and the agents waiting ``--after`` it started.
+    """
+    if agent.status not in (WORKING, IDLE):
+        return agent
+    now = time.time()
+    key = _quiet_key(agent.id)
+    raw = env.store.kv_get(key)
+    try:
+        state: dict[str, Any] = json.loads(raw) if raw else {}
+    except ValueError:
+        state = {}
+    mark = st.activity
+    if isinstance(mark, int | float):
+        since = float(mark)
+        fingerprint = f"t{mark}"
+    else:
+        fingerprint = str(mark)
+        since = float(state["since"]) if state.get("fp") == fingerprint and "since" in state else now
+    changed = state.get("fp") != fingerprint
+    state.update(fp=fingerprint, since=since)
+    if agent.status == IDLE:
+        if changed and state.get("idle_fp") not in (None, fingerprint):
+            env.store.update_agent(agent.id, if_status=IDLE, status=WORKING, status_reason="output resumed")
+            agent = env.store.agent(agent.id) or agent
+        _save(env, key, raw, state)
+        return agent
+    quiet = now - since
+    limit = float(env.config.get("agent.idle_quiet_seconds") or 0)
+    output: str | None = None
+    reason = ""
+    if quiet >= min(SETTLE, limit) and state.get("read") != fingerprint:
+        state["read"] = fingerprint
+        output, reason = _rest_signal(env, agent)
+    if not reason and quiet >= limit and not _busy(agent, st):
+        reason = f"quiet for {int(quiet)}s"
+        output = _screen_output(env, agent)
+    if reason:
+        state["idle_fp"] = fingerprint
+        _save(env, key, raw, state)
+        return went_idle(env, agent, output, reason)
+    _save(env, key, raw, state)
+    return agent
+
+
+def _save(env: Env, key: str, raw: str | None, state: dict[str, Any]) -> None:
+    text = json.dumps(state, separators=(",", ":"))
+    if text != raw:
+        env.store.kv_set(key, text)
+
+
+def _rest_signal(env: Env, agent: Agent) -> tuple[str | None, str]:
+    """(output, reason) when the bottom of the screen says the agent rests: a closed fence, or the idle pattern."""
+    loc = location(agent)
+    if loc is None:
+        return None, ""
+    try:
+        text = mux_for(env, loc.mux).capture(loc, OUTPUT_LINES)
+    except Exception:  # noqa: BLE001 - the next refresh looks again
+        return None, ""
+    rows = [r for r in text.splitlines() if r.strip()]
+    last = rows[-1] if rows else ""
+    if last.rstrip().endswith(FENCE_CLOSE):
+        return fenced(text), "fence"
+    pattern = str(env.config.get("agent.idle_pattern") or "")
+    if pattern:
+        try:
+            if re.search(pattern, last):
+                return last_lines(text) or None, "idle pattern"
+        except re.error:
+            return None, ""
+    return None, ""
+
+
+def _busy(agent: Agent, st: PaneState) -> bool:
+    """Whether the agent runs child processes: a build is not idleness."""
+    from exo_cli.adapters.proc import children_of
+
+    pid = st.pid or (location(agent).pid if location(agent) else None)  # type: ignore[union-attr]
+    if not pid:
+        return False
+    if agent.mux != "tmux":  # Zellij's launcher and the headless runner run the agent as their child
+        inner = children_of(pid)
+        if len(inner) != 1:
+            return len(inner) > 1
+        pid = inner[0]
+    return bool(children_of(pid))
+
+
+def went_idle(env: Env, agent: Agent, output: str | None, reason: str) -> Agent:
+    """A custom agent came to rest: status ``idle``, its output, its parent told, its dependents started."""
+    from exo_cli.ops.delivery import notify_parent
+
+    changes: dict[str, Any] = {"status": IDLE, "status_reason": reason}
+    if output is not None:
+        changes["output"] = output
+    if not env.store.update_agent(agent.id, if_status=agent.status, **changes):
+        return env.store.agent(agent.id) or agent
+    env.store.bump_agent(agent.id, turns=1)
+    now = env.store.agent(agent.id) or agent
+    short = " ".join((output or "").split())
+    notify_parent(env, now, "idle", f"{now.name} is idle" + (f": {short[:200]}" if short else ""),
+                  output=(output or "")[:4000])
+    start_ready(env, now)
+    return env.store.agent(agent.id) or now
+
+
+# -------------------------------------------------------------------------------- failed turns
+
+
+def watch_codex_turn(env: Env, agent: Agent) -> Agent:
+    """A working Codex agent whose last turn ended with an error (Codex has no failure hook) is ``failed-turn``.
+
+    Read from the session's rollout file (recorded by its session-start hook): the error of
+    its last ``task_complete`` event, when that came after the agent started working.
+    """
+    from exo_cli.ops.hooks import load_state, turn_failed
+
+    path = load_state(env, agent.id).get("transcript")
+    if not isinstance(path, str) or not path:
+        return agent
+    try:
+        if os.stat(path).st_mtime < (agent.status_at or 0) - 1.0:
+            return agent  # nothing written since it started working
+    except OSError:
+        return agent
+    from exo_cli.adapters.agents.codex import turn_error
+
+    found = turn_error(path)
+    if found is None or found[1] < (agent.status_at or 0) - 1.0:
+        return agent
+    turn_failed(env, agent, found[0], kind="api_error")
+    return env.store.agent(agent.id) or agent
+
+
+# -------------------------------------------------------------------------------- dialogs
 
 
 def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState | None]) -> list[Agent]:
     """Mark agents stuck in ``starting`` past ``agent.start_timeout`` that show a startup dialog.
 
     Only agents still starting after the timeout, alive, and in a pane are looked at, with
-    one screen capture each; everyone else costs nothing.
+    one screen capture each; everyone else costs nothing. The parent gets a
+    ``blocked-on-dialog`` event (its ``wait`` sees it; a waiting parent refreshes its children).
     """
-    import time
-
     candidates = [
         a for a in agents
         if a.status == STARTING and a.spec.get("phase") == "spawned" and a.mux in PANE_MUXES
@@ -119,17 +389,29 @@ def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState |
         if hit is None:
             continue
         reason = f"startup dialog: {hit}"
-        env.store.update_agent(a.id, status=BLOCKED_ON_DIALOG, status_reason=reason)
+        if not env.store.update_agent(a.id, if_status=STARTING, status=BLOCKED_ON_DIALOG, status_reason=reason):
+            continue
         env.store.event("blocked-on-dialog", a.id, {"dialog": hit})
-        if a.parent:
-            env.store.post("event", a.id, a.parent, f"[BLOCKED {a.id}] its CLI shows a dialog: {hit}",
-                           data={"event": "blocked-on-dialog", "dialog": hit})
+        env.store.post("event", a.id, a.parent or "root", f"[BLOCKED {a.id}] its CLI shows a dialog: {hit}",
+                       data={"event": "blocked-on-dialog", "dialog": hit, "from_name": a.name})
         changed[a.id] = env.store.agent(a.id) or a
     return [changed.get(a.id, a) for a in agents]
 
 
-def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = DEAD) -> bool:
-    """Stop the agent's process group (pane kept readable); record ``status``; True if it was alive."""
+# -------------------------------------------------------------------------------- stopping
+
+
+def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = DEAD,
+               settle_dependents: bool = False) -> bool:
+    """Stop the agent's process group and every service exo started for it; record ``status``.
+
+    Panes stay readable. True if the agent itself was alive. A ``done`` agent keeps its
+    status unless ``status`` is done too. With ``settle_dependents`` (``exo kill``), one that
+    becomes ``dead`` here fails the agents waiting ``--after`` it at once; otherwise (a
+    ``complete`` that may still end ``done``) the next watcher settles them.
+    """
+    from exo_cli.errors import ExoError
+
     loc = location(agent)
     was_alive = False
     if loc is not None:
@@ -137,9 +419,20 @@ def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = 
         was_alive = mux.alive(loc)
         if was_alive:
             mux.kill(loc)
+    for svc in service_locations(agent):
+        try:
+            smux = mux_for(env, svc.mux)
+            if smux.alive(svc):
+                smux.kill(svc, grace=2.0)
+        except (ExoError, OSError):
+            continue
+    became_dead = False
     if agent.status not in (DONE,) or status == DONE:
         env.store.update_agent(agent.id, status=status, status_reason=reason)
+        became_dead = settle_dependents and status == DEAD and agent.status != DEAD
     env.store.event(reason, agent.id, {"was_alive": was_alive})
+    if became_dead:
+        died(env, agent, reason, tell_parent=False)
     if agent.parent:
         env.store.bell.ring(agent.parent)
     return was_alive

@@ -182,10 +182,16 @@ def _own_pids() -> set[int]:
     return set(ancestors(os.getpid()))
 
 
+def _locations(agent: Agent) -> list[dict[str, Any]]:
+    """Where the agent runs, and its services (a window, or Zellij side panes)."""
+    return [agent.location or {}, agent.spec.get("services_location") or {},
+            *(d for d in agent.spec.get("services_locations") or [] if isinstance(d, dict))]
+
+
 def _agent_groups(agent: Agent) -> set[int]:
     """The process groups exo started for the agent: its own and its services'."""
     out: set[int] = set()
-    for loc in (agent.location or {}, agent.spec.get("services_location") or {}):
+    for loc in _locations(agent):
         out |= {v for v in (loc.get("pid"), loc.get("pgid")) if isinstance(v, int) and v > 1}
     return out
 
@@ -382,7 +388,7 @@ def _running(env: Env, agent: Agent) -> bool:
     from exo_cli.adapters.mux import Location
     from exo_cli.ops import agentctl
 
-    for loc_dict in (agent.location or {}, agent.spec.get("services_location") or {}):
+    for loc_dict in _locations(agent):
         if loc_dict.get("mux"):
             with contextlib.suppress(ExoError, OSError):
                 loc = Location.from_dict(loc_dict)

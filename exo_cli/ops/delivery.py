@@ -1,16 +1,22 @@
 """How messages reach agents: the light helpers shared by the operations and the hooks.
 
-Kept free of result dataclasses and heavy imports because the hooks (``core/hooks.py``)
+Kept free of result dataclasses and heavy imports because the hooks (``ops/hooks.py``)
 run on every turn of every agent. A message is always stored first (``post``: the row,
 then the recipient's doorbell). ``claim_pending`` hands an agent its undelivered messages
-at a hook; ``deliver`` is the fast path for an agent idle at its prompt in a tmux pane:
-the message is claimed (``delivered_at``) before it is typed, so a hook firing meanwhile
-never hands it over twice, and if typing fails the claim is undone and the message waits
-for the next hook. Typing goes through ``Tmux.send_text`` (a named buffer, bracketed
-paste, Enter after a pause, serialized per pane, confirmed). ``ready_dependents`` names
-the agents spawned ``--after`` another one that may start now, with ``{{A.output}}``
-substituted; starting them is spawn's (``ops/spawn/pending.py``), a step of the operation
-that ends the turn, so this module never imports spawn.
+at a hook; ``deliver`` is the path for an agent at rest (idle, or its turn failed) on any
+multiplexer: the message is claimed (``delivered_at``) before it is handed over, so a hook
+firing meanwhile never hands it over twice, and if that fails the claim is undone and the
+message waits for the next hook. Handing over is the multiplexer's ``send_text``: typed
+into a tmux pane or a Zellij tab (pasted, Enter after a pause, serialized, confirmed), or
+given to a headless agent's runner, which continues the CLI's session with it
+(``claude -p --resume``, ``codex exec resume``, ``gemini -p --resume``) or writes it to a
+custom command's stdin. ``deliver_pending`` is the same for a message that was queued
+while the agent was busy and is still there once it rests (the watchers in
+``agentctl.refresh`` call it). ``ready_dependents`` names the agents spawned ``--after``
+another one that may start now, with ``{{A.output}}`` substituted; starting them is
+spawn's (``ops/spawn/pending.py``), a step of the operation that ends the turn, so this
+module never imports spawn. ``fail_dependents`` ends the ones waiting for an agent that
+died instead.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import ExoError
-from exo_cli.records import DONE, IDLE, ROOT, WORKING, Agent, Message
+from exo_cli.records import AT_REST, DEAD, DONE, IDLE, ROOT, STARTING, WORKING, Agent, Message
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -85,13 +91,18 @@ def notify_parent(env: Env, agent: Agent, event: str, body: str, **data: Any) ->
 
 
 def deliver(env: Env, msg_id: int, recipient: Agent) -> str:
-    """Type message ``msg_id`` into ``recipient``'s pane when it is idle in tmux; return "typed" or "queued"."""
-    if recipient.id == ROOT or recipient.status != IDLE:
-        return "queued"
-    from exo_cli.ops import agentctl
+    """Hand message ``msg_id`` to ``recipient`` when it rests at its input; return "typed" or "queued".
 
-    loc = agentctl.location(recipient)
-    if loc is None or loc.mux != "tmux" or not loc.pane:
+    Any multiplexer: typed into its tmux pane or Zellij tab, or given to its headless
+    runner (its next turn, or its stdin). Otherwise, or when that fails, the message stays
+    queued for the agent's next hook (or ``deliver_pending``).
+    """
+    if recipient.id == ROOT or recipient.status not in AT_REST:
+        return "queued"
+    from exo_cli.ops import panes
+
+    loc = panes.location(recipient)
+    if loc is None:
         return "queued"
     msg = env.store.message(msg_id)
     if msg is None:
@@ -99,14 +110,86 @@ def deliver(env: Env, msg_id: int, recipient: Agent) -> str:
     if not env.store.claim_delivery(msg_id):
         return "queued"
     try:
-        mux = agentctl.mux_for(env, "tmux")
+        mux = panes.mux_for(env, loc.mux)
         mux.send_text(loc, render(msg))
     except (ExoError, OSError):
         env.store.mark_messages([msg_id], delivered_at=None)
         return "queued"
     # It is busy with the message now; its prompt hook confirms. Later messages wait for its hooks.
-    env.store.update_agent(recipient.id, if_status=IDLE, status=WORKING, status_reason=f"message #{msg_id} typed")
+    env.store.update_agent(recipient.id, if_status=recipient.status, status=WORKING,
+                           status_reason=f"message #{msg_id} typed")
     return "typed"
+
+
+TYPED_KINDS = (NOTE, QUESTION, ANSWER, SEND)  # what is handed to a resting agent; events never are
+
+
+def deliver_pending(env: Env, agents: list[Agent]) -> list[int]:
+    """Hand each resting agent the oldest message still queued for it; the ids handed over.
+
+    Closes the gap between a message queued while the agent was busy and the agent coming
+    to rest without a hook to take it (its stop hook gave up after keeping it going five
+    times, or a custom agent without hooks went quiet). Only the kinds ``exo send`` and the
+    other message operations hand over are (notes, questions, answers, messages); lifecycle
+    events reach an agent at its hooks and its ``wait``. One query for all the agents.
+    """
+    resting = {a.id: a for a in agents if a.id != ROOT and a.status in AT_REST and a.location}
+    if not resting:
+        return []
+    first: dict[str, Message] = {}
+    for msg in env.store.messages(kinds=list(TYPED_KINDS), unconsumed=True, undelivered=True):
+        if msg.recipient in resting:
+            first.setdefault(msg.recipient, msg)
+    return [m.id for r, m in first.items() if deliver(env, m.id, resting[r]) == "typed"]
+
+
+def fail_dependents(env: Env, agent: Agent, why: str) -> list[str]:
+    """End the agents waiting ``--after`` ``agent``, which will never be idle or done now.
+
+    Each is marked ``dead`` with reason ``not started: <why>`` (once: a racing caller does
+    nothing) and its parent gets an ``after-failed`` event. Returns their ids.
+    """
+    failed: list[str] = []
+    for pending_id in env.store.pending_agent_ids():
+        pending = env.store.agent(pending_id)
+        if pending is None or pending.spec.get("phase") != "pending":
+            continue
+        if not ({agent.id, agent.name} & set(_deps(pending))):
+            continue
+        if fail_pending(env, pending, why):
+            failed.append(pending.id)
+    return failed
+
+
+def fail_pending(env: Env, pending: Agent, why: str) -> bool:
+    """Mark one agent waiting ``--after`` dead (``not started: <why>``) and tell its parent; once."""
+    if not env.store.update_agent(pending.id, if_status=STARTING, status=DEAD, status_reason=f"not started: {why}"):
+        return False
+    notify_parent(env, pending, "after-failed", f"{pending.name} will not start: {why}", reason=why)
+    return True
+
+
+def pending_verdict(env: Env, pending: Agent) -> tuple[str, str]:
+    """Where an agent waiting ``--after`` stands: ("ready", its prompt), ("dead", why) or ("waiting", "").
+
+    Dead when one of the agents it waits for is dead or gone; ready when all are idle or done
+    (the prompt with their outputs substituted, as ``ready_dependents`` gives it).
+    """
+    deps = _deps(pending)
+    records = [(d, _lookup(env, d)) for d in deps]
+    for ref, rec in records:
+        if rec is None:
+            return "dead", f"{ref} is gone"
+        if rec.status == DEAD:
+            return "dead", f"{rec.name} is dead ({rec.status_reason or 'stopped'})"
+    if not deps or any(rec.status not in (IDLE, DONE) for _, rec in records if rec is not None):
+        return "waiting", ""
+    outputs: dict[str, str | None] = {}
+    for _, rec in records:
+        if rec is not None:
+            outputs[rec.name] = rec.output
+            outputs[rec.id] = rec.output
+    return "ready", substitute_outputs(_template(pending), outputs)
 
 
 def _lookup(env: Env, ref: str) -> Agent | None:
@@ -173,6 +256,8 @@ def ready_dependents(env: Env, agent_id: str) -> list[tuple[str, str]]:
         records = [r for r in (_lookup(env, d) for d in deps) if r is not None]
         if len(records) != len(deps) or any(r.status not in (IDLE, DONE) for r in records):
             continue
+        if pending.status != STARTING:
+            continue  # it failed already (a dependency died)
         outputs: dict[str, str | None] = {}
         for r in records:
             outputs[r.name] = r.output

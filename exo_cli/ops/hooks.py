@@ -28,13 +28,23 @@ from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import StateError
 from exo_cli.ops import delivery as msgs
-from exo_cli.records import AGENT_CLIS, DEAD, DONE, IDLE, ROOT, WAITING_PERMISSION, WORKING, Agent
+from exo_cli.records import (
+    AGENT_CLIS,
+    DEAD,
+    DONE,
+    FAILED_TURN,
+    IDLE,
+    ROOT,
+    WAITING_PERMISSION,
+    WORKING,
+    Agent,
+)
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
 
-EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
+EVENTS = ("session-start", "prompt", "stop", "stop-failure", "session-end", "notification", "tool", "notify")
 CLIS = (*AGENT_CLIS, "exo")  # "exo": the demo agent, which speaks Claude's format
 MAX_BLOCKS = 5  # consecutive stop-hook blocks before the agent is let go idle
 TITLE_PREFIX = "Generate a concise"  # Codex's title-generation side thread
@@ -94,7 +104,8 @@ def parse_payload(payload: str | None) -> tuple[dict[str, Any], str | None]:
     no_tools="the agent CLIs run it as their hook command; a model never calls it",
     roles=("tl", "dev"),
     help={
-        "event": "The hook event: session-start, prompt, stop, session-end, notification, tool or notify.",
+        "event": "The hook event: session-start, prompt, stop, stop-failure, session-end, notification, tool or "
+        "notify.",
         "cli": "The agent CLI whose payload and answer format to use: claude, gemini, codex or exo.",
         "payload": "The hook's JSON payload (Codex notify passes it as the last argument; otherwise stdin).",
     },
@@ -106,9 +117,11 @@ def hook(env: Env, *, event: str, cli: str = "claude", payload: str | None = Non
     session id; prompt marks the agent working and injects pending messages; stop marks it
     idle, records its output, rebases onto a parent branch that moved ahead (local refs
     only) and keeps it going with pending messages (never more than 5 times in a row);
-    session-end marks it dead unless done; notification marks it waiting-permission; tool
-    counts tool calls; notify handles Codex's agent-turn-complete of the agent's own thread.
-    Fails open: on any problem it warns on stderr and lets the agent continue.
+    stop-failure (Claude's StopFailure: an API error ended the turn) marks it failed-turn with
+    the error and tells the parent; session-end marks it dead unless done; notification marks
+    it waiting-permission; tool counts tool calls; notify handles Codex's agent-turn-complete
+    of the agent's own thread. Fails open: on any problem it warns on stderr and lets the agent
+    continue.
     """
     if cli not in CLIS:
         cli_warning = f"unknown --cli {cli!r}, answering in Claude's format"
@@ -201,6 +214,9 @@ def on_session_start(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> 
     state["blocks"] = 0
     if cli == "codex" and isinstance(sid, str) and sid and data.get("source", "startup") == "startup":
         state.setdefault("thread", sid)
+    transcript = data.get("transcript_path")
+    if isinstance(transcript, str) and transcript:
+        state["transcript"] = transcript  # where a failed turn is read from (Codex, Gemini)
     save_state(env, agent.id, state)
     text = task_context(agent)
     pending = _pending_text(env, agent)
@@ -280,9 +296,16 @@ def on_tool(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResul
 def on_session_end(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
     if agent.status in (DONE, DEAD):
         return HookResult("session-end", cli, agent.id, {}, [])
+    if agent.mux == "headless" and agent.backend in AGENT_CLIS:
+        # A headless CLI runs one turn per process: its session ends after every turn, and the
+        # next message continues it. The agent lives as long as its runner does.
+        return HookResult("session-end", cli, agent.id, {}, ["turn-process-ended"])
     reason = str(data.get("reason") or "session ended")
-    env.store.update_agent(agent.id, status=DEAD, status_reason=f"session ended ({reason})")
+    if not env.store.update_agent(agent.id, if_status=agent.status, status=DEAD,
+                                  status_reason=f"session ended ({reason})"):
+        return HookResult("session-end", cli, agent.id, {}, [])
     msgs.notify_parent(env, agent, "dead", f"{agent.name} ended its session ({reason})", reason=reason)
+    msgs.fail_dependents(env, agent, f"{agent.name} ended its session ({reason})")
     return HookResult("session-end", cli, agent.id, {}, ["dead"])
 
 
@@ -465,6 +488,13 @@ def _base_branch(env: Env, agent: Agent) -> str:
 
 def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block: bool = True) -> HookResult:
     event = "notify" if not can_block else "stop"
+    if cli == "gemini" and data.get("prompt_response") == NO_RESPONSE:
+        # Gemini's AfterAgent also fires after an API error, with no response text: the error
+        # is in its transcript. That is a failed turn, not an idle agent.
+        error = _gemini_error(data)
+        if error:
+            return on_stop_failure(env, agent, cli, {"error": "api_error", "last_assistant_message": error},
+                                   event="stop")
     actions: list[str] = []
     state = load_state(env, agent.id)
     turn = data.get("turn_id") or data.get("turn-id")
@@ -540,6 +570,17 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     # one short transaction for the record, counters and bookkeeping
     env.store.record_turn(agent.id, changes, turns=1 if first_for_turn else 0, tokens=tokens,
                           kv=(_key(agent.id), json.dumps(state, separators=(",", ":"))))
+    if not blocking and can_block and agent.status != DONE and "block-limit" not in actions:
+        # A message posted while this hook ran saw the agent still working and was queued; now
+        # that the record says idle, a later sender types it, and one in between is taken here.
+        if env.store.messages(recipient=agent.id, unconsumed=True, undelivered=True, limit=1):
+            late = msgs.claim_pending(env, agent.id)
+            if late:
+                state["blocks"] = 1
+                env.store.update_agent(agent.id, status=WORKING, status_reason="continuing with messages")
+                save_state(env, agent.id, state)
+                return HookResult(event, cli, agent.id, block_output(cli, msgs.render_all(late)),
+                                  [*actions, "late-messages"])
     if not blocking and agent.status != DONE and (first_for_turn or agent.status != IDLE):
         msgs.notify_parent(env, agent, "idle", f"{agent.name} is idle" + (f": {_short(text)}" if text else ""),
                            output=(text or "")[:4000])
@@ -551,6 +592,49 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
             start_dependents(env, agent.id, ready)
     out = block_output(cli, "\n\n".join(reasons)) if blocking else neutral(event, cli)
     return HookResult(event, cli, agent.id, out, actions)
+
+
+NO_RESPONSE = "[no response text]"  # Gemini's AfterAgent prompt_response when the turn produced no text
+
+
+def _gemini_error(data: dict[str, Any]) -> str | None:
+    path = data.get("transcript_path")
+    if not isinstance(path, str) or not path:
+        return None
+    from exo_cli.adapters.agents.gemini import turn_error
+
+    return turn_error(path)
+
+
+def on_stop_failure(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, event: str = "stop-failure") -> HookResult:
+    """Claude's StopFailure (and Gemini's AfterAgent after an API error): the turn ended with an error."""
+    error = _last_message(data) or str(data.get("error") or "the turn failed")
+    kind = data.get("error") if isinstance(data.get("error"), str) else None
+    actions = ["failed-turn"] if turn_failed(env, agent, error, kind=kind) else []
+    return HookResult(event, cli, agent.id, neutral(event, cli), actions)
+
+
+def turn_failed(env: Env, agent: Agent, error: str, *, kind: str | None = None) -> bool:
+    """Record that the agent's turn ended with an error: status ``failed-turn``, the error as its output.
+
+    The reason is ``turn failed: <error>``; the parent gets a ``failed-turn`` event with the
+    error text. The agent is alive at its input: a message (``exo send``) starts its next
+    turn. Agents waiting ``--after`` it keep waiting. False when nothing changed (it is done
+    or dead, or already recorded).
+    """
+    if agent.status in (DONE, DEAD):
+        return False
+    text = " ".join(error.split())
+    reason = f"turn failed: {text}"[:500]
+    if agent.status == FAILED_TURN and agent.status_reason == reason:
+        return False
+    if not env.store.update_agent(agent.id, if_status=agent.status, status=FAILED_TURN, status_reason=reason,
+                                  output=error):
+        return False
+    env.store.bump_agent(agent.id, turns=1)
+    msgs.notify_parent(env, agent, FAILED_TURN, f"{agent.name}'s turn failed: {_short(text, 400)}",
+                       error=error[:4000], **({"error_kind": kind} if kind else {}))
+    return True
 
 
 def _short(text: str, n: int = 200) -> str:
@@ -581,6 +665,7 @@ HANDLERS = {
     "session-start": on_session_start,
     "prompt": on_prompt,
     "stop": on_stop,
+    "stop-failure": on_stop_failure,
     "session-end": on_session_end,
     "notification": on_notification,
     "tool": on_tool,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
-from exo_cli.records import DEAD, DONE, LIVE_STATUSES, ROOT, Agent
+from exo_cli.records import DEAD, LIVE_STATUSES, ROOT, Agent
 from exo_cli.registry import Range, op
 from exo_cli.validate import check_timeout
 
@@ -92,11 +92,13 @@ class KillResult:
 def kill(env: Env, *, agent: str) -> KillResult:
     """Kill an agent and all its descendants; their worktrees are kept.
 
-    Each process group gets SIGTERM, then SIGKILL after a grace period; panes stay readable
-    (remain-on-exit) until `exo reap`. Records stay, with status dead; branches and worktrees
-    are never touched. The root cannot be killed, and a team lead may only kill its own subtree.
+    Each process group gets SIGTERM, then SIGKILL after a grace period, and so do the
+    services exo started for it; panes stay readable (remain-on-exit) until `exo reap`. Records
+    stay, with status dead (a done agent whose process still ran stays done); branches and
+    worktrees are never touched. Agents waiting `--after` a killed one will not start: they
+    are marked dead and their parent is told. The root cannot be killed, and a team lead may
+    only kill its own subtree.
     """
-    from exo_cli.adapters.mux import Location
     from exo_cli.ops import agentctl
 
     target = _get(env, agent)
@@ -110,15 +112,9 @@ def kill(env: Env, *, agent: str) -> KillResult:
     kept: list[list[str]] = []
     for a in [*descendants(everyone, target.id), target]:
         a = env.store.agent(a.id) or a
-        svc = a.spec.get("services_location") or {}
-        if svc.get("mux"):
-            with contextlib.suppress(ExoError, OSError):
-                loc = Location.from_dict(svc)
-                agentctl.mux_for(env, loc.mux).kill(loc, grace=2.0)
-        if a.status == DONE:
-            dead.append(a.id)
-            continue
-        was_alive = agentctl.stop_agent(env, a, reason="killed")
+        # Stops the agent's process group and its services; a done agent whose process still
+        # runs is stopped too (its status stays done).
+        was_alive = agentctl.stop_agent(env, a, reason="killed", settle_dependents=True)
         (killed if was_alive or a.status in LIVE_STATUSES else dead).append(a.id)
         if a.worktree and a.spec.get("worktree_created"):
             kept.append([a.id, a.worktree])

@@ -35,7 +35,7 @@ from exo_cli.ops.delivery import (
     post,
     ready_dependents,
 )
-from exo_cli.records import ASKING, DEAD, DONE, IDLE, ROOT, WORKING, Agent, Message
+from exo_cli.records import ASKING, AT_REST, DEAD, DONE, FAILED_TURN, IDLE, ROOT, WORKING, Agent, Message
 from exo_cli.registry import Range, Tool, op
 from exo_cli.validate import check_text, check_timeout
 
@@ -97,7 +97,11 @@ class SendResult:
 
 @dataclass(frozen=True)
 class WaitEntry:
-    """One agent's state in a wait: received | running | idle | dead."""
+    """One agent's state in a wait: received | running | idle | failed | dead.
+
+    ``failed``: its last turn ended with an error (status ``failed-turn``); the message is
+    the error text.
+    """
 
     agent_id: str
     name: str
@@ -165,7 +169,7 @@ def find_agent(env: Env, ref: str) -> Agent:
 
 
 def _deliver(env: Env, msg_id: int, recipient: Agent) -> str:
-    if recipient.id == ROOT or recipient.status != IDLE or not recipient.location:
+    if recipient.id == ROOT or recipient.status not in AT_REST or not recipient.location:
         return "queued"
     from exo_cli.ops.delivery import deliver
 
@@ -414,7 +418,18 @@ def _entry_status(agent: Agent | None) -> str:
         return "dead"
     if agent.status in (IDLE, DONE):
         return "idle"
+    if agent.status == FAILED_TURN:
+        return "failed"
     return "running"
+
+
+def _watched(env: Env, me: str, targets: list[Agent], settled: dict[str, WaitEntry]) -> list[str]:
+    """The agents a waiter keeps an eye on: the ones it waits for, or all of its live children."""
+    if targets:
+        return [t.id for t in targets if t.id not in settled]
+    if not env.has_state():
+        return []
+    return [a.id for a in env.store.agents() if (a.parent or ROOT) == me and a.id != me and a.live]
 
 
 @op(
@@ -442,10 +457,13 @@ def wait(env: Env, *, agents: list[str] | None = None,
 
     Without agents: return the first unconsumed message to you from anyone (``--timeout
     0`` checks without blocking). With agents: wait until each has a message for you
-    (``received``), or is ``idle`` or ``dead``, or the timeout passes; return one entry per
-    agent with its status (received, running, idle, dead) and message. Messages returned
-    are consumed. Without a timeout it waits ``timeouts.wait`` seconds (600 by default), on
-    the command line and over MCP alike.
+    (``received``), or is ``idle``, ``failed`` (its turn ended with an error) or ``dead``,
+    or the timeout passes; return one entry per agent with its status (received, running,
+    idle, failed, dead) and message. Messages returned are consumed. Without a timeout it
+    waits ``timeouts.wait`` seconds (600 by default), on the command line and over MCP alike.
+    While it waits, it watches the agents it waits for (or all of your live children) every
+    few seconds: an agent that died, exited, went quiet (custom agents) or is stuck at a
+    startup dialog is recorded, and you get its event.
     """
     timeout = _timeout(timeout)
     if timeout is None:
@@ -456,8 +474,10 @@ def wait(env: Env, *, agents: list[str] | None = None,
     store = env.store
     settled: dict[str, WaitEntry] = {}
     deadline = None if timeout is None else time.monotonic() + timeout
-    next_live = time.monotonic()
+    next_live = time.monotonic() + LIVENESS_EVERY
     with store.bell.listen([me]) as waiter:
+        if timeout != 0:  # watch once before the first look: a resting agent may still have a message queued
+            _refresh(env, _watched(env, me, targets, settled))
         while True:
             if not targets:
                 for m in store.messages(recipient=me, unconsumed=True, limit=20):
@@ -487,7 +507,7 @@ def wait(env: Env, *, agents: list[str] | None = None,
                     rec = store.agent(t.id)
                     status = _entry_status(rec)
                     if status != "running":
-                        out = rec.output if (rec is not None and status == "idle") else None
+                        out = rec.output if (rec is not None and status in ("idle", "failed")) else None
                         settled[t.id] = WaitEntry(t.id, t.name, status, out, None)
                 if all(t.id in settled for t in targets):
                     return WaitResult(results=[settled[t.id] for t in targets], timed_out=False)
@@ -495,9 +515,9 @@ def wait(env: Env, *, agents: list[str] | None = None,
             stop = cancel.cancelled()
             if stop or (deadline is not None and now >= deadline):
                 return WaitResult(results=_partial(env, targets, settled), timed_out=not stop, cancelled=stop)
-            if targets and now >= next_live:
+            if now >= next_live:  # the watcher: see agentctl.refresh
                 next_live = now + LIVENESS_EVERY
-                _refresh(env, [t.id for t in targets if t.id not in settled])
+                _refresh(env, _watched(env, me, targets, settled))
             slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
             waiter.wait(max(slice_, 0.0))
 

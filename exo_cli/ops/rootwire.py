@@ -10,7 +10,8 @@ are replaced, not duplicated. A file exo creates is hidden through ``.git/info/e
 - claude: ``.mcp.json`` ``mcpServers.exo`` and ``.claude/settings.local.json`` hooks plus
   ``enabledMcpjsonServers: ["exo"]`` (the local settings may approve project servers).
 - gemini: ``.gemini/settings.json`` ``mcpServers.exo``, hooks, ``hooksConfig.enabled``.
-- codex: ``.codex/config.toml`` ``[mcp_servers.exo]`` and ``.codex/hooks.json``. Codex
+- codex: ``.codex/config.toml`` ``[mcp_servers.exo]`` (edited with tomlkit: comments and layout kept)
+  and ``.codex/hooks.json``. Codex
   reads both only in a trusted project; exo never edits ``$CODEX_HOME/config.toml`` (the
   result's notes give the ``codex mcp add`` command for a user-wide entry instead).
 """
@@ -20,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,35 +137,36 @@ def _json_file(path: Path, update: Any) -> bool:
     return True
 
 
-def _codex_config(path: Path, entry: dict[str, Any], notes: list[str]) -> bool:
-    """Add ``[mcp_servers.exo]`` to a project ``.codex/config.toml`` without losing comments."""
-    import tomli_w
+def _codex_config(path: Path, entry: dict[str, Any]) -> bool:
+    """Set ``[mcp_servers.exo]`` in a project ``.codex/config.toml``, keeping the user's text (tomlkit).
 
-    if not path.exists():
-        _write(path, tomli_w.dumps({"mcp_servers": {SERVER: entry}}))
-        return True
-    text = path.read_text(encoding="utf-8")
+    The file is edited in place, format-preserving: the user's comments, order and layout stay;
+    only exo's table is added or replaced. Nothing is written when it already holds exo's entry.
+    """
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        doc = tomlkit.parse(text)
+    except TOMLKitError as exc:
         raise InvalidInput(f"{path} is not valid TOML: {exc}", hint="Fix or move the file, then run exo init again.",
                            file=str(path)) from exc
-    servers = data.get("mcp_servers", {})
-    current = servers.get(SERVER) if isinstance(servers, dict) else None
-    if current == entry:
+    servers = doc.get("mcp_servers")
+    if servers is None:
+        servers = tomlkit.table(is_super_table=True)
+        doc["mcp_servers"] = servers
+    elif not isinstance(servers, dict):
+        raise InvalidInput(f"{path}: mcp_servers is not a table", hint="Fix or move the file, then run exo init again.",
+                           file=str(path))
+    current = servers.get(SERVER)
+    if current is not None and current.unwrap() == entry:
         return False
-    if current is None:  # append a table: the user's text and comments stay as they are
-        sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
-        _write(path, text + sep + f"[mcp_servers.{SERVER}]\n" + tomli_w.dumps(entry))
-        return True
-    if "#" not in text:  # nothing a rewrite could lose
-        servers[SERVER] = entry
-        _write(path, tomli_w.dumps(data))
-        return True
-    notes.append(f"{path} already has a different [mcp_servers.{SERVER}] and comments exo would lose; "
-                 f"left unchanged. Set it to command = {json.dumps(entry['command'])}, "
-                 f"args = {json.dumps(entry['args'])}.")
-    return False
+    table = tomlkit.table()
+    table.update(entry)
+    servers[SERVER] = table
+    _write(path, tomlkit.dumps(doc))
+    return True
 
 
 def wire_agent(repo: RepoInfo, agent: str) -> AgentWiring:
@@ -221,7 +222,7 @@ def wire_agent(repo: RepoInfo, agent: str) -> AgentWiring:
                      "(trust it when asked); your session is then the root TL of the tree.")
     else:
         config = track(".codex/config.toml")
-        if _codex_config(config, entry, notes):
+        if _codex_config(config, entry):
             changed.append(config)
         hooks_json = track(".codex/hooks.json")
         if _json_file(hooks_json, lambda d: merge_hooks(d, hooks_json, "codex", _hook_tables()["codex"], exo)):

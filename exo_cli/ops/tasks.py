@@ -132,15 +132,16 @@ def _id_forms(ids: Iterable[str | None], prefix: str | None) -> set[str]:
 def live_owners(env: Env) -> dict[str, str]:
     """Return bead id -> agent id for the beads that live agents work on (ids as recorded).
 
-    Liveness is checked first (``agentctl.refresh``: one batched multiplexer call), so an
+    Liveness is checked first (``panes.alive_ids``: one batched multiplexer call), so an
     agent whose pane or process is gone no longer owns its bead.
     """
     if not env.has_state():
         return {}
-    from exo_cli.ops import agentctl
+    from exo_cli.ops import panes
 
-    agents = agentctl.refresh(env, [a for a in env.store.agents() if a.id != ROOT])
-    return {a.bead: a.id for a in agents if a.bead and a.status in LIVE_STATUSES}
+    agents = [a for a in env.store.agents() if a.id != ROOT and a.status in LIVE_STATUSES]
+    running = panes.alive_ids(env, agents)
+    return {a.bead: a.id for a in agents if a.bead and a.id in running}
 
 
 def pick_ready(

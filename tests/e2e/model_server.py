@@ -9,7 +9,8 @@ One HTTP server on 127.0.0.1 (port 0) answers, from a script of turns:
 - OpenAI Responses (Codex CLI): ``POST /v1/responses`` (streamed events).
 
 A script is a list of turns, each ``{"text": "..."}`` or ``{"tool": name, "input": {...}}`` (optionally
-with a ``"text"`` said before the call), or a callable ``(entry) -> turn``. Turns are consumed only by
+with a ``"text"`` said before the call), ``{"error": <HTTP status>, "message": "..."}`` (an API error in
+that API's format), or a callable ``(entry) -> turn``. Turns are consumed only by
 *agent* requests, i.e. requests that carry a non-empty tool list. Side requests (Claude's session
 title, Gemini's model router and next-speaker check, Codex's title thread) get a minimal instance of
 the JSON schema they ask for, or a canned text, and never consume a turn. When the script is
@@ -192,7 +193,8 @@ class ModelServer:
                 body = json.loads(raw)
             except ValueError:
                 body = raw.decode("utf-8", "replace")
-        entry: Entry = {"method": method, "path": target, "headers": _pick_headers(headers), "body": body}
+        entry: Entry = {"method": method, "path": target, "headers": _pick_headers(headers), "body": body,
+                        "auth": _auth_digests(headers)}
         if method in ("HEAD", "GET"):
             entry.update(kind="probe", api=None)
             self._record(entry)
@@ -245,6 +247,9 @@ class ModelServer:
 
     def _anthropic(self, entry: Entry, body: dict[str, Any]) -> tuple[int, str, bytes]:
         turn = self._classify(entry, "anthropic", body.get("tools"))
+        if turn.get("error"):
+            return int(turn["error"]), "application/json", json.dumps(
+                {"type": "error", "error": {"type": "invalid_request_error", "message": turn.get("message", "")}}).encode()
         model = str(body.get("model", "claude-e2e"))
         content: list[dict[str, Any]] = []
         if turn.get("text") is not None:
@@ -293,6 +298,10 @@ class ModelServer:
             return 404, "application/json", _error_json(f"unsupported Gemini method {method}")
         tools = [t for t in body.get("tools") or [] if t.get("functionDeclarations")]
         turn = self._classify(entry, "gemini", tools)
+        if turn.get("error"):
+            return int(turn["error"]), "application/json", json.dumps(
+                {"error": {"code": int(turn["error"]), "message": turn.get("message", ""),
+                           "status": "INVALID_ARGUMENT"}}).encode()
         parts: list[dict[str, Any]] = []
         if turn.get("text") is not None:
             parts.append({"text": str(turn["text"])})
@@ -311,6 +320,10 @@ class ModelServer:
 
     def _openai(self, entry: Entry, body: dict[str, Any]) -> tuple[int, str, bytes]:
         turn = self._classify(entry, "openai", body.get("tools"))
+        if turn.get("error"):
+            return int(turn["error"]), "application/json", json.dumps(
+                {"error": {"message": turn.get("message", ""), "type": "invalid_request_error", "param": None,
+                           "code": None}}).encode()
         resp_id = f"resp_e2e_{next(self._ids)}"
         model = str(body.get("model", "fake-model"))
         items: list[dict[str, Any]] = []
@@ -456,6 +469,18 @@ def _error_json(message: str) -> bytes:
 
 def _approx_tokens(raw: bytes) -> int:
     return max(1, len(raw) // 4)
+
+
+def _auth_digests(headers: dict[str, str]) -> dict[str, str]:
+    """Which credential headers came, as SHA-256 digests of their values (never the values)."""
+    import hashlib
+
+    out = {}
+    for k, v in headers.items():
+        if k.lower() in ("x-api-key", "authorization", "x-goog-api-key"):
+            value = v.removeprefix("Bearer ") if k.lower() == "authorization" else v
+            out[k.lower()] = hashlib.sha256(value.encode()).hexdigest()
+    return out
 
 
 def _pick_headers(headers: dict[str, str]) -> dict[str, str]:

@@ -21,7 +21,7 @@ from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked
 from exo_cli.errors import StateError, UsageError
 from exo_cli.selfcmd import exo_command
 
-HOOK_EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
+HOOK_EVENTS = ("session-start", "prompt", "stop", "stop-failure", "session-end", "notification", "tool", "notify")
 """The events ``exo hook`` understands (the hook command contract)."""
 
 ROLES = ("tl", "dev")
@@ -52,6 +52,8 @@ class LaunchContext:
     ``env`` is the environment of the ``exo spawn`` call; ``created_worktree`` says whether exo
     created the worktree (trust entries are only ever added for folders exo created).
     ``branch`` and ``parent_cwd`` are optional and only used by Claude's ``--fork-session``.
+    ``headless``: the agent runs without a terminal (``--mux headless``), so a CLI with a print
+    mode runs one turn per process and continues its session for each message (``Launch.channel``).
     """
 
     name: str
@@ -70,17 +72,25 @@ class LaunchContext:
     created_worktree: bool = False
     branch: str | None = None
     parent_cwd: Path | None = None
+    headless: bool = False
 
 
 @dataclass
 class Launch:
-    """How to start one agent: argv, full environment, cwd, files written and undo records."""
+    """How to start one agent: argv, full environment, cwd, files written and undo records.
+
+    ``channel`` says how a headless agent gets its messages (``Headless.start``): ``stdin``
+    (written to its stdin), or ``resume`` with the argv of the next turn of the same session
+    (``{session}`` and ``{message}`` stand for whole arguments) and the session id, known in
+    advance or read from the first turn's output (``session_from``).
+    """
 
     argv: list[str]
     env: dict[str, str]
     cwd: str
     files: list[str] = field(default_factory=list)
     undo: list[dict[str, Any]] = field(default_factory=list)
+    channel: dict[str, Any] = field(default_factory=lambda: {"mode": "stdin"})
 
 
 class Backend:
@@ -123,6 +133,31 @@ class Backend:
         """Refuse resume/fork options for backends that do not support them."""
         if ctx.resume_session or ctx.fork_session:
             raise UsageError(f"the {self.name} backend does not support --resume/--fork-session")
+
+
+def tail_json_lines(path: str, limit: int = 256 * 1024, *, containing: bytes | None = None) -> list[Any]:
+    """The JSON objects of the last ``limit`` bytes of a JSONL file (a transcript); [] when unreadable.
+
+    With ``containing``, [] at once (nothing parsed) when those bytes do not occur in the tail.
+    """
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except OSError:
+        return []
+    if containing is not None and containing not in data:
+        return []
+    out = []
+    for line in data.splitlines():
+        if not line.startswith(b"{"):
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 # -- private files ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,38 @@ HOOKS: tuple[tuple[str, str, str | None, int], ...] = (
     ("SessionStart", "session-start", "startup|resume|clear|compact", 30),
     ("UserPromptSubmit", "prompt", None, 30),
     ("Stop", "stop", None, 120),
+    # Fires instead of Stop when an API error (rate limit, auth failure, overload) ends the turn.
+    ("StopFailure", "stop-failure", None, 10),
     ("SessionEnd", "session-end", None, 10),
     ("Notification", "notification", "permission_prompt", 10),
     ("PostToolUse", "tool", None, 10),
 )
 
 MCP_WAIT = 20  # seconds (EnvVars.MCP_WAIT); below the SessionStart hook's timeout (30)
+
+# Claude Code asks "Detected a custom API key in your environment ... Do you want to use this API
+# key?" when ANTHROPIC_API_KEY is set and not approved in ~/.claude.json, and approving it there
+# stores the key's last 20 characters. exo instead moves the key to this variable and gives
+# Claude an apiKeyHelper (in exo's own settings file) that prints it: no dialog, and neither the
+# key nor any part of it is written anywhere (only the variable's name is).
+KEY_VAR = "EXO_ANTHROPIC_API_KEY"
+API_KEY_HELPER = f'printf %s "${KEY_VAR}"'
+
+
+def hide_api_key(env: dict[str, str]) -> bool:
+    """Move ``ANTHROPIC_API_KEY`` to ``EXO_ANTHROPIC_API_KEY`` in ``env``; True when there was one."""
+    key = env.pop("ANTHROPIC_API_KEY", None)
+    if not key:
+        return False
+    env[KEY_VAR] = key
+    return True
+
+
+def restore_api_key(env: dict[str, str]) -> None:
+    """The reverse, for what a Claude agent spawns: its children get ``ANTHROPIC_API_KEY`` back."""
+    key = env.pop(KEY_VAR, None)
+    if key and not env.get("ANTHROPIC_API_KEY"):
+        env["ANTHROPIC_API_KEY"] = key
 
 TRUST_KEYS = {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}
 
@@ -71,8 +98,8 @@ def global_state_file(env: Mapping[str, str], home: Path) -> Path:
     return Path(custom) / ".claude.json" if custom else home / ".claude.json"
 
 
-def settings_document(skip_permissions: bool) -> dict[str, Any]:
-    """Return the ``--settings`` file: exo's hooks (and the bypass-warning pre-emption)."""
+def settings_document(skip_permissions: bool, *, key_helper: bool = False) -> dict[str, Any]:
+    """Return the ``--settings`` file: exo's hooks (and the bypass-warning and API-key dialog pre-emptions)."""
     hooks: dict[str, list[dict[str, Any]]] = {}
     for claude_event, exo_event, matcher, timeout in HOOKS:
         group: dict[str, Any] = {}
@@ -85,6 +112,8 @@ def settings_document(skip_permissions: bool) -> dict[str, Any]:
         # Claude reads this from user, local, flag (--settings) and policy settings, never from
         # project settings; the flag source is exo's own file, so no user file is rewritten.
         doc["skipDangerousModePermissionPrompt"] = True
+    if key_helper:
+        doc["apiKeyHelper"] = API_KEY_HELPER
     return doc
 
 
@@ -100,7 +129,9 @@ class ClaudeBackend(Backend):
         launch = Launch(argv=[], env=env, cwd=str(ctx.worktree))
         settings = ctx.agent_dir / SETTINGS_FILE
         mcp = ctx.agent_dir / MCP_FILE
-        launch.files.append(write_private_json(settings, settings_document(ctx.skip_permissions)))
+        key_helper = hide_api_key(env)
+        launch.files.append(write_private_json(settings, settings_document(ctx.skip_permissions,
+                                                                           key_helper=key_helper)))
         mcp_entry = {"type": "stdio", **self.mcp_server(ctx, env)}
         launch.files.append(write_private_json(mcp, {"mcpServers": {"exo": mcp_entry}}))
 
@@ -132,18 +163,22 @@ class ClaudeBackend(Backend):
             if record is not None:
                 launch.undo.append(record)
 
-        argv = [self.binary or "claude"]
-        if ctx.skip_permissions:
-            argv.append("--dangerously-skip-permissions")
-        if ctx.resume_session:
-            argv += ["--resume", ctx.resume_session]
-            if ctx.fork_session:
-                argv.append("--fork-session")
+        perm = ["--dangerously-skip-permissions"] if ctx.skip_permissions else []
         # --mcp-config is variadic: another option must follow it before any positional.
-        argv += ["--mcp-config", str(mcp), "--settings", str(settings), *ctx.extra_args]
-        if prompt:
-            argv += ["--", prompt]
-        launch.argv = argv
+        wiring = ["--mcp-config", str(mcp), "--settings", str(settings), *ctx.extra_args]
+        binary = self.binary or "claude"
+        fork = ["--resume", ctx.resume_session] if ctx.resume_session else []
+        if ctx.resume_session and ctx.fork_session:
+            fork.append("--fork-session")
+        if ctx.headless:
+            # Print mode, one turn per process; each message continues the same session from the
+            # same folder (`claude -p --resume <id>`). The id is chosen here (`--session-id`).
+            session = str(uuid.uuid4())
+            launch.argv = [binary, "-p", *perm, *fork, "--session-id", session, *wiring, "--", prompt or "{message}"]
+            launch.channel = {"mode": "resume", "session": session, "wait_first": not prompt,
+                              "resume": [binary, "-p", *perm, "--resume", "{session}", *wiring, "--", "{message}"]}
+            return launch
+        launch.argv = [binary, *perm, *fork, *wiring, *(["--", prompt] if prompt else [])]
         return launch
 
     def _copy_transcript(self, ctx: LaunchContext) -> dict[str, Any] | None:

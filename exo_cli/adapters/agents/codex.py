@@ -1,26 +1,37 @@
-"""Codex CLI: everything through ``-c`` overrides, no file written anywhere.
+"""Codex CLI: a private ``CODEX_HOME`` per agent holding exo's configuration next to the user's.
 
-``-c key=value`` lands in Codex's session-flags config layer: ``key`` is split on literal dots
-(no quoting, so a path never goes into a key) and ``value`` is parsed as TOML. Tables merge
-recursively into the user's config; arrays and scalars replace. So:
+Codex 0.169 warns in its footer when configuration comes from ``-c`` overrides ("Running without
+the shared background server: command-line configuration overrides (-c...) requires embedded
+mode") and when hooks run under ``--dangerously-bypass-hook-trust``. exo uses neither: each agent
+gets its own ``CODEX_HOME`` (``<agent folder>/codex-home``, mode 0700) where
 
-- ``mcp_servers.exo={command=..., args=[...], env={...}}`` adds exo's MCP server;
-- ``projects={"<worktree>"={trust_level="trusted"}}`` trusts a worktree exo created (merged into
-  the user's ``projects`` table for this run only; ``~/.codex/config.toml`` is never rewritten);
-- ``hooks.<Event>=[{matcher=..., hooks=[{type="command", command=..., timeout=...}]}]`` declares
-  exo's hooks in the session-flags layer (hook discovery is per layer, so the user's own hooks
-  still run), and ``--dangerously-bypass-hook-trust`` lets them run without the review dialog;
-- ``notify=[<exo>, "hook", "notify", "--cli", "codex"]`` (Codex appends the JSON payload).
+- ``config.toml`` is the user's own ``$CODEX_HOME/config.toml`` (edited with tomlkit, so its
+  comments, order and layout stay) plus exo's keys: ``notify``, ``[mcp_servers.exo]``
+  (``required = true``), the worktree's ``trust_level`` when exo created it, exo's hooks as
+  ``[[hooks.<Event>]]`` tables appended after the user's own, and for each of exo's hooks a
+  ``[hooks.state."<file>:<event>:<group>:<handler>"] trusted_hash`` computed the way Codex computes
+  it (``trust_hash``), so they run without the review dialog. The user's own hook trust entries
+  (for its ``config.toml`` and its ``hooks.json``) are moved to this folder's paths, so the
+  user's trusted hooks stay trusted;
+- every other entry of the user's ``CODEX_HOME`` (``auth.json``, ``sessions``, ``history.jsonl``,
+  ``hooks.json``, ...) is a symlink to the user's, so the login and the session history are
+  the user's own.
+
+The user's ``$CODEX_HOME`` is never written. The folder goes away with the agent's folder.
 """
 
 from __future__ import annotations
 
-import re
+import hashlib
+import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from exo_cli.adapters.agents.base import Backend, Launch, LaunchContext, hook_argv, hook_command
 from exo_cli.config import EnvVars
+from exo_cli.errors import StateError
 
 # Codex hook event -> (exo hook event, matcher or None, timeout in seconds). Codex 0.169 clamps a
 # SessionEnd timeout above 3 s to 3 s and says so in a startup warning of the TUI: ask for 3.
@@ -31,56 +42,161 @@ HOOKS: tuple[tuple[str, str, str | None, int], ...] = (
     ("SessionEnd", "session-end", None, 3),
     ("PostToolUse", "tool", None, 10),
 )
+# Codex's key label of each event (``hook_event_key_label``): the middle of a hooks.state key.
+EVENT_LABELS = {
+    "SessionStart": "session_start",
+    "UserPromptSubmit": "user_prompt_submit",
+    "Stop": "stop",
+    "SessionEnd": "session_end",
+    "PostToolUse": "post_tool_use",
+    "PreToolUse": "pre_tool_use",
+}
+# Events whose matcher Codex ignores (and leaves out of the trust identity).
+NO_MATCHER = ("UserPromptSubmit", "Stop", "SessionEnd")
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+HOME_DIR = "codex-home"
+CONFIG = "config.toml"
 
-
-def toml_string(value: str) -> str:
-    """Return ``value`` as a TOML basic string (control characters escaped, Unicode kept)."""
-    out = []
-    for ch in value:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def toml_key(key: str) -> str:
-    """Return ``key`` bare when TOML allows it, quoted otherwise."""
-    return key if _BARE_KEY.fullmatch(key) else toml_string(key)  # match() would let "0\n" through
+def handler(exo_event: str, timeout: int) -> dict[str, Any]:
+    """One of exo's hook handlers in Codex's (Claude-shaped) format."""
+    return {"type": "command", "command": hook_command(exo_event, "codex"), "timeout": timeout}
 
 
-def toml_inline(value: Any) -> str:
-    """Return ``value`` (str, bool, int, list, dict) as a one-line TOML value."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return toml_string(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_inline(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{toml_key(str(k))} = {toml_inline(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+def trust_hash(event: str, matcher: str | None, command: str, timeout: int) -> str:
+    """The ``trusted_hash`` Codex 0.169 records when a user trusts this hook in its review dialog.
+
+    Codex hashes a normalized identity of the hook (``command_hook_hash``: the event's key label,
+    the group's matcher where the event has matchers, and the one handler with its timeout and
+    ``async``), serialized as JSON with sorted keys, with SHA-256 (``version_for_toml``). The
+    end-to-end test with the real Codex checks that no review dialog appears.
+    """
+    identity: dict[str, Any] = {
+        "event_name": EVENT_LABELS[event],
+        "hooks": [{"type": "command", "command": command, "timeout": max(int(timeout), 1), "async": False}],
+    }
+    if matcher and event not in NO_MATCHER:
+        identity["matcher"] = matcher
+    data = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
-def override(key: str, value: Any) -> str:
-    """Return one ``-c`` argument: ``key=<TOML value>``."""
-    return f"{key}={toml_inline(value)}"
+def user_codex_home(env: Mapping[str, str], home: Path) -> Path:
+    """The user's Codex folder: ``$CODEX_HOME`` or ``~/.codex``."""
+    custom = env.get("CODEX_HOME")
+    return Path(custom) if custom else home / ".codex"
 
 
-def hook_groups(exo_event: str, matcher: str | None, timeout: int) -> list[dict[str, Any]]:
-    """Return one event's matcher groups in Codex's (Claude-shaped) hooks format."""
-    group: dict[str, Any] = {}
-    if matcher:
-        group["matcher"] = matcher
-    group["hooks"] = [{"type": "command", "command": hook_command(exo_event, "codex"), "timeout": timeout}]
-    return [group]
+def _read_user_config(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+
+
+def config_text(user_text: str, *, user_file: Path, own_file: Path, mcp_entry: Mapping[str, Any],
+                trusted_project: Path | None) -> str:
+    """The agent's ``config.toml``: the user's text with exo's keys merged in (tomlkit, format kept)."""
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    try:
+        doc = tomlkit.parse(user_text)
+    except TOMLKitError as exc:
+        raise StateError(f"{user_file} is not valid TOML: {exc}", hint="Fix it, then spawn again.",
+                         path=str(user_file)) from exc
+    doc["notify"] = hook_argv("notify", "codex")
+    servers = _table(doc, "mcp_servers")
+    # env_vars: Codex starts MCP servers with a reduced environment; the agent's proof passes by
+    # name only (its value is never written to the config file).
+    servers["exo"] = {**mcp_entry, "env_vars": [EnvVars.PROOF], "required": True}
+    if trusted_project is not None:
+        projects = _table(doc, "projects")
+        projects[str(trusted_project)] = {"trust_level": "trusted"}
+    hooks = _table(doc, "hooks")
+    state = _table(hooks, "state")
+    # The user's trusted hooks (its config.toml's and its hooks.json's, now read through this
+    # folder) keep their trust: their keys name the file they come from.
+    old_prefix, new_prefix = f"{user_file.parent}{os.sep}", f"{own_file.parent}{os.sep}"
+    for key in list(state.keys()):
+        if key.startswith(old_prefix):
+            state[new_prefix + key[len(old_prefix):]] = state.pop(key)
+    for event, exo_event, matcher, timeout in HOOKS:
+        groups = hooks.get(event)
+        if groups is None:
+            groups = tomlkit.aot()
+            hooks[event] = groups
+        group: dict[str, Any] = {"matcher": matcher} if matcher else {}
+        group["hooks"] = [handler(exo_event, timeout)]
+        index = len(groups)
+        groups.append(group)
+        key = f"{own_file}:{EVENT_LABELS[event]}:{index}:0"
+        state[key] = {"trusted_hash": trust_hash(event, matcher, hook_command(exo_event, "codex"), timeout)}
+    return tomlkit.dumps(doc)
+
+
+def _table(container: Any, key: str) -> Any:
+    import tomlkit
+
+    if key not in container:
+        container[key] = tomlkit.table(is_super_table=True)
+    value = container[key]
+    if not isinstance(value, dict):
+        raise StateError(f"Codex config key {key!r} is not a table", key=key)
+    return value
+
+
+def make_home(ctx: LaunchContext, mcp_entry: Mapping[str, Any]) -> tuple[Path, Path]:
+    """Create the agent's private ``CODEX_HOME``; return (its folder, its config.toml)."""
+    from exo_cli.adapters.agents.base import write_private
+    from exo_cli.adapters.files import ensure_private_dir
+
+    user_home = user_codex_home(ctx.env, ctx.home)
+    own = ensure_private_dir(ctx.agent_dir / HOME_DIR, parents=True)
+    own_file = own / CONFIG
+    text = config_text(_read_user_config(user_home / CONFIG), user_file=user_home / CONFIG, own_file=own_file,
+                       mcp_entry=mcp_entry, trusted_project=ctx.worktree if ctx.created_worktree else None)
+    write_private(own_file, text)
+    try:
+        entries = sorted(os.listdir(user_home))
+    except OSError:
+        entries = []
+    for name in entries:
+        if name == CONFIG:
+            continue
+        link = own / name
+        if not link.exists() and not link.is_symlink():
+            os.symlink(user_home / name, link)
+    return own, own_file
+
+
+def turn_error(rollout_path: str) -> tuple[str, float] | None:
+    """(error, when) of the error that ended the session's last turn, from its rollout file; None otherwise.
+
+    Codex 0.169 has no failure hook (no Stop, no notify after an API error): the turn ends
+    with a ``task_complete`` event whose ``error.message`` says what happened, written to the
+    rollout file its hooks report as ``transcript_path``. ``when`` is the event's time (epoch).
+    """
+    from datetime import datetime
+
+    from exo_cli.adapters.agents.base import tail_json_lines
+
+    found: tuple[str, float] | None = None
+    for entry in tail_json_lines(rollout_path, 64 * 1024, containing=b'"task_complete"'):
+        payload = entry.get("payload") if isinstance(entry, dict) else None
+        if not isinstance(payload, dict) or entry.get("type") != "event_msg":
+            continue
+        if payload.get("type") == "task_started":
+            found = None
+        elif payload.get("type") == "task_complete":
+            failure = payload.get("error")
+            found = None
+            if isinstance(failure, dict):
+                try:
+                    when = datetime.fromisoformat(str(entry.get("timestamp")).replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    when = 0.0
+                found = (str(failure.get("message") or failure), when)
+    return found
 
 
 class CodexBackend(Backend):
@@ -89,31 +205,23 @@ class CodexBackend(Backend):
     name = "codex"
     binary = "codex"
 
-    def overrides(self, ctx: LaunchContext, env: Mapping[str, str]) -> list[str]:
-        """Return the ``-c`` values (without the ``-c`` flags)."""
-        # required: Codex otherwise omits a server that is still starting ("omitting pending
-        # optional MCP server") and the agent never sees exo's tools (0.169; tests/e2e/README.md).
-        # env_vars: Codex starts MCP servers with a reduced environment; the agent's proof passes
-        # by name only (its value never reaches a command line).
-        server = {**self.mcp_server(ctx, env), "env_vars": [EnvVars.PROOF], "required": True}
-        values = [override("mcp_servers.exo", server)]
-        if ctx.created_worktree:
-            values.append(override("projects", {str(ctx.worktree): {"trust_level": "trusted"}}))
-        values.append(override("notify", hook_argv("notify", "codex")))
-        for codex_event, exo_event, matcher, timeout in HOOKS:
-            values.append(override(f"hooks.{codex_event}", hook_groups(exo_event, matcher, timeout)))
-        return values
-
     def prepare(self, ctx: LaunchContext, identity_env: Mapping[str, str]) -> Launch:
-        """Return the ``codex`` launch; nothing is written to disk."""
+        """Write the agent's private CODEX_HOME and return the ``codex`` launch (no ``-c``, no trust bypass)."""
         self.no_resume(ctx)
         env = self.base_env(ctx, identity_env)
-        argv = [self.binary or "codex", "--dangerously-bypass-hook-trust"]
-        if ctx.skip_permissions:
-            argv.append("--dangerously-bypass-approvals-and-sandbox")
-        for value in self.overrides(ctx, env):
-            argv += ["-c", value]
-        argv += list(ctx.extra_args)
-        if ctx.prompt:
-            argv += ["--", ctx.prompt]
-        return Launch(argv=argv, env=env, cwd=str(ctx.worktree))
+        own, own_file = make_home(ctx, self.mcp_server(ctx, env))
+        env["CODEX_HOME"] = str(own)
+        binary = self.binary or "codex"
+        perm = ["--dangerously-bypass-approvals-and-sandbox"] if ctx.skip_permissions else []
+        launch = Launch(argv=[], env=env, cwd=str(ctx.worktree), files=[str(own_file)])
+        if ctx.headless:
+            # `codex exec`, one turn per process (stdin closed by the runner); each message
+            # continues the thread with `codex exec resume <thread_id>`, the id read from the
+            # first turn's `thread.started` event.
+            head = [binary, "exec", "--json", *perm, *ctx.extra_args]
+            launch.argv = [*head, "--", ctx.prompt or "{message}"]
+            launch.channel = {"mode": "resume", "session_from": "codex-json", "wait_first": not ctx.prompt,
+                              "resume": [*head, "resume", "{session}", "--", "{message}"]}
+            return launch
+        launch.argv = [binary, *perm, *ctx.extra_args, *(["--", ctx.prompt] if ctx.prompt else [])]
+        return launch

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,37 @@ def git_identity_env(worktree: Path, env: Mapping[str, str]) -> dict[str, str]:
     return {var: values[key] for var, key in missing if key in values}
 
 
-def exo_settings(mcp_server: Mapping[str, Any]) -> dict[str, Any]:
-    """Return exo's own Gemini settings: hooks enabled, exo's hooks, the exo MCP server."""
+def turn_error(transcript_path: str) -> str | None:
+    """The API error that ended the last turn of a Gemini session, from its transcript; None otherwise.
+
+    Gemini 0.61 has no failure hook: after an API error its AfterAgent hook fires with the
+    placeholder response ``[no response text]``, and the session file (``transcript_path``)
+    holds an entry ``{"type": "error", "content": "[API Error: ...]"}`` after the turn's
+    user message.
+    """
+    from exo_cli.adapters.agents.base import tail_json_lines
+
+    error = None
+    for entry in tail_json_lines(transcript_path):
+        if not isinstance(entry, dict):
+            continue
+        kind = entry.get("type")
+        if kind == "user":
+            error = None
+        elif kind == "error" and isinstance(entry.get("content"), str):
+            error = entry["content"]
+        elif kind == "gemini":
+            error = None
+    return error
+
+
+def exo_settings(mcp_server: Mapping[str, Any], *, keep_sessions: bool = False) -> dict[str, Any]:
+    """Return exo's own Gemini settings: hooks enabled, exo's hooks, the exo MCP server.
+
+    ``keep_sessions`` turns Gemini's startup session cleanup off (``general.sessionRetention``):
+    Gemini 0.61 deletes a session resumed in a later minute at the next start of another session
+    in the same project, which would lose a headless agent's conversation.
+    """
     hooks: dict[str, list[dict[str, Any]]] = {}
     for gemini_event, exo_event, matcher, timeout in HOOKS:
         group: dict[str, Any] = {}
@@ -80,11 +110,14 @@ def exo_settings(mcp_server: Mapping[str, Any]) -> dict[str, Any]:
             }
         ]
         hooks[gemini_event] = [group]
-    return {
+    out: dict[str, Any] = {
         "hooksConfig": {"enabled": True},
         "hooks": hooks,
         "mcpServers": {"exo": {**mcp_server, "trust": True}},
     }
+    if keep_sessions:
+        out["general"] = {"sessionRetention": {"enabled": False}}
+    return out
 
 
 def merge_settings(base: Mapping[str, Any], ours: Mapping[str, Any]) -> dict[str, Any]:
@@ -131,7 +164,7 @@ class GeminiBackend(Backend):
         self.no_resume(ctx)
         env = self.base_env(ctx, identity_env)
         launch = Launch(argv=[], env=env, cwd=str(ctx.worktree))
-        ours = exo_settings(self.mcp_server(ctx, env))
+        ours = exo_settings(self.mcp_server(ctx, env), keep_sessions=ctx.headless)
         target = ctx.worktree / SETTINGS_RELPATH
         launch.undo += edit_project_file(
             ctx.worktree,
@@ -143,10 +176,18 @@ class GeminiBackend(Backend):
         if ctx.created_worktree:
             env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
         env.update(git_identity_env(ctx.worktree, env))
-        argv = [self.binary or "gemini"]
-        if ctx.skip_permissions:
-            argv += ["--approval-mode", "yolo"]
-        argv += list(ctx.extra_args)
+        binary = self.binary or "gemini"
+        head = [binary, *(["--approval-mode", "yolo"] if ctx.skip_permissions else []), *ctx.extra_args]
+        if ctx.headless:
+            # `gemini -p`, one turn per process; each message continues the session with
+            # `--resume <id>` from the same folder. The id is chosen here (`--session-id`); the
+            # `--prompt=` form keeps a message starting with '-' from being read as an option.
+            session = str(uuid.uuid4())
+            launch.argv = [*head, "--session-id", session, f"--prompt={ctx.prompt or '{message}'}"]
+            launch.channel = {"mode": "resume", "session": session, "wait_first": not ctx.prompt,
+                              "resume": [*head, "--resume", "{session}", "--prompt={message}"]}
+            return launch
+        argv = list(head)
         if ctx.prompt:
             # yargs would read a value starting with '-' as an option: use the '=' form then.
             if ctx.prompt.startswith("-"):

@@ -22,7 +22,8 @@ def get_mux(kind: str, *, repo_id: str, runtime_dir: Path, session: str) -> Mux:
     """Return the backend for ``kind``: "tmux", "zellij" or "headless".
 
     tmux uses the private socket ``exo-<repo_id>`` and session ``session``; Zellij
-    uses the Zellij session exo runs in (``$ZELLIJ_SESSION_NAME``); headless keeps
+    acts on the session recorded in each agent's location (so it works from any shell;
+    starting an agent in Zellij needs ``Zellij(...)`` inside a session); headless keeps
     its records in ``runtime_dir``.
     """
     if kind == "tmux":
@@ -36,7 +37,7 @@ def get_mux(kind: str, *, repo_id: str, runtime_dir: Path, session: str) -> Mux:
     if kind == "zellij":
         from exo_cli.adapters.mux.zellij import Zellij
 
-        return Zellij(None, runtime_dir=runtime_dir)
+        return Zellij(None, runtime_dir=runtime_dir, require=False)
     raise InvalidInput(
         f"Invalid multiplexer {kind!r}", hint=f"Use one of: {', '.join(MUXES)}.", field="mux"
     )

@@ -96,7 +96,7 @@ def encode_sh(spec: dict[str, Any]) -> bytes | None:
 
 
 def decode(data: bytes) -> dict[str, Any]:
-    """Decode ``MAGIC, cwd, pid_file, n, argv*n, m, (key, value)*m, k, keep*k`` (NUL-separated)."""
+    """Decode ``MAGIC, cwd, pid_file, n, argv*n, m, (key, value)*m, k, keep*k[, exit_file]`` (NUL-separated)."""
     try:
         return _decode(data)
     except (IndexError, ValueError) as exc:
@@ -119,7 +119,9 @@ def _decode(data: bytes) -> dict[str, Any]:
     keep = fields[pos + 1 : pos + 1 + k]
     if not argv or len(argv) != n or len(keep) != k:
         raise ValueError("truncated exo start request")
-    return {"cwd": fields[1], "pid_file": fields[2], "argv": argv, "env": env, "keep": keep}
+    rest = fields[pos + 1 + k :]
+    return {"cwd": fields[1], "pid_file": fields[2], "argv": argv, "env": env, "keep": keep,
+            "exit_file": rest[0] if rest else ""}
 
 
 def main(args: list[str]) -> int:
@@ -161,11 +163,47 @@ def main(args: list[str]) -> int:
         os.replace(tmp, pid_file)
     sys.stdout.flush()
     sys.stderr.flush()
+    exit_file = spec.get("exit_file")
+    if exit_file:
+        return run_and_report(argv, env, exit_file)
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as exc:
         sys.stderr.write(f"exo launcher: cannot start {argv[0]}: {exc}\n")
         return 127
+
+
+def run_and_report(argv: list[str], env: dict[str, str], exit_file: str) -> int:
+    """Run ``argv`` as a child (same terminal, session and group), write its exit status to ``exit_file``.
+
+    For multiplexers that do not keep a dead pane's exit status (Zellij): the launcher stays
+    the pane's process and records how the agent ended. Keyboard signals of the terminal go
+    to the agent, not to the launcher.
+    """
+    import signal
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            sys.stderr.write(f"exo launcher: cannot start {argv[0]}: {exc}\n")
+        os._exit(127)
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP):
+        signal.signal(sig, signal.SIG_IGN)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    tmp = f"{exit_file}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{code}\n")
+    os.replace(tmp, exit_file)
+    return code if code >= 0 else 128 - code
 
 
 if __name__ == "__main__":

@@ -72,6 +72,9 @@ class PaneState:
     current_command: str | None = None
     pid: int | None = None
     in_mode: bool = False
+    # When its output last changed (epoch seconds: tmux, headless), or a fingerprint of its
+    # activity that changes when it does (Zellij, from /proc); None when unknown.
+    activity: float | str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
@@ -82,6 +85,7 @@ class PaneState:
             "current_command": self.current_command,
             "pid": self.pid,
             "in_mode": self.in_mode,
+            "activity": self.activity,
         }
 
 
@@ -240,6 +244,8 @@ def encode_spec(spec: Mapping[str, Any]) -> bytes:
     for k, v in env.items():
         fields += [k, v]
     fields += [str(len(keep)), *keep]
+    if spec.get("exit_file"):
+        fields.append(str(spec["exit_file"]))
     if any("\0" in f for f in fields):
         raise InvalidInput("Start request contains a NUL byte", field="argv")
     return "\0".join(fields).encode("utf-8", "surrogateescape")

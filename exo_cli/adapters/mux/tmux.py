@@ -54,6 +54,7 @@ _FIELDS = (
     "#{pane_dead_signal}",
     "#{pane_in_mode}",
     "#{pane_current_command}",
+    "#{window_activity}",
     "#{window_name}",
 )
 _LIST_FORMAT = "\t".join(_FIELDS)
@@ -403,7 +404,7 @@ class Tmux:
             parts = line.split("\t", len(_FIELDS) - 1)
             if len(parts) != len(_FIELDS):
                 continue
-            session, window, pane, pid_s, dead, status, sig, in_mode, command, wname = parts
+            session, window, pane, pid_s, dead, status, sig, in_mode, command, activity, wname = parts
             if session != self.session or wname == PLACEHOLDER:
                 continue
             pid = int(pid_s) if pid_s.isdigit() else None
@@ -417,6 +418,7 @@ class Tmux:
                 current_command=command or None,
                 pid=pid,
                 in_mode=in_mode == "1",
+                activity=float(activity) if activity.isdigit() else None,
             )
         return states
 

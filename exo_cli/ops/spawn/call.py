@@ -110,16 +110,15 @@ class Call:
 
 def check_mux(env: Env, kind: str) -> Mux:
     """The multiplexer for ``kind``, or EnvironmentError_ when it cannot run here."""
-    from exo_cli.ops import agentctl
+    from exo_cli.ops import panes
 
     if kind == "tmux" and shutil.which("tmux") is None:
         raise EnvironmentError_("tmux is not installed or not on PATH", hint="Install tmux, or use --mux headless.")
     if kind == "zellij":
         from exo_cli.adapters.mux.zellij import Zellij
 
-        services = bool(env.config.get("services")) and shutil.which("process-compose") is not None
-        return Zellij(None, runtime_dir=env.runtime_dir, environ=env.environ, services=services)
-    return agentctl.mux_for(env, kind)
+        return Zellij(None, runtime_dir=env.runtime_dir, environ=env.environ)
+    return panes.mux_for(env, kind)
 
 
 def check_backend(env: Env, name: str) -> None:
@@ -158,8 +157,16 @@ def check_backend(env: Env, name: str) -> None:
 
 
 def agent_env(env: Env) -> dict[str, str]:
-    """The spawning call's environment minus identity variables exo sets itself."""
-    return {k: v for k, v in env.environ.items() if k not in DROP_VARS}
+    """The spawning call's environment minus identity variables exo sets itself.
+
+    A Claude agent's own environment holds its API key under another name (see the Claude
+    backend): what it spawns gets it back as ``ANTHROPIC_API_KEY``.
+    """
+    from exo_cli.adapters.agents.claude import restore_api_key
+
+    out = {k: v for k, v in env.environ.items() if k not in DROP_VARS}
+    restore_api_key(out)
+    return out
 
 
 def private_dir(path: Path) -> None:

@@ -23,7 +23,7 @@ from exo_cli.ops.spawn.plan import common_from_spec, request_from_spec
 from exo_cli.ops.spawn.recovery import spawn_lock
 from exo_cli.ops.spawn.result import SpawnResult, run_tasks
 from exo_cli.ops.spawn.task import start_all
-from exo_cli.records import DONE, IDLE, STARTING, Agent
+from exo_cli.records import DEAD, DONE, IDLE, STARTING, Agent
 from exo_cli.validate import check_agent_name, check_name, check_text
 
 if TYPE_CHECKING:
@@ -32,13 +32,20 @@ if TYPE_CHECKING:
 
 
 def waiting_for(env: Env, after: list[str]) -> list[str]:
-    """The agents of ``after`` that are not idle or done yet (NotFound for unknown ones)."""
+    """The agents of ``after`` that are not idle or done yet.
+
+    NotFound for unknown ones; StateError for a dead one (it will never be idle or done, so
+    the new agent could never start).
+    """
     waiting = []
     for a in after:
         check_name(a, "agent")
         rec = env.store.agent(a)
         if rec is None:
             raise NotFound(f"No agent named {a!r} to wait for", hint="List agents with `exo agents`.", agent=a)
+        if rec.status == DEAD:
+            raise StateError(f"Agent {a} is dead ({rec.status_reason or 'stopped'}): nothing to wait for",
+                             hint="Spawn without --after, or after another agent.", agent=a)
         if rec.status not in (IDLE, DONE):
             waiting.append(a)
     return waiting

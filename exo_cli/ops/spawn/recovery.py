@@ -74,14 +74,14 @@ def cleanup_partial(env: Env, agent: Agent) -> list[str]:
 def _close_windows(env: Env, agent: Agent) -> list[str]:
     """Stop and close the agent's window and its services' window (zellij closes its own)."""
     from exo_cli.adapters.mux import Location
-    from exo_cli.ops import agentctl
+    from exo_cli.ops import panes
 
     notes: list[str] = []
     for loc_dict in (agent.location, agent.spec.get("services_location") or {}):
         if loc_dict and loc_dict.get("mux"):
             loc = Location.from_dict(loc_dict)
             with contextlib.suppress(ExoError, OSError):
-                mux = agentctl.mux_for(env, loc.mux) if loc.mux != "zellij" else None
+                mux = panes.mux_for(env, loc.mux) if loc.mux != "zellij" else None
                 if mux is not None:
                     mux.kill(loc, grace=1.0)
                     mux.close(loc, force=True)
@@ -146,13 +146,13 @@ def _remove_worktree_and_branch(env: Env, agent: Agent) -> list[str]:
 
 def resume_started(call: Call, req: Request, existing: Agent) -> Agent | None:
     """Finish a spawn that was interrupted after its agent started, if the agent still runs."""
-    from exo_cli.ops import agentctl
+    from exo_cli.ops import panes
 
-    loc = agentctl.location(existing)
+    loc = panes.location(existing)
     if existing.spec.get("phase") != "started" or loc is None:
         return None
     try:
-        alive = agentctl.mux_for(call.env, loc.mux).alive(loc)
+        alive = panes.mux_for(call.env, loc.mux).alive(loc)
     except (ExoError, OSError):
         return None
     if not alive:

@@ -133,10 +133,15 @@ class Starter:
         if batch:
             self._run(batch)
 
-    def start(self, name: str, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path) -> Any:
-        """Start one agent (batched on tmux); its Location, or its ExoError raised."""
+    def start(self, name: str, argv: list[str], *, cwd: str, env: dict[str, str], log_path: Path,
+              **extra: Any) -> Any:
+        """Start one agent (batched on tmux); its Location, or its ExoError raised.
+
+        ``extra`` are the multiplexer's own start options (a headless agent's message channel,
+        Zellij's service panes); tmux takes none.
+        """
         if self._many is None:
-            return self.mux.start(name, argv, cwd=cwd, env=env, log_path=log_path)
+            return self.mux.start(name, argv, cwd=cwd, env=env, log_path=log_path, **extra)
         item = _StartItem(name, argv, cwd, env)
         with self._cond:
             self._queue.append(item)

@@ -236,9 +236,10 @@ def _slot(call: Call, agent: Agent) -> Agent:
             others = [a for a in env.store.agents() if a.id != ROOT and a.status in LIVE_STATUSES]
             live = [a for a in others if a.spec.get("phase") != PENDING]
             if limit and len(live) >= limit:
-                from exo_cli.ops import agentctl
+                from exo_cli.ops import panes
 
-                live = [a for a in agentctl.refresh(env, live) if a.status in LIVE_STATUSES]
+                running = panes.alive_ids(env, live)
+                live = [a for a in live if a.id in running]
             if not limit or len(live) < limit:
                 spec = dict(agent.spec)
                 if services:
@@ -304,9 +305,9 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
     if bead_task is not None:
         _claim_bead(call, agent.id, spec, bead_task)
     fault.point("spawn.prepared", env.environ)
-    loc = _start(call, agent.id, spec, launch)
+    loc = _start(call, agent.id, spec, launch, services=bool(services) and _has_process_compose(base_env), path=path)
     if services:
-        _start_services(call, agent.id, spec, path, mux=mux, launch=launch, base_env=base_env)
+        _start_services(call, agent.id, spec, path, mux=mux, launch=launch, base_env=base_env, loc=loc)
     return finish(env, req, agent._replace(location=loc.to_dict()), spec)
 
 
@@ -434,7 +435,7 @@ def _prepare_backend(call: Call, req: Request, agent: Agent, spec: dict[str, Any
         agent_dir=agent_dir, state_dir=env.state_dir, home=home, env=base_env,
         skip_permissions=common.skip_permissions, resume_session=resume, fork_session=fork,
         extra_args=extra, created_worktree=not common.no_worktree, branch=agent.branch,
-        parent_cwd=Path(common.parent_cwd) if common.parent_cwd else None,
+        parent_cwd=Path(common.parent_cwd) if common.parent_cwd else None, headless=common.mux == "headless",
     )  # fmt: skip
     launch = backend.prepare(lctx, identity)
     spec["phase"] = "prepared"
@@ -452,13 +453,28 @@ def _claim_bead(call: Call, agent_id: str, spec: dict[str, Any], bead_task: Any)
     spec["claimed"] = True
 
 
-def _start(call: Call, agent_id: str, spec: dict[str, Any], launch: Launch) -> Location:
-    """Start the agent in its multiplexer (batched on tmux); phase ``started`` with its location."""
+def _has_process_compose(base_env: dict[str, str]) -> bool:
+    return shutil.which("process-compose", path=base_env.get("PATH")) is not None
+
+
+def _start(call: Call, agent_id: str, spec: dict[str, Any], launch: Launch, *, services: bool = False,
+           path: Path | None = None) -> Location:
+    """Start the agent in its multiplexer (batched on tmux); phase ``started`` with its location.
+
+    Headless agents get their message channel; in Zellij the worktree's services run in the
+    agent's tab (``services``), with the compose file and its log by absolute path.
+    """
     env = call.env
     logs = env.state_dir / "logs"
     logs.mkdir(mode=0o700, exist_ok=True)
+    extra: dict[str, Any] = {}
+    if call.common.mux == "headless":
+        extra["channel"] = launch.channel
+    elif call.common.mux == "zellij" and services and path is not None:
+        extra["services_argv"] = wt.services_argv(path)
+        extra["services_log"] = str(path / wt.PC_LOG)
     loc: Location = call.starter().start(agent_id, list(launch.argv), cwd=launch.cwd, env=dict(launch.env),
-                                         log_path=logs / f"{agent_id}.log")
+                                         log_path=logs / f"{agent_id}.log", **extra)
     spec["phase"] = "started"
     env.store.update_agent(agent_id, spec=spec, location=loc.to_dict())
     fault.point("spawn.started", env.environ)
@@ -466,9 +482,17 @@ def _start(call: Call, agent_id: str, spec: dict[str, Any], launch: Launch) -> L
 
 
 def _start_services(call: Call, agent_id: str, spec: dict[str, Any], path: Path, *, mux: Mux, launch: Launch,
-                    base_env: dict[str, str]) -> None:
-    """Start the worktree's services in a window of their own (zellij runs them itself); best effort."""
-    if call.common.mux == "zellij" or not shutil.which("process-compose", path=base_env.get("PATH")):
+                    base_env: dict[str, str], loc: Location) -> None:
+    """Start the worktree's services in a window of their own (Zellij: in the agent's tab); best effort.
+
+    Their locations are recorded (``services_locations``) so that ``kill`` and ``complete`` stop them.
+    """
+    if not _has_process_compose(base_env):
+        return
+    if call.common.mux == "zellij":
+        listed = getattr(mux, "service_locations", None)
+        if callable(listed):
+            spec["services_locations"] = [s.to_dict() for s in listed(loc)]
         return
     logs = call.env.state_dir / "logs"
     svc_name = f"{agent_id[:58]}-svc"
