@@ -265,22 +265,18 @@ class BeadGraph:
     """Blocked/ready judgement over a set of beads, as current ``bd ready`` decides it.
 
     Tombstones are treated as absent (a dependency on one is dangling); dangling targets
-    never block; unknown dependency types never block; cycles never block.
+    never block; unknown dependency types never block; cycles never block. An issue type
+    exo does not know (a ``types.custom`` value such as Gas Town's ``convoy``) is workable:
+    bd accepted it when it stored the bead, and ``bd ready`` filters only its own list of
+    never-ready types, so readiness needs no ``config.yaml``.
     """
 
-    def __init__(
-        self,
-        beads: Iterable[Bead],
-        *,
-        now: datetime | None = None,
-        custom_types: Iterable[str] | None = None,
-    ) -> None:
+    def __init__(self, beads: Iterable[Bead], *, now: datetime | None = None) -> None:
         self.by_id: dict[str, Bead] = {}
         for b in beads:
             if b.status != "tombstone":
                 self.by_id[b.id] = b
         self.now = now or datetime.now(UTC)
-        self.known_types = BUILTIN_TYPES | EXCLUDED_READY_TYPES | frozenset(custom_types or ())
         self.children: dict[str, list[str]] = {}
         for b in self.by_id.values():
             for pid in b.parent_ids:
@@ -350,8 +346,6 @@ class BeadGraph:
             return "ephemeral"
         if bead.issue_type in EXCLUDED_READY_TYPES:
             return f"type {bead.issue_type} is never ready"
-        if bead.issue_type not in self.known_types:
-            return f"unknown type {bead.issue_type}"
         if self.is_deferred(bead):
             return f"deferred until {bead.defer_until}" if bead.defer_until else "deferred"
         for pid in bead.parent_ids:
@@ -368,15 +362,9 @@ class BeadGraph:
         return sort_beads(out, sort)
 
 
-def compute_ready(
-    beads: Iterable[Bead],
-    *,
-    now: datetime | None = None,
-    custom_types: Iterable[str] | None = None,
-    sort: str | None = "priority",
-) -> list[Bead]:
+def compute_ready(beads: Iterable[Bead], *, now: datetime | None = None, sort: str | None = "priority") -> list[Bead]:
     """Return the beads current ``bd ready`` would list (no limit)."""
-    return BeadGraph(beads, now=now, custom_types=custom_types).ready(sort=sort)
+    return BeadGraph(beads, now=now).ready(sort=sort)
 
 
 _FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
@@ -530,7 +518,7 @@ def check_spawnable(source: BeadsSource, bead_id: object, *, actor: str | None =
             bead_id=full,
             issue_type=bead.issue_type,
         )
-    why = source.why_not_ready(full)  # children of deferred parents, ephemeral, unknown type...
+    why = source.why_not_ready(full)  # children of deferred parents, ephemeral...
     if why:
         raise StateError(f"Bead is not ready ({why}): {full}", bead_id=full, reason=why)
     return bead
@@ -617,15 +605,6 @@ def _config_prefix(cfg: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _config_list(cfg: Mapping[str, Any], key: str) -> list[str]:
-    val = cfg.get(key)
-    if isinstance(val, str):
-        return [p.strip() for p in val.split(",") if p.strip()]
-    if isinstance(val, list):
-        return [str(p).strip() for p in val if str(p).strip()]
-    return []
-
-
 def jsonl_names(metadata: bytes | None) -> list[str]:
     """The JSONL names to look for in ``.beads/``, in order: the one ``metadata.json`` exports, then the defaults."""
     names: list[str] = []
@@ -683,11 +662,6 @@ class JsonlSource(BeadsSource):
             self._config = _read_yaml_config(self.beads_dir)
         return self._config
 
-    @property
-    def custom_types(self) -> list[str]:
-        """Return ``types.custom`` from config.yaml."""
-        return _config_list(self.config, "types.custom")
-
     def now(self) -> datetime:
         return self._now() if self._now else datetime.now(UTC)
 
@@ -716,7 +690,7 @@ class JsonlSource(BeadsSource):
 
     def graph(self) -> BeadGraph:
         """Return a BeadGraph over the current file contents."""
-        return BeadGraph(self.all(), now=self.now(), custom_types=self.custom_types)
+        return BeadGraph(self.all(), now=self.now())
 
     def ready(self, *, sort: str | None = "priority") -> list[Bead]:
         return self.graph().ready(sort=sort)
@@ -820,7 +794,7 @@ class JsonlSource(BeadsSource):
                 raise NotFound(f"Bead not found: {bead_id}", bead_id=bead_id)
 
             def graph() -> BeadGraph:
-                return BeadGraph(_parse_jsonl(data), now=self.now(), custom_types=self.custom_types)
+                return BeadGraph(_parse_jsonl(data), now=self.now())
 
             if not mutate(obj, graph):
                 return Bead.from_dict(obj)
