@@ -112,11 +112,13 @@ class Env:
 
     @cached_property
     def worktree_root(self) -> Path:
-        """The folder exo creates worktrees in (hangar, ``worktree.root``, or ``.exo/worktrees``)."""
+        """The folder exo creates worktrees in (``EXO_WORKTREE_ROOT``, hangar, ``worktree.root``, ``.exo/worktrees``)."""
         from exo_cli.adapters.worktree import worktrees_folder
 
+        origin = self.config.origin("worktree.root")
         return worktrees_folder(self.repo.root, hangar_override=self.environ.get("HANGAR_ROOT"),
-                                configured=str(self.config.get("worktree.root") or "") or None)
+                                configured=str(self.config.get("worktree.root") or "") or None,
+                                configured_by_env=origin.startswith("$") or origin == "flag")
 
     @cached_property
     def store(self) -> Store:

@@ -303,6 +303,10 @@ def test_hangar_root_env_and_file(team: Path, tmp_path: Path, monkeypatch: pytes
     (tmp_path / "Hangar.toml").write_text("")
     code, res = spawn_json(Exo(team), "--worker", "hf", "--prompt", "x", "--agent", "custom")
     assert res["worktrees"] == [["hf", str(tmp_path / "worktrees" / "hf")]]
+    # the environment beats a file: EXO_WORKTREE_ROOT wins over the Hangar.toml found above
+    monkeypatch.setenv("EXO_WORKTREE_ROOT", str(tmp_path / "mine"))
+    code, res = spawn_json(Exo(team), "--worker", "he", "--prompt", "x", "--agent", "custom")
+    assert code == 0 and res["worktrees"] == [["he", str(tmp_path / "mine" / "he")]]
 
 
 def test_copy_symlink_post_create(team: Path) -> None:
