@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
 CLIS = (*AGENT_CLIS, "exo")  # "exo": the demo agent, which speaks Claude's format
+#: Events that count turns or tool calls: an unreadable payload records nothing for them.
+COUNTED = ("stop", "tool", "notify")
 MAX_BLOCKS = 5  # consecutive stop-hook blocks before the agent is let go idle
 TITLE_PREFIX = "Generate a concise"  # Codex's title-generation side thread
 PERMISSION_TYPES = ("permission_prompt", "ToolPermission")
@@ -117,6 +119,8 @@ def hook(env: Env, *, event: str, cli: str = "claude", payload: str | None = Non
     if event not in EVENTS:
         return HookResult(event, cli, None, {}, warning=f"unknown hook event {event!r}; nothing done")
     data, warning = parse_payload(payload)
+    if warning and event in COUNTED:  # not a hook payload: count nothing, change nothing
+        return HookResult(event, cli, None, neutral(event, cli), warning=warning + "; nothing recorded")
     warning = warning or cli_warning
     if not env.has_state():
         return HookResult(event, cli, None, neutral(event, cli),
