@@ -70,6 +70,7 @@ def _resolve(env: Env, target: str | None) -> tuple[Agent | None, str | None]:
         if agent is None:
             raise StateError("Name the bead or agent to complete", hint="exo complete AGENT (see `exo agents`).")
         return agent, agent.bead
+    _check_target(target)
     agents = [a for a in env.store.agents() if a.id != ROOT] if env.has_state() else []
     for attr in ("id", "name", "bead"):  # an agent id first, then a name, then a bead
         hits = [a for a in agents if getattr(a, attr) == target]
@@ -80,6 +81,19 @@ def _resolve(env: Env, target: str | None) -> tuple[Agent | None, str | None]:
     if _beads(env) is not None:
         return None, target
     raise NotFound(f"No agent or bead named {target!r}", hint="List agents with `exo agents`.", target=target)
+
+
+def _check_target(target: str) -> None:
+    """InvalidInput (-32002) for a target that can name neither an agent nor a bead."""
+    from exo_cli.errors import InvalidInput
+    from exo_cli.validate import check_name
+
+    try:
+        check_name(target, "agent name")
+    except InvalidInput:
+        from exo_cli.adapters.beads import check_bead_id
+
+        check_bead_id(target)
 
 
 def _beads(env: Env) -> Any:

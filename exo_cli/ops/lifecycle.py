@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING, Any
 from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
 from exo_cli.records import DEAD, DONE, LIVE_STATUSES, ROOT, Agent
 from exo_cli.registry import op
+from exo_cli.validate import check_name
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
 
 
 def _get(env: Env, agent_id: str) -> Agent:
+    check_name(agent_id, "agent name")  # an unsafe name is InvalidInput, not NotFound
     if agent_id == ROOT:
         raise StateError("The root cannot be killed: it is the human (or the lead) at the top of the tree",
                          hint="Kill its children one by one, or all of them with `exo kill <child>`.")

@@ -37,7 +37,7 @@ from exo_cli.ops.delivery import (
 )
 from exo_cli.records import ASKING, DEAD, DONE, IDLE, ROOT, WORKING, Agent, Message
 from exo_cli.registry import Tool, op
-from exo_cli.validate import check_text
+from exo_cli.validate import check_name, check_text
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -161,7 +161,7 @@ def caller_agent(env: Env, what: str) -> Agent:
 
 def find_agent(env: Env, ref: str) -> Agent:
     """An agent by id, else by name (a live one first, then the newest)."""
-    ref = check_text(ref, "agent", max_len=200).strip()
+    ref = check_name(check_text(ref, "agent", max_len=200).strip(), "agent name")  # InvalidInput, never NotFound
     if ref == ROOT:
         return Agent(id=ROOT, name=ROOT, role="tl", parent=None, status=WORKING, backend="human", mux="none")
     agent = env.store.agent(ref) if env.has_state() else None

@@ -175,6 +175,9 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
     record: Agent | None = None
     target = agent or (None if caller.is_human else caller.agent_id)
     if target and target != ROOT:
+        from exo_cli.validate import check_name
+
+        check_name(target, "agent name")  # an unsafe name is InvalidInput, not NotFound
         record = env.store.agent(target) if env.has_state() else None
         if record is None:
             raise NotFound(f"No agent named {target!r}", hint="List agents with `exo agents`.", agent=target)
