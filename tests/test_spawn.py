@@ -494,6 +494,34 @@ def test_ready_picks_the_documented_three(beads_repo: Path) -> None:
     assert any("Only 1 ready bead" in w for w in res["warnings"])
 
 
+def test_spawn_through_bd_batches_its_calls(beads_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spawning N beads through bd: one `bd ready`, one `bd show` of them all, one claim per bead."""
+    bindir = tmp_path / "bdbin"
+    bindir.mkdir()
+    (bindir / "bd").write_text(f"#!{sys.executable}\n" + (Path(__file__).parent / "fake_bd.py").read_text())
+    (bindir / "bd").chmod(0o755)
+    log = tmp_path / "bd.log"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_BD_JSONL", str(beads_repo / ".beads" / "issues.jsonl"))
+    monkeypatch.setenv("FAKE_BD_LOG", str(log))
+
+    def calls() -> list[list[str]]:
+        out = [json.loads(x)["argv"] for x in log.read_text().splitlines()]
+        log.write_text("")
+        return out
+
+    code, res = spawn_json(Exo(beads_repo), "--ready", "2", "--agent", "custom")
+    assert code == 0 and [a["bead"] for a in res["agents"]] == ["t-2", "t-1"], res
+    argvs = calls()
+    kinds = sorted(a[0] for a in argvs)
+    assert kinds == ["ready", "show", "update", "update"], argvs  # was 17-18 calls for two beads
+    assert ["show", "t-2", "t-1", "--json"] in argvs
+    # beads by id: the blocked one is looked up in `bd blocked` once, for its blockers
+    code, res = spawn_json(Exo(beads_repo), "3", "4", "--agent", "custom")
+    assert res["failed"] == [["4", "Bead is blocked: t-4"]] and [a["bead"] for a in res["agents"]] == ["t-3"]
+    assert sorted(a[0] for a in calls()) == ["blocked", "ready", "show", "update"]
+
+
 # --------------------------------------------------------------------------- more forms
 
 

@@ -157,10 +157,11 @@ def pick_ready(
             f"Invalid number of beads {n!r}: expected a whole number of at least 1", field="ready"
         )
     src = source if source is not None else open_repo_beads(env)
+    ready = src.ready(sort="priority")  # first: with bd, the ready list names the prefix too
     prefix = src.prefix
     skip = _id_forms([*live_owners(env), *exclude_ids], prefix)
     picked: list[Bead] = []
-    for bead in src.ready(sort="priority"):
+    for bead in ready:
         if bead.id in skip or beads.short_id(bead.id, prefix) in skip:
             continue
         picked.append(bead)

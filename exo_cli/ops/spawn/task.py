@@ -48,8 +48,17 @@ def start_all(call: Call, reqs: list[Request], *, duplicates: AbstractSet[str] =
     except ExoError as exc:
         return failed_call(call, exc)
     starter = call.starter() if call.common.mux == "tmux" else None
+    _read_beads_ahead(call, reqs)
     return run_tasks(call, reqs, lambda req: run_task(call, req, launching=launching),
                      duplicates=duplicates, starter=starter)
+
+
+def _read_beads_ahead(call: Call, reqs: list[Request]) -> None:
+    """Read every bead of the call in one go (``bd``: one ``show`` and one ``ready``), before the tasks split up."""
+    ids = [r.bead for r in reqs if r.kind == "bead" and r.bead]
+    if ids:
+        with contextlib.suppress(ExoError):  # each task reports its own bead's problem
+            call.beads().prefetch(ids)
 
 
 class _Bead(NamedTuple):
