@@ -476,6 +476,7 @@ def test_blocked_bead_fails_alone(beads_repo: Path) -> None:
     assert git(beads_repo, "branch", "--list", "bd-1/alpha-task")
     ctx = (beads_repo / ".exo/worktrees/bd-1-alpha-task/.exo/context.md").read_text()
     assert "# Task: Alpha task" in ctx and "**Branch:** bd-1/alpha-task" in ctx
+    assert "**Status:** in_progress" in ctx  # the state after spawn claimed it
     agents = {a["id"]: a for a in res["agents"]}
     assert agents["1"]["bead"] == "t-1"
     claimed = [json.loads(x) for x in (beads_repo / ".beads/issues.jsonl").read_text().splitlines()]

@@ -6,9 +6,9 @@ that the bead is free, choose the branch and worktree, then record the agent as 
 with its whole request once a slot under ``limits.max_agents`` is free, before anything is
 created, so a killed spawn leaves a record that a retry or ``exo doctor`` can finish or clean.
 ``_build`` then creates the worktree and branch (git metadata serialized by the repo lock),
-prepares it (copies, symlinks, post-create command, ``.exo/context.md``, services, the
-backend's files), claims the bead and starts the agent with its first prompt on its command
-line; the record is updated after each phase. Fault points (``exo_cli.fault``):
+prepares it (copies, symlinks, post-create command, the bead's claim, ``.exo/context.md``
+showing the claimed bead, services, the backend's files) and starts the agent with its first
+prompt on its command line; the record is updated after each phase. Fault points (``exo_cli.fault``):
 ``spawn.recorded``, ``spawn.worktree``, ``spawn.prepared``, ``spawn.started``.
 """
 
@@ -306,11 +306,11 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
     base_env = agent_env(env)
     if worktree:
         _fill_worktree(call, agent, spec, path, {**base_env, **identity})
+    if bead_task is not None:  # before the context file, so that it shows the bead as claimed
+        bead_task = _claim_bead(call, agent.id, spec, bead_task)
     _write_context(call, req, agent, spec, path, bead_task)
     services = _write_services(env, spec, path)
     launch = _prepare_backend(call, req, agent, spec, path, base_env=base_env, identity=identity, bead_task=bead_task)
-    if bead_task is not None:
-        _claim_bead(call, agent.id, spec, bead_task)
     fault.point("spawn.prepared", env.environ)
     loc = _start(call, agent.id, spec, launch)
     if services:
@@ -438,13 +438,16 @@ def _prepare_backend(call: Call, req: Request, agent: Agent, spec: dict[str, Any
     return launch
 
 
-def _claim_bead(call: Call, agent_id: str, spec: dict[str, Any], bead_task: Any) -> None:
-    """Claim the bead for the agent and keep the snapshot ``exo reconstitute`` diffs against."""
+def _claim_bead(call: Call, agent_id: str, spec: dict[str, Any], bead_task: Any) -> Any:
+    """Claim the bead for the agent, keep the snapshot ``exo reconstitute`` diffs against; the task as claimed."""
+    import dataclasses
+
     from exo_cli.ops import tasks
 
     claimed = tasks.claim(call.env, bead_task.id, agent_id, source=call.beads())
     tasks.save_bead_snapshot(call.env, agent_id, claimed)
     spec["claimed"] = True
+    return dataclasses.replace(bead_task, bead=claimed)
 
 
 def _start(call: Call, agent_id: str, spec: dict[str, Any], launch: Launch) -> Location:
