@@ -633,17 +633,29 @@ def committed_jsonl(cwd: Path, rev: str) -> tuple[str, bytes] | None:
 
 
 class JsonlSource(BeadsSource):
-    """Beads read from (and written back to) the JSONL file in a ``.beads`` directory."""
+    """Beads read from (and written back to) the JSONL file in a ``.beads`` directory.
+
+    Writes (claim, close) hold a lock on the ``.beads`` folder itself, so nothing (no lock or
+    temporary file) is left beside the file. With ``commit_writes``, a write to a file that git
+    tracks and that had no change of its own is committed at once as its own commit on the
+    branch checked out there (``git commit --only``: the user's staged changes stay staged and
+    out of it), the way ``bd sync`` kept the tracker in git, so the checkout stays clean for
+    merges and ``exo complete``. ``notes`` says what happened to each write.
+    """
 
     kind = "jsonl"
 
-    def __init__(self, beads_dir: str | os.PathLike[str], *, now: Callable[[], datetime] | None = None):
+    def __init__(self, beads_dir: str | os.PathLike[str], *, now: Callable[[], datetime] | None = None,
+                 commit_writes: bool = False, environ: Mapping[str, str] | None = None):
         self.beads_dir = Path(beads_dir)
         self.path = self._find_jsonl()
         self._now = now
         self._cache_key: tuple[int, int, int] | None = None
         self._cache: dict[str, Bead] = {}
         self._config: dict[str, Any] | None = None
+        self.commit_writes = commit_writes
+        self.environ = environ
+        self.notes: list[str] = []
 
     def _find_jsonl(self) -> Path:
         meta: bytes | None = None
@@ -733,7 +745,7 @@ class JsonlSource(BeadsSource):
             obj["assignee"] = actor
             return True
 
-        return self._rewrite(bead_id, mutate)
+        return self._rewrite(bead_id, mutate, f"beads: {bead_id} claimed by {actor}")
 
     def close(
         self, bead_id: str, reason: str | None = None, session: str | None = None, *, force: bool = False
@@ -770,19 +782,24 @@ class JsonlSource(BeadsSource):
                 obj["closed_by_session"] = session
             return True
 
-        return self._rewrite(bead_id, mutate)
+        return self._rewrite(bead_id, mutate, f"beads: {bead_id} closed" + (f" ({reason})" if reason else ""))
 
     def _rewrite(
-        self, bead_id: str, mutate: Callable[[dict[str, Any], Callable[[], BeadGraph]], bool]
+        self, bead_id: str, mutate: Callable[[dict[str, Any], Callable[[], BeadGraph]], bool], message: str
     ) -> Bead:
         """Change one line of the JSONL under an exclusive lock and replace the file atomically.
 
         Every other line stays byte-identical and in place; the target line keeps its keys,
-        their order and any field exo does not know; only it is re-serialized.
+        their order and any field exo does not know; only it is re-serialized. The lock is the
+        ``.beads`` folder's own (no lock file); with ``commit_writes`` the change is committed
+        (see the class).
         """
         check_bead_id(bead_id)
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        with locked(lock_path, mode=0o644):
+        with locked(self.beads_dir, own_inode=True) as lock:
+            if not lock.held:
+                raise EnvironmentError_(f"Beads folder vanished: {self.beads_dir}")
+            git = self._git()
+            state = git.path_state(self.path.name) if git is not None else "none"
             data = self.path.read_bytes()  # re-read under the lock
             lines = data.splitlines(keepends=True)
             needle = json.dumps(bead_id).encode("utf-8")
@@ -808,8 +825,35 @@ class JsonlSource(BeadsSource):
             ending = line[len(body) :]
             lines[index] = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + ending
             atomic_write(self.path, b"".join(lines))  # durable, keeps the file's mode
+            if git is not None:
+                self._commit(git, state, message)
         self._cache_key = None
         return Bead.from_dict(obj)
+
+    def _git(self) -> Any:
+        if not self.commit_writes:
+            return None
+        from exo_cli.adapters.git import Git
+
+        return Git(self.beads_dir, environ=self.environ)
+
+    def _commit(self, git: Any, state: str, message: str) -> None:
+        """Commit the file just written when git tracked it unchanged and a branch is checked out."""
+        rel = f"{self.beads_dir.name}/{self.path.name}"
+        if state == "changed":
+            self.notes.append(f"{rel} is not committed: it had uncommitted changes before exo wrote to it")
+            return
+        if state != "clean":
+            return  # not in git (untracked, ignored, or outside a work tree): nothing to keep clean
+        if git.current_branch() is None:
+            self.notes.append(f"{rel} is not committed: no branch is checked out (detached HEAD) in {git.toplevel()}")
+            return
+        proc = git.commit_only([self.path.name], message)
+        if proc.ok:
+            self.notes.append(f"committed {rel}: {message}")
+        else:
+            why = (proc.stderr or proc.stdout).strip().splitlines()
+            self.notes.append(f"{rel} is not committed: git commit failed ({why[-1] if why else proc.returncode})")
 
 
 def _set_status(obj: dict[str, Any], status: str) -> None:
@@ -1128,8 +1172,11 @@ def open_beads(
     beads_dir: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     bd: str | None = None,
+    commit_writes: bool = False,
 ) -> BeadsSource:
     """Return the beads source for a repository: ``bd`` when installed, else the JSONL.
+
+    ``commit_writes`` makes the JSONL source commit its writes (see ``JsonlSource``).
 
     The ``.beads`` directory is ``beads_dir``, else ``$BEADS_DIR``, else ``<repo>/.beads``;
     raises EnvironmentError_ with a hint when there is none. ``bd`` names the binary (path or
@@ -1161,7 +1208,7 @@ def open_beads(
         if beads_dir is not None or environ.get("BEADS_DIR"):
             environ["BEADS_DIR"] = str(bdir)
         return BdSource(bd_path, root, environ, beads_dir=bdir)
-    return JsonlSource(bdir)
+    return JsonlSource(bdir, commit_writes=commit_writes, environ=environ)
 
 
 # --- context and diffs ---------------------------------------------------------------------

@@ -109,8 +109,9 @@ def _close_bead(env: Env, bead: str, agent: Agent | None) -> tuple[bool, str | N
     try:
         from exo_cli.ops import tasks
 
-        tasks.close(env, bead, reason="completed", session=agent.session_id if agent else None)
-        return True, None
+        source = tasks.open_repo_beads(env)
+        tasks.close(env, bead, reason="completed", session=agent.session_id if agent else None, source=source)
+        return True, "; ".join(tasks.uncommitted_notes(source)) or None
     except ImportError:
         pass
     except Exception as exc:
@@ -245,8 +246,13 @@ def survey(env: Env, agent: Agent) -> keep.Inventory | None:
     if not (_worktree_created(agent) and wt and os.path.isdir(wt)):
         return None
     regenerable, limit = _policy(env)
-    return keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
-                       limit=limit)
+    inv = keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
+                      limit=limit)
+    from exo_cli.ops import tasks
+
+    synced = set(tasks.synced_tracker_files(env, agent.id, wt))  # exo reconstitute's copy: not the agent's work
+    inv.uncommitted = [u for u in inv.uncommitted if u[3:] not in synced]
+    return inv
 
 
 def assess(env: Env, agent: Agent, inventory: keep.Inventory | None = None) -> dict[str, list[Any]]:
@@ -510,6 +516,9 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
     git = Git(env.repo.root)
     wt_removed = branch_deleted = False
     if check.inventory is not None:
+        from exo_cli.ops import tasks
+
+        tasks.restore_synced_tracker(env, agent.id, str(agent.worktree))  # exo's own copy goes back first
         # forced only once its content is archived (git refuses nested repositories and dirty files otherwise)
         ok, why = env.worktrees.remove(str(agent.worktree), force=bool(check.inventory.losses()))
         if not ok:

@@ -448,7 +448,13 @@ def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None
         return RebaseResult("skipped", base, sha, "the worktree is not on the agent's branch")
     if agent.branch and any(p.state == "merged" for p in env.store.prs(head=agent.branch)):
         return RebaseResult("skipped", base, sha, "its PR is merged")
-    if git.tracked_changes(check=False):
+    changed = git.tracked_changes(check=False)
+    if changed and all(line[3:].startswith(".beads/") for line in changed):
+        from exo_cli.ops.tasks import restore_synced_tracker
+
+        restore_synced_tracker(env, agent.id, wt)  # exo's own tracker copy is not the agent's change
+        changed = git.tracked_changes(check=False)
+    if changed:
         return RebaseResult("dirty", base, sha, "uncommitted changes")
     in_the_way = git.in_the_way(sha)
     if in_the_way:  # git would overwrite an ignored file without a word (and refuse an untracked one midway)

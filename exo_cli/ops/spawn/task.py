@@ -444,7 +444,10 @@ def _claim_bead(call: Call, agent_id: str, spec: dict[str, Any], bead_task: Any)
 
     from exo_cli.ops import tasks
 
-    claimed = tasks.claim(call.env, bead_task.id, agent_id, source=call.beads())
+    source = call.beads()
+    claimed = tasks.claim(call.env, bead_task.id, agent_id, source=source)
+    for note in tasks.uncommitted_notes(source):
+        call.warn(note)
     tasks.save_bead_snapshot(call.env, agent_id, claimed)
     spec["claimed"] = True
     return dataclasses.replace(bead_task, bead=claimed)
