@@ -161,7 +161,7 @@ def identify(env: Env) -> Caller:
     try:
         if not env.has_state():
             return Caller(ROOT, "human", "none")
-        agents = [a for a in env.store.agents() if a.id != ROOT]
+        agents = [a for a in env.store.agents() if a.id != ROOT and not a.retired]  # history never calls
     except Exception:
         return Caller(ROOT, "human", "none")
     if not agents:

@@ -149,6 +149,59 @@ def test_team_tree_read_kill_reap_doctor(team: Path, mux: str, tmp_path: Path, m
     assert git(team, "status", "--porcelain") == "?? exo.toml"
 
 
+def test_finished_agents_close_their_windows_and_free_their_names(team: Path) -> None:
+    """complete closes the window; reap clears done and dead agents; a finished name can be spawned again."""
+    from exo_cli.env import Env
+
+    (team / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    exo = Exo(team)
+    sock = f"exo-{repo_id(team)}"
+
+    def windows() -> list[str]:
+        out = subprocess.run(["tmux", "-L", sock, "list-windows", "-a", "-F", "#{window_name}"],
+                             capture_output=True, text=True).stdout
+        return out.split()
+
+    def listed(*flags: str) -> dict[str, str]:
+        return {a["id"]: a["status"] for a in exo("agents", *flags, "--json").json()["agents"]}  # type: ignore[index]
+
+    assert spawn_json(exo, "--worker", "w1", "--prompt", "x", "--agent", "custom")[0] == 0
+    assert "w1" in windows()
+    Env(cwd=team).store.kv_set("hook:w1", '{"last_turn": "old"}')
+    done = exo("complete", "w1", "--json").json()
+    assert (done["status"], done["removal"]) == ("done", "removed"), done  # type: ignore[index]
+    assert "w1" not in windows()  # complete closed its window
+    assert listed() == {"w1": "done"}
+    # completed: the name is free again; the old record stays as history, its hook state is gone
+    code, res = spawn_json(exo, "--worker", "w1", "--prompt", "again", "--agent", "custom")
+    assert code == 0, res
+    history = [i for i in listed("--all") if i.startswith("w1@")]
+    assert listed() == {"w1": res["agents"][0]["status"]} and len(history) == 1
+    assert listed("--all")[history[0]] == "done"
+    env = Env(cwd=team)
+    assert env.store.kv_get("hook:w1") is None
+    assert {"spawned", "completed"} <= {e["kind"] for e in env.store.events(history[0])}
+    # killed: the name is taken until `exo reap`, as the hint says
+    assert exo("kill", "w1", "--json").exit_code == 0
+    code, res = spawn_json(exo, "--worker", "w1", "--prompt", "x", "--agent", "custom")
+    assert code == 5 and "exo reap" in res["errors"][0]["hint"], res
+    reaped = exo("reap", "--json").json()
+    assert reaped["reaped"] == ["w1"] and "w1" not in windows()  # type: ignore[index]
+    assert listed() == {}
+    assert doctor_consistent(exo)  # it removed the reaped worker's clean worktree; the branch is kept
+    git(team, "branch", "-D", "main.w1")
+    # done agents are reaped too
+    assert spawn_json(exo, "--worker", "w1", "--prompt", "x", "--agent", "custom")[0] == 0
+    assert exo("complete", "w1", "--json").exit_code == 0 and listed() == {"w1": "done"}
+    assert exo("reap", "--json").json()["reaped"] == ["w1"]  # type: ignore[index]
+    assert listed() == {} and len([i for i in listed("--all") if i.startswith("w1@")]) == 3
+
+
+def doctor_consistent(exo: Exo) -> bool:
+    r = exo("doctor", "--json")
+    return r.exit_code == 0 and r.json()["remaining"] == 0  # type: ignore[index]
+
+
 def test_failure_isolation_bad_name(team: Path) -> None:
     code, res = spawn_json(Exo(team), "--worker", "good1", "--worker", "bad/name", "--worker", "good2",
                            "--prompt", "x", "--agent", "custom")

@@ -71,7 +71,7 @@ def _resolve(env: Env, target: str | None) -> tuple[Agent | None, str | None]:
             raise StateError("Name the bead or agent to complete", hint="exo complete AGENT (see `exo agents`).")
         return agent, agent.bead
     _check_target(target)
-    agents = [a for a in env.store.agents() if a.id != ROOT] if env.has_state() else []
+    agents = [a for a in env.store.agents() if a.id != ROOT and not a.retired] if env.has_state() else []
     for attr in ("id", "name", "bead"):  # an agent id first, then a name, then a bead
         hits = [a for a in agents if getattr(a, attr) == target]
         if hits:
@@ -544,6 +544,9 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
     env.store.update_agent(agent.id, status=DONE, status_reason="completed",
                            completed_at=agent.completed_at or time.time())
     removal = "removed" if (wt_removed or branch_deleted) else "kept"
+    from exo_cli.ops import agentctl
+
+    agentctl.close_windows(env, agent)  # nothing of it is left running or on screen
     env.store.event("completed", agent.id, {"removal": removal, "archived": refs})
     if agent.parent and env.caller.agent_id != agent.parent:
         env.store.post("completed", env.caller.agent_id, agent.parent, f"{agent.name} was completed ({removal}).",

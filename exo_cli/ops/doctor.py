@@ -89,7 +89,7 @@ class Checkup:
     def reload(self) -> None:
         """Read the agent records again (after repairs that forget or finish some)."""
         env = self.env
-        self.records = [a for a in env.store.agents() if a.id != ROOT] if env.has_state() else []
+        self.records = [a for a in env.store.agents() if a.id != ROOT and not a.retired] if env.has_state() else []
 
     def worktrees(self) -> dict[str, Any]:
         """``git worktree list``: path -> attributes."""

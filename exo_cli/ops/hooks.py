@@ -145,7 +145,9 @@ def hook(env: Env, *, event: str, cli: str = "claude", payload: str | None = Non
 
 
 def _key(agent_id: str) -> str:
-    return f"hook:{agent_id}"
+    from exo_cli.records import HOOK_STATE_KEY
+
+    return HOOK_STATE_KEY.format(agent=agent_id)
 
 
 def load_state(env: Env, agent_id: str) -> dict[str, Any]:
@@ -227,7 +229,9 @@ def on_session_start(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> 
 
 def mcp_ready_key(agent_id: str) -> str:
     """The kv key (and doorbell) where an agent's exo MCP server says it listed its tools."""
-    return f"mcp-ready:{agent_id}"
+    from exo_cli.records import MCP_READY_KEY
+
+    return MCP_READY_KEY.format(agent=agent_id)
 
 
 def mark_mcp_ready(env: Env, agent_id: str) -> None:

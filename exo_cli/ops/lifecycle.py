@@ -101,7 +101,7 @@ def kill(env: Env, *, agent: str) -> KillResult:
     from exo_cli.ops import agentctl
 
     target = _get(env, agent)
-    everyone = [a for a in env.store.agents() if a.id != ROOT]
+    everyone = current_agents(env)
     caller = env.caller
     if not caller.is_human and caller.agent_id != target.id and not _in_subtree(everyone, caller.agent_id, target.id):
         raise StateError(f"{target.id} is not in your subtree", hint="You may only kill agents you (or your children) spawned.",
@@ -129,6 +129,39 @@ def kill(env: Env, *, agent: str) -> KillResult:
     return KillResult(killed=killed, already_dead=dead, worktrees_kept=kept)
 
 
+# --------------------------------------------------------------------------- retire
+
+
+def retire(env: Env, agent: Agent) -> str | None:
+    """Keep a finished agent as history under ``<name>@<n>``, so that its name is free again.
+
+    Its record, messages, events and PRs move to the new id (``exo agents --all`` lists it);
+    what exo kept per agent for it (hook state, MCP readiness, bead snapshot, read cursors)
+    is forgotten, so a new agent of that name starts fresh. Returns the new id, or None when
+    the record is gone (or already retired).
+    """
+    from exo_cli.ops.tasks import SNAPSHOT_KEY, SYNCED_KEY
+    from exo_cli.records import HOOK_STATE_KEY, MCP_READY_KEY, RETIRED_SEP
+
+    if agent.retired or agent.id == ROOT:
+        return None
+    keys = [k.format(agent=agent.id) for k in (HOOK_STATE_KEY, MCP_READY_KEY, SNAPSHOT_KEY)]
+    prefixes = [SYNCED_KEY.format(agent=agent.id, rel=""), _CURSOR.format(reader=agent.id, agent="")]
+    stamp = int(agent.created_at or time.time())
+    for n in range(100):
+        new_id = f"{agent.id}{RETIRED_SEP}{stamp}" + (f".{n}" if n else "")
+        if env.store.retire_agent(agent.id, new_id, forget_keys=keys, forget_prefixes=prefixes):
+            return new_id
+        if env.store.agent(agent.id) is None:
+            return None
+    return None
+
+
+def current_agents(env: Env) -> list[Agent]:
+    """The recorded agents that are not history (retired) nor the root."""
+    return [a for a in env.store.agents() if a.id != ROOT and not a.retired] if env.has_state() else []
+
+
 # --------------------------------------------------------------------------- reap
 
 
@@ -137,21 +170,6 @@ class ReapResult:
     reaped: list[str]
     closed: list[str]
     kept: list[str]
-
-
-def _close(env: Env, loc_dict: dict[str, Any]) -> bool:
-    from exo_cli.adapters.mux import Location
-    from exo_cli.ops import agentctl
-
-    if not loc_dict or not loc_dict.get("mux"):
-        return False
-    loc = Location.from_dict(loc_dict)
-    try:
-        mux = agentctl.mux_for(env, loc.mux)
-        mux.close(loc, force=True)
-        return True
-    except (ExoError, OSError):
-        return False
 
 
 REAPED_KEY = "reaped-worktrees"
@@ -182,44 +200,49 @@ def remember_reaped(env: Env, path: str, info: dict[str, Any] | None) -> None:
 
 @op("reap", cli="reap", roles=("human",), destructive=True, idempotent=True, help={})
 def reap(env: Env) -> ReapResult:
-    """Forget dead agents and close their windows; worktrees are never touched.
+    """Clear finished agents (dead or done) and close their windows; worktrees are never touched.
 
     Liveness is checked first (one batched multiplexer call), so an agent whose pane or
     process is gone counts as dead. Files exo wrote outside its state for the agent (trust
-    entries, a project settings file it replaced) are restored. Completed (done) agents are
-    kept: `exo complete` owns them.
+    entries, a project settings file it replaced) are restored. Each cleared agent is kept as
+    history (`exo agents --all`) and its name is free again; a worktree it leaves behind is
+    remembered for `exo doctor`.
     """
     from exo_cli.adapters import agents as backends
     from exo_cli.ops import agentctl
 
     if not env.has_state():
         return ReapResult([], [], [])
-    agents = agentctl.refresh(env, [a for a in env.store.agents() if a.id != ROOT])
+    agents = agentctl.refresh(env, current_agents(env))
+    done = agentctl.states(env, [a for a in agents if a.status == DONE])  # one listing call per kind
     reaped: list[str] = []
     closed: list[str] = []
     kept: list[str] = []
     for a in agents:
-        if a.status != DEAD:
+        if a.status not in (DEAD, DONE):
+            continue
+        running = done.get(a.id)
+        if running is not None and running.alive:
+            kept.append(a.id)  # marked done by itself and still finishing its turn
             continue
         from exo_cli.ops.spawn.recovery import is_stale
 
         if is_stale(env, a):
             kept.append(a.id)  # an interrupted spawn: `exo doctor` cleans it
             continue
-        if _close(env, a.location):
+        if agentctl.close_windows(env, a):
             closed.append(a.id)
-        _close(env, a.spec.get("services_location") or {})
         if a.undo:
             with contextlib.suppress(Exception):
                 backends.cleanup(list(a.undo))
         agent_dir = a.spec.get("agent_dir")
         if agent_dir and Path(agent_dir).parent == env.state_dir / "agents":
             shutil.rmtree(agent_dir, ignore_errors=True)
-        if a.worktree and a.spec.get("worktree_created"):
+        if a.worktree and a.spec.get("worktree_created") and os.path.isdir(a.worktree):
             remember_reaped(env, a.worktree, {"agent": a.id, "branch": a.branch, "at": time.time(),
                                               "created_files": a.spec.get("created_files") or []})
-        env.store.delete_agent(a.id)
         env.store.event("reaped", a.id, {"worktree": a.worktree})
+        retire(env, a)
         reaped.append(a.id)
     return ReapResult(reaped=reaped, closed=closed, kept=kept)
 

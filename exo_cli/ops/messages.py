@@ -167,7 +167,7 @@ def find_agent(env: Env, ref: str) -> Agent:
     agent = env.store.agent(ref) if env.has_state() else None
     if agent is not None:
         return agent
-    named = [a for a in (env.store.agents() if env.has_state() else []) if a.name == ref]
+    named = [a for a in (env.store.agents() if env.has_state() else []) if a.name == ref and not a.retired]
     if not named:
         raise NotFound(f"No agent named {ref!r}", hint="List agents with `exo agents`.", agent=ref)
     named.sort(key=lambda a: (a.live, a.created_at))

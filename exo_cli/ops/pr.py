@@ -285,7 +285,8 @@ def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
     if author is not None:
         targets.append(author.id)
         targets += [a.id for a in env.store.agents()
-                    if a.parent == author.parent and a.id != author.id and a.id != ROOT and a.status != DONE]
+                    if a.parent == author.parent and a.id != author.id and a.id != ROOT and a.status != DONE
+                    and not a.retired]
     sha = (pr.merge_commit or "")[:12]
     for target in targets:
         mine = target == pr.author

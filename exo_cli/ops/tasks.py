@@ -147,7 +147,7 @@ def live_owners(env: Env) -> dict[str, str]:
         return {}
     from exo_cli.ops import agentctl
 
-    agents = agentctl.refresh(env, [a for a in env.store.agents() if a.id != ROOT])
+    agents = agentctl.refresh(env, [a for a in env.store.agents() if a.id != ROOT and not a.retired])
     return {a.bead: a.id for a in agents if a.bead and a.status in LIVE_STATUSES}
 
 

@@ -30,7 +30,7 @@ from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, private_dir
 from exo_cli.ops.spawn.context import context_text, first_prompt
 from exo_cli.ops.spawn.recovery import cleanup_partial, resume_started, spawn_lock
 from exo_cli.ops.spawn.result import SpawnResult, failed_call, run_tasks
-from exo_cli.records import BACKENDS, LIVE_STATUSES, ROOT, STARTING, Agent
+from exo_cli.records import BACKENDS, DONE, LIVE_STATUSES, ROOT, STARTING, Agent
 from exo_cli.validate import check_name, slugify
 
 if TYPE_CHECKING:
@@ -133,9 +133,19 @@ def _clear_name(call: Call, req: Request, agent_id: str, *, launching: bool) -> 
             agent=agent_id,
             status=existing.status,
         )
+    if existing.status == DONE and not (existing.worktree and existing.spec.get("worktree_created")
+                                        and os.path.isdir(existing.worktree)):
+        from exo_cli.ops.lifecycle import retire
+
+        retire(env, existing)  # completed: its name is free, its record stays as history
+        return None
+    if existing.status == DONE:
+        hint = f"Remove its worktree with `exo complete {agent_id}`, clear it with `exo reap`, or pick another name."
+    else:
+        hint = "Clear finished agents with `exo reap` (their names are free again), or pick another name."
     raise StateError(
         f"An agent named {agent_id} is still recorded ({existing.status})",
-        hint="Forget dead agents with `exo reap`, or pick another name.",
+        hint=hint,
         agent=agent_id,
         status=existing.status,
     )
