@@ -14,6 +14,7 @@ import pytest
 from gh_fake import FakeGitHub
 from pr_helpers import commit, env_for, git, make_agent
 
+from conftest import Exo
 from exo_cli import registry
 from exo_cli.adapters.forge import github_slug
 from exo_cli.ops.pr import forge_for
@@ -110,3 +111,24 @@ def test_local_base_dirty_after_github_merge_is_a_warning(repo: Path, github: Fa
     assert not m.local_updated and "not updated" in m.warnings[0]
     assert git(repo, "rev-parse", "HEAD") == head and (repo / "README.md").read_text() == "local edit\n"
     assert env_for(repo).store.pr(n).state == "merged"  # type: ignore[union-attr]
+
+
+def test_nested_worker_pr_pushes_its_leads_branch_first(repo: Path, github: FakeGitHub) -> None:
+    """A worker's PR targets its TL's branch, which nobody pushed: exo pushes it (and says so)."""
+    extra = github.extra  # type: ignore[attr-defined]
+    bare = github.bare  # type: ignore[attr-defined]
+    lead = make_agent(repo, "lead2", parent="root", role="tl")
+    commit(lead.worktree, "plan.txt", "plan\n", "the lead's own commit")
+    w = make_agent(repo, "w1", parent="lead2", base="main.lead2")
+    commit(w.worktree, "w.txt", "w\n", "the worker's commit")
+    assert git(bare, "branch", "--list", "main.lead2") == ""
+    r = registry.invoke("pr_file", env_for(w.worktree, "w1", extra), title="W", body="", draft=False)
+    assert r.created and r.base_pushed and r.pr.base == "main.lead2" and r.pr.remote_number == 7
+    assert git(bare, "rev-parse", "refs/heads/main.lead2") == git(repo, "rev-parse", "main.lead2")
+    create = next(q for q in github.requests if q.get("op") == "PullRequestCreate")
+    assert create["variables"]["input"]["baseRefName"] == "main.lead2"
+    # the lead's own PR into main: main is on the remote, nothing else is pushed
+    r2 = registry.invoke("pr_file", env_for(lead.worktree, "lead2", extra), title="L", body="", draft=False)
+    assert r2.created and not r2.base_pushed
+    human = Exo(w.worktree)("pr", "file", "--title", "W2", env={"EXO_AGENT": "w1", **extra})
+    assert human.exit_code == 0 and "Pushed the base branch" not in human.stdout  # already there now

@@ -596,6 +596,14 @@ class Git:
         return self.run(["push", "-u", remote, f"refs/heads/{branch}:refs/heads/{branch}"], check=False,
                         timeout=timeout)
 
+    def remote_has_branch(self, remote: str, branch: str, *, timeout: float = 60) -> bool | None:
+        """Whether ``remote`` has ``branch`` (``ls-remote``); None when the remote cannot be asked."""
+        proc = self.run(["ls-remote", "--exit-code", "--heads", remote, f"refs/heads/{branch}"], check=False,
+                        timeout=timeout)
+        if proc.ok:
+            return bool(proc.stdout.strip())
+        return False if proc.returncode == 2 else None
+
     def fetch(self, remote: str, refspec: str, *, timeout: float = 300) -> Finished:
         """Fetch ``refspec`` from ``remote`` (no tags)."""
         return self.run(["fetch", "--no-tags", remote, refspec], check=False, timeout=timeout)

@@ -29,6 +29,7 @@ class Filed:
     url: str | None = None
     remote_number: int | None = None
     pushed: bool = False
+    base_pushed: bool = False  # the base branch was not on the remote, so it was pushed first
 
 
 @dataclass(frozen=True)

@@ -124,13 +124,23 @@ class GitHubForge(Forge):
             self.gh(["pr", "edit", str(existing.remote_number), "--repo", slug, f"--title={title}",
                           f"--body={body}"], what="gh pr edit")
             return Filed(url=existing.url, remote_number=existing.remote_number, pushed=True)
+        base_pushed = self.push_base(base)
         argv = ["pr", "create", "--repo", slug, f"--base={base}", f"--head={head}", f"--title={title}", f"--body={body}"]
         if draft:
             argv.append("--draft")
         out = self.gh(argv, what="gh pr create").stdout
         urls = re.findall(r"https?://\S+/pull/(\d+)", out)
         url = next((w for w in out.split() if re.search(r"/pull/\d+$", w)), None)
-        return Filed(url=url, remote_number=int(urls[-1]) if urls else None, pushed=True)
+        return Filed(url=url, remote_number=int(urls[-1]) if urls else None, pushed=True, base_pushed=base_pushed)
+
+    def push_base(self, base: str) -> bool:
+        """Push ``base`` when the remote lacks it (a team lead's branch nobody pushed): GitHub needs it for a PR."""
+        if self.git.remote_has_branch(self.remote, base) is not False:
+            return False
+        proc = self.git.push(self.remote, base)
+        if proc.returncode != 0:
+            raise external("git push", proc, hint=f"The base branch {base} is not on {self.remote}; push it, then file again.")
+        return True
 
     def merge(self, pr: PullRequest, *, strategy: str, message: str) -> MergeOutcome:
         if not pr.remote_number:
