@@ -132,3 +132,31 @@ def test_nested_worker_pr_pushes_its_leads_branch_first(repo: Path, github: Fake
     assert r2.created and not r2.base_pushed
     human = Exo(w.worktree)("pr", "file", "--title", "W2", env={"EXO_AGENT": "w1", **extra})
     assert human.exit_code == 0 and "Pushed the base branch" not in human.stdout  # already there now
+
+
+def test_watch_prints_a_remote_merge_and_fast_forwards_main_for_complete(repo: Path, github: FakeGitHub) -> None:
+    """Merged on GitHub (not by exo): `exo watch` prints it as a JSON line, fetches main, and complete works."""
+    import json
+
+    extra = github.extra  # type: ignore[attr-defined]
+    bare = github.bare  # type: ignore[attr-defined]
+    a = make_agent(repo, "w1", parent="root")
+    commit(a.worktree, "a.txt", "a\n", "add a")
+    registry.invoke("pr_file", env_for(a.worktree, "w1", extra), title="Add a", body="", draft=False)
+    pr = github.prs[7]
+    sha = github.on_merge(pr, "SQUASH")  # type: ignore[misc] - someone merges it on GitHub
+    pr.update(state="MERGED", mergedAt="2026-01-01T00:00:00Z", mergeCommit={"oid": sha})
+    before = git(repo, "rev-parse", "main")
+    assert before != git(bare, "rev-parse", "main")
+    r = Exo(repo)("watch", "--once", "--json", env=extra)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    kinds = [x.get("kind") for x in lines[:-1]]
+    assert kinds == ["pr-merged", "base-updated"], lines
+    assert lines[-1]["rounds"] == 1 and [c["kind"] for c in lines[-1]["changes"]] == kinds
+    assert git(repo, "rev-parse", "main") == git(bare, "rev-parse", "main") == sha  # no manual git fetch
+    assert (repo / "a.txt").read_text() == "a\n"
+    done = registry.invoke("complete", env_for(repo, extra=extra), target="w1")
+    assert done.removal == "removed" and done.branch_deleted
+    human = Exo(repo)("watch", "--once", env=extra)
+    assert human.exit_code == 0 and human.stdout.strip().endswith("stopped by once")

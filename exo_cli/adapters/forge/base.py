@@ -43,6 +43,18 @@ class MergeOutcome:
 
 
 @dataclass(frozen=True)
+class BaseSync:
+    """What bringing the local base branch up to its remote copy did."""
+
+    base: str
+    updated: bool  # the local base is now at the remote's tip (it may have been there already)
+    moved: bool  # it moved
+    head: str | None  # the remote's tip
+    worktree: str | None  # the checkout that was updated, None when none has the base
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class RemoteState:
     """A pull request as the forge sees it now (GitHub only)."""
 
@@ -77,6 +89,10 @@ class Forge:
     def view(self, pr: PullRequest) -> RemoteState | None:
         """The forge's current view of ``pr`` (None for a forge that has no remote state)."""
         return None
+
+    def sync_base(self, base: str, *, reason: str) -> BaseSync:
+        """Bring the local ``base`` up to the forge's copy after a merge there (nothing to do locally)."""
+        return BaseSync(base=base, updated=True, moved=False, head=None, worktree=None)
 
 
 _SLUG = re.compile(
