@@ -82,9 +82,10 @@ class Env:
 
     @cached_property
     def runtime_dir(self) -> Path:
+        """The short folder of doorbells, FIFOs and records (derived from the state folder and uid; made on use)."""
         from exo_cli.adapters.files import runtime_dir_for
 
-        return runtime_dir_for(str(self.state_dir.resolve()), self.environ)
+        return runtime_dir_for(str(self.state_dir.resolve()), create=False)
 
     @cached_property
     def config(self) -> Config:

@@ -197,6 +197,31 @@ def test_finished_agents_close_their_windows_and_free_their_names(team: Path) ->
     assert listed() == {} and len([i for i in listed("--all") if i.startswith("w1@")]) == 3
 
 
+def test_runtime_folder_goes_with_the_last_agent_unless_someone_waits(team: Path) -> None:
+    """exo removes the runtime folder it made once no agent runs, but never under a waiter's doorbell."""
+    from exo_cli.env import Env
+
+    (team / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    exo = Exo(team)
+    runtime = Env(cwd=team).runtime_dir
+    for name in ("h1", "h2"):
+        assert spawn_json(exo, "--worker", name, "--prompt", "x", "--agent", "custom", "--mux", "headless")[0] == 0
+    assert (runtime / "headless" / "h1.json").is_file()
+    assert exo("complete", "h1", "--json").exit_code == 0
+    assert runtime.is_dir()  # h2 still runs
+    env = Env(cwd=team)
+    with env.store.bell.listen(["root"]):  # somebody (`exo wait`) waits on a doorbell
+        assert exo("complete", "h2", "--json").exit_code == 0
+        assert (runtime / "bell").is_dir()
+    assert exo("reap", "--json").exit_code == 0
+    assert not runtime.exists()  # the last agent is gone and nobody waits: nothing left behind
+    # a new spawn makes it again
+    assert spawn_json(exo, "--worker", "h3", "--prompt", "x", "--agent", "custom", "--mux", "headless")[0] == 0
+    assert (runtime / "headless" / "h3.json").is_file()
+    assert exo("kill", "h3", "--json").exit_code == 0
+    assert not runtime.exists()
+
+
 def doctor_consistent(exo: Exo) -> bool:
     r = exo("doctor", "--json")
     return r.exit_code == 0 and r.json()["remaining"] == 0  # type: ignore[index]

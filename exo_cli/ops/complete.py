@@ -547,6 +547,9 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
     from exo_cli.ops import agentctl
 
     agentctl.close_windows(env, agent)  # nothing of it is left running or on screen
+    from exo_cli.ops.lifecycle import release_runtime
+
+    release_runtime(env)  # the last agent gone: its runtime folder too
     env.store.event("completed", agent.id, {"removal": removal, "archived": refs})
     if agent.parent and env.caller.agent_id != agent.parent:
         env.store.post("completed", env.caller.agent_id, agent.parent, f"{agent.name} was completed ({removal}).",

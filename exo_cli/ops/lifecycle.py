@@ -126,6 +126,7 @@ def kill(env: Env, *, agent: str) -> KillResult:
     if target.parent:
         env.store.post("event", target.id, target.parent, f"[KILLED {target.id}] and {len(killed) - 1 if target.id in killed else len(killed)} descendant(s)",
                        data={"event": "killed", "agent": target.id, "killed": killed})
+    release_runtime(env)
     return KillResult(killed=killed, already_dead=dead, worktrees_kept=kept)
 
 
@@ -155,6 +156,24 @@ def retire(env: Env, agent: Agent) -> str | None:
         if env.store.agent(agent.id) is None:
             return None
     return None
+
+
+def release_runtime(env: Env) -> bool:
+    """Remove the repository's runtime folder once no agent of it runs and nobody waits on a doorbell.
+
+    Called when agents finish (``complete``, ``kill``, ``reap``). Checked under the lock a spawn
+    takes to record a new agent, so a spawn either is seen here or makes the folder again.
+    True when the folder is gone.
+    """
+    from exo_cli.adapters import worktree as wt
+    from exo_cli.adapters.files import release_runtime_dir
+
+    if not env.has_state():
+        return False
+    with wt.repo_lock(env.state_dir, "slots"):
+        if any(a.status in LIVE_STATUSES for a in current_agents(env)):
+            return False
+        return release_runtime_dir(env.runtime_dir)
 
 
 def current_agents(env: Env) -> list[Agent]:
@@ -244,6 +263,7 @@ def reap(env: Env) -> ReapResult:
         env.store.event("reaped", a.id, {"worktree": a.worktree})
         retire(env, a)
         reaped.append(a.id)
+    release_runtime(env)
     return ReapResult(reaped=reaped, closed=closed, kept=kept)
 
 
