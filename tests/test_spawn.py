@@ -195,6 +195,20 @@ def test_finished_agents_close_their_windows_and_free_their_names(team: Path) ->
     assert exo("complete", "w1", "--json").exit_code == 0 and listed() == {"w1": "done"}
     assert exo("reap", "--json").json()["reaped"] == ["w1"]  # type: ignore[index]
     assert listed() == {} and len([i for i in listed("--all") if i.startswith("w1@")]) == 3
+    # an agent that completed itself and whose process then ended: doctor closes the window it left
+    assert spawn_json(exo, "--worker", "w1", "--prompt", "x", "--agent", "custom")[0] == 0
+    env = Env(cwd=team)
+    rec = env.store.agent("w1")
+    assert rec is not None
+    env.store.update_agent("w1", status="done")
+    from exo_cli.adapters.mux import Location
+    from exo_cli.ops import agentctl
+
+    agentctl.mux_for(env, "tmux").kill(Location.from_dict(rec.location), grace=1.0)
+    r = exo("doctor", "--dry-run", "--json")
+    assert [p["kind"] for p in r.json()["problems"]] == ["finished-window"], r.stdout  # type: ignore[index]
+    assert "w1" in windows()
+    assert doctor_consistent(exo) and "w1" not in windows()
 
 
 def test_runtime_folder_goes_with_the_last_agent_unless_someone_waits(team: Path) -> None:
