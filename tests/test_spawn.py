@@ -362,8 +362,11 @@ def test_doctor_reaped_worktrees_and_stray_folders(team: Path) -> None:
     code, res = spawn_json(exo, "--worker", "r1", "--worker", "r2", "--prompt", "x", "--agent", "custom",
                            "--mux", "headless")
     assert code == 0, res
-    assert exo("kill", "r1").exit_code == 0 and exo("kill", "r2").exit_code == 0
     root = team / ".exo" / "worktrees"
+    for name in ("r1", "r2"):  # each agent writes <name>.txt into its worktree once it runs
+        wait_until(lambda name=name: (root / name / f"{name}.txt").exists(), what=f"{name} to start")
+    assert exo("kill", "r1").exit_code == 0 and exo("kill", "r2").exit_code == 0
+    (root / "r1" / "r1.txt").unlink()  # r1 leaves a clean worktree, r2 unfinished work
     (root / "r2" / "wip.txt").write_text("unfinished")
     assert sorted(json.loads(exo("reap", "--json").stdout)["reaped"]) == ["r1", "r2"]
     (root / "empty").mkdir()
