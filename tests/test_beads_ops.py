@@ -396,6 +396,13 @@ def test_tracker_writes_commit_only_the_tracker(repo: Path) -> None:
     assert git(repo, "rev-parse", "HEAD") == head
     assert "uncommitted changes" in tasks.uncommitted_notes(source)[0]
     assert _leftovers(repo / ".beads") == []
+    # without a git identity the commit is still made, as exo
+    git(repo, "checkout", "-q", "--", ".beads/issues.jsonl")
+    bare = {"PATH": os.environ["PATH"], "HOME": str(repo), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    source = tasks.open_repo_beads(Env(cwd=repo, environ=bare))
+    source.claim("ex-ep", "w3")
+    assert tasks.uncommitted_notes(source) == [], source.notes  # type: ignore[attr-defined]
+    assert git(repo, "log", "-1", "--format=%an %s") == "exo beads: ex-ep claimed by w3"
 
 
 def test_stop_hook_rebase_is_not_blocked_by_exos_tracker_copy(repo: Path, tmp_path: Path) -> None:

@@ -547,44 +547,15 @@ class Git:
         return self.run(["commit", "-q", "-m", message], check=check)
 
     def path_state(self, relpath: str) -> str:
-        """How git sees the file ``relpath`` (relative to this folder), in one call.
-
-        ``clean`` (tracked, neither modified nor staged), ``changed`` (tracked, modified or
-        staged), ``untracked`` (untracked or ignored) or ``none`` (not in a work tree).
-        """
-        proc = self.run(["status", "--porcelain=v1", "--ignored=matching", "--untracked-files=all", "--",
-                         relpath], check=False)
-        if not proc.ok:
-            return "none"
+        """``clean`` (tracked, unchanged), ``changed``, ``untracked`` (or ignored) or ``none`` (no work tree)."""
+        proc = self.run(["status", "--porcelain", "--ignored=matching", "-uall", "--", relpath], check=False)
         text = proc.stdout.strip()
-        if not text:
-            return "clean"
-        return "untracked" if text.startswith(("??", "!!")) else "changed"
+        return "none" if not proc.ok else "untracked" if text[:2] in ("??", "!!") else "changed" if text else "clean"
 
-    def commit_only(self, relpaths: Sequence[str], message: str, *, attempts: int = 5) -> Finished:
-        """Commit exactly these files as they are on disk (``commit --only``): staged changes of other files stay staged.
-
-        No hooks run. A busy index (another git command holds ``index.lock``) is retried a few
-        times; without a committer identity the commit is made as ``exo``.
-        """
-        import time
-
-        prefix: list[str] = []
-        proc = None
-        for i in range(attempts):
-            proc = self.run([*prefix, "commit", "--only", "--no-verify", "-q", "-m", message, "--", *relpaths],
-                            check=False, env=NO_EDITOR)
-            if proc.ok:
-                return proc
-            text = proc.stderr + proc.stdout
-            if not prefix and ("tell me who you are" in text or "auto-detect" in text or "empty ident" in text):
-                prefix = ["-c", "user.name=exo", "-c", "user.email=exo@localhost"]
-            elif "index.lock" in text and i + 1 < attempts:
-                time.sleep(0.1 * (i + 1))
-            else:
-                return proc
-        assert proc is not None
-        return proc
+    def commit_only(self, relpaths: Sequence[str], message: str, *, config: Sequence[str] = ()) -> Finished:
+        """Commit exactly these files as on disk (``commit --only``, no hooks); other staged changes stay staged."""
+        return self.run([*config, "commit", "--only", "--no-verify", "-q", "-m", message, "--", *relpaths],
+                        check=False, env=NO_EDITOR)
 
     def restore_from_head(self, relpaths: Sequence[str]) -> Finished:
         """Put these files back as HEAD has them, in the index and on disk."""
@@ -596,13 +567,10 @@ class Git:
         return self.run(["push", "-u", remote, f"refs/heads/{branch}:refs/heads/{branch}"], check=False,
                         timeout=timeout)
 
-    def remote_has_branch(self, remote: str, branch: str, *, timeout: float = 60) -> bool | None:
+    def remote_has_branch(self, remote: str, branch: str) -> bool | None:
         """Whether ``remote`` has ``branch`` (``ls-remote``); None when the remote cannot be asked."""
-        proc = self.run(["ls-remote", "--exit-code", "--heads", remote, f"refs/heads/{branch}"], check=False,
-                        timeout=timeout)
-        if proc.ok:
-            return bool(proc.stdout.strip())
-        return False if proc.returncode == 2 else None
+        proc = self.run(["ls-remote", "--exit-code", "--heads", remote, f"refs/heads/{branch}"], check=False)
+        return bool(proc.stdout.strip()) if proc.ok else (False if proc.returncode == 2 else None)
 
     def fetch(self, remote: str, refspec: str, *, timeout: float = 300) -> Finished:
         """Fetch ``refspec`` from ``remote`` (no tags)."""
