@@ -93,6 +93,16 @@ def parse_mcp(out: str) -> list[Row]:
     ]
 
 
+def parse_beads(out: str) -> list[Row]:
+    rows: list[Row] = []
+    for m in re.finditer(r"^(exo [^\n]*?)\s+bd calls\s+(\d+) \(budget\s+(\d+)\)", out, re.M):
+        name, calls, budget = m.group(1).strip(), int(m.group(2)), int(m.group(3))
+        rows.append((f"bd calls of {name}", str(calls), f"<= {budget}", _verdict(calls <= budget)))
+    if not rows:
+        raise ValueError("no bd call lines")
+    return rows
+
+
 BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "startup": (parse_startup, ["--runs", "10"]),
     "hooks": (parse_hooks, ["--runs", "10"]),
@@ -100,6 +110,7 @@ BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "wake": (parse_wake, ["--notes", "5"]),
     "agents100": (parse_agents100, ["--runs", "5"]),
     "mcp": (parse_mcp, ["--runs", "3"]),
+    "beads": (parse_beads, ["--spawn", "2"]),
 }
 
 

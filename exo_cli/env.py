@@ -114,9 +114,10 @@ class Env:
 
     @cached_property
     def runtime_dir(self) -> Path:
+        """The short folder of doorbells, FIFOs and records (derived from the state folder and uid; made on use)."""
         from exo_cli.adapters.files import runtime_dir_for
 
-        return runtime_dir_for(str(self.state_dir.resolve()), self.environ)
+        return runtime_dir_for(str(self.state_dir.resolve()), create=False)
 
     @cached_property
     def config(self) -> Config:
@@ -144,11 +145,13 @@ class Env:
 
     @cached_property
     def worktree_root(self) -> Path:
-        """The folder exo creates worktrees in (hangar, ``worktree.root``, or ``.exo/worktrees``)."""
+        """The folder exo creates worktrees in (``EXO_WORKTREE_ROOT``, hangar, ``worktree.root``, ``.exo/worktrees``)."""
         from exo_cli.adapters.worktree import worktrees_folder
 
+        origin = self.config.origin("worktree.root")
         return worktrees_folder(self.repo.root, hangar_override=self.environ.get("HANGAR_ROOT"),
-                                configured=str(self.config.get("worktree.root") or "") or None)
+                                configured=str(self.config.get("worktree.root") or "") or None,
+                                configured_by_env=origin.startswith("$") or origin == "flag")
 
     @cached_property
     def store(self) -> Store:
@@ -304,9 +307,9 @@ def _agent_here(env: Env, real: Path) -> bool:
     if not has_state(real):
         return False
     try:
-        store = open_store(real, lambda: runtime_dir_for(os.path.realpath(real), env.environ))
+        store = open_store(real, lambda: runtime_dir_for(os.path.realpath(real), create=False))
         try:
-            agents = [a for a in store.agents() if a.id != ROOT]
+            agents = [a for a in store.agents() if a.id != ROOT and not a.retired]
         finally:
             store.close()
     except Exception:  # an unreadable state proves nothing either way
@@ -345,7 +348,7 @@ def identify(env: Env) -> Caller:
                     "rebuilds the records of the agents it finds running in exo's sessions, and of exo's "
                     "worktrees), or spawn the agent again with `exo spawn`.")
             return HUMAN
-        agents = [a for a in env.store.agents() if a.id != ROOT]
+        agents = [a for a in env.store.agents() if a.id != ROOT and not a.retired]  # history never calls
     except ExoError:
         if markers:
             raise

@@ -7,6 +7,11 @@ import json
 from typing import Any, NamedTuple
 
 ROOT = "root"
+#: Joins a retired agent's name and a number into its history id (``w1@1712345678``); never part of a name.
+RETIRED_SEP = "@"
+#: kv keys exo keeps per agent that the hooks and lifecycle share (forgotten when an agent is retired).
+HOOK_STATE_KEY = "hook:{agent}"
+MCP_READY_KEY = "mcp-ready:{agent}"
 
 # Agent statuses (docs/concepts.md says what each means).
 STARTING = "starting"
@@ -79,6 +84,11 @@ class Agent(NamedTuple):
     @property
     def live(self) -> bool:
         return self.status in LIVE_STATUSES
+
+    @property
+    def retired(self) -> bool:
+        """A finished agent kept as history under ``<name>@<n>`` (its name is free for a new agent)."""
+        return RETIRED_SEP in self.id
 
 
 AGENT_JSON_FIELDS = ("location", "spec", "undo")

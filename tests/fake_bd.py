@@ -4,8 +4,9 @@ Real bd cannot be installed here (its npm package downloads a native binary at i
 This script serves a JSONL file with bd's documented `--json` shapes:
 
 * `bd list [--all] [--limit N] --json`       -> bare array of issues
-* `bd show ID --json`                         -> array with one IssueDetails (dependencies as
-                                                 the full target issue + `dependency_type`)
+* `bd show ID... --json`                      -> array with one IssueDetails per id (dependencies
+                                                 as the full target issue + `dependency_type`);
+                                                 an unknown id fails the whole call
 * `bd ready [--limit N] --json`               -> array; `--sort priority` = priority ASC,
                                                  created_at DESC, id (bd's own default)
 * `bd blocked --json`                         -> array of issue + `blocked_by` (ids)
@@ -145,16 +146,19 @@ def main() -> None:
         bm = blocked_map(issues)
         emit([{**issues[i], "blocked_by_count": len(b), "blocked_by": b} for i, b in bm.items() if b])
     elif cmd == "show":
-        d = issues.get(rest[0])
-        if d is None:
-            fail(f'no issue found matching "{rest[0]}"', "not_found")
-        details = {k: v for k, v in d.items() if k != "dependencies"}
-        details["dependencies"] = [
-            {**issues[e["depends_on_id"]], "dependency_type": e["type"]}
-            for e in d.get("dependencies") or []
-            if e["depends_on_id"] in issues
-        ]
-        emit([details])
+        shown = []
+        for bead_id in rest:
+            d = issues.get(bead_id)
+            if d is None:
+                fail(f'no issue found matching "{bead_id}"', "not_found")
+            details = {k: v for k, v in d.items() if k != "dependencies"}
+            details["dependencies"] = [
+                {**issues[e["depends_on_id"]], "dependency_type": e["type"]}
+                for e in d.get("dependencies") or []
+                if e["depends_on_id"] in issues
+            ]
+            shown.append(details)
+        emit(shown)
     elif cmd == "update":
         d = issues.get(rest[0])
         if d is None:

@@ -4,7 +4,9 @@
 HTTP at ``http://api.github.localhost/``; with ``HTTP_PROXY``/``HTTPS_PROXY`` pointing
 at this server every request ``gh`` makes lands here (and nowhere else), is logged, and
 is answered from a small in-memory model of one repository's pull requests. Unknown
-requests get HTTP 500, so ``gh`` fails loudly instead of reaching anything real.
+requests get HTTP 500, so ``gh`` fails loudly instead of reaching anything real. With
+``bare`` set to the remote's bare repository, creating a PR whose base or head branch the
+remote lacks is refused as GitHub refuses it.
 """
 
 from __future__ import annotations
@@ -60,6 +62,16 @@ class FakeGitHub:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def has_branch(self, name: str) -> bool:
+        """Whether the remote has branch ``name`` (always, unless ``bare`` names the remote's bare repository)."""
+        bare = getattr(self, "bare", None)
+        if bare is None:
+            return True
+        import subprocess
+
+        return subprocess.run(["git", "-C", str(bare), "rev-parse", "--verify", "--quiet", f"refs/heads/{name}"],
+                              capture_output=True).returncode == 0
 
     @property
     def slug(self) -> str:
@@ -123,6 +135,11 @@ class FakeGitHub:
                     "nodes": [], "pageInfo": {"hasNextPage": False, "endCursor": ""}}}}}}
             if op == "PullRequestCreate":
                 inp = var["input"]
+                missing = [r for r in (inp["baseRefName"], inp["headRefName"]) if not self.has_branch(r)]
+                if missing:  # what GitHub answers for a branch it does not have
+                    return 200, {"data": {"createPullRequest": None}, "errors": [
+                        {"type": "UNPROCESSABLE", "path": ["createPullRequest"],
+                         "message": f"{'Base' if missing[0] == inp['baseRefName'] else 'Head'} ref must be a branch"}]}
                 number = self.next_number
                 self.next_number += 1
                 pr = {"id": f"PR_{number}", "number": number, "title": inp["title"], "body": inp.get("body", ""),

@@ -498,3 +498,17 @@ def test_registry_and_available(tmp_path: Path) -> None:
     assert backends.available("claude", str(bindir)) is None
     assert backends.available("custom", str(bindir), command=["codex", "x"]) == str(bindir / "codex")
     assert backends.available("demo", "") == sys.executable
+
+
+@pytest.mark.parametrize("cli", ["claude", "gemini", "codex"])
+def test_mcp_entry_names_tmux_tmpdir_whatever_env_the_cli_gives_its_servers(tmp_path: Path, fake_exo: Path,
+                                                                           cli: str) -> None:
+    """Codex starts MCP servers with a reduced environment: the entry itself carries TMUX_TMPDIR when set."""
+    from exo_cli.adapters.agents import get_backend
+
+    backend = get_backend(cli)
+    ctx = make_ctx(tmp_path, tmp_path, env={"TMUX_TMPDIR": "/tmp/tt", "XDG_RUNTIME_DIR": "/run/user/77"})
+    entry = backend.mcp_server(ctx, backend.base_env(ctx, IDENTITY))
+    assert entry["env"] == {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(ctx.state_dir), "TMUX_TMPDIR": "/tmp/tt"}
+    without = make_ctx(tmp_path, tmp_path)
+    assert "TMUX_TMPDIR" not in backend.mcp_server(without, backend.base_env(without, IDENTITY))["env"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Exo, git
+from conftest import Exo, agent_vars, git
 from exo_cli.env import Env
 from exo_cli.records import Agent
 
@@ -192,7 +192,7 @@ def test_reconstitute_brings_main_into_worktree(repo: Path, tmp_path: Path, name
     jsonl = add_beads(repo, name)
     files, jsonl_name, short = SETS[name]
     wt = make_agent_worktree(repo, tmp_path, short)
-    as_agent = {"EXO_AGENT": "w1"}
+    as_agent = agent_vars(repo, "w1")
     run = Exo(wt)
     (wt / "notes.txt").write_text("mine\n")  # unrelated files: never touched
     (wt / "README.md").write_text("# edited in the worktree\n")
@@ -258,7 +258,7 @@ def test_reconstitute_brings_main_into_worktree(repo: Path, tmp_path: Path, name
 def test_reconstitute_human_report_and_local_edits(repo: Path, tmp_path: Path) -> None:
     jsonl = add_beads(repo)
     wt = make_agent_worktree(repo, tmp_path, "a1")
-    as_agent = {"EXO_AGENT": "w1"}
+    as_agent = agent_vars(repo, "w1")
     run = Exo(wt)
     assert run("reconstitute", env=as_agent).exit_code == 0
     edit_line(jsonl, "ex-a1", lambda o: o.update(status="in_progress"))
@@ -286,10 +286,10 @@ def test_reconstitute_config_base_and_root(repo: Path, tmp_path: Path) -> None:
     edit_line(jsonl, "ex-a1", lambda o: o.update(title="Changed on main only"))
     git(repo, "commit", "-q", "-am", "main only")
     # worktree.base = trunk: the file comes from trunk (unchanged there), the bead from the tracker
-    r = Exo(wt)("reconstitute", "--json", env={"EXO_AGENT": "w1", "EXO_BASE_BRANCH": "trunk"})
+    r = Exo(wt)("reconstitute", "--json", env={**agent_vars(repo, "w1"), "EXO_BASE_BRANCH": "trunk"})
     assert r.exit_code == 0, r.stdout
     assert r.json()["main_branch"] == "trunk" and r.json()["files_updated"] == []
-    r = Exo(wt)("reconstitute", "--json", env={"EXO_AGENT": "w1", "EXO_BASE_BRANCH": "nope"})
+    r = Exo(wt)("reconstitute", "--json", env={**agent_vars(repo, "w1"), "EXO_BASE_BRANCH": "nope"})
     assert r.exit_code == 5 and "does not exist" in r.json()["error"]["message"]
     # at the root: nothing to copy, no bead, nothing written
     before = jsonl.read_bytes()
@@ -309,7 +309,7 @@ def test_reconstitute_with_bd(repo: Path, tmp_path: Path) -> None:
     bindir.mkdir()
     (bindir / "bd").write_text(f"#!{sys.executable}\n" + FAKE_BD.read_text())
     (bindir / "bd").chmod(0o755)
-    env = {"EXO_AGENT": "w1", "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_BD_JSONL": str(jsonl),
+    env = {**agent_vars(repo, "w1"), "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_BD_JSONL": str(jsonl),
            "BEADS_DIR": str(repo / ".beads")}  # fmt: skip
     r = Exo(wt)("reconstitute", "--json", env=env)
     assert r.exit_code == 0, r.stdout + r.stderr
@@ -318,3 +318,111 @@ def test_reconstitute_with_bd(repo: Path, tmp_path: Path) -> None:
     d = Exo(wt)("reconstitute", "--json", env=env).json()
     assert d["changes"]["status"] == {"from": "open", "to": "in_progress"}
     assert "**Status:** in_progress" in (wt / ".exo/context.md").read_text()
+
+
+# --- the whole cycle on a committed beads file, without bd ------------------------------------------
+
+
+def _leftovers(folder: Path) -> list[str]:
+    """Lock and temporary files exo could leave beside the tracker."""
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith((".lock", ".tmp", ".exo-tmp")))
+
+
+def test_spawn_merge_complete_reconstitute_needs_no_manual_step(repo: Path) -> None:
+    """Claims and closes are exo's own commits on main: merge and complete never see a modified checkout."""
+    from conftest import stop_repo_agents
+
+    jsonl = add_beads(repo, commit=False)
+    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "3600"]\n')
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "beads and exo.toml")
+    root = Exo(repo)
+    try:
+        r = root("spawn", "a1", "--agent", "custom", "--mux", "headless", "--json")
+        assert r.exit_code == 0, r.stdout + r.stderr
+        assert json.loads(r.stdout)["warnings"] == [w for w in json.loads(r.stdout)["warnings"] if "commit" not in w]
+        # the claim is its own commit on main; the checkout is clean; nothing left beside the file
+        assert git(repo, "status", "--porcelain") == ""
+        assert git(repo, "log", "-1", "--format=%s") == "beads: ex-a1 claimed by a1"
+        assert _leftovers(repo / ".beads") == []
+        wt = repo / ".exo" / "worktrees" / "bd-a1-add-a-verbose-flag"
+        assert "**Status:** in_progress" in (wt / ".exo" / "context.md").read_text()
+        # the agent works, syncs the tracker from main (exo's own write into its worktree) and files a PR
+        as_agent = agent_vars(repo, "a1")
+        (wt / "verbose.txt").write_text("-v\n")
+        git(wt, "add", "verbose.txt")
+        git(wt, "commit", "-q", "-m", "add -v")
+        r = Exo(wt)("reconstitute", "--json", env=as_agent)
+        assert r.exit_code == 0 and r.json()["files_updated"] == [str(wt / ".beads/issues.jsonl")], r.stdout
+        r = Exo(wt)("pr", "file", "--title", "Add -v", "--body", "x", "--json", env=as_agent)
+        assert r.exit_code == 0, r.stdout + r.stderr
+        number = r.json()["pr"]["number"]
+        # the parent merges and completes: no refusal, no manual step
+        r = root("pr", "merge", str(number), "--json")
+        assert r.exit_code == 0, r.stdout + r.stderr
+        r = root("complete", "a1", "--json")
+        assert r.exit_code == 0, r.stdout + r.stderr
+        done = r.json()
+        assert (done["bead_closed"], done["removal"], done["warnings"]) == (True, "removed", [])
+        assert not wt.exists()
+        assert git(repo, "log", "-1", "--format=%s") == "beads: ex-a1 closed (completed)"
+        assert json.loads(next(x for x in jsonl.read_text().splitlines() if '"ex-a1"' in x))["status"] == "closed"
+        r = root("reconstitute", "--json")
+        assert r.exit_code == 0 and r.json()["files_updated"] == []
+        assert git(repo, "status", "--porcelain") == ""
+        assert _leftovers(repo / ".beads") == [] and (repo / "verbose.txt").read_text() == "-v\n"
+    finally:
+        stop_repo_agents(repo, tmux=False)
+
+
+def test_tracker_writes_commit_only_the_tracker(repo: Path) -> None:
+    """The user's staged work stays staged and out of exo's commit; a tracker with edits of its own is left alone."""
+    from exo_cli.ops import tasks
+
+    jsonl = add_beads(repo)
+    (repo / "mine.txt").write_text("staged\n")
+    git(repo, "add", "mine.txt")
+    source = tasks.open_repo_beads(Env(cwd=repo))
+    tasks.claim(Env(cwd=repo), "a1", "w1", source=source)
+    assert git(repo, "show", "--name-only", "--format=%s", "HEAD").split() == \
+        ["beads:", "ex-a1", "claimed", "by", "w1", ".beads/issues.jsonl"]
+    assert git(repo, "status", "--porcelain") == "A  mine.txt"
+    assert tasks.uncommitted_notes(source) == []
+    # the user's own edit of the tracker: exo writes but does not commit it, and says so
+    edit_line(jsonl, "ex-a2", lambda o: o.update(priority=0))
+    head = git(repo, "rev-parse", "HEAD")
+    source = tasks.open_repo_beads(Env(cwd=repo))
+    tasks.claim(Env(cwd=repo), "a3", "w2", source=source)
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert "uncommitted changes" in tasks.uncommitted_notes(source)[0]
+    assert _leftovers(repo / ".beads") == []
+    # without a git identity the commit is still made, as exo
+    git(repo, "checkout", "-q", "--", ".beads/issues.jsonl")
+    bare = {"PATH": os.environ["PATH"], "HOME": str(repo), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    source = tasks.open_repo_beads(Env(cwd=repo, environ=bare))
+    source.claim("ex-ep", "w3")
+    assert tasks.uncommitted_notes(source) == [], source.notes  # type: ignore[attr-defined]
+    assert git(repo, "log", "-1", "--format=%an %s") == "exo beads: ex-ep claimed by w3"
+
+
+def test_stop_hook_rebase_is_not_blocked_by_exos_tracker_copy(repo: Path, tmp_path: Path) -> None:
+    from exo_cli.ops.hooks import rebase_onto_base
+
+    jsonl = add_beads(repo)
+    wt = make_agent_worktree(repo, tmp_path, "a1")
+    edit_line(jsonl, "ex-a1", lambda o: o.update(status="in_progress"))
+    git(repo, "commit", "-q", "-am", "claim")
+    assert Exo(wt)("reconstitute", "--json", env=agent_vars(repo, "w1")).json()["files_updated"]
+    assert git(wt, "status", "--porcelain") == "M .beads/issues.jsonl"  # exo's copy of main's file
+    env = Env(cwd=repo)
+    agent = env.store.agent("w1")
+    assert agent is not None
+    result = rebase_onto_base(env, agent)
+    assert result.status == "rebased", result
+    assert git(wt, "status", "--porcelain") == "" and (wt / ".beads/issues.jsonl").read_bytes() == jsonl.read_bytes()
+    # an edit of the agent's own is kept, and still keeps the rebase from running
+    edit_line(wt / ".beads/issues.jsonl", "ex-a2", lambda o: o.update(priority=4))
+    edit_line(jsonl, "ex-a3", lambda o: o.update(priority=4))
+    git(repo, "commit", "-q", "-am", "more")
+    assert rebase_onto_base(env, agent).status == "dirty"
+    assert '"priority":4' in next(x for x in (wt / ".beads/issues.jsonl").read_text().splitlines() if "ex-a2" in x)

@@ -98,3 +98,15 @@ def test_subprocess_cli_exit_codes(repo: Path) -> None:
     assert '"NotFound"' in proc.stdout
     proc = run_exo("--version", cwd=repo)
     assert proc.returncode == 0 and proc.stdout.startswith("exo, version")
+
+
+@pytest.mark.parametrize(("command", "options", "after"), [
+    ("status", [], []), ("kill", [], []), ("attach", [], []), ("read", [], []), ("send", [], ["hello"]),
+    ("wait", ["--timeout", "0"], []), ("complete", [], []),
+])
+@pytest.mark.parametrize("name", ["../etc", "a/b", "x;y", "-rf"])
+def test_unsafe_agent_name_is_invalid_input_not_not_found(exo: Exo, command: str, options: list[str],
+                                                          after: list[str], name: str) -> None:
+    """A name no agent can have is -32002 (exit 4) wherever an agent is looked up, never -32001."""
+    r = exo(command, "--json", *options, "--", name, *after)
+    assert (r.exit_code, r.json()["error"]["code"]) == (4, -32002), r.stdout + r.stderr

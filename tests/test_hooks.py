@@ -234,8 +234,15 @@ def test_fail_open_with_corrupt_state(repo: Path) -> None:
 
 
 def test_fail_open_on_bad_input(team: Path) -> None:
-    proc = run_hook(team, "w1", "stop", "claude", "{not json")
-    assert proc.returncode == 0 and json.loads(proc.stdout) == {} and "warning" in proc.stderr
+    before = _agent(team, "w1")
+    for garbage in ("{not json", "[1, 2]", "\x00\x01 binary"):
+        proc = run_hook(team, "w1", "stop", "claude", garbage)
+        assert proc.returncode == 0 and json.loads(proc.stdout) == {} and "warning" in proc.stderr
+        proc = run_hook(team, "w1", "tool", "claude", garbage)
+        assert proc.returncode == 0 and "warning" in proc.stderr
+    after = _agent(team, "w1")  # garbage counts nothing and changes nothing
+    assert (after.turns, after.tool_calls, after.status, after.output) == (
+        before.turns, before.tool_calls, before.status, before.output)
     proc = run_hook(team, "w1", "no-such-event", "claude", {})
     assert proc.returncode == 0 and "warning" in proc.stderr
     proc = run_hook(team, None, "stop", "claude", STOP["claude"])  # the human's own session: neutral

@@ -14,6 +14,7 @@ import pytest
 from gh_fake import FakeGitHub
 from pr_helpers import commit, env_for, git, make_agent
 
+from conftest import Exo, agent_vars
 from exo_cli import registry
 from exo_cli.adapters.forge import github_slug
 from exo_cli.ops.pr import forge_for
@@ -110,3 +111,52 @@ def test_local_base_dirty_after_github_merge_is_a_warning(repo: Path, github: Fa
     assert not m.local_updated and "not updated" in m.warnings[0]
     assert git(repo, "rev-parse", "HEAD") == head and (repo / "README.md").read_text() == "local edit\n"
     assert env_for(repo).store.pr(n).state == "merged"  # type: ignore[union-attr]
+
+
+def test_nested_worker_pr_pushes_its_leads_branch_first(repo: Path, github: FakeGitHub) -> None:
+    """A worker's PR targets its TL's branch, which nobody pushed: exo pushes it (and says so)."""
+    extra = github.extra  # type: ignore[attr-defined]
+    bare = github.bare  # type: ignore[attr-defined]
+    lead = make_agent(repo, "lead2", parent="root", role="tl")
+    commit(lead.worktree, "plan.txt", "plan\n", "the lead's own commit")
+    w = make_agent(repo, "w1", parent="lead2", base="main.lead2")
+    commit(w.worktree, "w.txt", "w\n", "the worker's commit")
+    assert git(bare, "branch", "--list", "main.lead2") == ""
+    r = registry.invoke("pr_file", env_for(w.worktree, "w1", extra), title="W", body="", draft=False)
+    assert r.created and r.base_pushed and r.pr.base == "main.lead2" and r.pr.remote_number == 7
+    assert git(bare, "rev-parse", "refs/heads/main.lead2") == git(repo, "rev-parse", "main.lead2")
+    create = next(q for q in github.requests if q.get("op") == "PullRequestCreate")
+    assert create["variables"]["input"]["baseRefName"] == "main.lead2"
+    # the lead's own PR into main: main is on the remote, nothing else is pushed
+    r2 = registry.invoke("pr_file", env_for(lead.worktree, "lead2", extra), title="L", body="", draft=False)
+    assert r2.created and not r2.base_pushed
+    human = Exo(w.worktree)("pr", "file", "--title", "W2", env={**agent_vars(repo, "w1"), **extra})
+    assert human.exit_code == 0 and "Pushed the base branch" not in human.stdout  # already there now
+
+
+def test_watch_prints_a_remote_merge_and_fast_forwards_main_for_complete(repo: Path, github: FakeGitHub) -> None:
+    """Merged on GitHub (not by exo): `exo watch` prints it as a JSON line, fetches main, and complete works."""
+    import json
+
+    extra = github.extra  # type: ignore[attr-defined]
+    bare = github.bare  # type: ignore[attr-defined]
+    a = make_agent(repo, "w1", parent="root")
+    commit(a.worktree, "a.txt", "a\n", "add a")
+    registry.invoke("pr_file", env_for(a.worktree, "w1", extra), title="Add a", body="", draft=False)
+    pr = github.prs[7]
+    sha = github.on_merge(pr, "SQUASH")  # type: ignore[misc] - someone merges it on GitHub
+    pr.update(state="MERGED", mergedAt="2026-01-01T00:00:00Z", mergeCommit={"oid": sha})
+    before = git(repo, "rev-parse", "main")
+    assert before != git(bare, "rev-parse", "main")
+    r = Exo(repo)("watch", "--once", "--json", env=extra)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    kinds = [x.get("kind") for x in lines[:-1]]
+    assert kinds == ["pr-merged", "base-updated"], lines
+    assert lines[-1]["rounds"] == 1 and [c["kind"] for c in lines[-1]["changes"]] == kinds
+    assert git(repo, "rev-parse", "main") == git(bare, "rev-parse", "main") == sha  # no manual git fetch
+    assert (repo / "a.txt").read_text() == "a\n"
+    done = registry.invoke("complete", env_for(repo, extra=extra), target="w1")
+    assert done.removal == "removed" and done.branch_deleted
+    human = Exo(repo)("watch", "--once", env=extra)
+    assert human.exit_code == 0 and human.stdout.strip().endswith("stopped by once")

@@ -232,3 +232,16 @@ def test_state_dir_confirmed_from_git_files_as_git_finds_it(repo: Path, tmp_path
     assert _common_dir_from_files(Env(cwd=repo / ".git")) is None  # inside .git: ask git
     assert _common_dir_from_files(Env(cwd=tmp_path)) is None
     assert _common_dir_from_files(Env(cwd=repo, environ={**os.environ, "GIT_DIR": str(repo / ".git")})) is None
+
+
+def test_runtime_dir_follows_the_repository_and_uid_alone(repo: Path, tmp_path: Path) -> None:
+    """Whatever environment an agent CLI gives exo (Codex drops XDG_RUNTIME_DIR, TMUX_TMPDIR), one folder."""
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    environs = [{}, {"XDG_RUNTIME_DIR": str(xdg)}, {"XDG_RUNTIME_DIR": str(xdg), "TMUX_TMPDIR": "/tmp", "TMPDIR": "/var/tmp"}]
+    dirs = {Env(cwd=repo, environ={"PATH": os.environ["PATH"], **e}).runtime_dir for e in environs}
+    assert len(dirs) == 1
+    (only,) = dirs
+    assert only.name.startswith("exo-") and str(os.getuid()) in str(only)
+    assert not only.exists()  # made on use, not by looking at it
+    assert not list(xdg.iterdir())

@@ -149,6 +149,98 @@ def test_team_tree_read_kill_reap_doctor(team: Path, mux: str, tmp_path: Path, m
     assert git(team, "status", "--porcelain") == "?? exo.toml"
 
 
+def test_finished_agents_close_their_windows_and_free_their_names(team: Path) -> None:
+    """complete closes the window; reap clears done and dead agents; a finished name can be spawned again."""
+    from exo_cli.env import Env
+
+    (team / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    exo = Exo(team)
+    sock = f"exo-{repo_id(team)}"
+
+    def windows() -> list[str]:
+        out = subprocess.run(["tmux", "-L", sock, "list-windows", "-a", "-F", "#{window_name}"],
+                             capture_output=True, text=True).stdout
+        return out.split()
+
+    def listed(*flags: str) -> dict[str, str]:
+        return {a["id"]: a["status"] for a in exo("agents", *flags, "--json").json()["agents"]}  # type: ignore[index]
+
+    assert spawn_json(exo, "--worker", "w1", "--prompt", "x", "--agent", "custom")[0] == 0
+    assert "w1" in windows()
+    Env(cwd=team).store.kv_set("hook:w1", '{"last_turn": "old"}')
+    done = exo("complete", "w1", "--json").json()
+    assert (done["status"], done["removal"]) == ("done", "removed"), done  # type: ignore[index]
+    assert "w1" not in windows()  # complete closed its window
+    assert listed() == {"w1": "done"}
+    # completed: the name is free again; the old record stays as history, its hook state is gone
+    code, res = spawn_json(exo, "--worker", "w1", "--prompt", "again", "--agent", "custom")
+    assert code == 0, res
+    history = [i for i in listed("--all") if i.startswith("w1@")]
+    assert listed() == {"w1": res["agents"][0]["status"]} and len(history) == 1
+    assert listed("--all")[history[0]] == "done"
+    env = Env(cwd=team)
+    assert env.store.kv_get("hook:w1") is None
+    assert {"spawned", "completed"} <= {e["kind"] for e in env.store.events(history[0])}
+    # killed: the name is taken until `exo reap`, as the hint says
+    assert exo("kill", "w1", "--json").exit_code == 0
+    code, res = spawn_json(exo, "--worker", "w1", "--prompt", "x", "--agent", "custom")
+    assert code == 5 and "exo reap" in res["errors"][0]["hint"], res
+    reaped = exo("reap", "--json").json()
+    assert reaped["reaped"] == ["w1"] and "w1" not in windows()  # type: ignore[index]
+    assert listed() == {}
+    assert doctor_consistent(exo)  # it removed the reaped worker's clean worktree; the branch is kept
+    git(team, "branch", "-D", "main.w1")
+    # done agents are reaped too
+    assert spawn_json(exo, "--worker", "w1", "--prompt", "x", "--agent", "custom")[0] == 0
+    assert exo("complete", "w1", "--json").exit_code == 0 and listed() == {"w1": "done"}
+    assert exo("reap", "--json").json()["reaped"] == ["w1"]  # type: ignore[index]
+    assert listed() == {} and len([i for i in listed("--all") if i.startswith("w1@")]) == 3
+    # an agent that completed itself and whose process then ended: doctor closes the window it left
+    assert spawn_json(exo, "--worker", "w1", "--prompt", "x", "--agent", "custom")[0] == 0
+    env = Env(cwd=team)
+    rec = env.store.agent("w1")
+    assert rec is not None
+    env.store.update_agent("w1", status="done")
+    from exo_cli.adapters.mux import Location
+    from exo_cli.ops import agentctl
+
+    agentctl.mux_for(env, "tmux").kill(Location.from_dict(rec.location), grace=1.0)
+    r = exo("doctor", "--dry-run", "--json")
+    assert [p["kind"] for p in r.json()["problems"]] == ["finished-window"], r.stdout  # type: ignore[index]
+    assert "w1" in windows()
+    assert doctor_consistent(exo) and "w1" not in windows()
+
+
+def test_runtime_folder_goes_with_the_last_agent_unless_someone_waits(team: Path) -> None:
+    """exo removes the runtime folder it made once no agent runs, but never under a waiter's doorbell."""
+    from exo_cli.env import Env
+
+    (team / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    exo = Exo(team)
+    runtime = Env(cwd=team).runtime_dir
+    for name in ("h1", "h2"):
+        assert spawn_json(exo, "--worker", name, "--prompt", "x", "--agent", "custom", "--mux", "headless")[0] == 0
+    assert (runtime / "headless" / "h1.json").is_file()
+    assert exo("complete", "h1", "--json").exit_code == 0
+    assert runtime.is_dir()  # h2 still runs
+    env = Env(cwd=team)
+    with env.store.bell.listen(["root"]):  # somebody (`exo wait`) waits on a doorbell
+        assert exo("complete", "h2", "--json").exit_code == 0
+        assert (runtime / "bell").is_dir()
+    assert exo("reap", "--json").exit_code == 0
+    assert not runtime.exists()  # the last agent is gone and nobody waits: nothing left behind
+    # a new spawn makes it again
+    assert spawn_json(exo, "--worker", "h3", "--prompt", "x", "--agent", "custom", "--mux", "headless")[0] == 0
+    assert (runtime / "headless" / "h3.json").is_file()
+    assert exo("kill", "h3", "--json").exit_code == 0
+    assert not runtime.exists()
+
+
+def doctor_consistent(exo: Exo) -> bool:
+    r = exo("doctor", "--json")
+    return r.exit_code == 0 and r.json()["remaining"] == 0  # type: ignore[index]
+
+
 def test_failure_isolation_bad_name(team: Path) -> None:
     code, res = spawn_json(Exo(team), "--worker", "good1", "--worker", "bad/name", "--worker", "good2",
                            "--prompt", "x", "--agent", "custom")
@@ -306,6 +398,10 @@ def test_hangar_root_env_and_file(team: Path, tmp_path: Path, monkeypatch: pytes
     (tmp_path / "Hangar.toml").write_text("")
     code, res = spawn_json(Exo(team), "--worker", "hf", "--prompt", "x", "--agent", "custom")
     assert res["worktrees"] == [["hf", str(tmp_path / "worktrees" / "hf")]]
+    # the environment beats a file: EXO_WORKTREE_ROOT wins over the Hangar.toml found above
+    monkeypatch.setenv("EXO_WORKTREE_ROOT", str(tmp_path / "mine"))
+    code, res = spawn_json(Exo(team), "--worker", "he", "--prompt", "x", "--agent", "custom")
+    assert code == 0 and res["worktrees"] == [["he", str(tmp_path / "mine" / "he")]]
 
 
 def test_copy_symlink_post_create(team: Path) -> None:
@@ -476,6 +572,7 @@ def test_blocked_bead_fails_alone(beads_repo: Path) -> None:
     assert git(beads_repo, "branch", "--list", "bd-1/alpha-task")
     ctx = (beads_repo / ".exo/worktrees/bd-1-alpha-task/.exo/context.md").read_text()
     assert "# Task: Alpha task" in ctx and "**Branch:** bd-1/alpha-task" in ctx
+    assert "**Status:** in_progress" in ctx  # the state after spawn claimed it
     agents = {a["id"]: a for a in res["agents"]}
     assert agents["1"]["bead"] == "t-1"
     claimed = [json.loads(x) for x in (beads_repo / ".beads/issues.jsonl").read_text().splitlines()]
@@ -492,6 +589,34 @@ def test_ready_picks_the_documented_three(beads_repo: Path) -> None:
     code, res = spawn_json(Exo(beads_repo), "--ready", "3", "--agent", "custom")
     assert [a["bead"] for a in res["agents"]] == ["t-5"]
     assert any("Only 1 ready bead" in w for w in res["warnings"])
+
+
+def test_spawn_through_bd_batches_its_calls(beads_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spawning N beads through bd: one `bd ready`, one `bd show` of them all, one claim per bead."""
+    bindir = tmp_path / "bdbin"
+    bindir.mkdir()
+    (bindir / "bd").write_text(f"#!{sys.executable}\n" + (Path(__file__).parent / "fake_bd.py").read_text())
+    (bindir / "bd").chmod(0o755)
+    log = tmp_path / "bd.log"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_BD_JSONL", str(beads_repo / ".beads" / "issues.jsonl"))
+    monkeypatch.setenv("FAKE_BD_LOG", str(log))
+
+    def calls() -> list[list[str]]:
+        out = [json.loads(x)["argv"] for x in log.read_text().splitlines()]
+        log.write_text("")
+        return out
+
+    code, res = spawn_json(Exo(beads_repo), "--ready", "2", "--agent", "custom")
+    assert code == 0 and [a["bead"] for a in res["agents"]] == ["t-2", "t-1"], res
+    argvs = calls()
+    kinds = sorted(a[0] for a in argvs)
+    assert kinds == ["ready", "show", "update", "update"], argvs  # was 17-18 calls for two beads
+    assert ["show", "t-2", "t-1", "--json"] in argvs
+    # beads by id: the blocked one is looked up in `bd blocked` once, for its blockers
+    code, res = spawn_json(Exo(beads_repo), "3", "4", "--agent", "custom")
+    assert res["failed"] == [["4", "Bead is blocked: t-4"]] and [a["bead"] for a in res["agents"]] == ["t-3"]
+    assert sorted(a[0] for a in calls()) == ["blocked", "ready", "show", "update"]
 
 
 # --------------------------------------------------------------------------- more forms

@@ -148,3 +148,22 @@ def test_watch_stops_cleanly_on_ctrl_c(repo: Path) -> None:
     env.gh_runner = Gh([view()])  # type: ignore[attr-defined]
     once = registry.invoke("watch", env, once=True, interval_pending=1, interval_idle=1)
     assert once.rounds == 1 and once.stopped_by == "once"
+
+
+def test_watch_hands_each_change_over_as_it_happens(repo: Path) -> None:
+    _setup(repo)
+    env = env_for(repo)
+    seen: list[tuple[str, int]] = []
+    env.watch_observer = lambda change: seen.append((change["kind"], len(seen)))  # type: ignore[attr-defined]
+    rounds: list[int] = []
+
+    class Stop(Gh):
+        def __call__(self, argv: Sequence[str], cwd: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+            rounds.append(len(seen))  # what the observer had when the next round began
+            return super().__call__(argv, cwd, environ)
+
+    env.gh_runner = Stop([view(reviewDecision="APPROVED", latestReviews=[{"state": "APPROVED"}]),  # type: ignore[attr-defined]
+                          KeyboardInterrupt()])
+    r = registry.invoke("watch", env, once=False, interval_pending=1, interval_idle=1)
+    assert r.stopped_by == "interrupt" and [c["kind"] for c in r.changes] == ["pr-review"]
+    assert seen == [("pr-review", 0)] and rounds == [0, 1]  # printed before the second round, not at the end

@@ -55,16 +55,13 @@ class Doorbell:
     @contextlib.contextmanager
     def listen(self, keys: Iterable[str]) -> Iterator[Waiter]:
         """Bind one socket per key; the waiter wakes when any of them is rung."""
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         socks: list[socket.socket] = []
         paths: list[str] = []
         try:
             for key in keys:
                 path = os.path.join(self.dir, f"{key}.{os.getpid()}.{next(self._seq)}")
                 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-                s.bind(path)
+                self._bind(s, path)
                 s.setblocking(False)
                 socks.append(s)
                 paths.append(path)
@@ -75,6 +72,22 @@ class Doorbell:
             for p in paths:
                 with contextlib.suppress(OSError):
                     os.unlink(p)
+
+
+    def _bind(self, sock: socket.socket, path: str) -> None:
+        """Bind ``path``, making the (private) folders first; again if the runtime folder was just removed."""
+        from exo_cli.adapters.files import ensure_private_dir
+
+        for attempt in range(3):
+            ensure_private_dir(ensure_private_dir(self.dir.parent) / self.dir.name)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            try:
+                sock.bind(path)
+                return
+            except FileNotFoundError:  # released by another process meanwhile (files.release_runtime_dir)
+                if attempt == 2:
+                    raise
 
 
 class Waiter:

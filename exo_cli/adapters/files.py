@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,7 +29,7 @@ def ensure_private_dir(path: Path, *, parents: bool = False) -> Path:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise EnvironmentError_(
             f"Runtime folder {path} is not a folder owned by this user",
-            hint="Remove it or set XDG_RUNTIME_DIR to a private folder.",
+            hint="Remove it: exo makes it again, private to you.",
             path=str(path),
         )
     if st.st_mode & 0o077:
@@ -37,22 +37,68 @@ def ensure_private_dir(path: Path, *, parents: bool = False) -> Path:
     return path
 
 
-def runtime_dir_for(key: str, environ: Mapping[str, str] | None = None) -> Path:
-    """Return (and create, mode 0700) the runtime folder for ``key`` (a repo's state dir).
+def runtime_dir_for(key: str, *, create: bool = True) -> Path:
+    """Return (and with ``create``, make, mode 0700) the runtime folder for ``key`` (a repo's state dir).
 
-    ``$XDG_RUNTIME_DIR/exo-<hash>`` when that folder is usable, else ``/tmp/exo-<uid>-<hash>``;
-    short enough for unix socket paths (about 104 bytes at most).
+    Derived from ``key`` and the user id alone, never from the environment: an agent CLI may
+    start exo's MCP server with a reduced environment (Codex drops ``XDG_RUNTIME_DIR`` and
+    ``TMUX_TMPDIR``), and every exo process of a repository must find the same folder.
+    ``/run/user/<uid>/exo-<hash>`` when that per-user folder exists and is private, else
+    ``/tmp/exo-<uid>-<hash>``; short enough for unix socket paths (about 104 bytes at most).
     """
     import hashlib
 
-    environ = os.environ if environ is None else environ
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
-    xdg = environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isabs(xdg) and os.path.isdir(xdg) and os.access(xdg, os.W_OK | os.X_OK):
-        base = Path(xdg) / f"exo-{digest}"
+    uid = os.getuid()
+    user_run = Path(f"/run/user/{uid}")
+    if _private_folder(user_run, uid):
+        base = user_run / f"exo-{digest}"
     else:
-        base = Path("/tmp") / f"exo-{os.getuid()}-{digest}"
-    return ensure_private_dir(base)
+        base = Path("/tmp") / f"exo-{uid}-{digest}"
+    return ensure_private_dir(base) if create else base
+
+
+def _private_folder(path: Path, uid: int) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077 and os.access(path, os.W_OK | os.X_OK)
+
+
+def release_runtime_dir(path: Path) -> bool:
+    """Remove exo's runtime folder ``path`` unless a process still waits on one of its doorbells.
+
+    A doorbell socket somebody has bound (a ``wait`` or ``question`` under way) keeps the
+    folder; sockets left by processes that are gone do not. Only a folder of ours named
+    ``exo-...`` is removed. Returns True when the folder is gone.
+    """
+    import shutil
+    import socket
+
+    if not path.name.startswith("exo-"):
+        return False
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    try:
+        names = os.listdir(path / "bell")
+    except OSError:
+        names = []
+    for name in names:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            probe.connect(str(path / "bell" / name))  # connects only while someone has it bound; sends nothing
+            return False
+        except OSError:
+            continue
+        finally:
+            probe.close()
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
 
 
 def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None, fsync: bool = True) -> None:

@@ -546,11 +546,31 @@ class Git:
         """Commit the staged changes with ``message``."""
         return self.run(["commit", "-q", "-m", message], check=check)
 
+    def path_state(self, relpath: str) -> str:
+        """``clean`` (tracked, unchanged), ``changed``, ``untracked`` (or ignored) or ``none`` (no work tree)."""
+        proc = self.run(["status", "--porcelain", "--ignored=matching", "-uall", "--", relpath], check=False)
+        text = proc.stdout.strip()
+        return "none" if not proc.ok else "untracked" if text[:2] in ("??", "!!") else "changed" if text else "clean"
+
+    def commit_only(self, relpaths: Sequence[str], message: str, *, config: Sequence[str] = ()) -> Finished:
+        """Commit exactly these files as on disk (``commit --only``, no hooks); other staged changes stay staged."""
+        return self.run([*config, "commit", "--only", "--no-verify", "-q", "-m", message, "--", *relpaths],
+                        check=False, env=NO_EDITOR)
+
+    def restore_from_head(self, relpaths: Sequence[str]) -> Finished:
+        """Put these files back as HEAD has them, in the index and on disk."""
+        return self.run(["checkout", "-q", "HEAD", "--", *relpaths], check=False)
+
     # -- remotes ---------------------------------------------------------------------------------------------
     def push(self, remote: str, branch: str, *, timeout: float = 300) -> Finished:
         """Push ``branch`` to the same name on ``remote`` and make that its upstream."""
         return self.run(["push", "-u", remote, f"refs/heads/{branch}:refs/heads/{branch}"], check=False,
                         timeout=timeout)
+
+    def remote_has_branch(self, remote: str, branch: str) -> bool | None:
+        """Whether ``remote`` has ``branch`` (``ls-remote``); None when the remote cannot be asked."""
+        proc = self.run(["ls-remote", "--exit-code", "--heads", remote, f"refs/heads/{branch}"], check=False)
+        return bool(proc.stdout.strip()) if proc.ok else (False if proc.returncode == 2 else None)
 
     def fetch(self, remote: str, refspec: str, *, timeout: float = 300) -> Finished:
         """Fetch ``refspec`` from ``remote`` (no tags)."""

@@ -65,15 +65,28 @@ def hangar_folder(repo_root: Path, override: str | None) -> Path | None:
     return None
 
 
-def worktrees_folder(repo_root: Path, *, hangar_override: str | None, configured: str | None) -> Path:
-    """Where exo puts worktrees: ``<hangar>/worktrees``, ``configured`` (``worktree.root``), or ``<repo>/.exo/worktrees``."""
+def worktrees_folder(repo_root: Path, *, hangar_override: str | None, configured: str | None,
+                     configured_by_env: bool = False) -> Path:
+    """Where exo puts worktrees, the first that applies.
+
+    ``configured`` (``worktree.root``) when it comes from the environment or a flag
+    (``configured_by_env``), then ``<hangar>/worktrees`` (``$HANGAR_ROOT``, else the nearest
+    ``Hangar.toml`` above the repository), then ``configured`` from a configuration file, then
+    ``<repo>/.exo/worktrees``. An environment variable beats a file, as everywhere.
+    """
+    if configured and configured_by_env:
+        return _under(repo_root, configured)
     hangar = hangar_folder(repo_root, hangar_override)
     if hangar is not None:
         return hangar / "worktrees"
     if configured:
-        path = Path(os.path.expanduser(configured))
-        return path if path.is_absolute() else repo_root / path
+        return _under(repo_root, configured)
     return repo_root / ".exo" / "worktrees"
+
+
+def _under(repo_root: Path, configured: str) -> Path:
+    path = Path(os.path.expanduser(configured))
+    return path if path.is_absolute() else repo_root / path
 
 
 def fill(template: str, key: str, **values: str) -> str:

@@ -24,7 +24,7 @@ COMMANDS: dict[str, Entry] = {
     "ls": Entry("exo_cli.commands.status:agents_alias", "Alias of `exo agents`.", hidden=True),
     "spawn": Entry("exo_cli.commands.spawn:spawn", "Start agents: one worktree, branch and agent per bead, worker or subtree."),
     "kill": Entry("exo_cli.commands.lifecycle:kill", "Kill an agent and all its descendants; their worktrees are kept."),
-    "reap": Entry("exo_cli.commands.lifecycle:reap", "Forget dead agents and close their windows; worktrees are never touched."),
+    "reap": Entry("exo_cli.commands.lifecycle:reap", "Clear finished agents (dead or done) and close their windows; worktrees are never touched."),
     "attach": Entry("exo_cli.commands.lifecycle:attach", "Switch the terminal to an agent's pane (or follow its log when headless)."),
     "read": Entry("exo_cli.commands.lifecycle:read", "Read the tail of an agent's pane, or its log when headless."),
     "doctor": Entry("exo_cli.commands.lifecycle:doctor", "Reconcile exo's records with git, the multiplexer and process liveness; repair."),

@@ -33,6 +33,8 @@ def render_pr(out: Out, pr: PrView) -> None:
 def render_file(out: Out, result: FileResult) -> None:
     pr = result.pr
     verb = "Filed" if result.created else "Updated"
+    if result.base_pushed:
+        out.line(f"Pushed the base branch {pr.base}: the remote did not have it")
     out.line(f"{verb} PR #{pr.number}: {pr.title} ({pr.head} -> {pr.base}, {result.commits} commit(s))")
     if pr.url:
         out.line(pr.url)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from exo_cli.commands._options import json_option, op_help
+from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.ops.status import AgentsResult, StatusResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -28,7 +28,7 @@ def render_agents(out: Out, result: AgentsResult) -> None:
         last = a.last_message or ""
         last = last if len(last) <= 40 else last[:37] + "..."
         rows.append([
-            "  " * a.depth + a.name, a.role, a.status, a.backend, task, a.branch, where, pr,
+            "  " * a.depth + (a.name if a.id == a.name else a.id), a.role, a.status, a.backend, task, a.branch, where, pr,
             f"{a.turns}/{a.tool_calls}/{_tokens(a.tokens)}", last, ago(a.age_seconds),
         ])
     out.table(["AGENT", "ROLE", "STATUS", "BACKEND", "TASK", "BRANCH", "PANE", "PR", "TURNS/TOOLS/TOK",
@@ -68,11 +68,12 @@ def status(env: Any, agent: str | None, as_json: bool) -> None:
     emit(invoke("status", env, agent=agent), as_json=as_json, human=render_status)
 
 
-@click.command(help=op_help("agents") + "\n\n\b\nExamples:\n  exo agents\n  exo ls --json")
+@click.command(help=op_help("agents") + "\n\n\b\nExamples:\n  exo agents\n  exo ls --json\n  exo agents --all")
+@op_option("agents", "show_all", "--all", is_flag=True)
 @json_option
 @click.pass_obj
-def agents(env: Any, as_json: bool) -> None:
-    emit(invoke("agents", env), as_json=as_json, human=render_agents)
+def agents(env: Any, show_all: bool, as_json: bool) -> None:
+    emit(invoke("agents", env, show_all=show_all), as_json=as_json, human=render_agents)
 
 
 agents_alias = copy.copy(agents)

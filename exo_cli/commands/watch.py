@@ -13,18 +13,37 @@ from exo_cli.render import emit
 from exo_cli.render.text import Out
 
 
+def change_line(c: dict[str, Any]) -> str:
+    """One change as the human reads it."""
+    return f"{c['kind']}: {c['text']}" + (f" (to {c['author']})" if c.get("author") else "")
+
+
 def render_watch(out: Out, r: WatchResult) -> None:
-    for c in r.changes:
-        out.line(f"{c['kind']}: {c['text']} (to {c['author']})")
     out.line(f"{r.rounds} round(s), {len(r.changes)} change(s); stopped by {r.stopped_by}")
 
 
-@click.command(help=op_help("watch") + "\n\n\b\nExamples:\n  exo watch\n  exo watch --once --json")
+@click.command(help=op_help("watch") + "\n\n\b\nExamples:\n  exo watch\n  exo watch --once --json"
+               "\n\n--json prints JSON lines: one object per change as it happens ({kind, pr, author, text};"
+               " kind error for a problem), then the result ({rounds, changes, stopped_by}).")
 @op_option("watch", "once", "--once", is_flag=True)
 @op_option("watch", "interval_pending", "--interval-pending", type=click.IntRange(1), default=30, show_default=True)
 @op_option("watch", "interval_idle", "--interval-idle", type=click.IntRange(1), default=300, show_default=True)
 @json_option
 @click.pass_obj
 def watch(env: Any, once: bool, interval_pending: int, interval_idle: int, as_json: bool) -> None:
-    emit(invoke("watch", env, once=once, interval_pending=interval_pending, interval_idle=interval_idle),
-         as_json=as_json, human=render_watch)
+    """Each change is printed the moment it is seen: a line, or with --json one JSON object per line."""
+    import json
+    import sys
+
+    from exo_cli.records import to_jsonable
+
+    def show(change: dict[str, Any]) -> None:
+        sys.stdout.write((json.dumps(change, ensure_ascii=False) if as_json else change_line(change)) + "\n")
+        sys.stdout.flush()
+
+    env.watch_observer = show
+    result = invoke("watch", env, once=once, interval_pending=interval_pending, interval_idle=interval_idle)
+    if as_json:  # the last line: the whole result, also one line
+        sys.stdout.write(json.dumps(to_jsonable(result), ensure_ascii=False) + "\n")
+    else:
+        emit(result, as_json=False, human=render_watch)

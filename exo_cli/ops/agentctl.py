@@ -436,3 +436,25 @@ def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = 
     if agent.parent:
         env.store.bell.ring(agent.parent)
     return was_alive
+
+
+def close_windows(env: Env, agent: Agent) -> list[str]:
+    """Close the agent's window (or tab, or headless record) and its services' window; what was closed.
+
+    Whatever still runs in them is stopped first (the process group, SIGTERM then SIGKILL).
+    """
+    import contextlib
+
+    from exo_cli.adapters.mux import Location
+    from exo_cli.errors import ExoError
+
+    closed: list[str] = []
+    for loc_dict in (agent.location, agent.spec.get("services_location") or {}):
+        if not loc_dict or not loc_dict.get("mux"):
+            continue
+        loc = Location.from_dict(loc_dict)
+        with contextlib.suppress(ExoError, OSError):
+            mux = mux_for(env, loc.mux)
+            mux.close(loc, force=True)
+            closed.append(loc.name or loc.key)
+    return closed

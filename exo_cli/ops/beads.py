@@ -217,9 +217,11 @@ def main_branch(env: Env) -> str:
 
 
 def _sync_jsonl(env: Env, agent: str, worktree: Path, rel: str, data: bytes, force: bool) -> bool:
-    """Write main's JSONL into the worktree if it differs; refuse to clobber local edits."""
-    import hashlib
+    """Write main's JSONL into the worktree if it differs; refuse to clobber local edits.
 
+    The copy is remembered as exo's own write (``tasks.remember_synced``): ``exo complete``
+    and the stop hook's rebase put it back as the branch has it instead of counting it as work.
+    """
     from exo_cli.adapters.git import Git
     from exo_cli.ops import tasks
 
@@ -230,18 +232,16 @@ def _sync_jsonl(env: Env, agent: str, worktree: Path, rel: str, data: bytes, for
         current = None
     if current == data:
         return False
-    key = f"beads-synced:{agent}:{rel}"
     if current is not None and not force:
         at_head = Git(worktree).blob("HEAD", rel)
-        written = env.store.kv_get(key)
-        if current != at_head and hashlib.sha256(current).hexdigest() != written:
+        if current != at_head and not tasks.synced_by_exo(env, agent, rel, current):
             raise StateError(
                 f"{rel} in {worktree} has local changes; not overwriting them",
                 hint="Commit or discard them (git checkout -- " + rel + "), or pass --force.",
                 path=str(path),
             )
     changed = tasks.write_if_changed(path, data)
-    env.store.kv_set(key, hashlib.sha256(data).hexdigest())
+    tasks.remember_synced(env, agent, rel, data)
     return changed
 
 

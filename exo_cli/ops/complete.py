@@ -70,7 +70,8 @@ def _resolve(env: Env, target: str | None) -> tuple[Agent | None, str | None]:
         if agent is None:
             raise StateError("Name the bead or agent to complete", hint="exo complete AGENT (see `exo agents`).")
         return agent, agent.bead
-    agents = [a for a in env.store.agents() if a.id != ROOT] if env.has_state() else []
+    _check_target(target)
+    agents = [a for a in env.store.agents() if a.id != ROOT and not a.retired] if env.has_state() else []
     for attr in ("id", "name", "bead"):  # an agent id first, then a name, then a bead
         hits = [a for a in agents if getattr(a, attr) == target]
         if hits:
@@ -80,6 +81,19 @@ def _resolve(env: Env, target: str | None) -> tuple[Agent | None, str | None]:
     if _beads(env) is not None:
         return None, target
     raise NotFound(f"No agent or bead named {target!r}", hint="List agents with `exo agents`.", target=target)
+
+
+def _check_target(target: str) -> None:
+    """InvalidInput (-32002) for a target that can name neither an agent nor a bead."""
+    from exo_cli.errors import InvalidInput
+    from exo_cli.validate import check_name
+
+    try:
+        check_name(target, "agent name")
+    except InvalidInput:
+        from exo_cli.adapters.beads import check_bead_id
+
+        check_bead_id(target)
 
 
 def _beads(env: Env) -> Any:
@@ -95,8 +109,9 @@ def _close_bead(env: Env, bead: str, agent: Agent | None) -> tuple[bool, str | N
     try:
         from exo_cli.ops import tasks
 
-        tasks.close(env, bead, reason="completed", session=agent.session_id if agent else None)
-        return True, None
+        source = tasks.open_repo_beads(env)
+        tasks.close(env, bead, reason="completed", session=agent.session_id if agent else None, source=source)
+        return True, "; ".join(tasks.uncommitted_notes(source)) or None
     except ImportError:
         pass
     except Exception as exc:
@@ -237,8 +252,13 @@ def survey(env: Env, agent: Agent) -> keep.Inventory | None:
     if not (_worktree_created(agent) and wt and os.path.isdir(wt)):
         return None
     regenerable, limit = _policy(env)
-    return keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
-                       limit=limit)
+    inv = keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
+                      limit=limit)
+    from exo_cli.ops import tasks
+
+    synced = set(tasks.synced_tracker_files(env, agent.id, wt))  # exo reconstitute's copy: not the agent's work
+    inv.uncommitted = [u for u in inv.uncommitted if u[3:] not in synced]
+    return inv
 
 
 def assess(env: Env, agent: Agent, inventory: keep.Inventory | None = None) -> dict[str, list[Any]]:
@@ -502,6 +522,9 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
     git = Git(env.repo.root)
     wt_removed = branch_deleted = False
     if check.inventory is not None:
+        from exo_cli.ops import tasks
+
+        tasks.restore_synced_tracker(env, agent.id, str(agent.worktree))  # exo's own copy goes back first
         # forced only once its content is archived (git refuses nested repositories and dirty files otherwise)
         ok, why = env.worktrees.remove(str(agent.worktree), force=bool(check.inventory.losses()))
         if not ok:
@@ -527,6 +550,12 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
     env.store.update_agent(agent.id, status=DONE, status_reason="completed",
                            completed_at=agent.completed_at or time.time())
     removal = "removed" if (wt_removed or branch_deleted) else "kept"
+    from exo_cli.ops import agentctl
+
+    agentctl.close_windows(env, agent)  # nothing of it is left running or on screen
+    from exo_cli.ops.lifecycle import release_runtime
+
+    release_runtime(env)  # the last agent gone: its runtime folder too
     env.store.event("completed", agent.id, {"removal": removal, "archived": refs})
     if agent.parent and env.caller.agent_id != agent.parent:
         env.store.post("completed", env.caller.agent_id, agent.parent, f"{agent.name} was completed ({removal}).",

@@ -197,7 +197,7 @@ def _lookup(env: Env, ref: str) -> Agent | None:
     found = env.store.agent(ref)
     if found is not None:
         return found
-    named = [a for a in env.store.agents() if a.name == ref]
+    named = [a for a in env.store.agents() if a.name == ref and not a.retired]
     return max(named, key=lambda a: a.created_at) if named else None
 
 

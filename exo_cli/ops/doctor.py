@@ -38,7 +38,7 @@ from exo_cli.adapters import keep
 from exo_cli.adapters.worktree import created_folders, made_by_exo
 from exo_cli.errors import ExoError, StateError
 from exo_cli.ops.lifecycle import reaped_worktrees, remember_reaped
-from exo_cli.records import AGENT_CLIS, DEAD, LIVE_STATUSES, ROOT, UNKNOWN, Agent
+from exo_cli.records import AGENT_CLIS, DEAD, DONE, LIVE_STATUSES, ROOT, UNKNOWN, Agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class Checkup:
     def reload(self) -> None:
         """Read the agent records again (after repairs that forget or finish some)."""
         env = self.env
-        self.records = [a for a in env.store.agents() if a.id != ROOT] if env.has_state() else []
+        self.records = [a for a in env.store.agents() if a.id != ROOT and not a.retired] if env.has_state() else []
 
     def worktrees(self) -> dict[str, Any]:
         """``git worktree list``: path -> attributes."""
@@ -345,6 +345,27 @@ def missing_worktrees(c: Checkup) -> Iterator[Finding]:
                           "kill it (exo kill) and reap")
 
 
+def finished_windows(c: Checkup) -> Iterator[Finding]:
+    """Done agents whose process ended but whose window (or headless record) is still open: close it."""
+    from exo_cli.ops import agentctl
+
+    env = c.env
+    done = [a for a in c.records if a.status == DONE and agentctl.location(a) is not None]
+    observed = agentctl.states(env, done) if done else {}
+    for a in done:
+        st = observed.get(a.id)
+        if st is not None and not st.alive:
+            yield Finding("finished-window", a.id, "done and its process ended, but its window is still open",
+                          "close it", partial(_close_windows, env, a))
+
+
+def _close_windows(env: Env, agent: Agent) -> bool:
+    from exo_cli.ops import agentctl
+
+    agentctl.close_windows(env, agent)
+    return True
+
+
 def orphan_windows(c: Checkup) -> Iterator[Finding]:
     """Windows on exo's own tmux session that no record owns: closed when their process exited, else left alone."""
     if not shutil.which("tmux"):
@@ -474,6 +495,7 @@ CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
     interrupted_spawns,
     zombies,
     missing_worktrees,
+    finished_windows,
     orphan_windows,
     orphan_worktrees,
     stray_folders,

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 EVENTS = ("session-start", "prompt", "stop", "stop-failure", "session-end", "notification", "tool", "notify")
 CLIS = (*AGENT_CLIS, "exo")  # "exo": the demo agent, which speaks Claude's format
+#: Events that count turns or tool calls: an unreadable payload records nothing for them.
+COUNTED = ("stop", "tool", "notify")
 MAX_BLOCKS = 5  # consecutive stop-hook blocks before the agent is let go idle
 TITLE_PREFIX = "Generate a concise"  # Codex's title-generation side thread
 PERMISSION_TYPES = ("permission_prompt", "ToolPermission")
@@ -131,6 +133,8 @@ def hook(env: Env, *, event: str, cli: str = "claude", payload: str | None = Non
     if event not in EVENTS:
         return HookResult(event, cli, None, {}, warning=f"unknown hook event {event!r}; nothing done")
     data, warning = parse_payload(payload)
+    if warning and event in COUNTED:  # not a hook payload: count nothing, change nothing
+        return HookResult(event, cli, None, neutral(event, cli), warning=warning + "; nothing recorded")
     warning = warning or cli_warning
     if not env.has_state():
         return HookResult(event, cli, None, neutral(event, cli),
@@ -151,7 +155,9 @@ def hook(env: Env, *, event: str, cli: str = "claude", payload: str | None = Non
 
 
 def _key(agent_id: str) -> str:
-    return f"hook:{agent_id}"
+    from exo_cli.records import HOOK_STATE_KEY
+
+    return HOOK_STATE_KEY.format(agent=agent_id)
 
 
 def load_state(env: Env, agent_id: str) -> dict[str, Any]:
@@ -236,7 +242,9 @@ def on_session_start(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> 
 
 def mcp_ready_key(agent_id: str) -> str:
     """The kv key (and doorbell) where an agent's exo MCP server says it listed its tools."""
-    return f"mcp-ready:{agent_id}"
+    from exo_cli.records import MCP_READY_KEY
+
+    return MCP_READY_KEY.format(agent=agent_id)
 
 
 def mark_mcp_ready(env: Env, agent_id: str) -> None:
@@ -464,7 +472,13 @@ def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None
         return RebaseResult("skipped", base, sha, "the worktree is not on the agent's branch")
     if agent.branch and any(p.state == "merged" for p in env.store.prs(head=agent.branch)):
         return RebaseResult("skipped", base, sha, "its PR is merged")
-    if git.tracked_changes(check=False):
+    changed = git.tracked_changes(check=False)
+    if changed and all(line[3:].startswith(".beads/") for line in changed):
+        from exo_cli.ops.tasks import restore_synced_tracker
+
+        restore_synced_tracker(env, agent.id, wt)  # exo's own tracker copy is not the agent's change
+        changed = git.tracked_changes(check=False)
+    if changed:
         return RebaseResult("dirty", base, sha, "uncommitted changes")
     in_the_way = git.in_the_way(sha)
     if in_the_way:  # git would overwrite an ignored file without a word (and refuse an untracked one midway)

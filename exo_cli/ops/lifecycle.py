@@ -19,16 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
-from exo_cli.records import DEAD, LIVE_STATUSES, ROOT, Agent
+from exo_cli.errors import InvalidInput, NotFound, StateError
+from exo_cli.ops.history import CURSOR_KEY, retire
+from exo_cli.records import DEAD, DONE, LIVE_STATUSES, ROOT, Agent
 from exo_cli.registry import Range, op
-from exo_cli.validate import check_timeout
+from exo_cli.validate import check_name, check_timeout
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
 
 
 def _get(env: Env, agent_id: str) -> Agent:
+    check_name(agent_id, "agent name")  # an unsafe name is InvalidInput, not NotFound
     if agent_id == ROOT:
         raise StateError("The root cannot be killed: it is the human (or the lead) at the top of the tree",
                          hint="Kill its children one by one, or all of them with `exo kill <child>`.")
@@ -102,7 +104,7 @@ def kill(env: Env, *, agent: str) -> KillResult:
     from exo_cli.ops import agentctl
 
     target = _get(env, agent)
-    everyone = [a for a in env.store.agents() if a.id != ROOT]
+    everyone = current_agents(env)
     caller = env.caller
     if not caller.is_human and caller.agent_id != target.id and not _in_subtree(everyone, caller.agent_id, target.id):
         raise StateError(f"{target.id} is not in your subtree", hint="You may only kill agents you (or your children) spawned.",
@@ -121,7 +123,31 @@ def kill(env: Env, *, agent: str) -> KillResult:
     if target.parent:
         env.store.post("event", target.id, target.parent, f"[KILLED {target.id}] and {len(killed) - 1 if target.id in killed else len(killed)} descendant(s)",
                        data={"event": "killed", "agent": target.id, "killed": killed})
+    release_runtime(env)
     return KillResult(killed=killed, already_dead=dead, worktrees_kept=kept)
+
+
+def release_runtime(env: Env) -> bool:
+    """Remove the repository's runtime folder once no agent of it runs and nobody waits on a doorbell.
+
+    Called when agents finish (``complete``, ``kill``, ``reap``). Checked under the lock a spawn
+    takes to record a new agent, so a spawn either is seen here or makes the folder again.
+    True when the folder is gone.
+    """
+    from exo_cli.adapters import worktree as wt
+    from exo_cli.adapters.files import release_runtime_dir
+
+    if not env.has_state():
+        return False
+    with wt.repo_lock(env.state_dir, "slots"):
+        if any(a.status in LIVE_STATUSES for a in current_agents(env)):
+            return False
+        return release_runtime_dir(env.runtime_dir)
+
+
+def current_agents(env: Env) -> list[Agent]:
+    """The recorded agents that are not history (retired) nor the root."""
+    return [a for a in env.store.agents() if a.id != ROOT and not a.retired] if env.has_state() else []
 
 
 # --------------------------------------------------------------------------- reap
@@ -132,21 +158,6 @@ class ReapResult:
     reaped: list[str]
     closed: list[str]
     kept: list[str]
-
-
-def _close(env: Env, loc_dict: dict[str, Any]) -> bool:
-    from exo_cli.adapters.mux import Location
-    from exo_cli.ops import agentctl
-
-    if not loc_dict or not loc_dict.get("mux"):
-        return False
-    loc = Location.from_dict(loc_dict)
-    try:
-        mux = agentctl.mux_for(env, loc.mux)
-        mux.close(loc, force=True)
-        return True
-    except (ExoError, OSError):
-        return False
 
 
 REAPED_KEY = "reaped-worktrees"
@@ -177,45 +188,51 @@ def remember_reaped(env: Env, path: str, info: dict[str, Any] | None) -> None:
 
 @op("reap", cli="reap", roles=("human",), destructive=True, idempotent=True, help={})
 def reap(env: Env) -> ReapResult:
-    """Forget dead agents and close their windows; worktrees are never touched.
+    """Clear finished agents (dead or done) and close their windows; worktrees are never touched.
 
     Liveness is checked first (one batched multiplexer call), so an agent whose pane or
     process is gone counts as dead. Files exo wrote outside its state for the agent (trust
-    entries, a project settings file it replaced) are restored. Completed (done) agents are
-    kept: `exo complete` owns them.
+    entries, a project settings file it replaced) are restored. Each cleared agent is kept as
+    history (`exo agents --all`) and its name is free again; a worktree it leaves behind is
+    remembered for `exo doctor`.
     """
     from exo_cli.adapters import agents as backends
     from exo_cli.ops import agentctl
 
     if not env.has_state():
         return ReapResult([], [], [])
-    agents = agentctl.refresh(env, [a for a in env.store.agents() if a.id != ROOT])
+    agents = agentctl.refresh(env, current_agents(env))
+    done = agentctl.states(env, [a for a in agents if a.status == DONE])  # one listing call per kind
     reaped: list[str] = []
     closed: list[str] = []
     kept: list[str] = []
     for a in agents:
-        if a.status != DEAD:
+        if a.status not in (DEAD, DONE):
+            continue
+        running = done.get(a.id)
+        if running is not None and running.alive:
+            kept.append(a.id)  # marked done by itself and still finishing its turn
             continue
         from exo_cli.ops.spawn.recovery import is_stale
 
         if is_stale(env, a):
             kept.append(a.id)  # an interrupted spawn: `exo doctor` cleans it
             continue
-        if _close(env, a.location):
+        if agentctl.close_windows(env, a):
             closed.append(a.id)
-        _close(env, a.spec.get("services_location") or {})
         if a.undo:
             with contextlib.suppress(Exception):
                 backends.cleanup(list(a.undo))
         agent_dir = a.spec.get("agent_dir")
         if agent_dir and Path(agent_dir).parent == env.state_dir / "agents":
             shutil.rmtree(agent_dir, ignore_errors=True)
-        if a.worktree and a.spec.get("worktree_created"):
+        if a.worktree and a.spec.get("worktree_created") and os.path.isdir(a.worktree):
             remember_reaped(env, a.worktree, {"agent": a.id, "branch": a.branch, "at": time.time(),
                                               "created_files": a.spec.get("created_files") or []})
-        env.store.delete_agent(a.id)
         env.store.event("reaped", a.id, {"worktree": a.worktree})
+        retire(env, a)
         reaped.append(a.id)
+    release_runtime(env)
     return ReapResult(reaped=reaped, closed=closed, kept=kept)
 
 
@@ -264,7 +281,6 @@ class ReadManyResult:
     results: list[ReadResult]
 
 
-_CURSOR = "read-cursor:{reader}:{agent}"
 _CURSOR_LINES = 5
 _SINCE_CAPTURE = 5000
 # What ``clean`` removes: escape sequences (CSI, OSC, other ESC), bracketed-paste markers left as text,
@@ -360,7 +376,7 @@ def read(env: Env, *, agent: str | list[str], lines: Annotated[int, Range(1)] = 
         if loc is None:
             raise StateError(f"Agent {rec.id} has not started yet ({rec.status_reason or rec.status})", agent=rec.id)
         locs.append(loc)
-    keys = [_CURSOR.format(reader=env.caller.agent_id, agent=rec.id) for rec in recs]
+    keys = [CURSOR_KEY.format(reader=env.caller.agent_id, agent=rec.id) for rec in recs]
     tails: list[list[str]] = [[] for _ in recs]
     if since_last:
         for i, key in enumerate(keys):

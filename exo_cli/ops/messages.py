@@ -37,7 +37,7 @@ from exo_cli.ops.delivery import (
 )
 from exo_cli.records import ASKING, AT_REST, DEAD, DONE, FAILED_TURN, IDLE, ROOT, WORKING, Agent, Message
 from exo_cli.registry import Range, Tool, op
-from exo_cli.validate import check_text, check_timeout
+from exo_cli.validate import check_name, check_text, check_timeout
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
@@ -155,13 +155,13 @@ def caller_agent(env: Env, what: str) -> Agent:
 
 def find_agent(env: Env, ref: str) -> Agent:
     """An agent by id, else by name (a live one first, then the newest)."""
-    ref = check_text(ref, "agent", max_len=200).strip()
+    ref = check_name(check_text(ref, "agent", max_len=200).strip(), "agent name")  # InvalidInput, never NotFound
     if ref == ROOT:
         return Agent(id=ROOT, name=ROOT, role="tl", parent=None, status=WORKING, backend="human", mux="none")
     agent = env.store.agent(ref) if env.has_state() else None
     if agent is not None:
         return agent
-    named = [a for a in (env.store.agents() if env.has_state() else []) if a.name == ref]
+    named = [a for a in (env.store.agents() if env.has_state() else []) if a.name == ref and not a.retired]
     if not named:
         raise NotFound(f"No agent named {ref!r}", hint="List agents with `exo agents`.", agent=ref)
     named.sort(key=lambda a: (a.live, a.created_at))

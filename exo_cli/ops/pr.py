@@ -62,6 +62,7 @@ class FileResult:
     created: bool  # False: an open PR of this branch was updated
     pushed: bool
     commits: int  # commits of head not in base
+    base_pushed: bool = False  # the base branch was missing on the remote and was pushed first (GitHub)
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,9 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
 
     The base is the recorded parent branch, else the branch name minus its last
     ``.segment``. On the local forge the PR is recorded in exo's state; on GitHub the branch
-    is pushed (``git push -u``) and ``gh pr create`` opens it. Filing again while the PR is
-    open updates it (title, body, and the pushed commits).
+    is pushed (``git push -u``), and so is the base branch when the remote lacks it (a team
+    lead's branch: ``base_pushed``), and ``gh pr create`` opens it. Filing again while the PR
+    is open updates it (title, body, and the pushed commits).
     """
     from exo_cli.validate import check_text
 
@@ -179,7 +181,7 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     if parent:
         verb = "filed" if created else "updated"
         env.store.post("pr-filed", author, parent, f"PR #{number} {verb}: {title} ({head} -> {base})", data=data)
-    return FileResult(pr=view(pr), created=created, pushed=filed.pushed, commits=commits)
+    return FileResult(pr=view(pr), created=created, pushed=filed.pushed, commits=commits, base_pushed=filed.base_pushed)
 
 
 def _merge_pr_tool(*, pr_number: Annotated[int, Range(1)],
@@ -291,7 +293,8 @@ def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
     if author is not None:
         targets.append(author.id)
         targets += [a.id for a in env.store.agents()
-                    if a.parent == author.parent and a.id != author.id and a.id != ROOT and a.status != DONE]
+                    if a.parent == author.parent and a.id != author.id and a.id != ROOT and a.status != DONE
+                    and not a.retired]
     sha = (pr.merge_commit or "")[:12]
     for target in targets:
         mine = target == pr.author

@@ -123,11 +123,11 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
     return out
 
 
-def team_agents(env: Env) -> list[Agent]:
-    """Every recorded agent with its liveness checked against the multiplexer."""
+def team_agents(env: Env, *, history: bool = False) -> list[Agent]:
+    """Every recorded agent with its liveness checked against the multiplexer (retired ones with ``history``)."""
     if not env.has_state():
         return []
-    agents = [a for a in env.store.agents() if a.id != ROOT]
+    agents = [a for a in env.store.agents() if a.id != ROOT and (history or not a.retired)]
     from exo_cli.ops import agentctl
 
     return agentctl.refresh(env, agents)
@@ -139,17 +139,19 @@ def team_agents(env: Env) -> list[Agent]:
     tools=["list_agents"],
     read_only=True,
     idempotent=True,
-    help={},
+    help={"show_all": "Also list the history: finished agents that were reaped or completed and whose "
+                      "name was used again (their id is <name>@<n>)."},
 )
-def agents(env: Env) -> AgentsResult:
+def agents(env: Env, *, show_all: bool = False) -> AgentsResult:
     """List the agent tree with status, task, branch, PR and last message.
 
     Status comes from the agents' hooks first and from pane or process liveness second;
     an agent whose pane or process is gone shows as ``dead``. One batched multiplexer
-    call per refresh, whatever the number of agents.
+    call per refresh, whatever the number of agents. With ``--all``, the agents kept as
+    history are listed too.
     """
     env.repo  # noqa: B018 - fail early outside a repository
-    views = _views(env, team_agents(env))
+    views = _views(env, team_agents(env, history=show_all))
     return AgentsResult(agents=views, count=len(views), by_status=dict(Counter(v.status for v in views)))
 
 
@@ -175,6 +177,9 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
     record: Agent | None = None
     target = agent or (None if caller.is_human else caller.agent_id)
     if target and target != ROOT:
+        from exo_cli.validate import check_name
+
+        check_name(target, "agent name")  # an unsafe name is InvalidInput, not NotFound
         record = env.store.agent(target) if env.has_state() else None
         if record is None:
             raise NotFound(f"No agent named {target!r}", hint="List agents with `exo agents`.", agent=target)

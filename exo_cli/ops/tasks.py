@@ -31,6 +31,8 @@ CONTEXT_FILE = ".exo/context.md"
 EXO_EXCLUDE = "/.exo/"
 #: kv key holding the last bead state an agent was shown (JSON of the bead's original object).
 SNAPSHOT_KEY = "bead-snapshot:{agent}"
+#: kv key holding the sha256 of the tracker file ``exo reconstitute`` last wrote into an agent's worktree.
+SYNCED_KEY = "beads-synced:{agent}:{rel}"
 
 
 def open_repo_beads(env: Env) -> BeadsSource:
@@ -38,9 +40,15 @@ def open_repo_beads(env: Env) -> BeadsSource:
 
     The tracker is ``$BEADS_DIR`` when set (spawned agents get it pointing at the main
     checkout's ``.beads/``), else ``<main checkout>/.beads``. Raises EnvironmentError_ with a
-    hint when there is no tracker.
+    hint when there is no tracker. Without ``bd``, exo's writes to a JSONL file git tracks are
+    committed at once (``JsonlSource``), so they never leave the checkout modified.
     """
-    return beads.open_beads(env.repo.root, env=env.environ)
+    return beads.open_beads(env.repo.root, env=env.environ, commit_writes=True)
+
+
+def uncommitted_notes(source: BeadsSource) -> list[str]:
+    """What the source says about tracker writes it could not commit (empty for ``bd``)."""
+    return [n for n in getattr(source, "notes", ()) if "not committed" in n]
 
 
 @dataclass(frozen=True)
@@ -139,7 +147,7 @@ def live_owners(env: Env) -> dict[str, str]:
         return {}
     from exo_cli.ops import panes
 
-    agents = [a for a in env.store.agents() if a.id != ROOT and a.status in LIVE_STATUSES]
+    agents = [a for a in env.store.agents() if a.id != ROOT and not a.retired and a.status in LIVE_STATUSES]
     running = panes.alive_ids(env, agents)
     return {a.bead: a.id for a in agents if a.bead and a.id in running}
 
@@ -158,10 +166,11 @@ def pick_ready(
             f"Invalid number of beads {n!r}: expected a whole number of at least 1", field="ready"
         )
     src = source if source is not None else open_repo_beads(env)
+    ready = src.ready(sort="priority")  # first: with bd, the ready list names the prefix too
     prefix = src.prefix
     skip = _id_forms([*live_owners(env), *exclude_ids], prefix)
     picked: list[Bead] = []
-    for bead in src.ready(sort="priority"):
+    for bead in ready:
         if bead.id in skip or beads.short_id(bead.id, prefix) in skip:
             continue
         picked.append(bead)
@@ -251,3 +260,59 @@ def load_bead_snapshot(env: Env, agent: str) -> Bead | None:
         return Bead.from_dict(json.loads(text))
     except ValueError:
         return None
+
+
+# --- the tracker file exo reconstitute writes into a worktree ---------------------------------
+
+
+def remember_synced(env: Env, agent: str, rel: str, data: bytes) -> None:
+    """Record that exo wrote ``data`` to ``rel`` in ``agent``'s worktree (``exo reconstitute``)."""
+    import hashlib
+
+    env.store.kv_set(SYNCED_KEY.format(agent=agent, rel=rel), hashlib.sha256(data).hexdigest())
+
+
+def synced_by_exo(env: Env, agent: str, rel: str, data: bytes) -> bool:
+    """Whether ``data`` is exactly what exo last wrote to ``rel`` in ``agent``'s worktree."""
+    import hashlib
+
+    return env.store.kv_get(SYNCED_KEY.format(agent=agent, rel=rel)) == hashlib.sha256(data).hexdigest()
+
+
+def synced_tracker_files(env: Env, agent: str, worktree: str | os.PathLike[str]) -> list[str]:
+    """The tracker files of a worktree that differ from its HEAD only by exo's own copy (relative paths).
+
+    ``exo reconstitute`` copies the main branch's beads file into an agent's worktree; that
+    copy is exo's write, not the agent's work, and must never make ``exo complete`` (or the
+    stop hook's rebase) see the worktree as modified. A file counts only while it holds
+    exactly what exo wrote there (an edit by the agent makes it the agent's).
+    """
+    from exo_cli.adapters.git import Git
+
+    wt = Path(worktree)
+    if not env.has_state():
+        return []
+    meta = None
+    with contextlib.suppress(OSError):
+        meta = (wt / ".beads" / "metadata.json").read_bytes()
+    found: list[str] = []
+    git = Git(wt)
+    for name in beads.jsonl_names(meta):
+        rel = f".beads/{name}"
+        try:
+            data = (wt / rel).read_bytes()
+        except OSError:
+            continue
+        if data != git.blob("HEAD", rel) and synced_by_exo(env, agent, rel, data):
+            found.append(rel)
+    return found
+
+
+def restore_synced_tracker(env: Env, agent: str, worktree: str | os.PathLike[str]) -> list[str]:
+    """Put exo's own tracker copies in a worktree back as its HEAD has them (``synced_tracker_files``)."""
+    from exo_cli.adapters.git import Git
+
+    found = synced_tracker_files(env, agent, worktree)
+    if found and not Git(worktree).restore_from_head(found).ok:
+        return []
+    return found

@@ -2,10 +2,13 @@
 
 ``poll_once`` asks the forge (``gh pr view --json``) about every open GitHub PR exo tracks,
 updates the records, and posts what changed to the owning agent (a message plus an event):
-review posted, review decision changed, checks changed, merged or closed outside exo. ``exo
-watch`` repeats it (every 30 s while a review or check is pending, 5 min otherwise); the root
-TL's ``exo mcp`` runs the same loop in a background thread through ``start_poller``. A lock
-file in the state dir keeps it to one poller per repository.
+review posted, review decision changed, checks changed, merged or closed outside exo. After a
+merge on GitHub it fetches the base branch and fast-forwards the local one (``base-updated``),
+so ``exo complete`` sees the branch merged without a manual ``git fetch``. ``exo watch``
+repeats it (every 30 s while a review or check is pending, 5 min otherwise) and hands each
+change to the caller's observer as it happens; the root TL's ``exo mcp`` runs the same loop in
+a background thread through ``start_poller``. A lock file in the state dir keeps it to one
+poller per repository.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
     forge = forge_for(env, "github", runner=runner)
     changes: list[dict[str, Any]] = []
     errors: list[str] = []
+    synced: set[str] = set()  # base branches already fetched this round
     pending = False
     for pr in prs:
         try:
@@ -134,7 +138,25 @@ def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
             merged = env.store.pr(pr.number)
             if merged is not None:
                 notify_merged(env, merged, sender="forge")
+            if pr.base not in synced:
+                synced.add(pr.base)
+                changes += _sync_base(forge, pr, errors)
     return PollResult(polled=len(prs), changes=changes, pending=pending, errors=errors)
+
+
+def _sync_base(forge: Any, pr: PullRequest, errors: list[str]) -> list[dict[str, Any]]:
+    """After a merge on GitHub: fetch the base and fast-forward the local branch, so ``complete`` sees it merged."""
+    try:
+        sync = forge.sync_base(pr.base, reason=f"exo: PR #{pr.number} merged on GitHub")
+    except ExoError as exc:
+        errors.append(f"PR #{pr.number}: {exc.message}")
+        return []
+    errors += [f"PR #{pr.number}: {w}" for w in sync.warnings]
+    if not sync.moved:
+        return []
+    where = f" in {sync.worktree}" if sync.worktree else ""
+    text = f"{pr.base} fast-forwarded to {(sync.head or '')[:12]}{where} (PR #{pr.number} merged on GitHub)"
+    return [{"kind": "base-updated", "pr": pr.number, "author": pr.author, "text": text}]
 
 
 def run_loop(env: Env, stop: threading.Event, *, interval_pending: float = 30, interval_idle: float = 300,
@@ -207,10 +229,14 @@ def watch(env: Env, *, once: bool = False, interval_pending: Annotated[int, Rang
     Watches every open GitHub PR exo tracks with ``gh pr view --json``: every
     ``--interval-pending`` seconds while a review or check is pending, every
     ``--interval-idle`` seconds otherwise. Changes go to the owning agent as a message and an
-    event. Stops on Ctrl-C. Only one poller runs per repository.
+    event, and are printed as they happen (``--json``: one JSON object per line). After a
+    merge on GitHub the local base branch is fetched and fast-forwarded. Stops on Ctrl-C.
+    Only one poller runs per repository.
     """
     from exo_cli import cancel
     from exo_cli.ops.pr import gh_runner
+
+    observer = getattr(env, "watch_observer", None)  # set by the command: prints each change at once
 
     lock = PollerLock(env)
     if not lock.acquire():
@@ -226,6 +252,11 @@ def watch(env: Env, *, once: bool = False, interval_pending: Annotated[int, Rang
             result = poll_once(env, runner=runner)
             rounds += 1
             changes.extend(result.changes)
+            if observer is not None:
+                for change in result.changes:
+                    observer(change)
+                for error in result.errors:
+                    observer({"kind": "error", "text": error})
             if once:
                 break
             wait = interval_pending if result.pending else interval_idle

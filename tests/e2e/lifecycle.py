@@ -149,7 +149,7 @@ class Team:
     def tmux(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         """Run one tmux command against exo's server for this repository."""
         return subprocess.run(["tmux", "-L", self.tmux_socket, *args], capture_output=True, text=True,
-                              check=check, timeout=30)
+                              check=check, timeout=30, env=tmux_env(self.env))
 
     def screen(self, agent: Any) -> str:
         """Return the visible text of the agent's pane ('' when it has none)."""
@@ -172,6 +172,42 @@ class Team:
         except TimeoutError as exc:
             screen = self.screen(self.agent(agent)) if agent else ""
             raise AssertionError(f"no {what} within {timeout}s: {exc}\nscreen:\n{screen}") from None
+
+
+def tmux_env(env: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment with the root's TMUX_TMPDIR, so ``tmux -L`` finds exo's server."""
+    out = dict(os.environ)
+    out.pop("TMUX_TMPDIR", None)
+    if env.get("TMUX_TMPDIR"):
+        out["TMUX_TMPDIR"] = env["TMUX_TMPDIR"]
+    return out
+
+
+def runtime_vars(root: Path) -> dict[str, str]:
+    """A user's XDG_RUNTIME_DIR and TMUX_TMPDIR (private folders under root), which some CLIs drop for MCP servers."""
+    out = {}
+    for var, name in (("XDG_RUNTIME_DIR", "xdg"), ("TMUX_TMPDIR", "tt")):
+        (root / name).mkdir(mode=0o700, exist_ok=True)
+        out[var] = str(root / name)
+    return out
+
+
+def assert_mcp_waits_in_the_runtime_folder(env: Mapping[str, str], repo: Path, agent: str) -> None:
+    """While the agent's MCP ``question`` call blocks, its doorbell is in the folder every exo process derives.
+
+    The MCP server runs in whatever environment the agent CLI gives it (Codex and the MCP SDK
+    drop XDG_RUNTIME_DIR); exo derives its runtime folder from the repository and uid alone.
+    """
+    from exo_cli.env import Env
+
+    bell = Env(cwd=repo, environ=dict(env)).runtime_dir / "bell"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if bell.is_dir() and any(n.startswith(f"{agent}.") for n in os.listdir(bell)):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no doorbell of {agent}'s MCP server in {bell}: "
+                         f"{sorted(os.listdir(bell)) if bell.is_dir() else 'no folder'}")
 
 
 # -- the model log, by content --------------------------------------------------------------

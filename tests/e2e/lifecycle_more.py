@@ -178,7 +178,10 @@ class Lifecycle:
 
     def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run one tmux command against exo's private server."""
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30)
+        from e2e.lifecycle import tmux_env
+
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30,
+                              env=tmux_env(self.env))
 
     def screen(self, name: str) -> str:
         """Return the visible text of the agent's pane ('' when it has none)."""

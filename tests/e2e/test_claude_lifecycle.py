@@ -22,10 +22,12 @@ from e2e.lifecycle import (
     DialogWatch,
     Team,
     anthropic_is_error,
+    assert_mcp_waits_in_the_runtime_folder,
     assert_no_egress,
     git,
     git_repo,
     result_for,
+    runtime_vars,
     user_texts,
 )
 from e2e.lifecycle_more import assert_mcp_server_has_the_agents_proof
@@ -51,7 +53,7 @@ def team(require_cli: Callable[[str], Path], model_server: ModelServer, agent_ho
     # The user's HOME as it is after Claude's own onboarding (key approved), but without the bypass-warning
     # pre-emption or any trusted folder: exo itself must keep those dialogs away (--settings, .claude.json).
     (home.home / ".claude" / "settings.json").write_text("{}\n")
-    team = Team.create(repo, home)
+    team = Team.create(repo, home, extra_env=runtime_vars(tmp_path))
     try:
         yield team
     finally:
@@ -174,6 +176,7 @@ def test_claude_question_answered_by_the_parent_and_a_queued_message(team: Team)
     # The question blocks w1 in `asking`; the parent sees it as a pending message.
     asked = team.wait_request(lambda e: e["turn"] == 0, what="the question call", agent="w1")
     team.wait_status("w1", "asking", timeout=30)
+    assert_mcp_waits_in_the_runtime_folder(team.env, team.repo, "w1")  # Claude's MCP server environment too
     waited = team.exo_json("wait", "w1", "--timeout", "30")
     (entry,) = waited["results"]
     assert (entry["status"], entry["kind"], entry["message"]) == ("received", "question", question)

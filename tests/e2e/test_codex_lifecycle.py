@@ -14,6 +14,7 @@ agent idle. The parent merges the PR and completes the agent, which removes the 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from e2e.agents import AgentHome
+from e2e.lifecycle import assert_mcp_waits_in_the_runtime_folder, runtime_vars
 from e2e.lifecycle_more import (
     Lifecycle,
     assert_mcp_server_has_the_agents_proof,
@@ -30,6 +32,7 @@ from e2e.lifecycle_more import (
     make_repo,
 )
 from e2e.model_server import ModelServer, tool_names, tool_results
+from exo_cli.env import Env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
 
@@ -45,7 +48,8 @@ def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
     require_cli("codex")
     repo = make_repo(tmp_path / "repo")
     home = agent_home("codex")
-    lc = Lifecycle(repo, home, model_server, lifecycle_env(home))
+    # the user's XDG_RUNTIME_DIR and TMUX_TMPDIR, which Codex drops from its MCP servers' environment
+    lc = Lifecycle(repo, home, model_server, lifecycle_env(home, extra=runtime_vars(tmp_path)))
     yield lc
     lc.close()
 
@@ -114,6 +118,7 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
     lc.wait_until("question pending", lambda: lc.query(
         "SELECT id FROM messages WHERE kind = 'question' AND state = 'pending' AND recipient = 'root'"))
     assert lc.agent("w1")["status"] == "asking"
+    assert_mcp_waits_in_the_runtime_folder(lc.env, repo, "w1")  # where `exo answer` rings it
     queued = lc.exo_json("send", "w1", "QUEUED-8: also mind the tests")  # busy asking: waits for a hook
     assert queued["sent"][0]["delivery"] == "queued"
     answered = lc.exo_json("answer", "w1", "ANSWER-3: blue")
@@ -140,6 +145,11 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
     assert git(repo, "branch", "--list", "main.w1") == ""
     assert git(repo, "status", "--porcelain") == ""
     assert lc.agent("w1")["status"] == "done"
+    # the last agent is gone: so is the runtime folder, wherever a reduced environment would have put it
+    runtime = Env(cwd=repo, environ=lc.env).runtime_dir
+    digest = runtime.name.rsplit("-", 1)[-1]
+    assert not runtime.exists() and not Path(f"/tmp/exo-{os.getuid()}-{digest}").exists()
+    assert not list(Path(lc.env["XDG_RUNTIME_DIR"]).iterdir())
     # the TUI's announcement fetch is the only egress attempt, and the trap refused it
     assert {e["path"] for e in server.entries("proxy")} <= {"raw.githubusercontent.com:443"}
     assert_no_egress(server)

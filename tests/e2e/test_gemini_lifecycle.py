@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from e2e.agents import AgentHome
+from e2e.lifecycle import assert_mcp_waits_in_the_runtime_folder, runtime_vars
 from e2e.lifecycle_more import (
     Lifecycle,
     assert_mcp_server_has_the_agents_proof,
@@ -52,7 +53,7 @@ def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
     # Trust comes from exo, so the test's env does not pre-trust the worktree. The commit identity is
     # only in ~/.gitconfig ("E2E Agent"), which Gemini's shell tool hides (GIT_CONFIG_GLOBAL=/dev/null):
     # exo passes it on as GIT_AUTHOR_*/GIT_COMMITTER_*.
-    env = lifecycle_env(home, drop=["GEMINI_CLI_TRUST_WORKSPACE"])
+    env = lifecycle_env(home, drop=["GEMINI_CLI_TRUST_WORKSPACE"], extra=runtime_vars(tmp_path))
     assert not any(k.startswith(("GIT_AUTHOR_", "GIT_COMMITTER_")) for k in env)
     lc = Lifecycle(repo, home, model_server, env)
     yield lc
@@ -128,6 +129,7 @@ def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecy
     lc.wait_until("question pending", lambda: lc.query(
         "SELECT id FROM messages WHERE kind = 'question' AND state = 'pending' AND recipient = 'root'"))
     assert lc.agent("w1")["status"] == "asking"
+    assert_mcp_waits_in_the_runtime_folder(lc.env, repo, "w1")  # Gemini's MCP server environment too
     queued = lc.exo_json("send", "w1", "QUEUED-8: also mind the tests")  # busy asking: waits for a hook
     assert queued["sent"][0]["delivery"] == "queued"
     answered = lc.exo_json("answer", "w1", "ANSWER-3: blue")

@@ -121,13 +121,17 @@ class Backend:
         return env
 
     def mcp_server(self, ctx: LaunchContext, env: Mapping[str, str]) -> dict[str, Any]:
-        """Return exo's stdio MCP server entry (command, args, env without any secret)."""
+        """Return exo's stdio MCP server entry (command, args, env without any secret).
+
+        The env names what the server must find whatever environment the agent CLI gives it
+        (Codex drops ``TMUX_TMPDIR``, for one): the agent, the state folder and, when set, where
+        tmux keeps its sockets. The runtime folder needs nothing: it follows from the state folder.
+        """
         argv = mcp_argv()
-        return {
-            "command": argv[0],
-            "args": argv[1:],
-            "env": {"EXO_AGENT": env["EXO_AGENT"], "EXO_STATE_DIR": env["EXO_STATE_DIR"]},
-        }
+        entry_env = {"EXO_AGENT": env["EXO_AGENT"], "EXO_STATE_DIR": env["EXO_STATE_DIR"]}
+        if env.get("TMUX_TMPDIR"):
+            entry_env["TMUX_TMPDIR"] = env["TMUX_TMPDIR"]
+        return {"command": argv[0], "args": argv[1:], "env": entry_env}
 
     def no_resume(self, ctx: LaunchContext) -> None:
         """Refuse resume/fork options for backends that do not support them."""

@@ -58,8 +58,11 @@ def open_beads(
     beads_dir: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     bd: str | None = None,
+    commit_writes: bool = False,
 ) -> BeadsSource:
     """Return the beads source for a repository: ``bd`` when installed, else the JSONL.
+
+    ``commit_writes`` makes the JSONL source commit its writes (see ``JsonlSource``).
 
     The ``.beads`` directory is ``beads_dir``, else ``$BEADS_DIR``, else ``<repo>/.beads``;
     raises EnvironmentError_ with a hint when there is none. ``bd`` names the binary (path or
@@ -91,7 +94,7 @@ def open_beads(
         if beads_dir is not None or environ.get("BEADS_DIR"):
             environ["BEADS_DIR"] = str(bdir)
         return BdSource(bd_path, root, environ, beads_dir=bdir)
-    return JsonlSource(bdir)
+    return JsonlSource(bdir, commit_writes=commit_writes, environ=environ)
 
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,6 @@ from exo_cli.adapters.beads.model import (
 from exo_cli.adapters.beads.source import (
     BeadsSource,
     check_actor,
-    config_list,
     config_prefix,
     read_yaml_config,
 )
@@ -60,17 +59,29 @@ def committed_jsonl(cwd: Path, rev: str) -> tuple[str, bytes] | None:
 
 
 class JsonlSource(BeadsSource):
-    """Beads read from (and written back to) the JSONL file in a ``.beads`` directory."""
+    """Beads read from (and written back to) the JSONL file in a ``.beads`` directory.
+
+    Writes (claim, close) hold a lock on the ``.beads`` folder itself, so nothing (no lock or
+    temporary file) is left beside the file. With ``commit_writes``, a write to a file that git
+    tracks and that had no change of its own is committed at once as its own commit on the
+    branch checked out there (``git commit --only``: the user's staged changes stay staged and
+    out of it), the way ``bd sync`` kept the tracker in git, so the checkout stays clean for
+    merges and ``exo complete``. ``notes`` says what happened to each write.
+    """
 
     kind = "jsonl"
 
-    def __init__(self, beads_dir: str | os.PathLike[str], *, now: Callable[[], datetime] | None = None):
+    def __init__(self, beads_dir: str | os.PathLike[str], *, now: Callable[[], datetime] | None = None,
+                 commit_writes: bool = False, environ: Mapping[str, str] | None = None):
         self.beads_dir = Path(beads_dir)
         self.path = self._find_jsonl()
         self._now = now
         self._cache_key: tuple[int, int, int] | None = None
         self._cache: dict[str, Bead] = {}
         self._config: dict[str, Any] | None = None
+        self.commit_writes = commit_writes
+        self.environ = environ
+        self.notes: list[str] = []
 
     def _find_jsonl(self) -> Path:
         meta: bytes | None = None
@@ -92,11 +103,6 @@ class JsonlSource(BeadsSource):
         if self._config is None:
             self._config = read_yaml_config(self.beads_dir)
         return self._config
-
-    @property
-    def custom_types(self) -> list[str]:
-        """Return ``types.custom`` from config.yaml."""
-        return config_list(self.config, "types.custom")
 
     def now(self) -> datetime:
         return self._now() if self._now else datetime.now(UTC)
@@ -126,7 +132,7 @@ class JsonlSource(BeadsSource):
 
     def graph(self) -> BeadGraph:
         """Return a BeadGraph over the current file contents."""
-        return BeadGraph(self.all(), now=self.now(), custom_types=self.custom_types)
+        return BeadGraph(self.all(), now=self.now())
 
     def ready(self, *, sort: str | None = "priority") -> list[Bead]:
         return self.graph().ready(sort=sort)
@@ -165,7 +171,7 @@ class JsonlSource(BeadsSource):
             obj["assignee"] = actor
             return True
 
-        return self._rewrite(bead_id, mutate)
+        return self._rewrite(bead_id, mutate, f"beads: {bead_id} claimed by {actor}")
 
     def close(
         self, bead_id: str, reason: str | None = None, session: str | None = None, *, force: bool = False
@@ -202,19 +208,24 @@ class JsonlSource(BeadsSource):
                 obj["closed_by_session"] = session
             return True
 
-        return self._rewrite(bead_id, mutate)
+        return self._rewrite(bead_id, mutate, f"beads: {bead_id} closed" + (f" ({reason})" if reason else ""))
 
     def _rewrite(
-        self, bead_id: str, mutate: Callable[[dict[str, Any], Callable[[], BeadGraph]], bool]
+        self, bead_id: str, mutate: Callable[[dict[str, Any], Callable[[], BeadGraph]], bool], message: str
     ) -> Bead:
         """Change one line of the JSONL under an exclusive lock and replace the file atomically.
 
         Every other line stays byte-identical and in place; the target line keeps its keys,
-        their order and any field exo does not know; only it is re-serialized.
+        their order and any field exo does not know; only it is re-serialized. The lock is the
+        ``.beads`` folder's own (no lock file); with ``commit_writes`` the change is committed
+        (see the class).
         """
         check_bead_id(bead_id)
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        with locked(lock_path, mode=0o644):
+        with locked(self.beads_dir, own_inode=True) as lock:
+            if not lock.held:
+                raise EnvironmentError_(f"Beads folder vanished: {self.beads_dir}")
+            git = self._git()
+            state = git.path_state(self.path.name) if git is not None else "none"
             data = self.path.read_bytes()  # re-read under the lock
             lines = data.splitlines(keepends=True)
             needle = json.dumps(bead_id).encode("utf-8")
@@ -230,7 +241,7 @@ class JsonlSource(BeadsSource):
                 raise NotFound(f"Bead not found: {bead_id}", bead_id=bead_id)
 
             def graph() -> BeadGraph:
-                return BeadGraph(_parse_jsonl(data), now=self.now(), custom_types=self.custom_types)
+                return BeadGraph(_parse_jsonl(data), now=self.now())
 
             if not mutate(obj, graph):
                 return Bead.from_dict(obj)
@@ -240,8 +251,54 @@ class JsonlSource(BeadsSource):
             ending = line[len(body) :]
             lines[index] = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + ending
             atomic_write(self.path, b"".join(lines))  # durable, keeps the file's mode
+            if git is not None:
+                self._commit(git, state, message)
         self._cache_key = None
         return Bead.from_dict(obj)
+
+    def _git(self) -> Any:
+        if not self.commit_writes:
+            return None
+        from exo_cli.adapters.git import Git
+
+        return Git(self.beads_dir, environ=self.environ)
+
+    def _commit(self, git: Any, state: str, message: str) -> None:
+        """Commit the file just written when git tracked it unchanged and a branch is checked out."""
+        rel = f"{self.beads_dir.name}/{self.path.name}"
+        if state == "changed":
+            self.notes.append(f"{rel} is not committed: it had uncommitted changes before exo wrote to it")
+            return
+        if state != "clean":
+            return  # not in git (untracked, ignored, or outside a work tree): nothing to keep clean
+        if git.current_branch() is None:
+            self.notes.append(f"{rel} is not committed: no branch is checked out (detached HEAD) in {git.toplevel()}")
+            return
+        proc = _commit_retrying(git, self.path.name, message)
+        if proc.ok:
+            self.notes.append(f"committed {rel}: {message}")
+        else:
+            why = (proc.stderr or proc.stdout).strip().splitlines()
+            self.notes.append(f"{rel} is not committed: git commit failed ({why[-1] if why else proc.returncode})")
+
+
+def _commit_retrying(git: Any, name: str, message: str, attempts: int = 5) -> Any:
+    """``git commit --only`` of one file: again while another git command holds the index; as ``exo`` without an identity."""
+    import time
+
+    config: list[str] = []
+    for i in range(attempts):
+        proc = git.commit_only([name], message, config=config)
+        text = proc.stderr + proc.stdout
+        if proc.ok or i + 1 == attempts:
+            return proc
+        if not config and ("tell me who you are" in text or "auto-detect" in text or "empty ident" in text):
+            config = ["-c", "user.name=exo", "-c", "user.email=exo@localhost"]
+        elif "index.lock" in text:
+            time.sleep(0.1 * (i + 1))
+        else:
+            return proc
+    return proc
 
 
 def _set_status(obj: dict[str, Any], status: str) -> None:

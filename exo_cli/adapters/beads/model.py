@@ -244,22 +244,18 @@ class BeadGraph:
     """Blocked/ready judgement over a set of beads, as current ``bd ready`` decides it.
 
     Tombstones are treated as absent (a dependency on one is dangling); dangling targets
-    never block; unknown dependency types never block; cycles never block.
+    never block; unknown dependency types never block; cycles never block. An issue type
+    exo does not know (a ``types.custom`` value such as Gas Town's ``convoy``) is workable:
+    bd accepted it when it stored the bead, and ``bd ready`` filters only its own list of
+    never-ready types, so readiness needs no ``config.yaml``.
     """
 
-    def __init__(
-        self,
-        beads: Iterable[Bead],
-        *,
-        now: datetime | None = None,
-        custom_types: Iterable[str] | None = None,
-    ) -> None:
+    def __init__(self, beads: Iterable[Bead], *, now: datetime | None = None) -> None:
         self.by_id: dict[str, Bead] = {}
         for b in beads:
             if b.status != "tombstone":
                 self.by_id[b.id] = b
         self.now = now or datetime.now(UTC)
-        self.known_types = BUILTIN_TYPES | EXCLUDED_READY_TYPES | frozenset(custom_types or ())
         self.children: dict[str, list[str]] = {}
         for b in self.by_id.values():
             for pid in b.parent_ids:
@@ -329,8 +325,6 @@ class BeadGraph:
             return "ephemeral"
         if bead.issue_type in EXCLUDED_READY_TYPES:
             return f"type {bead.issue_type} is never ready"
-        if bead.issue_type not in self.known_types:
-            return f"unknown type {bead.issue_type}"
         if self.is_deferred(bead):
             return f"deferred until {bead.defer_until}" if bead.defer_until else "deferred"
         for pid in bead.parent_ids:
@@ -347,15 +341,9 @@ class BeadGraph:
         return sort_beads(out, sort)
 
 
-def compute_ready(
-    beads: Iterable[Bead],
-    *,
-    now: datetime | None = None,
-    custom_types: Iterable[str] | None = None,
-    sort: str | None = "priority",
-) -> list[Bead]:
+def compute_ready(beads: Iterable[Bead], *, now: datetime | None = None, sort: str | None = "priority") -> list[Bead]:
     """Return the beads current ``bd ready`` would list (no limit)."""
-    return BeadGraph(beads, now=now, custom_types=custom_types).ready(sort=sort)
+    return BeadGraph(beads, now=now).ready(sort=sort)
 
 
 _FAR_FUTURE = datetime.max.replace(tzinfo=UTC)

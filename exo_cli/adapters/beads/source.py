@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import unicodedata
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,9 @@ class BeadsSource(ABC):
             return False
         return True
 
+    def prefetch(self, bead_ids: Iterable[str]) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """Read these beads (full or short ids) ahead, in as few tracker calls as the source allows."""
+
 
 def read_yaml_config(beads_dir: Path | None) -> dict[str, Any]:
     """Return ``config.yaml`` of ``beads_dir`` as a dict (empty when absent or unreadable)."""
@@ -95,16 +98,6 @@ def config_prefix(cfg: Mapping[str, Any]) -> str | None:
         if isinstance(val, str) and val.strip():
             return val.strip()
     return None
-
-
-def config_list(cfg: Mapping[str, Any], key: str) -> list[str]:
-    """Return config.yaml's ``key`` as a list (a comma-separated string or a list)."""
-    val = cfg.get(key)
-    if isinstance(val, str):
-        return [p.strip() for p in val.split(",") if p.strip()]
-    if isinstance(val, list):
-        return [str(p).strip() for p in val if str(p).strip()]
-    return []
 
 
 def resolve_id(source: BeadsSource, short: object) -> str:
@@ -178,7 +171,7 @@ def check_spawnable(source: BeadsSource, bead_id: object, *, actor: str | None =
             bead_id=full,
             issue_type=bead.issue_type,
         )
-    why = source.why_not_ready(full)  # children of deferred parents, ephemeral, unknown type...
+    why = source.why_not_ready(full)  # children of deferred parents, ephemeral...
     if why:
         raise StateError(f"Bead is not ready ({why}): {full}", bead_id=full, reason=why)
     return bead

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from exo_cli.adapters.forge.base import Filed, Forge, GhRunner, MergeOutcome, RemoteState, github_slug
+from exo_cli.adapters.forge.base import (
+    BaseSync,
+    Filed,
+    Forge,
+    GhRunner,
+    MergeOutcome,
+    RemoteState,
+    github_slug,
+)
 from exo_cli.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -49,5 +57,5 @@ def get_forge(kind: str, *, git: Git, remote: str = "origin", runner: GhRunner |
     return forge_named(kind, git=git, remote=remote, runner=runner, environ=environ)
 
 
-__all__ = ["KINDS", "Filed", "Forge", "GhRunner", "MergeOutcome", "RemoteState", "detect_kind", "forge_named",
-           "get_forge", "github_slug"]
+__all__ = ["KINDS", "BaseSync", "Filed", "Forge", "GhRunner", "MergeOutcome", "RemoteState", "detect_kind",
+           "forge_named", "get_forge", "github_slug"]

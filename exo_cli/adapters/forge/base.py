@@ -29,6 +29,7 @@ class Filed:
     url: str | None = None
     remote_number: int | None = None
     pushed: bool = False
+    base_pushed: bool = False  # the base branch was not on the remote, so it was pushed first
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,18 @@ class MergeOutcome:
     merge_commit: str
     base_worktree: str | None  # the worktree whose checkout was updated, None when none has the base
     local_updated: bool = True
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BaseSync:
+    """What bringing the local base branch up to its remote copy did."""
+
+    base: str
+    updated: bool  # the local base is now at the remote's tip (it may have been there already)
+    moved: bool  # it moved
+    head: str | None  # the remote's tip
+    worktree: str | None  # the checkout that was updated, None when none has the base
     warnings: list[str] = field(default_factory=list)
 
 
@@ -76,6 +89,10 @@ class Forge:
     def view(self, pr: PullRequest) -> RemoteState | None:
         """The forge's current view of ``pr`` (None for a forge that has no remote state)."""
         return None
+
+    def sync_base(self, base: str, *, reason: str) -> BaseSync:
+        """Bring the local ``base`` up to the forge's copy after a merge there (nothing to do locally)."""
+        return BaseSync(base=base, updated=True, moved=False, head=None, worktree=None)
 
 
 _SLUG = re.compile(

@@ -13,7 +13,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from exo_cli.adapters.forge.base import Filed, Forge, GhRunner, MergeOutcome, RemoteState, github_slug
+from exo_cli.adapters.forge.base import (
+    BaseSync,
+    Filed,
+    Forge,
+    GhRunner,
+    MergeOutcome,
+    RemoteState,
+    github_slug,
+)
 from exo_cli.errors import EnvironmentError_, ExternalFailure, StateError, external
 
 if TYPE_CHECKING:
@@ -124,13 +132,23 @@ class GitHubForge(Forge):
             self.gh(["pr", "edit", str(existing.remote_number), "--repo", slug, f"--title={title}",
                           f"--body={body}"], what="gh pr edit")
             return Filed(url=existing.url, remote_number=existing.remote_number, pushed=True)
+        base_pushed = self.push_base(base)
         argv = ["pr", "create", "--repo", slug, f"--base={base}", f"--head={head}", f"--title={title}", f"--body={body}"]
         if draft:
             argv.append("--draft")
         out = self.gh(argv, what="gh pr create").stdout
         urls = re.findall(r"https?://\S+/pull/(\d+)", out)
         url = next((w for w in out.split() if re.search(r"/pull/\d+$", w)), None)
-        return Filed(url=url, remote_number=int(urls[-1]) if urls else None, pushed=True)
+        return Filed(url=url, remote_number=int(urls[-1]) if urls else None, pushed=True, base_pushed=base_pushed)
+
+    def push_base(self, base: str) -> bool:
+        """Push ``base`` when the remote lacks it (a team lead's branch nobody pushed): GitHub needs it for a PR."""
+        if self.git.remote_has_branch(self.remote, base) is not False:
+            return False
+        proc = self.git.push(self.remote, base)
+        if proc.returncode != 0:
+            raise external("git push", proc, hint=f"The base branch {base} is not on {self.remote}; push it, then file again.")
+        return True
 
     def merge(self, pr: PullRequest, *, strategy: str, message: str) -> MergeOutcome:
         if not pr.remote_number:
@@ -140,34 +158,43 @@ class GitHubForge(Forge):
         self.gh(["pr", "merge", number, "--repo", slug, "--squash" if strategy == "squash" else "--merge"],
                 what="gh pr merge")
         state = self.view(pr)
-        warnings: list[str] = []
         if state is not None and state.state != "merged":
             raise StateError(f"GitHub did not merge PR #{pr.number} (state {state.state})",
                              hint="Look at the PR on GitHub (required reviews or checks?).", pr=pr.number)
+        sync = self.sync_base(pr.base, reason=f"exo: PR #{pr.number} merged on GitHub")
+        merge = (state.merge_commit if state else None) or sync.head or ""
+        return MergeOutcome(merge_commit=merge, base_worktree=sync.worktree, local_updated=sync.updated,
+                            warnings=sync.warnings)
+
+    def sync_base(self, base: str, *, reason: str) -> BaseSync:
+        """Fetch ``base`` from the remote and fast-forward the local branch (and its checkout) to it.
+
+        Never forced: a local base with commits the remote lacks, or a checkout with modified
+        files, is left as it is (a warning says why). ExternalFailure when the fetch fails.
+        """
         git = self.git
-        tracking = f"refs/remotes/{self.remote}/{pr.base}"
-        proc = git.fetch(self.remote, f"+refs/heads/{pr.base}:{tracking}")
+        tracking = f"refs/remotes/{self.remote}/{base}"
+        proc = git.fetch(self.remote, f"+refs/heads/{base}:{tracking}")
         if proc.returncode != 0:
-            raise external("git fetch", proc, hint=f"PR #{pr.number} is merged on GitHub; run `git pull` in the base worktree.")
+            raise external("git fetch", proc, hint=f"Run `git pull` in the worktree of {base}.")
         new = git.rev(tracking) or ""
-        old = git.rev(f"refs/heads/{pr.base}")
+        old = git.rev(f"refs/heads/{base}")
+        warnings: list[str] = []
         wt = None
-        updated = False
+        updated = moved = False
         if old is None:
-            warnings.append(f"no local branch {pr.base}; nothing to update")
+            warnings.append(f"no local branch {base}; nothing to update")
         elif old == new:
             updated = True
         elif not git.is_ancestor(old, new):
-            warnings.append(f"local {pr.base} has commits that {self.remote}/{pr.base} lacks; not updated")
+            warnings.append(f"local {base} has commits that {self.remote}/{base} lacks; not updated")
         else:
             try:
-                wt = git.fast_forward(pr.base, old, new, reason=f"exo: PR #{pr.number} merged on GitHub",
-                                  what=f"update the local {pr.base}")
-                updated = True
+                wt = git.fast_forward(base, old, new, reason=reason, what=f"update the local {base}")
+                updated = moved = True
             except StateError as exc:
-                warnings.append(f"merged on GitHub, but the local {pr.base} was not updated: {exc.message}")
-        merge = (state.merge_commit if state else None) or new
-        return MergeOutcome(merge_commit=merge, base_worktree=wt, local_updated=updated, warnings=warnings)
+                warnings.append(f"merged on GitHub, but the local {base} was not updated: {exc.message}")
+        return BaseSync(base=base, updated=updated, moved=moved, head=new or None, worktree=wt, warnings=warnings)
 
     def view(self, pr: PullRequest) -> RemoteState | None:
         if not pr.remote_number:

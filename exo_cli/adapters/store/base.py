@@ -102,6 +102,17 @@ class Store(Protocol):
         """Remove an agent's record."""
         ...
 
+    def retire_agent(self, agent_id: str, new_id: str, *, forget_keys: Sequence[str] = (),
+                     forget_prefixes: Sequence[str] = ()) -> bool:
+        """Move a finished agent's record to ``new_id`` (its history), freeing its id for a new agent.
+
+        In one transaction: the record, the messages it sent or got, its events, the PRs it
+        filed and its children's ``parent`` follow it to ``new_id``; the kv keys
+        ``forget_keys`` and those starting with one of ``forget_prefixes`` are deleted. False
+        when there is no such record (or ``new_id`` is taken).
+        """
+        ...
+
     def pending_agent_ids(self) -> list[str]:
         """Ids of agents that may be waiting to start (``--after``).
 

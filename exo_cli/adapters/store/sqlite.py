@@ -296,6 +296,24 @@ class SqliteStore(Store):
         with self.write() as c:
             c.execute("DELETE FROM agents WHERE id = ?", (agent_id,))
 
+    def retire_agent(self, agent_id: str, new_id: str, *, forget_keys: Sequence[str] = (),
+                     forget_prefixes: Sequence[str] = ()) -> bool:
+        with self.write() as c:
+            if c.execute("SELECT 1 FROM agents WHERE id = ?", (new_id,)).fetchone():
+                return False
+            if c.execute("UPDATE agents SET id = ? WHERE id = ?", (new_id, agent_id)).rowcount == 0:
+                return False
+            c.execute("UPDATE agents SET parent = ? WHERE parent = ?", (new_id, agent_id))
+            c.execute("UPDATE messages SET sender = ? WHERE sender = ?", (new_id, agent_id))
+            c.execute("UPDATE messages SET recipient = ? WHERE recipient = ?", (new_id, agent_id))
+            c.execute("UPDATE events SET agent = ? WHERE agent = ?", (new_id, agent_id))
+            c.execute("UPDATE prs SET author = ? WHERE author = ?", (new_id, agent_id))
+            for key in forget_keys:
+                c.execute("DELETE FROM kv WHERE key = ?", (key,))
+            for prefix in forget_prefixes:
+                c.execute("DELETE FROM kv WHERE substr(key, 1, ?) = ?", (len(prefix), prefix))
+            return True
+
     def pending_agent_ids(self) -> list[str]:
         rows = self.query("SELECT id FROM agents WHERE status = ? AND spec LIKE '%\"pending\"%'", (STARTING,))
         return [r["id"] for r in rows]

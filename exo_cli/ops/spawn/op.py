@@ -202,10 +202,10 @@ def spawn(
     common = common_for(env, target, mux=kind, from_branch=from_branch, no_worktree=no_worktree,
                         skip_permissions=skip_permissions, demo_script=demo_script, fork_session=fork_session,
                         parent_session_id=parent_session_id, after=list(after or []), warnings=warnings)
+    call = Call(target, common)
     reqs = plan(env, target, beads=list(beads or []), worker=list(worker or []), prompt=prompts,
                 subtree=subtree, task=task, branch=branch, ready=ready, specs=list(specs or []),
-                agent=backend, warnings=warnings)
-    call = Call(target, common)
+                agent=backend, warnings=warnings, tracker=call.beads)
     call.warnings.extend(warnings)
     if not common.skip_permissions and any(r.agent in AGENT_CLIS for r in reqs):
         call.warn("Agents will ask before running tools; pass --skip-permissions to let them run unattended")

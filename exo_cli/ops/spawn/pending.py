@@ -83,7 +83,7 @@ def launch_pending(env: Env, agent_id: str, *, prompt: str | None = None) -> Spa
     claim); others get a StateError. Returns the same result shape as ``spawn``. NotFound
     when there is no such record, StateError when it is not waiting.
     """
-    rec = env.store.agent(agent_id)
+    rec = env.store.agent(check_name(agent_id, "agent name"))
     if rec is None:
         raise NotFound(f"No agent named {agent_id!r}", agent=agent_id)
     if rec.spec.get("phase") != PENDING:

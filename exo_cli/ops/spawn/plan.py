@@ -23,6 +23,9 @@ from exo_cli.registry import Choice
 from exo_cli.validate import check_agent_name, check_text
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from exo_cli.adapters.beads import BeadsSource
     from exo_cli.env import Env
 
 
@@ -228,8 +231,12 @@ def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_w
 
 def plan(env: Env, call_env: Env, *, beads: list[str], worker: list[str], prompt: list[str],
          subtree: bool, task: str | None, branch: str | None, ready: int | None,
-         specs: list[dict[str, Any]], agent: str, warnings: list[str]) -> list[Request]:
-    """Turn the call's arguments into one Request per task (names picked for unnamed workers)."""
+         specs: list[dict[str, Any]], agent: str, warnings: list[str],
+         tracker: Callable[[], BeadsSource] | None = None) -> list[Request]:
+    """Turn the call's arguments into one Request per task (names picked for unnamed workers).
+
+    ``tracker`` gives the call's beads source (one look at the tracker for the whole call).
+    """
     if subtree:
         return [_subtree(prompt, task=task, branch=branch, agent=agent, others=bool(beads or worker or specs or ready))]
     if task or branch:
@@ -238,7 +245,8 @@ def plan(env: Env, call_env: Env, *, beads: list[str], worker: list[str], prompt
         check_text(p, "prompt")
     bead_prompt, prompt = _split_prompts(prompt, beads=bool(beads or ready), worker=worker)
     reqs = [Request(kind="bead", key=b, bead=b, prompt=bead_prompt, agent=agent) for b in beads]
-    reqs += _ready_beads(call_env, ready, given=beads, prompt=bead_prompt, agent=agent, warnings=warnings)
+    reqs += _ready_beads(call_env, ready, given=beads, prompt=bead_prompt, agent=agent, warnings=warnings,
+                         tracker=tracker)
     reqs += _workers(worker, prompt, agent=agent)
     reqs += _from_specs(specs, agent=agent)
     if not reqs:
@@ -274,7 +282,7 @@ def _split_prompts(prompt: list[str], *, beads: bool, worker: list[str]) -> tupl
 
 
 def _ready_beads(call_env: Env, ready: int | None, *, given: list[str], prompt: str | None, agent: str,
-                 warnings: list[str]) -> list[Request]:
+                 warnings: list[str], tracker: Callable[[], BeadsSource] | None = None) -> list[Request]:
     """``--ready N``: the N best ready beads not already given, a warning when fewer are ready."""
     if not ready:
         return []
@@ -283,7 +291,7 @@ def _ready_beads(call_env: Env, ready: int | None, *, given: list[str], prompt: 
     from exo_cli.adapters import beads as beads_mod
     from exo_cli.ops import tasks
 
-    src = tasks.open_repo_beads(call_env)
+    src = tracker() if tracker is not None else tasks.open_repo_beads(call_env)
     taken = set()
     for b in given:
         with contextlib.suppress(ExoError):

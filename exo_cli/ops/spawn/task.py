@@ -6,9 +6,9 @@ that the bead is free, choose the branch and worktree, then record the agent as 
 with its whole request once a slot under ``limits.max_agents`` is free, before anything is
 created, so a killed spawn leaves a record that a retry or ``exo doctor`` can finish or clean.
 ``_build`` then creates the worktree and branch (git metadata serialized by the repo lock),
-prepares it (copies, symlinks, post-create command, ``.exo/context.md``, services, the
-backend's files), claims the bead and starts the agent with its first prompt on its command
-line; the record is updated after each phase. Fault points (``exo_cli.fault``):
+prepares it (copies, symlinks, post-create command, the bead's claim, ``.exo/context.md``
+showing the claimed bead, services, the backend's files) and starts the agent with its first
+prompt on its command line; the record is updated after each phase. Fault points (``exo_cli.fault``):
 ``spawn.recorded``, ``spawn.worktree``, ``spawn.prepared``, ``spawn.started``.
 """
 
@@ -31,7 +31,7 @@ from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, private_dir
 from exo_cli.ops.spawn.context import context_text, first_prompt
 from exo_cli.ops.spawn.recovery import cleanup_partial, resume_started, spawn_lock
 from exo_cli.ops.spawn.result import SpawnResult, failed_call, run_tasks
-from exo_cli.records import BACKENDS, LIVE_STATUSES, ROOT, STARTING, Agent
+from exo_cli.records import BACKENDS, DONE, LIVE_STATUSES, ROOT, STARTING, Agent
 from exo_cli.validate import check_agent_name, slugify
 
 if TYPE_CHECKING:
@@ -49,8 +49,17 @@ def start_all(call: Call, reqs: list[Request], *, duplicates: AbstractSet[str] =
     except ExoError as exc:
         return failed_call(call, exc)
     starter = call.starter() if call.common.mux == "tmux" else None
+    _read_beads_ahead(call, reqs)
     return run_tasks(call, reqs, lambda req: run_task(call, req, launching=launching),
                      duplicates=duplicates, starter=starter)
+
+
+def _read_beads_ahead(call: Call, reqs: list[Request]) -> None:
+    """Read every bead of the call in one go (``bd``: one ``show`` and one ``ready``), before the tasks split up."""
+    ids = [r.bead for r in reqs if r.kind == "bead" and r.bead]
+    if ids:
+        with contextlib.suppress(ExoError):  # each task reports its own bead's problem
+            call.beads().prefetch(ids)
 
 
 class _Bead(NamedTuple):
@@ -125,9 +134,19 @@ def _clear_name(call: Call, req: Request, agent_id: str, *, launching: bool) -> 
             agent=agent_id,
             status=existing.status,
         )
+    if existing.status == DONE and not (existing.worktree and existing.spec.get("worktree_created")
+                                        and os.path.isdir(existing.worktree)):
+        from exo_cli.ops.history import retire
+
+        retire(env, existing)  # completed: its name is free, its record stays as history
+        return None
+    if existing.status == DONE:
+        hint = f"Remove its worktree with `exo complete {agent_id}`, clear it with `exo reap`, or pick another name."
+    else:
+        hint = "Clear finished agents with `exo reap` (their names are free again), or pick another name."
     raise StateError(
         f"An agent named {agent_id} is still recorded ({existing.status})",
-        hint="Forget dead agents with `exo reap`, or pick another name.",
+        hint=hint,
         agent=agent_id,
         status=existing.status,
     )
@@ -299,11 +318,11 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
     base_env = agent_env(env)
     if worktree:  # the post-create command is no agent: it never gets the proof
         _fill_worktree(call, agent, spec, path, {**base_env, **_without_proof(identity)})
+    if bead_task is not None:  # before the context file, so that it shows the bead as claimed
+        bead_task = _claim_bead(call, agent.id, spec, bead_task)
     _write_context(call, req, agent, spec, path, bead_task)
     services = _write_services(env, spec, path)
     launch = _prepare_backend(call, req, agent, spec, path, base_env=base_env, identity=identity, bead_task=bead_task)
-    if bead_task is not None:
-        _claim_bead(call, agent.id, spec, bead_task)
     fault.point("spawn.prepared", env.environ)
     loc = _start(call, agent.id, spec, launch, services=bool(services) and _has_process_compose(base_env), path=path)
     if services:
@@ -444,13 +463,19 @@ def _prepare_backend(call: Call, req: Request, agent: Agent, spec: dict[str, Any
     return launch
 
 
-def _claim_bead(call: Call, agent_id: str, spec: dict[str, Any], bead_task: Any) -> None:
-    """Claim the bead for the agent and keep the snapshot ``exo reconstitute`` diffs against."""
+def _claim_bead(call: Call, agent_id: str, spec: dict[str, Any], bead_task: Any) -> Any:
+    """Claim the bead for the agent, keep the snapshot ``exo reconstitute`` diffs against; the task as claimed."""
+    import dataclasses
+
     from exo_cli.ops import tasks
 
-    claimed = tasks.claim(call.env, bead_task.id, agent_id, source=call.beads())
+    source = call.beads()
+    claimed = tasks.claim(call.env, bead_task.id, agent_id, source=source)
+    for note in tasks.uncommitted_notes(source):
+        call.warn(note)
     tasks.save_bead_snapshot(call.env, agent_id, claimed)
     spec["claimed"] = True
+    return dataclasses.replace(bead_task, bead=claimed)
 
 
 def _has_process_compose(base_env: dict[str, str]) -> bool:
