@@ -6,7 +6,9 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.ops import completion as kinds
 from exo_cli.ops.pr import STATES, STRATEGIES, FileResult, MergeResult, PrList, PrView
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -74,7 +76,7 @@ def file_cmd(env: Any, title: str | None, body: str | None, draft: bool, as_json
 
 @pr.command("merge", help=op_help("pr_merge") + "\n\n\b\nExamples:\n  exo pr merge 3\n"
             "  exo pr merge 3 --strategy merge --json")
-@click.argument("number", type=int)
+@click.argument("number", type=int, shell_complete=completer(kinds.OPEN_PR))
 @op_option("pr_merge", "strategy", "--strategy", type=click.Choice(STRATEGIES))
 @json_option
 @click.pass_obj
@@ -91,7 +93,7 @@ def list_cmd(env: Any, state: str, as_json: bool) -> None:
 
 
 @pr.command("show", help=op_help("pr_show") + "\n\n\b\nExamples:\n  exo pr show 3\n  exo pr show 3 --json")
-@click.argument("number", type=int)
+@click.argument("number", type=int, shell_complete=completer(kinds.PR))
 @json_option
 @click.pass_obj
 def show_cmd(env: Any, number: int, as_json: bool) -> None:

@@ -8,8 +8,10 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.errors import UsageError
+from exo_cli.ops import completion as kinds
 from exo_cli.ops.spawn.op import BACKENDS, MUXES, SpawnResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -55,7 +57,7 @@ def _specs(values: tuple[str, ...]) -> list[dict[str, Any]]:
     "  exo spawn --subtree --task 'Build the auth system' --branch auth\n"
     "  echo 'Fix the flaky test' | exo spawn --worker fixer -"
 )
-@click.argument("beads", nargs=-1)
+@click.argument("beads", nargs=-1, shell_complete=completer(kinds.READY_BEAD))
 @op_option("spawn", "worker", "--worker", multiple=True, metavar="NAME")
 @op_option("spawn", "prompt", "--prompt", multiple=True, metavar="TEXT")
 @op_option("spawn", "prompt_file", "--prompt-file", metavar="FILE")
@@ -73,7 +75,7 @@ def _specs(values: tuple[str, ...]) -> list[dict[str, Any]]:
 @op_option("spawn", "no_worktree", "--no-worktree", is_flag=True)
 @op_option("spawn", "repo", "--repo", metavar="PATH")
 @op_option("spawn", "skip_permissions", "--skip-permissions/--no-skip-permissions", default=None)
-@op_option("spawn", "after", "--after", multiple=True, metavar="AGENT")
+@op_option("spawn", "after", "--after", multiple=True, metavar="AGENT", shell_complete=completer(kinds.AGENT))
 @op_option("spawn", "demo_script", "--demo-script", metavar="FILE")
 @json_option
 @click.pass_obj
