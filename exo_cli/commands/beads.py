@@ -84,6 +84,7 @@ def render_show(out: Out, result: BeadShowResult) -> None:
 @click.group(
     help="Read the beads tracker: ready, show and list beads.\n\n"
     "Read-only views of what exo sees (through `bd` when installed, else .beads/*.jsonl)."
+    "\n\n\b\nExamples:\n  exo beads ready\n  exo beads show 4hj\n  exo beads list --all --json"
 )
 def beads() -> None:
     pass

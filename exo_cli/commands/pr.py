@@ -58,7 +58,10 @@ def render_list(out: Out, result: PrList) -> None:
               empty="No pull requests. File one with `exo pr file`.")
 
 
-@click.group(help="File, merge and list pull requests.")
+@click.group(help="File, merge and list pull requests.\n\n"
+             "A pull request asks to merge an agent's branch into its parent branch, on the local forge "
+             "(records in exo's state, merged with git) or on GitHub (git push and gh)."
+             "\n\n\b\nExamples:\n  exo pr file --title 'Add login'\n  exo pr list --state open\n  exo pr merge 3")
 def pr() -> None:
     pass
 

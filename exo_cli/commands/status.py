@@ -79,4 +79,4 @@ def agents(env: Any, as_json: bool) -> None:
 
 agents_alias = copy.copy(agents)
 agents_alias.hidden = True
-agents_alias.help = "Alias of `exo agents`."
+agents_alias.help = "Alias of `exo agents`.\n\n\b\nExamples:\n  exo ls\n  exo ls --json"

@@ -433,7 +433,7 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
     branch, or branch commits whose content is not in the base (a squash merge counts as
     merged); and always when another process works inside the worktree or the branch is
     checked out elsewhere. It checks before stopping the agent and again after: a refusal
-    leaves the agent running, or stopped but resumable (dead, not done). ``--force`` first
+    leaves the agent running, or stopped but resumable (dead, not done). `--force` first
     archives everything and prints how to restore it. An agent completing its own task is
     marked done; its worktree is removed later by its parent.
     """

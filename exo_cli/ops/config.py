@@ -32,7 +32,7 @@ class ConfigResult:
     help={"keys": "Keys to show, such as agent.default (default: every key)."},
 )
 def config(env: Env, *, keys: list[str] | None = None) -> ConfigResult:
-    """Show the effective configuration and where each value comes from.
+    """Show the effective configuration and where it comes from.
 
     Every key with its value after merging the defaults, the user file, the repository's
     `exo.toml`, the local `.exo/config.toml` and the `EXO_*` variables, and the origin of

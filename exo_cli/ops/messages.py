@@ -203,8 +203,8 @@ def _timeout(value: float | None, what: str = "timeout") -> float | None:
 def note(env: Env, *, message: str) -> NoteResult:
     """Send a fire-and-forget note to your parent.
 
-    The parent sees it as ``[NOTE from <name>] ...``: at its next hook, typed into its pane
-    when it is idle, or as the result of its ``wait``. Stored durably first.
+    The parent sees it as `[NOTE from <name>] ...`: at its next hook, typed into its pane
+    when it is idle, or as the result of its `wait`. Stored durably first.
     """
     message = check_text(message, "message")
     me = caller_agent(env, "send a note")
@@ -246,8 +246,8 @@ def _answer_to(env: Env, ticket: int) -> Message | None:
 def question(env: Env, *, message: str, timeout: float | None = None) -> QuestionResult:
     """Ask your parent a question and wait for the answer.
 
-    Blocks until the parent answers (``exo answer`` / ``answer_question``), the timeout
-    passes, or the parent dies, and says which in ``status``. Asking the same text again
+    Blocks until the parent answers (`exo answer` / `answer_question`), the timeout
+    passes, or the parent dies, and says which in `status`. Asking the same text again
     while it is unanswered (say after an MCP client's own tool timeout) waits on the same
     ticket and never asks twice; an answer that arrived in between is returned at once.
     """
@@ -319,7 +319,7 @@ def question(env: Env, *, message: str, timeout: float | None = None) -> Questio
 def answer(env: Env, *, agent: str, message: str) -> AnswerResult:
     """Answer a child's pending question and wake it.
 
-    The child blocked in ``question`` returns with the answer at once; a child that gave
+    The child blocked in `question` returns with the answer at once; a child that gave
     up waiting gets it as a message (typed into its pane when idle, else at its next hook)
     and, if it asks the same question again, the same answer.
     """
@@ -453,9 +453,9 @@ def _entry_status(agent: Agent | None) -> str:
 def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = None) -> WaitResult:
     """Wait for the next message, or fan in on several agents.
 
-    Without agents: return the first unconsumed message to you from anyone (``--timeout
-    0`` checks without blocking). With agents: wait until each has a message for you
-    (``received``), or is ``idle`` or ``dead``, or the timeout passes; return one entry per
+    Without agents: return the first unconsumed message to you from anyone (`--timeout
+    0` checks without blocking). With agents: wait until each has a message for you
+    (`received`), or is `idle` or `dead`, or the timeout passes; return one entry per
     agent with its status (received, running, idle, dead) and message. Messages returned
     are consumed.
     """
@@ -543,7 +543,7 @@ def output(env: Env, *, agent: str) -> OutputResult:
     """Show an agent's final output.
 
     The last assistant message its Stop hook reported (a later turn replaces an earlier
-    one), or what it passed to ``exo done --output``; null when it has none yet.
+    one), or what it passed to `exo done --output`; null when it has none yet.
     """
     a = find_agent(env, agent)
     return OutputResult(agent_id=a.id, name=a.name, status=a.status, output=a.output, turns=a.turns,
@@ -560,9 +560,9 @@ def output(env: Env, *, agent: str) -> OutputResult:
 def done(env: Env, *, output: str | None = None) -> DoneResult:
     """Mark your own task done with its output.
 
-    For agents whose CLI has no Stop hook: records the output, sets the status ``done``,
-    tells the parent (a ``done`` message, which its ``wait`` receives) and starts agents
-    spawned ``--after`` you.
+    For agents whose CLI has no Stop hook: records the output, sets the status `done`,
+    tells the parent (a `done` message, which its `wait` receives) and starts agents
+    spawned `--after` you.
     """
     if output is not None:
         output = check_text(output, "output", allow_empty=True)

@@ -145,7 +145,7 @@ def agents(env: Env) -> AgentsResult:
     """List the agent tree with status, task, branch, PR and last message.
 
     Status comes from the agents' hooks first and from pane or process liveness second;
-    an agent whose pane or process is gone shows as ``dead``. One batched multiplexer
+    an agent whose pane or process is gone shows as `dead`. One batched multiplexer
     call per refresh, whatever the number of agents.
     """
     env.repo  # noqa: B018 - fail early outside a repository

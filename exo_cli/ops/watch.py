@@ -203,9 +203,9 @@ def background_poller(env: Env) -> None:
 def watch(env: Env, *, once: bool = False, interval_pending: int = 30, interval_idle: int = 300) -> WatchResult:
     """Poll the forge for review, check and merge changes and deliver them as events.
 
-    Watches every open GitHub PR exo tracks with ``gh pr view --json``: every
-    ``--interval-pending`` seconds while a review or check is pending, every
-    ``--interval-idle`` seconds otherwise. Changes go to the owning agent as a message and an
+    Watches every open GitHub PR exo tracks with `gh pr view --json`: every
+    `--interval-pending` seconds while a review or check is pending, every
+    `--interval-idle` seconds otherwise. Changes go to the owning agent as a message and an
     event. Stops on Ctrl-C. Only one poller runs per repository.
     """
     from exo_cli import cancel
