@@ -42,6 +42,8 @@ def render_answer(out: Out, r: _messages.AnswerResult) -> None:
 def render_send(out: Out, r: _messages.SendResult) -> None:
     for p in r.sent:
         out.line(f"Sent to {p.name} (message #{p.message_id}, {p.delivery}).")
+    for w in r.warnings:
+        out.line(f"warning: {w}")
 
 
 def render_wait(out: Out, r: _messages.WaitResult) -> None:

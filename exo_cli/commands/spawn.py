@@ -25,14 +25,21 @@ def render_spawn(out: Out, result: SpawnResult) -> None:
         rows.append([a.id, a.role, a.backend, a.status, a.branch, a.worktree, where])
     if rows:
         out.table(["AGENT", "ROLE", "BACKEND", "STATUS", "BRANCH", "WORKTREE", "PANE"], rows)
-    for err in result.errors:
-        out.line(f"failed {err['id']}: {err['message']} ({err['name']})")
-        if err.get("hint"):
-            out.line(f"  hint: {err['hint']}")
     for w in result.warnings:
         out.line(f"warning: {w}")
-    if not rows and not result.errors:
+    if result.errors:
+        out.line(f"{len(rows)} of {len(rows) + len(result.errors)} task(s) spawned; "
+                 f"failed: {', '.join(str(e['id']) for e in result.errors)}")
+    elif not rows:
         out.line("Nothing spawned.")
+
+
+def report_failures(result: SpawnResult) -> None:
+    """Each failed task as ``Error:``/``Hint:`` on stderr, as every other failure is reported."""
+    for err in result.errors:
+        sys.stderr.write(f"Error: {err['id']}: {err['message']}\n")
+        if err.get("hint"):
+            sys.stderr.write(f"Hint: {err['hint']}\n")
 
 
 def _specs(values: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -108,5 +115,7 @@ def spawn(ctx: click.Context, env: Any, beads: tuple[str, ...], worker: tuple[st
         after=list(after), demo_script=demo_script,
     )  # fmt: skip
     emit(result, as_json=as_json, human=render_spawn)
+    if not as_json:
+        report_failures(result)
     if result.exit_code:
         ctx.exit(result.exit_code)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from exo_cli import fault
 from exo_cli.adapters import keep
 from exo_cli.adapters.git import Finished, Git
-from exo_cli.errors import ExoError, NotFound, StateError
+from exo_cli.errors import ExoError, NotFound, StateError, UsageError
 from exo_cli.records import DEAD, DONE, ROOT, Agent
 from exo_cli.registry import op
 
@@ -68,7 +68,8 @@ def _resolve(env: Env, target: str | None) -> tuple[Agent | None, str | None]:
     if target is None:
         agent = env.caller_agent()
         if agent is None:
-            raise StateError("Name the bead or agent to complete", hint="exo complete AGENT (see `exo agents`).")
+            # the human at the root has no task of its own: a missing argument, not a state
+            raise UsageError("Name the bead or agent to complete", hint="exo complete AGENT (see `exo agents`).")
         return agent, agent.bead
     agents = [a for a in env.store.agents() if a.id != ROOT] if env.has_state() else []
     for attr in ("id", "name", "bead"):  # an agent id first, then a name, then a bead

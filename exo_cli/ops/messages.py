@@ -16,7 +16,7 @@ answered -> closed: the ticket), ``answer`` (parent -> child, ``reply_to`` the t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from exo_cli import cancel
@@ -93,6 +93,8 @@ class AnswerResult:
 @dataclass(frozen=True)
 class SendResult:
     sent: list[Posted]
+    # one line per recipient that is dead or done: its message waits, but it may never read it
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -376,7 +378,8 @@ def send(env: Env, *, to: list[str], message: str) -> SendResult:
 
     Stored durably first; an agent idle in a tmux pane gets it typed into its input, a
     busy one at its next hook, a headless one through its hooks only. A dev agent may send
-    to its parent and its siblings only.
+    to its parent and its siblings only. A recipient that is dead or done still gets the
+    message stored (it reads it if it starts again), and the result warns about it.
     """
     message = check_text(message, "message")
     refs = _targets(list(to) if not isinstance(to, str) else [to])
@@ -385,6 +388,8 @@ def send(env: Env, *, to: list[str], message: str) -> SendResult:
     sender = env.caller.agent_id
     me = None if env.caller.is_human else env.store.agent(sender)
     recipients = [find_agent(env, r) for r in refs]
+    _refresh(env, [r.id for r in recipients if r.id != ROOT])  # a vanished pane counts as dead
+    recipients = [env.store.agent(r.id) or r if r.id != ROOT else r for r in recipients]
     if env.role == "dev" and me is not None:
         for r in recipients:
             parent = me.parent or ROOT
@@ -399,7 +404,13 @@ def send(env: Env, *, to: list[str], message: str) -> SendResult:
     for r in recipients:
         msg_id = post(env, SEND, sender, r.id, message)
         sent.append(Posted(agent_id=r.id, name=r.name, message_id=msg_id, delivery=_deliver(env, msg_id, r)))
-    return SendResult(sent=sent)
+    return SendResult(sent=sent, warnings=[_gone(r) for r in recipients if r.status in (DEAD, DONE)])
+
+
+def _gone(agent: Agent) -> str:
+    what = "is dead" if agent.status == DEAD else "is done (its task is finished)"
+    return (f"{agent.name} {what}: the message is kept and reaches it only if it starts again "
+            "(see `exo agents`; `exo spawn` starts a new agent)")
 
 
 # ---------------------------------------------------------------------------------- wait
