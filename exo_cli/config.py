@@ -32,6 +32,7 @@ class EnvVars:
     FAULT = "EXO_FAULT"  # fault-injection points, for reliability tests
     HANGAR_ROOT = "HANGAR_ROOT"
     MCP_WAIT = "EXO_MCP_WAIT"  # seconds Claude's session-start hook waits for the agent's exo MCP server
+    PROCESS_READER = "EXO_PROCESS_READER"  # "psutil": read processes through psutil even where /proc exists
     # Configuration overrides: env var -> dotted key.
     CONFIG = {
         "EXO_AGENT_BACKEND": "agent.default",
