@@ -22,12 +22,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_env, exo_argv, median_ms, precompile, scratch_repo, time_commands  # noqa: E402
-from agents100 import agents, make_repo, socket_name, spawn_all  # noqa: E402
-
-
-def tab(words: str, cword: int) -> dict[str, str]:
-    return {"_EXO_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+from _common import exo_argv, median_ms, precompile, scratch_repo, time_commands  # noqa: E402
+from agents100 import agents, clean_env, make_repo, socket_name, spawn_all  # noqa: E402
 
 
 def main() -> int:
@@ -38,10 +34,7 @@ def main() -> int:
     if shutil.which("tmux") is None:
         sys.exit("tmux is not installed")
     precompile()
-    env = {**bench_env(), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
-           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
-    for var in ("EXO_AGENT", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "TMUX", "TMUX_PANE"):
-        env.pop(var, None)
+    env = clean_env()
     tmp = Path(tempfile.mkdtemp(prefix="exo-bench-completion-"))
     sock = None
     try:
@@ -51,7 +44,7 @@ def main() -> int:
         live = [a for a in agents(repo, env) if a["status"] not in ("dead", "done")]
         if len(live) != args.agents:
             raise SystemExit(f"expected {args.agents} live agents, got {len(live)}")
-        completing = {**env, **tab("exo attach a0", 2)}
+        completing = {**env, "_EXO_COMPLETE": "bash_complete", "COMP_WORDS": "exo attach a0", "COMP_CWORD": "2"}
         answer = subprocess.run(exo_argv(), cwd=repo, env=completing, capture_output=True, text=True, check=True)
         names = sorted(str(a["name"]) for a in live if str(a["name"]).startswith("a0"))
         if answer.stdout.split() != [f"plain,{n}" for n in names]:
