@@ -41,6 +41,15 @@ exec {tmux} "$@"
 """
 
 
+def clean_env() -> dict[str, str]:
+    """The benchmark's environment: a git identity, and none of an agent's or a tmux pane's variables."""
+    env = {**bench_env(), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
+    for var in ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "TMUX", "TMUX_PANE"):
+        env.pop(var, None)
+    return env
+
+
 def make_repo(root: Path, env: dict[str, str]) -> Path:
     repo = root / "repo"
     repo.mkdir()
@@ -102,10 +111,7 @@ def main() -> int:
     if shutil.which("tmux") is None:
         sys.exit("tmux is not installed")
     precompile()
-    env = {**bench_env(), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
-           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
-    for var in ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "TMUX", "TMUX_PANE"):
-        env.pop(var, None)
+    env = clean_env()
     tmp = Path(tempfile.mkdtemp(prefix="exo-bench-agents-"))
     sock = None
     try:

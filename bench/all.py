@@ -81,6 +81,10 @@ def parse_agents100(out: str) -> list[Row]:
     ]
 
 
+def parse_completion(out: str) -> list[Row]:
+    return _ratio_rows(out, ["exo attach a0<TAB> (bash_complete)"], 1.5)
+
+
 def parse_mcp(out: str) -> list[Row]:
     m = re.search(r"^exo mcp\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s*$", out, re.M)
     if m is None:
@@ -109,6 +113,7 @@ BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "spawn": (parse_spawn, ["--runs", "2"]),
     "wake": (parse_wake, ["--notes", "5"]),
     "agents100": (parse_agents100, ["--runs", "5"]),
+    "completion": (parse_completion, ["--runs", "10"]),
     "mcp": (parse_mcp, ["--runs", "3"]),
     "beads": (parse_beads, ["--spawn", "2"]),
 }

@@ -34,6 +34,7 @@ class EnvVars:
     FAULT = "EXO_FAULT"  # fault-injection points, for reliability tests
     HANGAR_ROOT = "HANGAR_ROOT"
     MCP_WAIT = "EXO_MCP_WAIT"  # seconds Claude's session-start hook waits for the agent's exo MCP server
+    PROCESS_READER = "EXO_PROCESS_READER"  # "psutil": read processes through psutil even where /proc exists
     # Configuration overrides: env var -> dotted key.
     CONFIG = {
         "EXO_AGENT_BACKEND": "agent.default",
@@ -290,6 +291,14 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise InvalidInput(f"Cannot read {path}: {why}", source=str(path)) from exc
 
 
+def config_files(environ: Mapping[str, str], repo_root: Path | None) -> list[Path]:
+    """The configuration files, lowest precedence first (whether they exist or not)."""
+    files = [user_config_dir(environ) / "config.toml"]
+    if repo_root is not None:
+        files += [repo_root / "exo.toml", repo_root / ".exo" / "config.toml"]
+    return files
+
+
 def load(
     *,
     repo_root: Path | None,
@@ -299,12 +308,7 @@ def load(
     """Merge every source in precedence order and validate each value against SCHEMA."""
     values = copy.deepcopy(DEFAULTS)
     origins: dict[str, str] = {}
-    layers: list[tuple[str, dict[str, Any]]] = []
-    user = user_config_dir(environ) / "config.toml"
-    layers.append((str(user), read_toml(user)))
-    if repo_root is not None:
-        for path in (repo_root / "exo.toml", repo_root / ".exo" / "config.toml"):
-            layers.append((str(path), read_toml(path)))
+    layers = [(str(path), read_toml(path)) for path in config_files(environ, repo_root)]
     for origin, table in layers:
         for key, value in _flatten(table).items():
             _check(key, value, origin)

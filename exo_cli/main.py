@@ -50,6 +50,16 @@ class ExoGroup(click.Group):
         self.commands[cmd_name] = command
         return command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        """Click's, with "Did you mean" taken from every command (not only the ones loaded so far)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            from exo_cli.commands import COMMANDS
+
+            visible = [name for name, e in COMMANDS.items() if not e.hidden]
+            raise click.exceptions.NoSuchCommand(exc.command_name, possibilities=visible, ctx=ctx) from None
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """List commands from the table's summaries without importing them."""
         from exo_cli.commands import COMMANDS
@@ -119,6 +129,11 @@ def _show_click_error(exc: click.exceptions.ClickException) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``exo`` script."""
     args = sys.argv[1:] if argv is None else argv
+    if "_EXO_COMPLETE" in os.environ:  # a shell asking for completions: answer without loading commands
+        from exo_cli.commands._complete import fast_complete
+
+        if fast_complete(cli, os.environ):
+            sys.exit(0)
     as_json = "--json" in args
     try:
         rv = cli.main(args=args, prog_name="exo", standalone_mode=False)

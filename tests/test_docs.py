@@ -29,7 +29,7 @@ def test_generated_files_are_fresh() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize(("shell", "file"), [("bash", "exo.bash"), ("zsh", "exo.zsh"), ("fish", "exo.fish")])
+@pytest.mark.parametrize(("shell", "file"), [("bash", "bash/exo"), ("zsh", "zsh/_exo"), ("fish", "fish/exo.fish")])
 def test_completion_command_matches_file(repo: Path, shell: str, file: str) -> None:
     r = Exo(repo)("completion", shell)
     assert r.exit_code == 0

@@ -11,13 +11,18 @@ commits rewritten so far, an autostash), a merge, cherry-pick or revert in progr
 (``refs/worktree/``, ``refs/rewritten/``). This module reads those files (no git process)
 so that removal and merging can see them; which of the commits are reachable from a ref
 is the git client's question.
+
+``common_dir`` finds a repository's shared git folder the same way, by reading files: for a
+shell's TAB, where even one git process is a noticeable part of the budget. It knows the common
+cases (a main checkout, a linked worktree, ``GIT_DIR``/``GIT_COMMON_DIR``) and answers None for
+anything else, so its callers simply offer nothing; everything else asks git (``Git.discover``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -49,6 +54,29 @@ def git_dir_of(checkout: str | os.PathLike[str]) -> Path | None:
         return None
     target = Path(text[len("gitdir:"):].strip())
     return target if target.is_absolute() else (Path(checkout) / target)
+
+
+def _common(git_dir: Path) -> Path:
+    """A linked worktree's git folder names the shared one in its ``commondir`` file."""
+    common = _read(git_dir / "commondir")
+    if not common:
+        return git_dir
+    path = Path(common)
+    return path if path.is_absolute() else git_dir / path
+
+
+def common_dir(start: str | os.PathLike[str], environ: Mapping[str, str]) -> Path | None:
+    """The shared git folder of the repository around ``start`` (or above it), or None when none is found."""
+    if environ.get("GIT_COMMON_DIR"):
+        return Path(environ["GIT_COMMON_DIR"])
+    if environ.get("GIT_DIR"):
+        return _common(Path(environ["GIT_DIR"]))
+    here = Path(start).absolute()
+    for folder in (here, *here.parents):
+        if os.path.lexists(folder / ".git"):
+            git_dir = git_dir_of(folder)
+            return _common(git_dir).resolve() if git_dir is not None else None
+    return None
 
 
 def _read(path: Path) -> str:
@@ -178,5 +206,5 @@ def checkouts(common_dir: str | os.PathLike[str]) -> list[Checkout]:
     return out
 
 
-__all__ = ["HEAD_FILES", "STATE_DIRS", "STATE_FILES", "Checkout", "branches_concerned", "checkouts", "git_dir_of",
-           "head_branch", "operations", "state_commits"]
+__all__ = ["HEAD_FILES", "STATE_DIRS", "STATE_FILES", "Checkout", "branches_concerned", "checkouts", "common_dir",
+           "git_dir_of", "head_branch", "operations", "state_commits"]

@@ -2,11 +2,15 @@
 
 The one place that parses ``/proc``: a process's stat line (parent, group, session, start
 time), its ancestors, its command line, and the processes whose working directory is inside a
-folder. Where ``/proc`` is missing the readers answer "unknown" and the signal helpers fall
-back to ``kill(pid, 0)``.
+folder. Where ``/proc`` is missing (macOS, the BSDs) the two readers exo cannot do without,
+``ancestors`` (the caller's identity) and ``processes_inside`` (the "someone is still in this
+worktree" guard), use psutil instead; the others answer "unknown" and the signal helpers fall
+back to ``kill(pid, 0)``. ``EXO_PROCESS_READER=psutil`` takes the psutil path where ``/proc``
+exists too, so the tests run it on Linux.
 
 Stdlib only and cheap to import: identity by ancestry (``ancestors``) runs on every hook, so
-``subprocess``, ``shutil`` and ``signal`` are imported only by the functions that use them.
+``subprocess``, ``shutil``, ``signal`` and psutil are imported only by the functions that use
+them, and psutil only where ``/proc`` is missing or the switch asks for it.
 """
 
 from __future__ import annotations
@@ -37,15 +41,24 @@ class ProcStat(NamedTuple):
     start_time: int  # clock ticks after boot: with the pid, the identity of a process
 
 
+PROC_ROOT = "/proc"  # where the process file system is (the tests point it elsewhere to take it away)
+READER_VAR = "EXO_PROCESS_READER"  # config.EnvVars.PROCESS_READER: "psutil" forces psutil where /proc exists
+
+
 def has_proc() -> bool:
     """Whether this system has a Linux ``/proc``."""
-    return os.path.exists("/proc/self/stat")
+    return os.path.exists(f"{PROC_ROOT}/self/stat")
+
+
+def use_psutil() -> bool:
+    """Whether the process readers go through psutil: no ``/proc``, or asked for."""
+    return os.environ.get(READER_VAR) == "psutil" or not has_proc()
 
 
 def proc_stat(pid: int) -> ProcStat | None:
     """Return the stat fields of ``pid`` from /proc, or None if unknown."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
+        with open(f"{PROC_ROOT}/{pid}/stat", "rb") as fh:
             data = fh.read()
     except OSError:
         return None
@@ -64,7 +77,9 @@ def proc_start_time(pid: int) -> int | None:
 
 
 def ancestors(pid: int, limit: int = 64) -> list[int]:
-    """``pid`` and its ancestors up to (without) init, from /proc (empty where /proc is missing)."""
+    """``pid`` and its ancestors up to (without) init (from /proc, else from psutil)."""
+    if use_psutil():
+        return _psutil_ancestors(pid, limit)
     chain: list[int] = []
     while pid > 1 and len(chain) < limit:
         chain.append(pid)
@@ -78,7 +93,7 @@ def ancestors(pid: int, limit: int = 64) -> list[int]:
 def cmdline(pid: int) -> str:
     """The command line of ``pid``, its arguments joined by spaces ("" when unknown)."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        with open(f"{PROC_ROOT}/{pid}/cmdline", "rb") as fh:
             raw = fh.read()
     except OSError:
         return ""
@@ -88,7 +103,7 @@ def cmdline(pid: int) -> str:
 def command_name(pid: int) -> str | None:
     """The program name of ``pid`` (``/proc/<pid>/comm``), or None when unknown."""
     try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+        with open(f"{PROC_ROOT}/{pid}/comm", encoding="utf-8", errors="replace") as fh:
             return fh.read().strip() or None
     except OSError:
         return None
@@ -104,7 +119,7 @@ def cwd_of(pid: int) -> str | None:
 
 def _pids() -> list[int]:
     try:
-        return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        return [int(p) for p in os.listdir(PROC_ROOT) if p.isdigit()]
     except OSError:
         return []
 
@@ -116,18 +131,57 @@ def processes_inside(path: str, *, exclude: set[int] | None = None) -> list[dict
     """
     real = os.path.realpath(path)
     inside = real.rstrip("/") + "/"
+    if use_psutil():
+        return _psutil_inside(real, inside, exclude or set())
     out: list[dict[str, Any]] = []
     for pid in _pids():
         if exclude and pid in exclude:
             continue
         try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
+            cwd = os.readlink(f"{PROC_ROOT}/{pid}/cwd")
         except OSError:
             continue
         if cwd == real or cwd.startswith(inside):
             st = proc_stat(pid)
             out.append({"pid": pid, "pgid": st.pgrp if st else None, "sid": st.session if st else None,
                         "cwd": cwd, "command": cmdline(pid)[:200]})
+    return out
+
+
+def _psutil_ancestors(pid: int, limit: int) -> list[int]:
+    import psutil
+
+    chain: list[int] = []
+    while pid > 1 and len(chain) < limit:
+        chain.append(pid)
+        try:
+            pid = psutil.Process(pid).ppid()
+        except psutil.Error:
+            break
+    return chain
+
+
+def _psutil_inside(real: str, inside: str, exclude: set[int]) -> list[dict[str, Any]]:
+    import psutil
+
+    out: list[dict[str, Any]] = []
+    for p in psutil.process_iter():
+        if p.pid in exclude:
+            continue
+        try:
+            cwd = p.cwd()
+            if not cwd or not (cwd == real or cwd.startswith(inside)):
+                continue
+            command = " ".join(p.cmdline())
+        except psutil.Error:  # gone meanwhile, a zombie, or another user's (access denied)
+            continue
+        ids: list[int | None] = []
+        for get in (os.getpgid, os.getsid):
+            try:
+                ids.append(get(p.pid))
+            except OSError:
+                ids.append(None)
+        out.append({"pid": p.pid, "pgid": ids[0], "sid": ids[1], "cwd": cwd, "command": command[:200]})
     return out
 
 

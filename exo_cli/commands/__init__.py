@@ -45,5 +45,6 @@ COMMANDS: dict[str, Entry] = {
     "output": Entry("exo_cli.commands.messages:output", "Show an agent's final output."),
     "done": Entry("exo_cli.commands.messages:done", "Mark your own task done with its output."),
     "demo": Entry("exo_cli.commands.demo:demo", "Show the whole lifecycle on a scratch repository with the built-in demo agent."),
-    "completion": Entry("exo_cli.commands.completion:completion", "Print the completion script for SHELL."),
+    "config": Entry("exo_cli.commands.config:config", "Show the effective configuration and where it comes from."),
+    "completion": Entry("exo_cli.commands.completion:completion", "Print or install the shell completion script."),
 }

@@ -6,7 +6,9 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.ops import completion as kinds
 from exo_cli.ops.beads import BeadShowResult, BeadsListResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -82,6 +84,7 @@ def render_show(out: Out, result: BeadShowResult) -> None:
 @click.group(
     help="Read the beads tracker: ready, show and list beads.\n\n"
     "Read-only views of what exo sees (through `bd` when installed, else .beads/*.jsonl)."
+    "\n\n\b\nExamples:\n  exo beads ready\n  exo beads show 4hj\n  exo beads list --all --json"
 )
 def beads() -> None:
     pass
@@ -100,7 +103,7 @@ def ready(env: Any, limit: int | None, as_json: bool) -> None:
 @beads.command(
     help=op_help("beads_show") + "\n\n\b\nExamples:\n  exo beads show 4hj\n  exo beads show bd-4hj --json"
 )
-@click.argument("bead_id", metavar="ID")
+@click.argument("bead_id", metavar="ID", shell_complete=completer(kinds.BEAD))
 @json_option
 @click.pass_obj
 def show(env: Any, bead_id: str, as_json: bool) -> None:

@@ -6,7 +6,9 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.ops import completion as kinds
 from exo_cli.ops.complete import CompleteResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -38,7 +40,7 @@ def render_complete(out: Out, r: CompleteResult) -> None:
 
 
 @click.command(help=op_help("complete") + "\n\n\b\nExamples:\n  exo complete bd-4hj\n  exo complete w1 --force --json")
-@click.argument("target", required=False)
+@click.argument("target", required=False, shell_complete=completer(kinds.AGENT_OR_BEAD))
 @op_option("complete", "force", "--force", is_flag=True)
 @json_option
 @click.pass_obj

@@ -8,8 +8,10 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import Seconds, json_option, op_help, op_option
 from exo_cli.errors import EnvironmentError_
+from exo_cli.ops import completion as kinds
 from exo_cli.ops.doctor import DoctorResult
 from exo_cli.ops.lifecycle import KillResult, ReadManyResult, ReadResult, ReapResult
 from exo_cli.registry import invoke
@@ -52,7 +54,7 @@ def render_doctor(out: Out, result: DoctorResult) -> None:
 
 
 @click.command(help=op_help("kill") + "\n\n\b\nExamples:\n  exo kill auth\n  exo kill w1 --json")
-@click.argument("agent")
+@click.argument("agent", shell_complete=completer(kinds.AGENT))
 @json_option
 @click.pass_obj
 def kill(env: Any, agent: str, as_json: bool) -> None:
@@ -67,7 +69,7 @@ def reap(env: Any, as_json: bool) -> None:
 
 
 @click.command(help=op_help("attach") + "\n\n\b\nExamples:\n  exo attach w1")
-@click.argument("agent")
+@click.argument("agent", shell_complete=completer(kinds.AGENT))
 @json_option
 @click.pass_obj
 def attach(env: Any, agent: str, as_json: bool) -> None:
@@ -83,7 +85,7 @@ def attach(env: Any, agent: str, as_json: bool) -> None:
 
 @click.command(help=op_help("read") + "\n\n\b\nExamples:\n  exo read w1 --lines 20\n  exo read w1 --since-last\n"
                "  exo read w1 --wait-for 'PR filed' --timeout 120\n  exo read w1 w2 w3 --clean --json")
-@click.argument("agent", nargs=-1, required=True)
+@click.argument("agent", nargs=-1, required=True, shell_complete=completer(kinds.AGENT))
 @op_option("read", "lines", "--lines", "-n", type=click.IntRange(min=1), default=50, show_default=True)
 @op_option("read", "since_last", "--since-last", is_flag=True)
 @op_option("read", "wait_for", "--wait-for", metavar="PATTERN")

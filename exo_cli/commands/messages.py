@@ -6,7 +6,9 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import Seconds, json_option, op_help, op_option
+from exo_cli.ops import completion as kinds
 from exo_cli.ops import messages as _messages  # registers the operations
 from exo_cli.ops.delivery import LABELS as _LABELS
 from exo_cli.registry import invoke
@@ -40,6 +42,8 @@ def render_answer(out: Out, r: _messages.AnswerResult) -> None:
 def render_send(out: Out, r: _messages.SendResult) -> None:
     for p in r.sent:
         out.line(f"Sent to {p.name} (message #{p.message_id}, {p.delivery}).")
+    for w in r.warnings:
+        out.line(f"warning: {w}")
 
 
 def render_wait(out: Out, r: _messages.WaitResult) -> None:
@@ -84,7 +88,7 @@ def question(env: Any, message: str, timeout: float | None, as_json: bool) -> No
 
 
 @click.command(help=op_help("answer") + _examples('exo answer w1 "Use port 8080."'))
-@click.argument("agent")
+@click.argument("agent", shell_complete=completer(kinds.AGENT))
 @click.argument("message")
 @json_option
 @click.pass_obj
@@ -94,7 +98,7 @@ def answer(env: Any, agent: str, message: str, as_json: bool) -> None:
 
 @click.command(help=op_help("send") + _examples('exo send w1 "rebase onto main, then continue"',
                                                 'exo send w1,w2 "stop and file your PRs"'))
-@click.argument("to", metavar="AGENT[,AGENT...]")
+@click.argument("to", metavar="AGENT[,AGENT...]", shell_complete=completer(kinds.AGENTS))
 @click.argument("message")
 @json_option
 @click.pass_obj
@@ -104,7 +108,7 @@ def send(env: Any, to: str, message: str, as_json: bool) -> None:
 
 
 @click.command(help=op_help("wait") + _examples("exo wait", "exo wait --timeout 0", "exo wait w1 w2 --timeout 600"))
-@click.argument("agents", nargs=-1, metavar="[AGENT...]")
+@click.argument("agents", nargs=-1, metavar="[AGENT...]", shell_complete=completer(kinds.AGENT))
 @op_option("wait", "timeout", "--timeout", type=Seconds(), default=None, metavar="S")
 @json_option
 @click.pass_obj
@@ -113,7 +117,7 @@ def wait(env: Any, agents: tuple[str, ...], timeout: float | None, as_json: bool
 
 
 @click.command(help=op_help("output") + _examples("exo output w1", "exo output w1 --json"))
-@click.argument("agent")
+@click.argument("agent", shell_complete=completer(kinds.AGENT))
 @json_option
 @click.pass_obj
 def output(env: Any, agent: str, as_json: bool) -> None:

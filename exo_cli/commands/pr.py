@@ -6,7 +6,9 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.ops import completion as kinds
 from exo_cli.ops.pr import STATES, STRATEGIES, FileResult, MergeResult, PrList, PrView
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -58,7 +60,10 @@ def render_list(out: Out, result: PrList) -> None:
               empty="No pull requests. File one with `exo pr file`.")
 
 
-@click.group(help="File, merge and list pull requests.")
+@click.group(help="File, merge and list pull requests.\n\n"
+             "A pull request asks to merge an agent's branch into its parent branch, on the local forge "
+             "(records in exo's state, merged with git) or on GitHub (git push and gh)."
+             "\n\n\b\nExamples:\n  exo pr file --title 'Add login'\n  exo pr list --state open\n  exo pr merge 3")
 def pr() -> None:
     pass
 
@@ -76,7 +81,7 @@ def file_cmd(env: Any, title: str | None, body: str | None, draft: bool, as_json
 
 @pr.command("merge", help=op_help("pr_merge") + "\n\n\b\nExamples:\n  exo pr merge 3\n"
             "  exo pr merge 3 --strategy merge --json")
-@click.argument("number", type=click.IntRange(min=1))
+@click.argument("number", type=click.IntRange(min=1), shell_complete=completer(kinds.OPEN_PR))
 @op_option("pr_merge", "strategy", "--strategy", type=click.Choice(STRATEGIES))
 @json_option
 @click.pass_obj
@@ -93,7 +98,7 @@ def list_cmd(env: Any, state: str, as_json: bool) -> None:
 
 
 @pr.command("show", help=op_help("pr_show") + "\n\n\b\nExamples:\n  exo pr show 3\n  exo pr show 3 --json")
-@click.argument("number", type=click.IntRange(min=1))
+@click.argument("number", type=click.IntRange(min=1), shell_complete=completer(kinds.PR))
 @json_option
 @click.pass_obj
 def show_cmd(env: Any, number: int, as_json: bool) -> None:

@@ -8,8 +8,10 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.errors import EnvironmentError_, ExternalFailure, UsageError
+from exo_cli.ops import completion as kinds
 from exo_cli.ops.spawn.op import BACKENDS, MUXES, SpawnResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -23,14 +25,23 @@ def render_spawn(out: Out, result: SpawnResult) -> None:
         rows.append([a.id, a.role, a.backend, a.status, a.branch, a.worktree, where])
     if rows:
         out.table(["AGENT", "ROLE", "BACKEND", "STATUS", "BRANCH", "WORKTREE", "PANE"], rows)
-    for err in result.errors:
-        out.line(f"failed {err['id']}: {err['message']} ({err['name']})")
-        if err.get("hint"):
-            out.line(f"  hint: {err['hint']}")
     for w in result.warnings:
         out.line(f"warning: {w}")
-    if not rows and not result.errors:
+    if result.errors:
+        out.line(f"{len(rows)} of {len(rows) + len(result.errors)} task(s) spawned; "
+                 f"failed: {', '.join(str(e['id']) for e in result.errors)}")
+    elif not rows:
         out.line("Nothing spawned.")
+
+
+def report_failures(result: SpawnResult) -> None:
+    """Each failed task as ``Error:``/``Hint:`` on stderr, as every other failure is reported."""
+    from exo_cli.render import warn  # made safe: an id or message may carry control characters
+
+    for err in result.errors:
+        warn(f"Error: {err['id']}: {err['message']}")
+        if err.get("hint"):
+            warn(f"Hint: {err['hint']}")
 
 
 def _specs(values: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -79,7 +90,7 @@ def _edit(template: str) -> str | None:
     "  exo spawn --subtree --task 'Build the auth system' --branch auth\n"
     "  echo 'Fix the flaky test' | exo spawn --worker fixer -"
 )
-@click.argument("beads", nargs=-1)
+@click.argument("beads", nargs=-1, shell_complete=completer(kinds.READY_BEAD))
 @op_option("spawn", "worker", "--worker", multiple=True, metavar="NAME")
 @op_option("spawn", "prompt", "--prompt", multiple=True, metavar="TEXT")
 @op_option("spawn", "prompt_file", "--prompt-file", metavar="FILE")
@@ -97,7 +108,7 @@ def _edit(template: str) -> str | None:
 @op_option("spawn", "no_worktree", "--no-worktree", is_flag=True)
 @op_option("spawn", "repo", "--repo", metavar="PATH")
 @op_option("spawn", "skip_permissions", "--skip-permissions/--no-skip-permissions", default=None)
-@op_option("spawn", "after", "--after", multiple=True, metavar="AGENT")
+@op_option("spawn", "after", "--after", multiple=True, metavar="AGENT", shell_complete=completer(kinds.AGENT))
 @op_option("spawn", "demo_script", "--demo-script", metavar="FILE")
 @json_option
 @click.pass_obj
@@ -130,5 +141,7 @@ def spawn(ctx: click.Context, env: Any, beads: tuple[str, ...], worker: tuple[st
         after=list(after), demo_script=demo_script,
     )  # fmt: skip
     emit(result, as_json=as_json, human=render_spawn)
+    if not as_json:
+        report_failures(result)
     if result.exit_code:
         ctx.exit(result.exit_code)

@@ -7,7 +7,9 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.ops import completion as kinds
 from exo_cli.ops.status import AgentsResult, StatusResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -61,7 +63,7 @@ def render_status(out: Out, result: StatusResult) -> None:
 
 
 @click.command(help=op_help("status") + "\n\n\b\nExamples:\n  exo status\n  exo status w1 --json")
-@click.argument("agent", required=False)
+@click.argument("agent", required=False, shell_complete=completer(kinds.AGENT))
 @json_option
 @click.pass_obj
 def status(env: Any, agent: str | None, as_json: bool) -> None:
@@ -78,4 +80,4 @@ def agents(env: Any, show_all: bool, as_json: bool) -> None:
 
 agents_alias = copy.copy(agents)
 agents_alias.hidden = True
-agents_alias.help = "Alias of `exo agents`."
+agents_alias.help = "Alias of `exo agents`.\n\n\b\nExamples:\n  exo ls\n  exo ls --json"

@@ -96,10 +96,10 @@ def _list_result(
 def beads_ready(env: Env, *, limit: Annotated[int, Range(0)] | None = None) -> BeadsListResult:
     """List the ready beads, best first (priority, then oldest).
 
-    Ready exactly as ``bd ready`` decides: open, no open blocker (direct, inherited from a
-    blocked parent, or an unmet ``waits-for``), not deferred, pinned or ephemeral, and of a
-    workable type. Read through ``bd`` when it is installed, else from ``.beads/*.jsonl``.
-    ``owned`` names the live agents already working on listed beads.
+    Ready exactly as `bd ready` decides: open, no open blocker (direct, inherited from a
+    blocked parent, or an unmet `waits-for`), not deferred, pinned or ephemeral, and of a
+    workable type. Read through `bd` when it is installed, else from `.beads/*.jsonl`.
+    `owned` names the live agents already working on listed beads.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise InvalidInput(f"Invalid limit {limit!r}: expected a whole number >= 0", field="limit")
@@ -129,7 +129,7 @@ _STATUS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 def beads_list(env: Env, *, status: str | None = None, show_all: bool = False) -> BeadsListResult:
     """List beads, by priority then age; closed ones only with --all or --status.
 
-    Deleted beads (tombstones) are never listed. ``by_status`` counts every bead of the
+    Deleted beads (tombstones) are never listed. `by_status` counts every bead of the
     tracker that is not deleted, whatever the filter.
     """
     if status is not None and (not isinstance(status, str) or not _STATUS_RE.match(status)):
@@ -163,8 +163,8 @@ def beads_list(env: Env, *, status: str | None = None, show_all: bool = False) -
 def beads_show(env: Env, *, bead_id: str) -> BeadShowResult:
     """Show one bead: fields, readiness, blockers, dependencies and the agent on it.
 
-    A short id gets the tracker's prefix (``4hj`` -> ``bd-4hj``). An unknown bead is
-    NotFound; an id with a path separator, ``..`` or a shell character is InvalidInput.
+    A short id gets the tracker's prefix (`4hj` -> `bd-4hj`). An unknown bead is
+    NotFound; an id with a path separator, `..` or a shell character is InvalidInput.
     """
     from exo_cli.adapters import beads
     from exo_cli.ops import tasks
@@ -256,12 +256,12 @@ def _sync_jsonl(env: Env, agent: str, worktree: Path, rel: str, data: bytes, for
 def reconstitute(env: Env, *, force: bool = False) -> ReconstituteResult:
     """Sync beads from the main branch and refresh the agent's context.
 
-    With ``bd`` installed nothing is copied (``bd`` reads the shared database through
-    ``BEADS_DIR``); otherwise the beads JSONL committed on the main branch (``worktree.base``,
+    With `bd` installed nothing is copied (`bd` reads the shared database through
+    `BEADS_DIR`); otherwise the beads JSONL committed on the main branch (`worktree.base`,
     else the main checkout's branch) is written into the agent's worktree when it differs,
-    and no other file is touched. Then the agent's ``.exo/context.md`` is rewritten from its
-    bead as the tracker holds it (``bd``, or the main checkout's ``.beads/``, where claims and
-    closes are written), and ``changes`` reports what changed for that bead since the agent last looked:
+    and no other file is touched. Then the agent's `.exo/context.md` is rewritten from its
+    bead as the tracker holds it (`bd`, or the main checkout's `.beads/`, where claims and
+    closes are written), and `changes` reports what changed for that bead since the agent last looked:
     status, dependencies added or removed, new comments, other fields. At the root (no
     agent), the main checkout's tracker is only re-read.
     """

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from exo_cli import fault
 from exo_cli.adapters import keep
 from exo_cli.adapters.git import Finished, Git
-from exo_cli.errors import ExoError, NotFound, StateError
+from exo_cli.errors import ExoError, NotFound, StateError, UsageError
 from exo_cli.records import DEAD, DONE, ROOT, Agent
 from exo_cli.registry import op
 
@@ -68,7 +68,8 @@ def _resolve(env: Env, target: str | None) -> tuple[Agent | None, str | None]:
     if target is None:
         agent = env.caller_agent()
         if agent is None:
-            raise StateError("Name the bead or agent to complete", hint="exo complete AGENT (see `exo agents`).")
+            # the human at the root has no task of its own: a missing argument, not a state
+            raise UsageError("Name the bead or agent to complete", hint="exo complete AGENT (see `exo agents`).")
         return agent, agent.bead
     _check_target(target)
     agents = [a for a in env.store.agents() if a.id != ROOT and not a.retired] if env.has_state() else []
@@ -459,7 +460,7 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
     branch, or branch commits whose content is not in the base (a squash merge counts as
     merged); and always when another process works inside the worktree or the branch is
     checked out elsewhere. It checks before stopping the agent and again after: a refusal
-    leaves the agent running, or stopped but resumable (dead, not done). ``--force`` first
+    leaves the agent running, or stopped but resumable (dead, not done). `--force` first
     archives everything and prints how to restore it. An agent completing its own task is
     marked done; its worktree is removed later by its parent.
     """

@@ -68,12 +68,12 @@ class InitResult:
 def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CLIS)] | None = None) -> InitResult:
     """Set up exo in this repository.
 
-    Writes ``exo.toml`` with commented defaults (unless it exists), hides exo's own
-    ``.exo/`` folder through ``.git/info/exclude`` (never a committed file), creates the
+    Writes `exo.toml` with commented defaults (unless it exists), hides exo's own
+    `.exo/` folder through `.git/info/exclude` (never a committed file), creates the
     state folder and reports which of git, tmux, gh and the agent CLIs are installed.
-    With ``agent``, also wires that agent CLI's project settings (``.mcp.json`` and
-    ``.claude/settings.local.json``, ``.gemini/settings.json``, or ``.codex/config.toml``
-    and ``.codex/hooks.json``) so the human's own session is the root TL; the user's
+    With `agent`, also wires that agent CLI's project settings (`.mcp.json` and
+    `.claude/settings.local.json`, `.gemini/settings.json`, or `.codex/config.toml`
+    and `.codex/hooks.json`) so the human's own session is the root TL; the user's
     own keys are kept and a re-run changes nothing. Raises InvalidInput for an unknown
     agent or a settings file that does not parse (it is never overwritten).
     """

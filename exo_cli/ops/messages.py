@@ -16,7 +16,7 @@ answered -> closed: the ticket), ``answer`` (parent -> child, ``reply_to`` the t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli import cancel
@@ -93,6 +93,8 @@ class AnswerResult:
 @dataclass(frozen=True)
 class SendResult:
     sent: list[Posted]
+    # one line per recipient that is dead or done: its message waits, but it may never read it
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -193,8 +195,8 @@ def _timeout(value: float | None, what: str = "timeout") -> float | None:
 def note(env: Env, *, message: str) -> NoteResult:
     """Send a fire-and-forget note to your parent.
 
-    The parent sees it as ``[NOTE from <name>] ...``: at its next hook, typed into its pane
-    when it is idle, or as the result of its ``wait``. Stored durably first.
+    The parent sees it as `[NOTE from <name>] ...`: at its next hook, typed into its pane
+    when it is idle, or as the result of its `wait`. Stored durably first.
     """
     message = check_text(message, "message")
     me = caller_agent(env, "send a note")
@@ -236,8 +238,8 @@ def _answer_to(env: Env, ticket: int) -> Message | None:
 def question(env: Env, *, message: str, timeout: Annotated[float, Range(0)] | None = None) -> QuestionResult:
     """Ask your parent a question and wait for the answer.
 
-    Blocks until the parent answers (``exo answer`` / ``answer_question``), the timeout
-    passes, or the parent dies, and says which in ``status``. Asking the same text again
+    Blocks until the parent answers (`exo answer` / `answer_question`), the timeout
+    passes, or the parent dies, and says which in `status`. Asking the same text again
     while it is unanswered (say after an MCP client's own tool timeout) waits on the same
     ticket and never asks twice; an answer that arrived in between is returned at once.
     """
@@ -309,7 +311,7 @@ def question(env: Env, *, message: str, timeout: Annotated[float, Range(0)] | No
 def answer(env: Env, *, agent: str, message: str) -> AnswerResult:
     """Answer a child's pending question and wake it.
 
-    The child blocked in ``question`` returns with the answer at once; a child that gave
+    The child blocked in `question` returns with the answer at once; a child that gave
     up waiting gets it as a message (typed into its pane when idle, else at its next hook)
     and, if it asks the same question again, the same answer.
     """
@@ -366,7 +368,8 @@ def send(env: Env, *, to: list[str], message: str) -> SendResult:
 
     Stored durably first; an agent idle in a tmux pane gets it typed into its input, a
     busy one at its next hook, a headless one through its hooks only. A dev agent may send
-    to its parent and its siblings only.
+    to its parent and its siblings only. A recipient that is dead or done still gets the
+    message stored (it reads it if it starts again), and the result warns about it.
     """
     message = check_text(message, "message")
     refs = _targets(list(to) if not isinstance(to, str) else [to])
@@ -375,6 +378,8 @@ def send(env: Env, *, to: list[str], message: str) -> SendResult:
     sender = env.caller.agent_id
     me = None if env.caller.is_human else env.store.agent(sender)
     recipients = [find_agent(env, r) for r in refs]
+    _refresh(env, [r.id for r in recipients if r.id != ROOT])  # a vanished pane counts as dead
+    recipients = [env.store.agent(r.id) or r if r.id != ROOT else r for r in recipients]
     if env.role == "dev" and me is not None:
         for r in recipients:
             parent = me.parent or ROOT
@@ -389,7 +394,13 @@ def send(env: Env, *, to: list[str], message: str) -> SendResult:
     for r in recipients:
         msg_id = post(env, SEND, sender, r.id, message)
         sent.append(Posted(agent_id=r.id, name=r.name, message_id=msg_id, delivery=_deliver(env, msg_id, r)))
-    return SendResult(sent=sent)
+    return SendResult(sent=sent, warnings=[_gone(r) for r in recipients if r.status in (DEAD, DONE)])
+
+
+def _gone(agent: Agent) -> str:
+    what = "is dead" if agent.status == DEAD else "is done (its task is finished)"
+    return (f"{agent.name} {what}: the message is kept and reaches it only if it starts again "
+            "(see `exo agents`; `exo spawn` starts a new agent)")
 
 
 # ---------------------------------------------------------------------------------- wait
@@ -455,12 +466,12 @@ def wait(env: Env, *, agents: list[str] | None = None,
          timeout: Annotated[float, Range(0)] | None = None) -> WaitResult:
     """Wait for the next message, or fan in on several agents.
 
-    Without agents: return the first unconsumed message to you from anyone (``--timeout
-    0`` checks without blocking). With agents: wait until each has a message for you
-    (``received``), or is ``idle``, ``failed`` (its turn ended with an error) or ``dead``,
+    Without agents: return the first unconsumed message to you from anyone (`--timeout
+    0` checks without blocking). With agents: wait until each has a message for you
+    (`received`), or is `idle`, `failed` (its turn ended with an error) or `dead`,
     or the timeout passes; return one entry per agent with its status (received, running,
     idle, failed, dead) and message. Messages returned are consumed. Without a timeout it
-    waits ``timeouts.wait`` seconds (600 by default), on the command line and over MCP alike.
+    waits `timeouts.wait` seconds (600 by default), on the command line and over MCP alike.
     While it waits, it watches the agents it waits for (or all of your live children) every
     few seconds: an agent that died, exited, went quiet (custom agents) or is stuck at a
     startup dialog is recorded, and you get its event.
@@ -553,7 +564,7 @@ def output(env: Env, *, agent: str) -> OutputResult:
     """Show an agent's final output.
 
     The last assistant message its Stop hook reported (a later turn replaces an earlier
-    one), or what it passed to ``exo done --output``; null when it has none yet.
+    one), or what it passed to `exo done --output`; null when it has none yet.
     """
     a = find_agent(env, agent)
     return OutputResult(agent_id=a.id, name=a.name, status=a.status, output=a.output, turns=a.turns,
@@ -570,9 +581,9 @@ def output(env: Env, *, agent: str) -> OutputResult:
 def done(env: Env, *, output: str | None = None) -> DoneResult:
     """Mark your own task done with its output.
 
-    For agents whose CLI has no Stop hook: records the output, sets the status ``done``,
-    tells the parent (a ``done`` message, which its ``wait`` receives) and starts agents
-    spawned ``--after`` you.
+    For agents whose CLI has no Stop hook: records the output, sets the status `done`,
+    tells the parent (a `done` message, which its `wait` receives) and starts agents
+    spawned `--after` you.
     """
     if output is not None:
         output = check_text(output, "output", allow_empty=True)

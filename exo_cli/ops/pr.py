@@ -130,9 +130,9 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     """File a pull request of your branch against its parent branch.
 
     The base is the recorded parent branch, else the branch name minus its last
-    ``.segment``. On the local forge the PR is recorded in exo's state; on GitHub the branch
-    is pushed (``git push -u``), and so is the base branch when the remote lacks it (a team
-    lead's branch: ``base_pushed``), and ``gh pr create`` opens it. Filing again while the PR
+    `.segment`. On the local forge the PR is recorded in exo's state; on GitHub the branch
+    is pushed (`git push -u`), and so is the base branch when the remote lacks it (a team
+    lead's branch: `base_pushed`), and `gh pr create` opens it. Filing again while the PR
     is open updates it (title, body, and the pushed commits).
     """
     from exo_cli.validate import check_text
@@ -211,8 +211,8 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
     real git into the worktree that has the base checked out, refusing (the PR stays open,
     nothing half-merged, that worktree untouched) when it has modified or staged tracked
     files, when the merge would overwrite an untracked or ignored file, or on a conflict.
-    GitHub: ``gh pr merge --squash|--merge``, then the local base is fast-forwarded. The
-    author and its siblings get a ``pr-merged`` message; their next stop hook rebases them.
+    GitHub: `gh pr merge --squash|--merge`, then the local base is fast-forwarded. The
+    author and its siblings get a `pr-merged` message; their next stop hook rebases them.
     """
     pr = _get(env, number)
     if pr.state != "open":
@@ -317,7 +317,7 @@ def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
 def list_prs(env: Env, *, state: Annotated[str, Choice(STATES)] = "all") -> PrList:
     """List the team's pull requests with review and check state.
 
-    Review and check state come from the forge (GitHub, kept current by ``exo watch`` or the
+    Review and check state come from the forge (GitHub, kept current by `exo watch` or the
     root TL's MCP server); the local forge has neither, so both are null there.
     """
     if state not in STATES:

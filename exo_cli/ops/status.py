@@ -146,8 +146,8 @@ def agents(env: Env, *, show_all: bool = False) -> AgentsResult:
     """List the agent tree with status, task, branch, PR and last message.
 
     Status comes from the agents' hooks first and from pane or process liveness second;
-    an agent whose pane or process is gone shows as ``dead``. One batched multiplexer
-    call per refresh, whatever the number of agents. With ``--all``, the agents kept as
+    an agent whose pane or process is gone shows as `dead`. One batched multiplexer
+    call per refresh, whatever the number of agents. With `--all`, the agents kept as
     history are listed too.
     """
     env.repo  # noqa: B018 - fail early outside a repository

@@ -87,6 +87,35 @@ def parse_view(data: dict[str, Any]) -> RemoteState:
     )
 
 
+# What git push prints when the remote has commits the branch lacks, refuses the credentials, or
+# cannot be reached (first match wins: an SSH key refused also says "Could not read from remote").
+_REJECTED = ("[rejected]", "non-fast-forward", "fetch first", "updates were rejected")
+_REFUSED = ("authentication failed", "permission denied", "could not read username", "returned error: 401",
+            "returned error: 403", "invalid username or password")
+_UNREACHABLE = ("could not resolve host", "failed to connect", "connection refused", "connection timed out",
+                "timed out after", "network is unreachable", "no route to host", "temporary failure in name resolution",
+                "name or service not known", "could not read from remote repository", "connection reset",
+                "ssh: connect to host")
+
+
+def push_failure(remote: str, branch: str, proc: Any) -> ExternalFailure:
+    """The error of a failed ``git push``, with a hint that fits why it failed."""
+    text = f"{proc.stderr or ''}\n{proc.stdout or ''}".lower()
+    if any(s in text for s in _REJECTED):
+        return external("git push", proc, hint=f"{remote} has commits that {branch} lacks: fetch and rebase onto "
+                        f"{remote}/{branch}, then file again.", reason="rejected")
+    if any(s in text for s in _REFUSED):
+        return external("git push", proc, hint=f"{remote} refused your credentials: check `gh auth status` (or "
+                        "your SSH key), then file again.", reason="refused")
+    if any(s in text for s in _UNREACHABLE):
+        err = external("git push", proc, hint="Check your network connection and the remote's address "
+                       "(`git remote -v`), then file again; nothing was pushed or filed.", reason="unreachable")
+        err.message = f"The remote {remote!r} is unreachable: {err.message.removeprefix('git push failed: ')}"
+        err.args = (err.message,)
+        return err
+    return external("git push", proc, hint="Nothing was filed; fix what git reports, then file again.")
+
+
 class GitHubForge(Forge):
     """Pull requests on GitHub through ``gh``."""
 
@@ -121,7 +150,7 @@ class GitHubForge(Forge):
         git = self.git.at(worktree) if worktree else self.git
         proc = git.push(self.remote, branch)
         if proc.returncode != 0:
-            raise external("git push", proc, hint="Fetch and rebase onto the remote branch, then file again.")
+            raise push_failure(self.remote, branch, proc)
 
     # -- the interface ---------------------------------------------------------------------
     def file(self, *, head: str, base: str, title: str, body: str, draft: bool,

@@ -63,7 +63,7 @@ class Common:
 
 @dataclass
 class WorkerSpec:
-    """One worker of ``spawn_workers``: name and prompt, optional agent, bead, annotation."""
+    """One worker of `spawn_workers`: name and prompt, optional agent, bead, annotation."""
 
     name: str
     prompt: str

@@ -1,0 +1,207 @@
+"""Shell completion: the values a TAB offers (agents, PRs, beads, configuration keys), and the
+line ``exo completion --install`` adds to a shell's startup file.
+
+Not an operation (no ``@op``): the CLI's completion calls these directly. A TAB must be fast
+and must never create anything, so every lookup first checks that the repository already has
+exo state, reads only what it lists, and answers nothing (never an error) when anything is
+missing or fails.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+from exo_cli.errors import EnvironmentError_, UsageError
+
+# What a TAB can complete: the kind of value an argument or option takes.
+AGENT = "agent"  # a recorded agent, by name
+AGENTS = "agents"  # several agents separated by commas (exo send)
+AGENT_OR_BEAD = "agent-or-bead"  # exo complete
+BEAD = "bead"  # any bead of the tracker (exo beads show)
+READY_BEAD = "ready-bead"  # a bead that can be spawned now (exo spawn)
+PR = "pr"  # any pull request number
+OPEN_PR = "open-pr"  # an open pull request number (exo pr merge)
+CONFIG_KEY = "config-key"
+KINDS = (AGENT, AGENTS, AGENT_OR_BEAD, BEAD, READY_BEAD, PR, OPEN_PR, CONFIG_KEY)
+
+Candidate = tuple[str, str]  # (value, short description)
+# env.STATE_DIR_VAR, not imported from there: a TAB does without env's imports (records, json)
+STATE_DIR_VAR = "EXO_STATE_DIR"
+
+
+def candidates(kind: str, incomplete: str, *, cwd: str | None = None,
+               environ: Mapping[str, str] | None = None) -> list[Candidate]:
+    """The values of ``kind`` that start with ``incomplete``, each with a short description.
+
+    Outside a repository, in one without exo state, or on any error: an empty list.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        if kind == CONFIG_KEY:
+            return _config_keys(incomplete)
+        if kind == AGENTS:
+            head, _, last = incomplete.rpartition(",")
+            prefix = head + "," if head else ""
+            taken = set(head.split(",")) if head else set()
+            return [(prefix + v, h) for v, h in _agents(cwd, environ, last) if v not in taken]
+        if kind == AGENT:
+            return _agents(cwd, environ, incomplete)
+        if kind in (PR, OPEN_PR):
+            return _prs(cwd, environ, incomplete, open_only=kind == OPEN_PR)
+        if kind in (BEAD, READY_BEAD):
+            return _beads(cwd, environ, incomplete, ready_only=kind == READY_BEAD)
+        if kind == AGENT_OR_BEAD:
+            agents = _agents(cwd, environ, incomplete)
+            named = {v for v, _ in agents}
+            beads = _beads(cwd, environ, incomplete, ready_only=False, open_only=True)
+            return agents + [c for c in beads if c[0] not in named]
+    except Exception:  # noqa: BLE001 - a TAB shows nothing rather than an error
+        return []
+    return []
+
+
+def _short(text: str | None, n: int = 50) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _state_db(cwd: str | None, environ: Mapping[str, str]) -> Path | None:
+    """The state database of the repository around ``cwd``, when it exists (found without running git)."""
+    from exo_cli.adapters.gitdir import common_dir
+    from exo_cli.adapters.store import DB_FILE
+
+    if environ.get(STATE_DIR_VAR):
+        state = Path(environ[STATE_DIR_VAR])
+    else:
+        common = common_dir(cwd or os.getcwd(), environ)
+        if common is None:
+            return None
+        state = common / "exo"
+    db = state / DB_FILE
+    return db if db.is_file() else None
+
+
+def _agents(cwd: str | None, environ: Mapping[str, str], incomplete: str) -> list[Candidate]:
+    from exo_cli.adapters.store import peek
+
+    db = _state_db(cwd, environ)
+    if db is None:
+        return []
+    return [(a.name, _short(f"{a.status} {a.role}: {a.task}".rstrip(": "))) for a in peek.agents(db)
+            if a.name.startswith(incomplete)]
+
+
+def _prs(cwd: str | None, environ: Mapping[str, str], incomplete: str, *, open_only: bool) -> list[Candidate]:
+    from exo_cli.adapters.store import peek
+
+    db = _state_db(cwd, environ)
+    if db is None:
+        return []
+    return [(str(p.number), _short(f"{p.state}: {p.title}")) for p in peek.prs(db, open_only=open_only)
+            if str(p.number).startswith(incomplete)]
+
+
+def _beads(cwd: str | None, environ: Mapping[str, str], incomplete: str, *, ready_only: bool,
+           open_only: bool = False) -> list[Candidate]:
+    from exo_cli.adapters.beads import JsonlSource, short_id
+    from exo_cli.env import Env
+
+    try:
+        # The tracker's JSONL export only: `bd` may start its daemon or import, and a TAB must not.
+        folder = environ.get("BEADS_DIR") or str(Env(cwd=cwd, environ=environ).repo.root / ".beads")
+        source = JsonlSource(folder)
+        beads = source.ready() if ready_only else source.all()
+        prefix = source.prefix
+    except Exception:  # noqa: BLE001 - not in a repository, or no tracker: no beads to offer
+        return []
+    out = []
+    for b in beads:
+        if b.status == "tombstone" or (open_only and b.status == "closed"):
+            continue
+        short = short_id(b.id, prefix)
+        # Offer the form the user started typing: the full id, or the id without the tracker's prefix.
+        value = b.id if b.id.startswith(incomplete) else short if short.startswith(incomplete) else None
+        if value is not None:
+            out.append((value, _short(b.title)))
+    return out
+
+
+def _config_keys(incomplete: str) -> list[Candidate]:
+    from exo_cli.config import SCHEMA
+
+    return [(k, SCHEMA[k][1]) for k in sorted(SCHEMA) if k.startswith(incomplete)]
+
+
+# --------------------------------------------------------------------------- exo completion --install
+
+SHELLS = ("bash", "zsh", "fish")
+MARKER = "# exo shell completion"
+LINES = {
+    "bash": 'command -v exo >/dev/null 2>&1 && eval "$(exo completion bash)"',
+    "zsh": "if (( $+commands[exo] )); then (( $+functions[compdef] )) || { autoload -Uz compinit && compinit; }; "
+           'eval "$(exo completion zsh)"; fi',
+    "fish": "command -q exo; and exo completion fish | source",
+}
+
+
+class Installed(NamedTuple):
+    """What ``exo completion --install`` did."""
+
+    shell: str
+    rc_file: str
+    line: str
+    added: bool  # False: the line was already there, nothing changed
+
+
+def detect_shell(environ: Mapping[str, str]) -> str:
+    """The user's shell from ``$SHELL`` (a UsageError when it is none exo supports)."""
+    name = os.path.basename(environ.get("SHELL", "")) or "(unset)"
+    if name not in SHELLS:
+        raise UsageError(f"Cannot tell which shell to install completion for: $SHELL is {name}",
+                         hint="Name it: exo completion --install bash|zsh|fish")
+    return name
+
+
+def rc_file(shell: str, environ: Mapping[str, str]) -> Path:
+    """The startup file an interactive ``shell`` reads."""
+    home = Path(environ.get("HOME") or os.path.expanduser("~"))
+    if shell == "zsh":
+        return Path(environ.get("ZDOTDIR") or home) / ".zshrc"
+    if shell == "fish":
+        return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "fish" / "config.fish"
+    return home / ".bashrc"
+
+
+def install(shell: str, *, environ: Mapping[str, str], rc: str | None = None) -> Installed:
+    """Add the completion line for ``shell`` to its startup file once (never twice).
+
+    The file must exist and be writable: exo never creates a shell's startup file, whose
+    absence usually means the shell reads another one. The line is appended in place, so a
+    startup file that is a symlink (a dotfiles repository) stays one.
+    """
+    path = Path(os.path.expanduser(rc)) if rc else rc_file(shell, environ)
+    line = f"{LINES[shell]}  {MARKER}"
+    by_hand = f"Add this line to your {shell} startup file yourself:\n  {line}"
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise EnvironmentError_(f"{path} does not exist; exo does not create a shell's startup file",
+                                hint=f"Create it, or name another with --rc FILE. {by_hand}",
+                                rc_file=str(path), line=line) from None
+    except OSError as exc:
+        raise EnvironmentError_(f"Cannot read {path}: {exc.strerror}", hint=by_hand, rc_file=str(path),
+                                line=line) from None
+    if MARKER in text:
+        return Installed(shell, str(path), next(x for x in text.splitlines() if MARKER in x), added=False)
+    if not os.access(path, os.W_OK):
+        raise EnvironmentError_(f"{path} is not writable", hint=by_hand, rc_file=str(path), line=line)
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(("" if not text or text.endswith("\n") else "\n") + line + "\n")
+    except OSError as exc:
+        raise EnvironmentError_(f"Cannot write {path}: {exc.strerror}", hint=by_hand, rc_file=str(path),
+                                line=line) from None
+    return Installed(shell, str(path), line, added=True)

@@ -1,0 +1,180 @@
+"""What a new user reads: every command's --help, every man page and every MCP tool description.
+
+The rules, checked on all of them:
+- no reST double backticks (the text is read in a terminal, a man page or by a model);
+- no internal wording: no numbered references to the tool families exo took its tools from, no
+  names of exo's own functions (private or not) unless they are also public names (a tool, a
+  parameter, a JSON field);
+- every command's help ends with an "Examples" block (kept verbatim with Click's \\b);
+- every man page has its whole one-line summary in NAME, and EXIT STATUS, ENVIRONMENT, FILES,
+  EXAMPLES and SEE ALSO sections;
+- a mistyped command gets "Did you mean", at the top level as under a group.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import re
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import click
+import pytest
+
+from conftest import ROOT, Exo
+from exo_cli import registry
+from exo_cli.commands import COMMANDS
+from exo_cli.config import SCHEMA
+from exo_cli.main import cli
+
+INTERNAL = re.compile(r"(?i)\bseeds?[\s_]*\d{3}\b|\bformats\.md\b|\breference/|\bfield[- ]lessons\b")
+
+
+def command_paths() -> dict[str, click.Command]:
+    """Every command by path ("" is the root), hidden aliases and group subcommands included."""
+    ctx = click.Context(cli)
+    out: dict[str, click.Command] = {"": cli}
+    for name in sorted(COMMANDS):
+        cmd = cli.get_command(ctx, name)
+        assert cmd is not None
+        out[name] = cmd
+        if isinstance(cmd, click.Group):
+            out.update({f"{name} {sub}": c for sub, c in sorted(cmd.commands.items())})
+    return out
+
+
+@cache
+def public_names() -> frozenset[str]:
+    """Names users and models legitimately see: tools, parameters, JSON fields, configuration keys."""
+    names: set[str] = set()
+    for op in registry.load_all().values():
+        names.add(op.name)
+        names.update(p.name for p in op.params())
+        for tool in op.tools:
+            names.add(tool.name)
+            if tool.adapt is not None:
+                names.update(inspect.signature(tool.adapt).parameters)
+    for key in SCHEMA:
+        names.update(key.split("."))
+    for snap in (ROOT / "tests" / "snapshots").glob("list_tools.*.json"):
+        names.update(re.findall(r'"(\w+)":', snap.read_text()))  # every property of every schema
+    return frozenset(names)
+
+
+@cache
+def code_names() -> frozenset[str]:
+    """exo's own function and class names that no user should meet: private ones, and ones with an
+    underscore that are not also public names."""
+    found: set[str] = set()
+    for path in (ROOT / "exo_cli").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                found.add(node.name)
+    return frozenset(n for n in found if not n.startswith("__") and (n.startswith("_") or "_" in n)
+                     and n not in public_names())
+
+
+def problems(text: str) -> list[str]:
+    out = []
+    if "``" in text:
+        out.append("reST double backticks")
+    if m := INTERNAL.search(text):
+        out.append(f"internal wording {m.group(0)!r}")
+    for name in code_names():
+        if re.search(r"(?<![\w.-])" + re.escape(name) + r"(?![\w-])", text):
+            out.append(f"names exo's own function {name!r}")
+    return out
+
+
+def test_the_checker_sees_what_it_forbids() -> None:
+    assert problems("Run ``exo init``.") == ["reST double backticks"]
+    assert problems("as se" + "ed 000 does")[0].startswith("internal wording")
+    assert problems("see _resolve for details") == ["names exo's own function '_resolve'"]
+    assert problems("calls rebase_onto_base first") == ["names exo's own function 'rebase_onto_base'"]
+    assert problems("Run `exo init`; the spawn_workers tool takes specs; since_last and pr_number too.") == []
+
+
+@pytest.mark.parametrize("path", sorted(command_paths()), ids=lambda p: p or "exo")
+def test_command_help_reads_clean_and_has_examples(path: str, repo: Path) -> None:
+    r = Exo(repo)(*path.split(), "--help")
+    assert r.exit_code == 0, r.stderr
+    assert problems(r.stdout) == [], f"exo {path} --help"
+    lines = r.stdout.splitlines()
+    assert "Examples:" in [x.strip() for x in lines], f"exo {path} --help has no Examples block"
+    after = lines[[x.strip() for x in lines].index("Examples:") + 1:]
+    assert after and after[0].strip().startswith("exo "), f"exo {path}: the examples must be exo commands"
+
+
+def test_mcp_tool_descriptions_read_clean() -> None:
+    for op in registry.load_all().values():
+        for text in (op.doc, *op.help.values(), *(t.description or "" for t in op.tools),
+                     *(h for t in op.tools for h in t.help.values())):
+            assert problems(text) == [], f"{op.name}: {text[:80]}"
+    for snap in sorted((ROOT / "tests" / "snapshots").glob("list_tools.*.json")):
+        texts = list(_descriptions(json.loads(snap.read_text())))
+        assert len(texts) > 20
+        for text in texts:
+            assert problems(text) == [], f"{snap.name}: {text[:80]}"
+
+
+def _descriptions(node: object) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "description" and isinstance(value, str):
+                yield value
+            else:
+                yield from _descriptions(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _descriptions(value)
+
+
+MAN = sorted((ROOT / "man").glob("*.1"))
+
+
+@pytest.mark.parametrize("page", MAN, ids=lambda p: p.name)
+def test_man_page_is_whole(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    assert problems(text.replace("\\-", "-").replace("\\e", "\\")) == [], page.name
+    path = page.stem.removeprefix("exo").replace("-", " ").strip()
+    cmd = command_paths()[path]
+    summary = " ".join(inspect.cleandoc(cmd.help or "").split("\n\n")[0].split())
+    lines = text.splitlines()
+    name_line = lines[lines.index(".SH NAME") + 1]
+    assert name_line == page.stem.replace("-", "\\-") + " \\- " + summary.replace("-", "\\-"), page.name
+    assert not name_line.endswith("..."), page.name
+    sections = [x[4:] for x in lines if x.startswith(".SH ")]
+    for wanted in ("NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "ENVIRONMENT", "FILES", "EXAMPLES", "SEE ALSO"):
+        assert wanted in sections, f"{page.name} has no {wanted} section"
+    assert "\b" not in text, f"{page.name}: a raw \\b from the help"
+    examples = text.split(".SH EXAMPLES\n", 1)[1].split(".SH ", 1)[0]
+    assert ".nf" in examples and "\nexo" in examples
+
+
+def test_every_visible_command_has_a_man_page() -> None:
+    expected = {"exo" + ("-" + p.replace(" ", "-") if p else "") for p, c in command_paths().items() if not c.hidden}
+    assert {p.stem for p in MAN} == expected
+
+
+def test_exit_status_of_commands_with_their_own_rules() -> None:
+    spawn = (ROOT / "man" / "exo-spawn.1").read_text()
+    assert "0 when every task spawned" in spawn.split(".SH EXIT STATUS")[1].split(".SH")[0]
+    hook = (ROOT / "man" / "exo-hook.1").read_text()
+    assert "Always 0" in hook.split(".SH EXIT STATUS")[1]
+
+
+def test_did_you_mean_for_typos(repo: Path) -> None:
+    r = Exo(repo)("spwan")
+    assert r.exit_code == 2
+    assert "Error: No such command 'spwan'. Did you mean 'spawn'?" in r.stderr
+    r = Exo(repo)("agnets")
+    assert "Did you mean 'agents'?" in r.stderr
+    r = Exo(repo)("pr", "lst")
+    assert r.exit_code == 2 and "Did you mean 'list'?" in r.stderr
+    r = Exo(repo)("zzzz")
+    assert r.exit_code == 2 and "Did you mean" not in r.stderr
+    r = Exo(repo)("spwan", "--json")
+    assert r.exit_code == 2 and "Did you mean 'spawn'?" in r.json()["error"]["message"]  # type: ignore[index]
