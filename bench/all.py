@@ -49,7 +49,20 @@ def parse_startup(out: str) -> list[Row]:
 
 
 def parse_hooks(out: str) -> list[Row]:
-    return _ratio_rows(out, ["exo hook stop --cli claude"], 1.5)
+    rows: list[Row] = []
+    base = re.search(r"^baseline: python -c pass\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", out, re.M)
+    if base is None:
+        raise ValueError("no baseline line")
+    for name in ["exo hook tool --cli claude", "exo hook stop --cli claude"]:
+        m = re.search(rf"^{re.escape(name)}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", out, re.M)
+        if m is None:
+            raise ValueError(f"no line for {name}")
+        ms, ratio, cpu_ms, cpu_ratio = (float(g) for g in m.groups())
+        rows.append((f"{name} (wall)", f"{ratio:.2f}x python -c pass ({ms:.0f} vs {float(base.group(1)):.0f} ms)",
+                     "<= 1.5x", _verdict(ratio <= 1.5)))
+        rows.append((f"{name} (cpu)", f"{cpu_ratio:.2f}x python -c pass ({cpu_ms:.0f} vs "
+                     f"{float(base.group(2)):.0f} ms)", "<= 1.5x", _verdict(cpu_ratio <= 1.5)))
+    return rows
 
 
 def parse_spawn(out: str) -> list[Row]:
@@ -95,7 +108,7 @@ def parse_mcp(out: str) -> list[Row]:
 
 BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "startup": (parse_startup, ["--runs", "10"]),
-    "hooks": (parse_hooks, ["--runs", "10"]),
+    "hooks": (parse_hooks, ["--runs", "15"]),
     "spawn": (parse_spawn, ["--runs", "2"]),
     "wake": (parse_wake, ["--notes", "5"]),
     "agents100": (parse_agents100, ["--runs", "5"]),

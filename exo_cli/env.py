@@ -7,15 +7,18 @@ Everything is computed lazily and cached, so a command pays only for what it use
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
 
+from exo_cli.lite import NamedTuple
 from exo_cli.records import ROOT
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import threading
+    from collections.abc import Mapping
+    from typing import Any
+
     from exo_cli.adapters.git import Git, RepoInfo
     from exo_cli.adapters.store.base import Store
     from exo_cli.adapters.worktree import Worktrees

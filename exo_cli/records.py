@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from typing import Any, NamedTuple
+
+from exo_cli.lite import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 ROOT = "root"
 
@@ -31,7 +35,9 @@ MUXES = (*PANE_MUXES, "headless")
 
 def to_jsonable(obj: Any) -> Any:
     """Turn dataclasses, records (NamedTuple) and tuples into JSON-native values, recursively."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if hasattr(type(obj), "__dataclass_fields__"):  # dataclasses.is_dataclass, without importing it here
+        import dataclasses
+
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.repr}
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return {k: to_jsonable(v) for k, v in zip(obj._fields, obj, strict=True)}

@@ -22,8 +22,8 @@ def load_all_commands() -> None:
     """Commands load lazily; click-man and completion need them all present."""
     import click
 
+    from exo_cli.cli import cli
     from exo_cli.commands import COMMANDS
-    from exo_cli.main import cli
 
     ctx = click.Context(cli)
     for name in COMMANDS:
@@ -34,8 +34,8 @@ def generate(target: Path) -> None:
     from click_man.core import write_man_pages
 
     from exo_cli import __version__
+    from exo_cli.cli import cli
     from exo_cli.commands.completion import SHELLS, completion_source
-    from exo_cli.main import cli
 
     load_all_commands()
     comp = target / "completions"

@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.errors import EnvironmentError_, ExternalFailure, InvalidInput, external
+from exo_cli.lite import NamedTuple
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any
 
     Completed = subprocess.CompletedProcess[str]  # what ``run`` returns, for annotations elsewhere
 

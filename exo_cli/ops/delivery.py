@@ -16,12 +16,14 @@ that ends the turn, so this module never imports spawn.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import ExoError
 from exo_cli.records import DONE, IDLE, ROOT, WORKING, Agent, Message
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from exo_cli.env import Env
 
 NOTE = "note"

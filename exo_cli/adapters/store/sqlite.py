@@ -19,13 +19,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from _thread import _local as _thread_local  # threading.local, without importing threading (hooks)
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters.store import SCHEMA_VERSION
 from exo_cli.errors import StateError
@@ -40,13 +37,24 @@ from exo_cli.records import (
     dumps,
 )
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+    from typing import Any
+
     from exo_cli.adapters.bell import Doorbell
     from exo_cli.adapters.store.base import Store
 else:
     # mypy checks SqliteStore against the interface; at run time the Protocol classes
     # would only cost every hook ~1.4 ms to build.
     Store = object
+    try:
+        # The sqlite3 package is this C module plus datetime adapters exo never uses; importing
+        # the package (and datetime) costs every hook about a tenth of Python's whole start.
+        import _sqlite3 as sqlite3
+    except ImportError:  # an interpreter without it
+        import sqlite3
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -103,7 +111,7 @@ class SqliteStore(Store):
     def __init__(self, path: Path, runtime_dir: Path | Callable[[], Path]) -> None:
         self.path = path
         self._runtime_dir = runtime_dir
-        self._local = threading.local()
+        self._local = _thread_local()
 
     @cached_property
     def bell(self) -> Doorbell:
