@@ -77,11 +77,15 @@ def parse_wake(out: str) -> list[Row]:
     p50 = _num(r"note -> wake-up latency: p50\s+([\d.]+) ms", out)
     p99 = _num(r"note -> wake-up latency: p50\s+[\d.]+ ms\s+p99\s+([\d.]+) ms", out)
     lost = int(_num(r"lost notes: (\d+)", out))
+    duplicated = int(_num(r"duplicated notes: (\d+)", out))
+    calls = int(_num(r"consumed in (\d+) wait calls", out))
+    queued = int(_num(r"queued: (\d+) notes", out))
     fifo = _num(r"bare FIFO round trip .*?p50\s+([\d.]+) ms", out)
     return [
         ("note -> wake, p50 (20 writers)", f"{p50:.1f} ms (bare FIFO {fifo:.2f} ms)", "< 20 ms", _verdict(p50 < 20)),
         ("note -> wake, p99 (20 writers)", f"{p99:.1f} ms", "< 100 ms", _verdict(p99 < 100)),
-        ("notes lost", str(lost), "0", _verdict(lost == 0)),
+        (f"wait calls for {queued} queued notes", str(calls), "<= 3", _verdict(calls <= 3)),
+        ("notes lost / duplicated", f"{lost} / {duplicated}", "0 / 0", _verdict(lost == 0 and duplicated == 0)),
     ]
 
 

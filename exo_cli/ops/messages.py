@@ -108,9 +108,18 @@ class WaitEntry:
 
 @dataclass(frozen=True)
 class WaitResult:
+    """What ``wait`` returns.
+
+    Without agents: ``results`` holds every message it took, oldest first (at most
+    ``max_messages``; ``results[0]`` is the one message a wait used to return), and ``more``
+    says whether further messages were already waiting beyond that bound. With agents: one
+    entry per agent, in the order given (``more`` stays false).
+    """
+
     results: list[WaitEntry]
     timed_out: bool
     cancelled: bool = False
+    more: bool = False
 
 
 @dataclass(frozen=True)
@@ -416,9 +425,21 @@ def _refresh(env: Env, ids: list[str]) -> None:
         pass
 
 
-def _wait_tool(*, timeout: float = 30.0, from_agents: list[str] | None = None) -> dict[str, Any]:
-    """Map the seed's ``wait{timeout, from_agents?}`` onto the operation."""
-    return {"timeout": timeout, "agents": from_agents}
+# How many messages one wait without agents returns at most, by default and at most.
+WAIT_MAX = 50
+WAIT_MAX_LIMIT = 1000
+
+
+def _wait_tool(*, timeout: float = 30.0, from_agents: list[str] | None = None, max: int = WAIT_MAX) -> dict[str, Any]:
+    """Map the seed's ``wait{timeout, from_agents?}`` (plus ``max``) onto the operation."""
+    return {"timeout": timeout, "agents": from_agents, "max_messages": max}
+
+
+def _bound(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= WAIT_MAX_LIMIT:
+        raise InvalidInput(f"Invalid max {value!r}: it must be a whole number from 1 to {WAIT_MAX_LIMIT}",
+                           field="max")
+    return value
 
 
 def _entry_status(agent: Agent | None) -> str:
@@ -438,27 +459,34 @@ def _entry_status(agent: Agent | None) -> str:
             adapt=_wait_tool,
             help={
                 "timeout": "Seconds to wait; 0 is an instant, non-blocking check.",
-                "from_agents": "Agents (ids or names) to fan in on; omit to take the next message from anyone.",
+                "from_agents": "Agents (ids or names) to fan in on; omit to take every pending message from anyone.",
+                "max": f"Without from_agents: the most messages one call returns (1-{WAIT_MAX_LIMIT}, default "
+                f"{WAIT_MAX}); the rest wait for the next call.",
             },
         )
     ],
     roles=("tl",),
     blocking=True,
     help={
-        "agents": "Agents to wait for (fan-in); none: the next message from anyone.",
+        "agents": "Agents to wait for (fan-in); none: every pending message from anyone.",
         "timeout": "Seconds to wait (0: check without blocking; default: no limit).",
+        "max_messages": f"Without agents: the most messages one call returns (1-{WAIT_MAX_LIMIT}, default {WAIT_MAX}); "
+        "the rest wait for the next call.",
     },
 )
-def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = None) -> WaitResult:
-    """Wait for the next message, or fan in on several agents.
+def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = None,
+         max_messages: int = WAIT_MAX) -> WaitResult:
+    """Wait for messages: every pending one from anyone, or fan in on several agents.
 
-    Without agents: return the first unconsumed message to you from anyone (``--timeout
-    0`` checks without blocking). With agents: wait until each has a message for you
-    (``received``), or is ``idle`` or ``dead``, or the timeout passes; return one entry per
-    agent with its status (received, running, idle, dead) and message. Messages returned
-    are consumed.
+    Without agents: return every unconsumed message to you from anyone, oldest first, at
+    most ``--max`` (default 50; ``more`` says others are waiting), blocking until at least
+    one arrives (``--timeout 0`` checks without blocking). With agents: wait until each has
+    a message for you (``received``), or is ``idle`` or ``dead``, or the timeout passes;
+    return one entry per agent with its status (received, running, idle, dead) and message.
+    Messages returned are consumed, each by exactly one wait.
     """
     timeout = _timeout(timeout)
+    bound = _bound(max_messages)
     me = env.caller.agent_id
     refs = _targets(list(agents or []))
     targets = [find_agent(env, r) for r in refs]
@@ -469,11 +497,9 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = N
     with store.bell.listen([me]) as waiter:
         while True:
             if not targets:
-                for m in store.messages(recipient=me, unconsumed=True, limit=20):
-                    if _take(env, [m.id]):
-                        name = m.data.get("from_name") or agent_name(env, m.sender)
-                        entry = WaitEntry(agent_id=m.sender, name=name, status="received", message=m.body, kind=m.kind)
-                        return WaitResult(results=[entry], timed_out=False)
+                batch = _take_batch(env, me, bound)
+                if batch is not None:
+                    return batch
             else:
                 for t in targets:
                     if t.id in settled and settled[t.id].status == "received":
@@ -509,6 +535,33 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: float | None = N
                 _refresh(env, [t.id for t in targets if t.id not in settled])
             slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
             waiter.wait(max(slice_, 0.0))
+
+
+def _take_batch(env: Env, me: str, bound: int) -> WaitResult | None:
+    """Take up to ``bound`` of my unconsumed messages in one write, oldest first; None when none is left.
+
+    Exactly once: a message a racing waiter took first is skipped (``Store.consume``).
+    """
+    store = env.store
+    while True:
+        pending = store.messages(recipient=me, unconsumed=True, limit=bound + 1)
+        if not pending:
+            return None
+        more = len(pending) > bound
+        pending = pending[:bound]
+        taken = set(_take(env, [m.id for m in pending]))
+        if not taken:
+            continue  # all taken by another waiter meanwhile: look again
+        names: dict[str, str] = {}
+        entries = []
+        for m in pending:
+            if m.id not in taken:
+                continue
+            name = m.data.get("from_name") or names.get(m.sender)
+            if name is None:
+                name = names[m.sender] = agent_name(env, m.sender)
+            entries.append(WaitEntry(agent_id=m.sender, name=name, status="received", message=m.body, kind=m.kind))
+        return WaitResult(results=entries, timed_out=False, more=more)
 
 
 def _take(env: Env, ids: list[int]) -> list[int]:
