@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from exo_cli.adapters.store.base import Store
     from exo_cli.adapters.worktree import Worktrees
     from exo_cli.config import Config
-    from exo_cli.records import Agent
+    from exo_cli.records import Agent, AgentKey
 
 # Same names as config.EnvVars (kept here so the hot path does not import tomllib).
 AGENT_VAR = "EXO_AGENT"
@@ -79,9 +79,9 @@ class Env:
 
     @cached_property
     def repo_id(self) -> str:
-        import hashlib
+        from exo_cli.adapters.files import sha1_hex
 
-        return hashlib.sha1(str(self.state_dir.resolve()).encode()).hexdigest()[:10]
+        return sha1_hex(str(self.state_dir.resolve()).encode())[:10]
 
     @cached_property
     def runtime_dir(self) -> Path:
@@ -162,15 +162,14 @@ def identify(env: Env) -> Caller:
     try:
         if not env.has_state():
             return Caller(ROOT, "human", "none")
-        agents = [a for a in env.store.agents() if a.id != ROOT]
+        agents = [a for a in env.store.agent_keys() if a.id != ROOT]
     except Exception:
         return Caller(ROOT, "human", "none")
     if not agents:
         return Caller(ROOT, "human", "none")
-    by_pid: dict[int, Agent] = {}
+    by_pid: dict[int, AgentKey] = {}
     for a in agents:
-        for key in ("pid", "pgid"):
-            pid = a.location.get(key)
+        for pid in (a.pid, a.pgid):
             if isinstance(pid, int) and pid > 1:
                 by_pid.setdefault(pid, a)
     if by_pid:
@@ -186,9 +185,9 @@ def identify(env: Env) -> Caller:
             if a.id == claimed:
                 return Caller(a.id, a.role, "env")
     cwd = str(env.cwd.resolve())
-    best: Agent | None = None
+    best: AgentKey | None = None
     for a in agents:
-        if not a.live or not a.spec.get("worktree_created", True):
+        if not a.live or not a.worktree_created:
             continue  # a human in a finished agent's folder, or in the repo itself, is the human
         if a.worktree and (cwd == a.worktree or cwd.startswith(a.worktree.rstrip("/") + "/")):
             if best is None or len(a.worktree) > len(best.worktree or ""):

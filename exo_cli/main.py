@@ -35,19 +35,34 @@ def main(argv: list[str] | None = None) -> None:
             import gc
 
             gc.enable()
+    quick = argv is None and (not args or args[0] in QUICK)
+    if quick:  # a short read: nothing it allocates outlives it
+        import gc
+
+        gc.disable()
     from exo_cli.cli import run_cli
 
-    run_cli(args)
+    try:
+        run_cli(args)
+    except SystemExit as exc:
+        if quick and (exc.code is None or isinstance(exc.code, int)):
+            _exit_now(exc.code or 0)
+        raise
+
+
+# Commands that only read (and at most mark a vanished agent dead) and end quickly: the ones
+# run most often, by people and scripts (docs/performance.md).
+QUICK = frozenset({"status", "agents", "ls", "--help", "-h", "--version", "-V"})
 
 
 def _exit_now(code: int) -> None:
-    """End a hook's process without the interpreter's teardown, when nothing needs it.
+    """End the process without the interpreter's teardown, when nothing needs it.
 
     Tearing the interpreter down (freeing every module, a last garbage collection, closing
-    the database, which may checkpoint it) costs a hook about a tenth of Python's start.
-    Everything the hook wrote is already committed, its answer is flushed here, and with no
-    thread started and no exit handler registered there is nothing else to run; otherwise
-    exit normally.
+    the database, which may checkpoint it) costs a hook about a tenth of Python's start, and
+    ``exo agents`` with hundreds of agents more. Everything a hook or a quick command wrote is
+    already committed, its output is flushed here, and with no other thread running and no
+    exit handler registered there is nothing else to run; otherwise exit normally.
     """
     import atexit
 
@@ -56,7 +71,8 @@ def _exit_now(code: int) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         sys.exit(code)
-    if "threading" in sys.modules or atexit._ncallbacks():
+    threading = sys.modules.get("threading")
+    if atexit._ncallbacks() or (threading is not None and threading.active_count() > 1):
         sys.exit(code)
     import os
 

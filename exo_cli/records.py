@@ -86,6 +86,26 @@ class Agent(NamedTuple):
 AGENT_JSON_FIELDS = ("location", "spec", "undo")
 
 
+class AgentKey(NamedTuple):
+    """What finding the caller needs of one agent (``Store.agent_keys``), without reading whole records.
+
+    Every hook and command identifies its caller first; with hundreds of agents, parsing every
+    record's spec and undo list for that would cost more than the rest of a hook.
+    """
+
+    id: str
+    role: str
+    status: str
+    worktree: str | None
+    pid: int | None  # the recorded location's process (tmux: the pane's) and group
+    pgid: int | None
+    worktree_created: bool  # spec["worktree_created"], True when not recorded
+
+    @property
+    def live(self) -> bool:
+        return self.status in LIVE_STATUSES
+
+
 class Message(NamedTuple):
     """A durable message: note, question, answer, send, or a lifecycle event."""
 

@@ -243,8 +243,12 @@ def test_doctor_reaped_worktrees_and_stray_folders(team: Path) -> None:
     code, res = spawn_json(exo, "--worker", "r1", "--worker", "r2", "--prompt", "x", "--agent", "custom",
                            "--mux", "headless")
     assert code == 0, res
-    assert exo("kill", "r1").exit_code == 0 and exo("kill", "r2").exit_code == 0
     root = team / ".exo" / "worktrees"
+    deadline = time.monotonic() + 30  # each agent writes <name>.txt as it starts: let both get that far
+    while not all((root / n / f"{n}.txt").exists() for n in ("r1", "r2")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exo("kill", "r1").exit_code == 0 and exo("kill", "r2").exit_code == 0
+    (root / "r1" / "r1.txt").unlink()  # r1's worktree is clean again, whatever the race of kill and start
     (root / "r2" / "wip.txt").write_text("unfinished")
     assert sorted(json.loads(exo("reap", "--json").stdout)["reaped"]) == ["r1", "r2"]
     (root / "empty").mkdir()

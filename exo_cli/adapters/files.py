@@ -58,6 +58,18 @@ def sha256_hex(data: bytes) -> str:
     return sha256(data).hexdigest()
 
 
+def sha1_hex(data: bytes) -> str:
+    """``hashlib.sha1(data).hexdigest()``, the same way (the repository id names its tmux socket)."""
+    if TYPE_CHECKING:
+        from hashlib import sha1
+    else:
+        try:
+            from _sha1 import sha1
+        except ImportError:
+            from hashlib import sha1
+    return sha1(data).hexdigest()
+
+
 def runtime_dir_for(key: str, environ: Mapping[str, str] | None = None) -> Path:
     """Return (and create, mode 0700) the runtime folder for ``key`` (a repo's state dir).
 

@@ -36,12 +36,17 @@ def location(agent: Agent) -> Location | None:
     return Location.from_dict(agent.location)
 
 
-def states(env: Env, agents: Iterable[Agent]) -> dict[str, PaneState | None]:
-    """Observe every agent with one listing call per multiplexer kind; None = no location."""
+def states(env: Env, agents: Iterable[Agent], locations: dict[str, Location | None] | None = None
+           ) -> dict[str, PaneState | None]:
+    """Observe every agent with one listing call per multiplexer kind; None = no location.
+
+    ``locations`` (agent id -> ``location(agent)``), when given, is used instead of reading
+    each record's location again.
+    """
     by_kind: dict[str, list[tuple[Agent, Location]]] = {}
     out: dict[str, PaneState | None] = {}
     for a in agents:
-        loc = location(a)
+        loc = locations[a.id] if locations is not None else location(a)
         if loc is None:
             out[a.id] = None
         else:
@@ -59,10 +64,11 @@ def states(env: Env, agents: Iterable[Agent]) -> dict[str, PaneState | None]:
 
 def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
     """Status from hooks first, liveness second: a live-status agent whose pane or process is gone is dead."""
-    observed = states(env, [a for a in agents if a.status not in (DEAD, DONE)])
+    locations = {a.id: location(a) for a in agents}
+    observed = states(env, [a for a in agents if a.status not in (DEAD, DONE)], locations)
     out: list[Agent] = []
     for a in agents:
-        if a.id in observed and location(a) is not None:
+        if a.id in observed and locations[a.id] is not None:
             st = observed[a.id]
             if st is None or not st.alive:
                 reason = "pane gone" if st is None else f"process exited ({st.dead_status})"

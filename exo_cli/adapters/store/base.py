@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from exo_cli.records import Agent, Message, PullRequest
+from exo_cli.records import Agent, AgentKey, Message, PullRequest
 
 
 class Waiter(Protocol):
@@ -66,6 +66,10 @@ class Store(Protocol):
 
     def agents(self) -> list[Agent]:
         """Every agent, oldest first."""
+        ...
+
+    def agent_keys(self) -> list[AgentKey]:
+        """What identifying a caller needs of every agent, oldest first (cheaper than ``agents``)."""
         ...
 
     def insert_agent(self, agent: Agent) -> None:

@@ -20,7 +20,8 @@ import contextlib
 import json
 import os
 import time
-from _thread import _local as _thread_local  # threading.local, without importing threading (hooks)
+from _thread import RLock as _RLock
+from _thread import _local as _thread_local  # threading's classes, without importing threading (hooks)
 from functools import cached_property
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from exo_cli.records import (
     WAITING_PERMISSION,
     WORKING,
     Agent,
+    AgentKey,
     Message,
     PullRequest,
     dumps,
@@ -94,10 +96,21 @@ MIGRATIONS: dict[int, Sequence[str]] = {
 }
 
 _AGENT_COLS = Agent._fields
+_AGENT_SELECT = f"SELECT {', '.join(_AGENT_COLS)} FROM agents"  # tuple rows in Agent's order: no Row lookups
+_AGENT_JSON_AT = tuple((_AGENT_COLS.index(k), "[]" if k == "undo" else "{}") for k in AGENT_JSON_FIELDS)
 _MSG_COLS = Message._fields
 _PR_COLS = PullRequest._fields
 _LOCK_RETRY_SECONDS = 60.0
 _KV_UPSERT = "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+
+
+def _json_truthy(kind: str, value: Any) -> bool:
+    """Python's truth of a JSON value SQLite extracted (``json_type``, ``json_extract``)."""
+    if kind in ("true", "false"):
+        return kind == "true"
+    if kind in ("object", "array"):
+        return value not in ("{}", "[]")
+    return bool(value)  # null (None), numbers, text
 
 
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
@@ -112,6 +125,7 @@ class SqliteStore(Store):
         self.path = path
         self._runtime_dir = runtime_dir
         self._local = _thread_local()
+        self._write_turn = _RLock()
 
     @cached_property
     def bell(self) -> Doorbell:
@@ -195,16 +209,22 @@ class SqliteStore(Store):
 
         For this class's methods and tests only: not part of ``Store``, so operations
         never hold a connection.
+
+        The threads of one process (a spawn's tasks) take turns on a lock first: SQLite's own
+        busy handler would make a thread that finds the database locked sleep 1, 2, 5, 10 ms
+        and more, while the lock hands over the moment the other thread commits. Other
+        processes still wait through the busy handler.
         """
-        conn = self._conn()
-        self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        else:
-            self._retry(lambda: conn.execute("COMMIT"))
+        with self._write_turn:
+            conn = self._conn()
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                self._retry(lambda: conn.execute("COMMIT"))
 
     def query(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Rows of one read (for this class's methods and tests; not part of ``Store``)."""
@@ -223,18 +243,41 @@ class SqliteStore(Store):
 
     # -- agents ------------------------------------------------------------------------
     @staticmethod
-    def _agent(row: sqlite3.Row) -> Agent:
-        kw = {k: row[k] for k in _AGENT_COLS}
-        for k in AGENT_JSON_FIELDS:
-            kw[k] = json.loads(kw[k] or ("[]" if k == "undo" else "{}"))
-        return Agent(**kw)
+    def _agent(row: Sequence[Any]) -> Agent:
+        """An agent from a row of ``_AGENT_SELECT`` (columns in ``Agent``'s order)."""
+        values = list(row)
+        for i, empty in _AGENT_JSON_AT:
+            values[i] = json.loads(values[i] or empty)
+        return Agent._make(values)
+
+    def _agents(self, where: str, args: Sequence[Any] = ()) -> list[Agent]:
+        conn = self._conn()
+        rows = self._retry(lambda: conn.execute(f"{_AGENT_SELECT} {where}", args).fetchall())
+        return [self._agent(r) for r in rows]
 
     def agent(self, agent_id: str) -> Agent | None:
-        rows = self.query("SELECT * FROM agents WHERE id = ?", (agent_id,))
-        return self._agent(rows[0]) if rows else None
+        found = self._agents("WHERE id = ?", (agent_id,))
+        return found[0] if found else None
 
     def agents(self) -> list[Agent]:
-        return [self._agent(r) for r in self.query("SELECT * FROM agents ORDER BY created_at, id")]
+        return self._agents("ORDER BY created_at, id")
+
+    def agent_keys(self) -> list[AgentKey]:
+        # SQLite reads the few values out of the JSON columns (its JSON functions are built in
+        # since 3.38, and in most builds before); parsing every spec in Python cost more.
+        conn = self._conn()
+        try:
+            rows = self._retry(lambda: conn.execute(
+                "SELECT id, role, status, worktree, json_extract(location, '$.pid'),"
+                " json_extract(location, '$.pgid'), json_type(spec, '$.worktree_created'),"
+                " json_extract(spec, '$.worktree_created') FROM agents ORDER BY created_at, id").fetchall())
+        except sqlite3.OperationalError as exc:
+            if "json" not in str(exc).lower():
+                raise
+            return [AgentKey(a.id, a.role, a.status, a.worktree, a.location.get("pid"), a.location.get("pgid"),
+                             bool(a.spec.get("worktree_created", True))) for a in self.agents()]
+        return [AgentKey(aid, role, status, worktree, pid, pgid, True if kind is None else _json_truthy(kind, value))
+                for aid, role, status, worktree, pid, pgid, kind, value in rows]
 
     def insert_agent(self, agent: Agent) -> None:
         values = [getattr(agent, c) for c in _AGENT_COLS]
