@@ -157,41 +157,40 @@ def identify(env: Env) -> Caller:
     """Find the caller: process ancestry, then EXO_AGENT checked against records, then worktree.
 
     Roles come from exo's records, never from what a process claims. Only a process that
-    is none of these is the human at the root.
+    is none of these is the human at the root. Each step asks the store only for the agents
+    it can match (``Store.agent_keys``), so a hook costs about the same with 5 agents or 500.
     """
     try:
         if not env.has_state():
             return Caller(ROOT, "human", "none")
-        agents = [a for a in env.store.agent_keys() if a.id != ROOT]
-    except Exception:
-        return Caller(ROOT, "human", "none")
-    if not agents:
-        return Caller(ROOT, "human", "none")
-    by_pid: dict[int, AgentKey] = {}
-    for a in agents:
-        for pid in (a.pid, a.pgid):
-            if isinstance(pid, int) and pid > 1:
-                by_pid.setdefault(pid, a)
-    if by_pid:
+        store = env.store
         from exo_cli.adapters.proc import ancestors
 
-        for pid in ancestors(env.pid):
+        chain = ancestors(env.pid)
+        by_pid: dict[int, AgentKey] = {}
+        for a in store.agent_keys(pids=chain):  # oldest first: a pid's first recorded agent wins
+            for pid in (a.pid, a.pgid):
+                if a.id != ROOT and isinstance(pid, int) and pid > 1:
+                    by_pid.setdefault(pid, a)
+        for pid in chain:
             hit = by_pid.get(pid)
             if hit is not None:
                 return Caller(hit.id, hit.role, "ancestry")
-    claimed = env.environ.get(AGENT_VAR)
-    if claimed and claimed != ROOT:
-        for a in agents:
-            if a.id == claimed:
+        claimed = env.environ.get(AGENT_VAR)
+        if claimed and claimed != ROOT:
+            for a in store.agent_keys(ids=[claimed]):
                 return Caller(a.id, a.role, "env")
+        everyone = [a for a in store.agent_keys() if a.id != ROOT and a.live and a.worktree]
+    except Exception:
+        return Caller(ROOT, "human", "none")
     cwd = str(env.cwd.resolve())
-    best: AgentKey | None = None
-    for a in agents:
-        if not a.live or not a.worktree_created:
-            continue  # a human in a finished agent's folder, or in the repo itself, is the human
-        if a.worktree and (cwd == a.worktree or cwd.startswith(a.worktree.rstrip("/") + "/")):
-            if best is None or len(a.worktree) > len(best.worktree or ""):
-                best = a
-    if best is not None:
-        return Caller(best.id, best.role, "worktree")
+    inside = [a for a in everyone if cwd == a.worktree or cwd.startswith((a.worktree or "").rstrip("/") + "/")]
+    for a in sorted(inside, key=lambda a: -len(a.worktree or "")):  # the deepest worktree first
+        try:
+            record = store.agent(a.id)
+        except Exception:
+            return Caller(ROOT, "human", "none")
+        if record is not None and record.spec.get("worktree_created", True):
+            return Caller(a.id, a.role, "worktree")
+        # else: a human in a finished agent's folder, or in the repo itself, is the human
     return Caller(ROOT, "human", "none")

@@ -99,7 +99,6 @@ class AgentKey(NamedTuple):
     worktree: str | None
     pid: int | None  # the recorded location's process (tmux: the pane's) and group
     pgid: int | None
-    worktree_created: bool  # spec["worktree_created"], True when not recorded
 
     @property
     def live(self) -> bool:

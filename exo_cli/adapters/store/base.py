@@ -68,8 +68,12 @@ class Store(Protocol):
         """Every agent, oldest first."""
         ...
 
-    def agent_keys(self) -> list[AgentKey]:
-        """What identifying a caller needs of every agent, oldest first (cheaper than ``agents``)."""
+    def agent_keys(self, *, pids: Sequence[int] | None = None, ids: Sequence[str] | None = None) -> list[AgentKey]:
+        """What identifying a caller needs of agents, oldest first (far cheaper than ``agents``).
+
+        Every agent; with ``pids``, only those whose recorded process or process group is one
+        of them; with ``ids``, only those.
+        """
         ...
 
     def insert_agent(self, agent: Agent) -> None:

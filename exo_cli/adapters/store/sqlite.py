@@ -104,15 +104,6 @@ _LOCK_RETRY_SECONDS = 60.0
 _KV_UPSERT = "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
 
 
-def _json_truthy(kind: str, value: Any) -> bool:
-    """Python's truth of a JSON value SQLite extracted (``json_type``, ``json_extract``)."""
-    if kind in ("true", "false"):
-        return kind == "true"
-    if kind in ("object", "array"):
-        return value not in ("{}", "[]")
-    return bool(value)  # null (None), numbers, text
-
-
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
@@ -262,22 +253,35 @@ class SqliteStore(Store):
     def agents(self) -> list[Agent]:
         return self._agents("ORDER BY created_at, id")
 
-    def agent_keys(self) -> list[AgentKey]:
-        # SQLite reads the few values out of the JSON columns (its JSON functions are built in
-        # since 3.38, and in most builds before); parsing every spec in Python cost more.
+    def agent_keys(self, *, pids: Sequence[int] | None = None, ids: Sequence[str] | None = None) -> list[AgentKey]:
+        where = ""
+        args: list[Any] = []
+        if pids is not None:
+            if not pids:
+                return []
+            marks = ", ".join("?" * len(pids))
+            where = f"WHERE json_extract(location, '$.pid') IN ({marks}) OR json_extract(location, '$.pgid') IN ({marks})"
+            args = [*pids, *pids]
+        elif ids is not None:
+            if not ids:
+                return []
+            where, args = f"WHERE id IN ({', '.join('?' * len(ids))})", list(ids)
+        # SQLite reads the two numbers out of each location (its JSON functions are built in
+        # since 3.38, and in most builds before); reading whole records in Python cost more.
         conn = self._conn()
         try:
             rows = self._retry(lambda: conn.execute(
-                "SELECT id, role, status, worktree, json_extract(location, '$.pid'),"
-                " json_extract(location, '$.pgid'), json_type(spec, '$.worktree_created'),"
-                " json_extract(spec, '$.worktree_created') FROM agents ORDER BY created_at, id").fetchall())
+                "SELECT id, role, status, worktree, json_extract(location, '$.pid'), json_extract(location, '$.pgid')"
+                f" FROM agents {where} ORDER BY created_at, id", args).fetchall())
         except sqlite3.OperationalError as exc:
             if "json" not in str(exc).lower():
                 raise
-            return [AgentKey(a.id, a.role, a.status, a.worktree, a.location.get("pid"), a.location.get("pgid"),
-                             bool(a.spec.get("worktree_created", True))) for a in self.agents()]
-        return [AgentKey(aid, role, status, worktree, pid, pgid, True if kind is None else _json_truthy(kind, value))
-                for aid, role, status, worktree, pid, pgid, kind, value in rows]
+            keys = [AgentKey(a.id, a.role, a.status, a.worktree, a.location.get("pid"), a.location.get("pgid"))
+                    for a in self.agents()]
+            if pids is not None:
+                return [k for k in keys if k.pid in pids or k.pgid in pids]
+            return [k for k in keys if ids is None or k.id in ids]
+        return [AgentKey(*row) for row in rows]
 
     def insert_agent(self, agent: Agent) -> None:
         values = [getattr(agent, c) for c in _AGENT_COLS]
