@@ -32,19 +32,39 @@ def exo_argv() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "exo_cli"]
 
 
+def run_timed(argv: Sequence[str], *, cwd: Path, env: dict[str, str], stdin: str | None = None) -> tuple[float, float]:
+    """Run one command to its end; (wall seconds, CPU seconds: user + system of the process and its children)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write((stdin or "").encode())
+        proc.stdin.close()
+    except BrokenPipeError:  # a command that does not read its stdin
+        pass
+    _, _, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = 0  # reaped by wait4 above
+    return wall, usage.ru_utime + usage.ru_stime
+
+
 def time_commands(cmds: dict[str, Sequence[str]], *, runs: int, cwd: Path, env: dict[str, str],
-                  stdin: dict[str, str] | None = None) -> dict[str, list[float]]:
-    """Run every command ``runs`` times, interleaved (so noise hits all alike); seconds per run."""
+                  stdin: dict[str, str] | None = None,
+                  cpu: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
+    """Run every command ``runs`` times, interleaved (so noise hits all alike); wall seconds per run.
+
+    With ``cpu``, each command's CPU seconds per run (user + system) are appended there too.
+    """
     out: dict[str, list[float]] = {k: [] for k in cmds}
     for name, argv in cmds.items():  # warm-up: page cache, .pyc files
-        subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True,
-                       input=(stdin or {}).get(name), text=True)
+        run_timed(argv, cwd=cwd, env=env, stdin=(stdin or {}).get(name))
     for _ in range(runs):
         for name, argv in cmds.items():
-            t0 = time.perf_counter()
-            subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True,
-                           input=(stdin or {}).get(name), text=True)
-            out[name].append(time.perf_counter() - t0)
+            wall, used = run_timed(argv, cwd=cwd, env=env, stdin=(stdin or {}).get(name))
+            out[name].append(wall)
+            if cpu is not None:
+                cpu.setdefault(name, []).append(used)
     return out
 
 

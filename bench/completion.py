@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import exo_argv, median_ms, precompile, scratch_repo, time_commands  # noqa: E402
-from agents100 import agents, clean_env, make_repo, socket_name, spawn_all  # noqa: E402
+from agents500 import agents, clean_env, make_repo, socket_name, spawn_all  # noqa: E402
 
 
 def main() -> int:

@@ -10,16 +10,19 @@ decided here, from exo's own records: see docs/security.md "Roles come from exo'
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.errors import EnvironmentError_, ExoError, InvalidInput, StateError
-from exo_cli.records import ROOT
+from exo_cli.lite import NamedTuple
+from exo_cli.records import RETIRED_SEP, ROOT
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import threading
+    from collections.abc import Mapping
+    from typing import Any
+
     from exo_cli.adapters.git import Git, RepoInfo
     from exo_cli.adapters.store.base import Store
     from exo_cli.adapters.worktree import Worktrees
@@ -108,9 +111,9 @@ class Env:
 
     @cached_property
     def repo_id(self) -> str:
-        import hashlib
+        from exo_cli.adapters.files import sha1_hex
 
-        return hashlib.sha1(str(self.state_dir.resolve()).encode()).hexdigest()[:10]
+        return sha1_hex(str(self.state_dir.resolve()).encode())[:10]
 
     @cached_property
     def runtime_dir(self) -> Path:
@@ -309,12 +312,11 @@ def _agent_here(env: Env, real: Path) -> bool:
     try:
         store = open_store(real, lambda: runtime_dir_for(os.path.realpath(real), create=False))
         try:
-            agents = [a for a in store.agents() if a.id != ROOT and not a.retired]
+            return _by_ancestry(env, store) is not None or _by_worktree(env, store) is not None
         finally:
             store.close()
     except Exception:  # an unreadable state proves nothing either way
         return False
-    return _by_ancestry(env, agents) is not None or _by_worktree(env, agents) is not None
 
 
 # --------------------------------------------------------------------------- the caller
@@ -348,7 +350,8 @@ def identify(env: Env) -> Caller:
                     "rebuilds the records of the agents it finds running in exo's sessions, and of exo's "
                     "worktrees), or spawn the agent again with `exo spawn`.")
             return HUMAN
-        agents = [a for a in env.store.agents() if a.id != ROOT and not a.retired]  # history never calls
+        store = env.store
+        hit = _by_ancestry(env, store)
     except ExoError:
         if markers:
             raise
@@ -358,55 +361,63 @@ def identify(env: Env) -> Caller:
             raise StateError(f"exo cannot read its state database to check who is calling: {exc}",
                              hint="Run `exo doctor` in the repository.") from exc
         return HUMAN
-    hit = _by_ancestry(env, agents)
     if hit is not None:
         return Caller(hit.id, hit.role, "ancestry")
     if markers:
-        return _by_proof(env, agents)
-    hit = _by_worktree(env, agents)
+        return _by_proof(env, store)
+    try:
+        hit = _by_worktree(env, store)
+    except Exception:  # an unreadable state database: nobody to match
+        return HUMAN
     if hit is not None:
         return Caller(hit.id, hit.role, "worktree")
     return HUMAN
 
 
-def _by_ancestry(env: Env, agents: list[Agent]) -> Agent | None:
-    """The agent whose recorded process (pane process or process group) this process descends from."""
-    by_pid: dict[int, tuple[Agent, Any]] = {}
-    for a in agents:
-        for key in ("pid", "pgid"):
-            pid = a.location.get(key)
-            if isinstance(pid, int) and not isinstance(pid, bool) and pid > 1:
-                start = a.location.get("start_time") if pid == a.location.get("pid") else None
-                by_pid.setdefault(pid, (a, start))
-    if not by_pid:
-        return None
+def _by_ancestry(env: Env, store: Store) -> Agent | None:
+    """The agent whose recorded process (pane process or process group) this process descends from.
+
+    The store is asked only for the agents recorded with one of this process's ancestors
+    (``Store.agent_keys``), so this costs about the same with 5 agents or 500.
+    """
     from exo_cli.adapters.proc import ancestors, proc_start_time
 
-    for pid in ancestors(env.pid):
-        hit = by_pid.get(pid)
-        if hit is None:
+    chain = ancestors(env.pid)
+    by_pid: dict[int, str] = {}
+    for k in store.agent_keys(pids=chain):  # oldest first: a pid's first recorded agent wins
+        if k.id == ROOT or RETIRED_SEP in k.id:  # history never calls
             continue
-        agent, start = hit
+        for pid in (k.pid, k.pgid):
+            if isinstance(pid, int) and not isinstance(pid, bool) and pid > 1:
+                by_pid.setdefault(pid, k.id)
+    for pid in chain:
+        agent_id = by_pid.get(pid)
+        if agent_id is None:
+            continue
+        agent = store.agent(agent_id)
+        if agent is None:
+            continue
+        start = agent.location.get("start_time") if pid == agent.location.get("pid") else None
         if isinstance(start, int) and proc_start_time(pid) not in (None, start):
             continue  # the recorded process is gone and its pid was reused
         return agent
     return None
 
 
-def _by_worktree(env: Env, agents: list[Agent]) -> Agent | None:
+def _by_worktree(env: Env, store: Store) -> Agent | None:
     """The live agent whose worktree (created by exo) holds this process's cwd (the deepest one)."""
     cwd = str(env.cwd.resolve())
-    best: Agent | None = None
-    for a in agents:
-        if not a.live or not a.spec.get("worktree_created", True):
-            continue  # a human in a finished agent's folder, or in the repo itself, is the human
-        if a.worktree and (cwd == a.worktree or cwd.startswith(a.worktree.rstrip("/") + "/")):
-            if best is None or len(a.worktree) > len(best.worktree or ""):
-                best = a
-    return best
+    inside = [k for k in store.agent_keys() if k.id != ROOT and RETIRED_SEP not in k.id and k.live and k.worktree
+              and (cwd == k.worktree or cwd.startswith(k.worktree.rstrip("/") + "/"))]
+    for k in sorted(inside, key=lambda k: -len(k.worktree or "")):  # the deepest worktree first
+        record = store.agent(k.id)
+        if record is not None and record.spec.get("worktree_created", True):
+            return record
+        # else: a human in a finished agent's folder, or in the repo itself, is the human
+    return None
 
 
-def _by_proof(env: Env, agents: list[Agent]) -> Caller:
+def _by_proof(env: Env, store: Store) -> Caller:
     """The agent ``EXO_AGENT`` names, when ``EXO_AGENT_PROOF`` matches its recorded proof; else StateError."""
     claimed = env.environ.get(AGENT_VAR) or ""
     if not claimed:
@@ -414,7 +425,11 @@ def _by_proof(env: Env, agents: list[Agent]) -> Caller:
     if claimed == ROOT:
         raise _unproven(env, f"{AGENT_VAR}={ROOT} names the human at the root, who carries no {AGENT_VAR}",
                         reason="root-claim")
-    record = next((a for a in agents if a.id == claimed), None)
+    try:
+        record = store.agent(claimed) if RETIRED_SEP not in claimed else None
+    except Exception as exc:  # an unreadable state database
+        raise StateError(f"exo cannot read its state database to check who is calling: {exc}",
+                         hint="Run `exo doctor` in the repository.") from exc
     if record is None:
         raise _unproven(env, f"{AGENT_VAR}={claimed} is not an agent exo recorded", reason="unknown-agent")
     given = env.environ.get(PROOF_VAR) or ""
@@ -452,13 +467,13 @@ def new_proof() -> tuple[str, str]:
 
 def proof_digest(proof: str) -> str:
     """The SHA-256 (hex) of ``proof``, as recorded in the agent's spec."""
-    import hashlib
+    from exo_cli.adapters.files import sha256_hex  # no hashlib (OpenSSL) on the hooks' path
 
-    return hashlib.sha256(proof.encode("utf-8", "surrogateescape")).hexdigest()
+    return sha256_hex(proof.encode("utf-8", "surrogateescape"))
 
 
 def proof_matches(proof: str, digest: str) -> bool:
     """Whether ``proof`` hashes to ``digest`` (compared in constant time)."""
-    import hmac
+    from _operator import _compare_digest  # hmac.compare_digest itself, without hmac's OpenSSL (hooks' path)
 
-    return hmac.compare_digest(proof_digest(proof).encode("ascii"), digest.encode("ascii", "replace"))
+    return _compare_digest(proof_digest(proof).encode("ascii"), digest.encode("ascii", "replace"))

@@ -8,7 +8,9 @@ process exit code, and whether the MCP side reports it as a protocol error
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 INTERNAL_EXIT = 70
 

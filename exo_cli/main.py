@@ -1,170 +1,88 @@
-"""The ``exo`` command: root group, global options, one error handler, the catch-all."""
+"""The ``exo`` script's entry point, kept light: a hook goes straight to its handler.
+
+Agent CLIs run ``exo hook ...`` after every tool call and turn of every agent, so that
+path must cost little more than Python's own start: ``main`` hands it to
+``hookrun.run`` (stdlib and the light exo modules only) before Click is imported; any
+argv the hook runner does not recognise (``--help``, a bad option) falls through to the
+Click command line (``cli.py``), which answers exactly as before.
+"""
 
 from __future__ import annotations
 
-import os
 import sys
-from typing import Any
 
-import click
-
-from exo_cli import __version__
-from exo_cli.errors import INTERNAL_EXIT, ExoError, UsageError
-
-
-def report(error: ExoError, *, as_json: bool) -> None:
-    """Print an error: the error object on stdout under --json, Error:/Hint: on stderr otherwise."""
-    if as_json:
-        from exo_cli.render.jsonout import dump_json
-
-        sys.stdout.write(dump_json(error.to_dict()) + "\n")
-        sys.stdout.flush()
-        return
-    from exo_cli.render import warn  # a message may quote what an agent wrote: made safe there
-
-    warn(f"Error: {error.message}")
-    if error.hint:
-        warn(f"Hint: {error.hint}")
-
-
-class ExoGroup(click.Group):
-    """Loads commands from the table on first use; turns ExoError into its exit code and output."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        from exo_cli.commands import COMMANDS
-
-        return sorted({*COMMANDS, *self.commands})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.commands:
-            return self.commands[cmd_name]
-        from exo_cli.commands import COMMANDS
-
-        entry = COMMANDS.get(cmd_name)
-        if entry is None:
-            return None
-        import importlib
-
-        module, attr = entry.target.split(":")
-        command: click.Command = getattr(importlib.import_module(module), attr)
-        self.commands[cmd_name] = command
-        return command
-
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
-        """Click's, with "Did you mean" taken from every command (not only the ones loaded so far)."""
-        try:
-            return super().resolve_command(ctx, args)
-        except click.exceptions.NoSuchCommand as exc:
-            from exo_cli.commands import COMMANDS
-
-            visible = [name for name, e in COMMANDS.items() if not e.hidden]
-            raise click.exceptions.NoSuchCommand(exc.command_name, possibilities=visible, ctx=ctx) from None
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """List commands from the table's summaries without importing them."""
-        from exo_cli.commands import COMMANDS
-
-        rows = [(name, e.summary) for name, e in sorted(COMMANDS.items()) if not e.hidden]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except ExoError as exc:
-            report(exc, as_json=bool(ctx.meta.get("exo.json")))
-            ctx.exit(exc.exit_code)
-
-
-@click.group(
-    cls=ExoGroup,
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-)
-@click.version_option(__version__, "-V", "--version", prog_name="exo")
-@click.option(
-    "-C",
-    "directory",
-    metavar="DIRECTORY",
-    default=None,
-    help="Run as if exo was started in this directory.",
-)
-@click.pass_context
-def cli(ctx: click.Context, directory: str | None) -> None:
-    """Run a team of AI coding agents on one git repository.
-
-    Each task gets its own git worktree and branch and an agent (Claude Code, Gemini
-    CLI, Codex CLI, a custom command, or the built-in demo agent) in a tmux pane or
-    headless. Agents report (note), ask (question), file PRs against their parent
-    branch and are merged, completed and cleaned up without losing work. `exo mcp`
-    serves the same operations as MCP tools.
-
-    \b
-    Examples:
-      exo init
-      exo spawn --worker w1 --prompt "Add a --verbose flag" --agent claude
-      exo agents
-      exo wait w1
-    """
-    from exo_cli.env import Env
-
-    if directory is not None:
-        if "\x00" in directory or not os.path.isdir(directory):
-            raise click.BadParameter(f"{directory!r} is not a directory", param_hint="-C")
-        directory = os.path.abspath(directory)
-    ctx.obj = Env(cwd=directory)
-
-
-def _show_click_error(exc: click.exceptions.ClickException) -> None:
-    """Click's own usage error text, made safe like every other message (it quotes the argument given)."""
-    import io
-
-    from exo_cli.render.text import safe
-
-    buf = io.StringIO()
-    exc.show(file=buf)
-    sys.stderr.write(safe(buf.getvalue()))
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``exo`` script."""
-    args = sys.argv[1:] if argv is None else argv
-    if "_EXO_COMPLETE" in os.environ:  # a shell asking for completions: answer without loading commands
-        from exo_cli.commands._complete import fast_complete
+    """Entry point of the ``exo`` script (``argv``: run in-process, as tests do, and return by SystemExit)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["hook"]:
+        from exo_cli.hookrun import run
 
-        if fast_complete(cli, os.environ):
-            sys.exit(0)
-    as_json = "--json" in args
+        if argv is None:  # a process of its own: a short one, whose garbage the exit frees anyway
+            import gc
+
+            gc.disable()
+        code = run(args[1:])
+        if code is not None:
+            if argv is None:
+                _exit_now(code)
+            sys.exit(code)
+        if argv is None:
+            import gc
+
+            gc.enable()
+    quick = argv is None and (not args or args[0] in QUICK)
+    if quick:  # a short read: nothing it allocates outlives it
+        import gc
+
+        gc.disable()
+    from exo_cli.cli import run_cli
+
     try:
-        rv = cli.main(args=args, prog_name="exo", standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.stderr.write("Aborted.\n")
-        sys.exit(130)
-    except click.exceptions.ClickException as exc:
-        if as_json:
-            report(UsageError(exc.format_message(), hint="See `exo --help`."), as_json=True)
-        else:
-            _show_click_error(exc)
-        sys.exit(exc.exit_code)
-    except ExoError as exc:  # raised outside a subcommand (e.g. by the group callback)
-        report(exc, as_json=as_json)
-        sys.exit(exc.exit_code)
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.stderr.write("Interrupted.\n")
-        sys.exit(130)
-    except Exception as exc:  # a bug: exit 70, traceback only when asked for
-        if os.environ.get("EXO_DEBUG") == "1":
-            import traceback
+        run_cli(args)
+    except SystemExit as exc:
+        if quick and (exc.code is None or isinstance(exc.code, int)):
+            _exit_now(exc.code or 0)
+        raise
 
-            traceback.print_exc()
-        else:
-            from exo_cli.render import warn
 
-            warn(f"Error: internal error: {type(exc).__name__}: {exc}")
-            warn("Hint: this is a bug in exo; rerun with EXO_DEBUG=1 for a traceback and report it.")
-        sys.exit(INTERNAL_EXIT)
-    sys.exit(rv if isinstance(rv, int) else 0)
+# Commands that only read (and at most mark a vanished agent dead) and end quickly: the ones
+# run most often, by people and scripts (docs/performance.md).
+QUICK = frozenset({"status", "agents", "ls", "--help", "-h", "--version", "-V"})
+
+
+def _exit_now(code: int) -> None:
+    """End the process without the interpreter's teardown, when nothing needs it.
+
+    Tearing the interpreter down (freeing every module, a last garbage collection, closing
+    the database, which may checkpoint it) costs a hook about a tenth of Python's start, and
+    ``exo agents`` with hundreds of agents more. Everything a hook or a quick command wrote is
+    already committed, its output is flushed here, and with no other thread running and no
+    exit handler registered there is nothing else to run; otherwise exit normally.
+    """
+    import atexit
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    threading = sys.modules.get("threading")
+    if atexit._ncallbacks() or (threading is not None and threading.active_count() > 1):
+        sys.exit(code)
+    import os
+
+    os._exit(code)
+
+
+def __getattr__(name: str) -> Any:
+    """``from exo_cli.main import cli`` (scripts, click-man, completion) still finds the Click group."""
+    if name in ("cli", "ExoGroup", "report"):
+        from exo_cli import cli
+
+        return getattr(cli, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

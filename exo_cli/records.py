@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from typing import Any, NamedTuple
+
+from exo_cli.lite import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 ROOT = "root"
 #: Joins a retired agent's name and a number into its history id (``w1@1712345678``); never part of a name.
@@ -40,7 +44,9 @@ MCP_COMPAT = ("claude-team", "termtile", "ikigai")
 
 def to_jsonable(obj: Any) -> Any:
     """Turn dataclasses, records (NamedTuple) and tuples into JSON-native values, recursively."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if hasattr(type(obj), "__dataclass_fields__"):  # dataclasses.is_dataclass, without importing it here
+        import dataclasses
+
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.repr}
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return {k: to_jsonable(v) for k, v in zip(obj._fields, obj, strict=True)}
@@ -92,6 +98,25 @@ class Agent(NamedTuple):
 
 
 AGENT_JSON_FIELDS = ("location", "spec", "undo")
+
+
+class AgentKey(NamedTuple):
+    """What finding the caller needs of one agent (``Store.agent_keys``), without reading whole records.
+
+    Every hook and command identifies its caller first; with hundreds of agents, parsing every
+    record's spec and undo list for that would cost more than the rest of a hook.
+    """
+
+    id: str
+    role: str
+    status: str
+    worktree: str | None
+    pid: int | None  # the recorded location's process (tmux: the pane's) and group
+    pgid: int | None
+
+    @property
+    def live(self) -> bool:
+        return self.status in LIVE_STATUSES
 
 
 class Message(NamedTuple):

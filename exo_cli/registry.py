@@ -20,15 +20,16 @@ role is also refused if called anyway.
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
-
 from exo_cli.errors import ExoError, StateError
+from exo_cli.lite import NamedTuple
 from exo_cli.records import MCP_COMPAT
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import inspect
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
     from exo_cli.env import Env
 
 OPS_PACKAGE = "exo_cli.ops"
@@ -115,6 +116,8 @@ class Arg(NamedTuple):
 
     @property
     def required(self) -> bool:
+        import inspect
+
         return self.default is inspect.Parameter.empty
 
 
@@ -143,15 +146,18 @@ class Op(NamedTuple):
 
     @property
     def summary(self) -> str:
-        doc = inspect.getdoc(self.func) or self.name
-        return doc.splitlines()[0]
+        return self.doc.splitlines()[0]
 
     @property
     def doc(self) -> str:
+        import inspect
+
         return inspect.getdoc(self.func) or self.name
 
     def params(self) -> list[inspect.Parameter]:
         """The operation's keyword parameters (``env`` dropped)."""
+        import inspect
+
         sig = inspect.signature(self.func)
         return [p for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
@@ -165,10 +171,14 @@ class Op(NamedTuple):
 
     def result_type(self) -> Any:
         """The operation's result class (its return annotation, resolved)."""
+        import inspect
+
         return resolve(self.func, inspect.signature(self.func).return_annotation)
 
     def tool_args(self, tool: Tool) -> list[Arg]:
         """The arguments ``tool`` takes, in order: its adapter's own, then the parameters it passes through."""
+        import inspect
+
         out: list[Arg] = []
         helps = {**self.help, **tool.help}
         if tool.adapt is not None:
@@ -192,10 +202,12 @@ class Op(NamedTuple):
 
 def resolve(func: Callable[..., Any], annotation: Any) -> Any:
     """An annotation as an object: postponed (string) annotations evaluated in ``func``'s module."""
+    import inspect
     import sys
+    import typing
 
     if annotation is inspect.Parameter.empty:
-        return Any
+        return typing.Any
     if isinstance(annotation, str):
         module = sys.modules[func.__module__]
         return eval(annotation, vars(module), {})  # noqa: S307 - our own source
@@ -254,6 +266,18 @@ def served_tools(operation: Op, compat: tuple[str, ...] | list[str] = ()) -> lis
 OPS: dict[str, Op] = {}
 
 
+def keyword_only(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The names of ``fn``'s keyword-only parameters, read from its code object.
+
+    Not ``inspect.signature``: every hook would pay for importing ``inspect`` (about as much
+    as the rest of the hook's imports together) just to declare its operation.
+    """
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    code = fn.__code__
+    return code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+
+
 def op(
     name: str,
     *,
@@ -274,9 +298,9 @@ def op(
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         declared = dict(help or {})
-        for p in inspect.signature(fn).parameters.values():
-            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in declared:
-                raise TypeError(f"operation {name}: parameter {p.name!r} has no help text")
+        for param in keyword_only(fn):
+            if param not in declared:
+                raise TypeError(f"operation {name}: parameter {param!r} has no help text")
         OPS[name] = Op(
             name=name,
             func=fn,
@@ -314,6 +338,8 @@ def load_all() -> dict[str, Op]:
     """Import every module under ``ops/`` once; each ``@op`` fills ``OPS``."""
     global _loaded
     if not _loaded:
+        import importlib
+
         for mod in op_modules():
             importlib.import_module(mod)
         _loaded = True

@@ -211,8 +211,8 @@ def load_all_commands() -> None:
     """Commands load lazily; the man pages and completion need them all present."""
     import click
 
+    from exo_cli.cli import cli
     from exo_cli.commands import COMMANDS
-    from exo_cli.main import cli
 
     ctx = click.Context(cli)
     for name in COMMANDS:
@@ -220,8 +220,8 @@ def load_all_commands() -> None:
 
 
 def generate(target: Path) -> None:
+    from exo_cli.cli import cli
     from exo_cli.commands.completion import SHELLS, completion_source
-    from exo_cli.main import cli
 
     load_all_commands()
     for shell in SHELLS:

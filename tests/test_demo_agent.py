@@ -46,7 +46,7 @@ def start_demo(repo: Path, tmp_path: Path, name: str, script: list[Any] | None =
 def next_message(repo: Path, *, kind: str | None = None, timeout: float = 60) -> messages.WaitEntry:
     """The human's next message (of ``kind``), skipping others."""
     while True:
-        res = messages.wait(env_for(repo), timeout=timeout)
+        res = messages.wait(env_for(repo), timeout=timeout, max_messages=1)  # one at a time: skip only others
         assert res.results, "no message in time"
         entry = res.results[0]
         if kind is None or entry.kind == kind:

@@ -354,14 +354,62 @@ def test_hook_imports_stay_light(team: Path) -> None:
     probe = (
         "import sys, json\nfrom exo_cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'mcp','git','rich','yaml','tomli_w','pydantic'}"
-        " or m in ('exo_cli.ops.spawn', 'exo_cli.ops.messages', 'exo_cli.adapters.mux.tmux'))\n"
+        " or m in ('exo_cli.ops.spawn', 'exo_cli.ops.messages', 'exo_cli.adapters.mux.tmux')"
+        " or (m in LIGHT and m not in BEFORE))\n"
         "sys.stderr.write('\\nHEAVY=' + json.dumps(bad) + '\\n')\n"
     )
+    # What keeps a hook near Python's own start (bench/hooks.py): no Click, and none of the stdlib
+    # modules that cost a hook a large share of it (each has a light stand-in on this path).
+    light = ("click", "typing", "dataclasses", "inspect", "hashlib", "socket", "sqlite3", "threading")
+    probe = f"import sys\nLIGHT = {light!r}\nBEFORE = set(sys.modules)\n" + probe
     env = {**os.environ, **agent_vars(team, "w1"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", probe, "hook", "stop", "--cli", "claude"], cwd=team, env=env,
-                          input=json.dumps(STOP["claude"]), capture_output=True, text=True)
-    line = [x for x in proc.stderr.splitlines() if x.startswith("HEAVY=")][-1]
-    assert json.loads(line[6:]) == []
+    for event, payload in (("stop", STOP["claude"]), ("tool", TOOL["claude"])):
+        proc = subprocess.run([sys.executable, "-c", probe, "hook", event, "--cli", "claude"], cwd=team, env=env,
+                              input=json.dumps(payload), capture_output=True, text=True)
+        assert proc.stdout.strip() == "{}", proc.stderr
+        line = [x for x in proc.stderr.splitlines() if x.startswith("HEAVY=")][-1]
+        assert json.loads(line[6:]) == [], event
+
+
+# Argument lists the agent CLIs send, and ones only Click must answer (help, errors).
+FAST_ARGV = [
+    ["stop", "--cli", "claude"], ["tool", "--cli=gemini"], ["notify", "--cli", "codex", '{"type":"x"}'],
+    ["prompt"], ["stop", "--json", "--cli", "exo"], ["--cli", "codex", "stop"], ["stop", "--", "--odd-payload"],
+    ["session-start", "-"], ["no-such-event", "--cli", "nobody"],
+]
+CLICK_ARGV = [
+    [], ["--help"], ["stop", "-h"], ["stop", "--cli"], ["stop", "--cli", "--json"], ["stop", "--cli", "a", "--cli", "b"],
+    ["stop", "--bogus"], ["a", "b", "c"], ["stop", "--json", "--json"], ["stop", "-x"],
+]
+
+
+@pytest.mark.parametrize("argv", FAST_ARGV + CLICK_ARGV)
+def test_hook_fast_path_parses_as_click_does(argv: list[str]) -> None:
+    """``main`` answers a hook without Click; it must read every argv exactly as the Click command would."""
+    import click
+
+    from exo_cli.commands.hook import hook
+    from exo_cli.hookrun import parse
+
+    fast = parse(argv)
+    assert (fast is not None) == (argv in FAST_ARGV)
+    if fast is None:
+        return  # Click answers it, as before
+    ctx = hook.make_context("hook", list(argv))
+    assert isinstance(ctx, click.Context)
+    p = ctx.params
+    assert fast == (p["event"], p["payload"], p["cli"], p["as_json"])
+
+
+def test_hook_help_and_usage_errors_still_come_from_click(repo: Path) -> None:
+    from test_messages_helpers import run_exo_as
+
+    proc = run_exo_as(repo, None, "hook", "--help")
+    assert proc.returncode == 0 and "Handle an agent CLI's hook event" in proc.stdout and "--cli" in proc.stdout
+    proc = run_exo_as(repo, None, "hook", "stop", "--bogus")
+    assert proc.returncode == 2 and "No such option" in proc.stderr
+    proc = run_exo_as(repo, None, "hook")
+    assert proc.returncode == 2 and "Missing argument" in proc.stderr
 
 
 def test_stop_hook_never_touches_the_network(repo: Path, tmp_path: Path) -> None:

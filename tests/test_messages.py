@@ -14,6 +14,7 @@ from test_messages_helpers import EXO, agent_vars, env_for, hook_json, make_agen
 
 from conftest import Exo
 from exo_cli import cancel
+from exo_cli.errors import InvalidInput
 from exo_cli.ops import messages
 from exo_cli.ops.delivery import ready_dependents, substitute_outputs
 
@@ -45,12 +46,79 @@ def test_note_reaches_parent_wait(team: Path) -> None:
     assert r.json()["to"] == "lead"
     r = as_agent(team, "lead", "wait", "--timeout", "0", "--json")
     assert r.json() == {"results": [{"agent_id": "w1", "name": "w1", "status": "received", "message": "tests pass",
-                                     "kind": "note"}], "timed_out": False, "cancelled": False}
+                                     "kind": "note"}], "timed_out": False, "cancelled": False, "more": False}
     r = as_agent(team, "lead", "wait", "--timeout", "0", "--json")  # consumed
-    assert r.json() == {"results": [], "timed_out": True, "cancelled": False}
+    assert r.json() == {"results": [], "timed_out": True, "cancelled": False, "more": False}
     as_agent(team, "other", "note", "hello root")
     r = as_agent(team, None, "wait", "--timeout", "0")
     assert r.stdout.strip() == "[NOTE from other] hello root"
+
+
+def test_wait_returns_every_pending_message_at_once_bounded(team: Path) -> None:
+    env = env_for(team)
+    for i in range(7):
+        env.store.post("note", "w1" if i % 2 else "w2", "lead", f"n{i}", data={"from_name": "w1" if i % 2 else "w2"})
+    env.store.post("event", "w1", "lead", "w1 is idle", data={"event": "idle", "from_name": "w1"})
+    r = as_agent(team, "lead", "wait", "--timeout", "0", "--max", "5", "--json").json()
+    assert [(e["name"], e["kind"], e["message"], e["status"]) for e in r["results"]] == [
+        ("w2", "note", "n0", "received"), ("w1", "note", "n1", "received"), ("w2", "note", "n2", "received"),
+        ("w1", "note", "n3", "received"), ("w2", "note", "n4", "received")]  # oldest first, with sender and kind
+    assert (r["more"], r["timed_out"]) == (True, False)
+    r = as_agent(team, "lead", "wait", "--timeout", "0", "--json").json()  # the rest, default bound 50
+    assert [(e["agent_id"], e["kind"], e["message"]) for e in r["results"]] == [
+        ("w1", "note", "n5"), ("w2", "note", "n6"), ("w1", "event", "w1 is idle")]
+    assert r["more"] is False
+    assert as_agent(team, "lead", "wait", "--timeout", "0", "--json").json()["results"] == []  # consumed, once
+    human = as_agent(team, None, "wait", "--timeout", "0")
+    assert human.stdout.strip() == "No message."
+    for bad in ("0", "1001", "x"):
+        assert as_agent(team, "lead", "wait", "--timeout", "0", "--max", bad).exit_code == 2
+    with pytest.raises(InvalidInput):
+        messages.wait(env_for(team, "lead"), timeout=0, max_messages=0)
+
+
+def test_concurrent_waiters_never_receive_a_message_twice(team: Path) -> None:
+    """Several waiters of one agent (its CLI and its MCP server, say) share its messages: each exactly once."""
+    total, writers, waiters = 120, 4, 3
+    got: list[list[str]] = [[] for _ in range(waiters)]
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def waiter(i: int) -> None:
+        try:
+            env = env_for(team, "lead")
+            while not done.is_set():
+                res = messages.wait(env, timeout=0.5, max_messages=7)
+                got[i].extend(e.message or "" for e in res.results)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def writer(w: int) -> None:
+        env = env_for(team, "w1")
+        for k in range(total // writers):
+            env.store.post("note", "w1", "lead", f"{w}:{k}", data={"from_name": "w1"})
+
+    threads = [threading.Thread(target=waiter, args=(i,)) for i in range(waiters)]
+    for t in threads:
+        t.start()
+    posts = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    for t in posts:
+        t.start()
+    for t in posts:
+        t.join()
+    deadline = time.monotonic() + 60
+    while sum(len(g) for g in got) < total and time.monotonic() < deadline and not errors:
+        time.sleep(0.05)
+    done.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    everything = [m for g in got for m in g]
+    assert len(everything) == len(set(everything)) == total  # none twice, none lost
+    for g in got:  # each waiter saw each writer's notes in order (oldest first)
+        for w in range(writers):
+            mine = [int(m.split(":")[1]) for m in g if m.startswith(f"{w}:")]
+            assert mine == sorted(mine)
 
 
 def test_waiting_parent_wakes_on_note_from_another_process(team: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from conftest import Exo
 from exo_cli import registry
+from exo_cli.cli import cli
 from exo_cli.commands import COMMANDS
-from exo_cli.main import cli
 
 OPS = registry.load_all()
 

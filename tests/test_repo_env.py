@@ -184,6 +184,35 @@ def test_identity_from_process_ancestry_beats_env(repo: Path) -> None:
     assert (e.caller.agent_id, e.caller.via, e.role) == ("w3", "ancestry", "dev")
 
 
+def test_identity_rules_in_detail(repo: Path, tmp_path: Path) -> None:
+    """The nearest recorded ancestor wins (by pid or process group; of two agents on one pid, the
+    first recorded); a dead agent's or an uncreated worktree never makes its visitor that agent."""
+    base = Env(cwd=repo)
+    parent = os.getppid()
+    _add(base, "old", "dev", location={"pgid": parent})
+    time.sleep(0.01)
+    _add(base, "new", "tl", location={"pid": parent})  # same process as "old": the first recorded wins
+    assert (Env(cwd=repo).caller.agent_id, Env(cwd=repo).caller.via) == ("old", "ancestry")
+    _add(base, "near", "dev", location={"pid": os.getpid(), "pgid": 1})  # the nearer ancestor wins
+    assert Env(cwd=repo).caller.agent_id == "near"
+    assert Env(cwd=repo, pid=999_999_999).caller.agent_id == "root"  # no such process: no ancestry
+
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "inner"
+    inner.mkdir(parents=True)
+    (inner / "deep").mkdir()
+    _add(base, "o", "dev", worktree=str(outer))
+    _add(base, "i", "dev", worktree=str(inner) + "/")
+    _add(base, "gone", "dev", worktree=str(inner / "deep"))
+    base.store.update_agent("gone", status="dead")
+    _add(base, "nowt", "dev", worktree=str(inner / "deep"), spec={"worktree_created": False})
+    def at(cwd: Path) -> Env:  # a process with no recorded ancestor, in a folder outside the repository
+        return Env(cwd=cwd, environ={**os.environ, "EXO_STATE_DIR": str(base.state_dir)}, pid=999_999_999)
+
+    assert (at(inner / "deep").caller.agent_id, at(inner).caller.via) == ("i", "worktree")
+    assert at(outer).caller.agent_id == "o"
+    assert at(tmp_path).caller.agent_id == "root"
+
+
 def test_dev_role_refused_human_only_ops(repo: Path) -> None:
     base = Env(cwd=repo)
     _add(base, "w4", "dev")

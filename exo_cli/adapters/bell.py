@@ -2,6 +2,10 @@
 
 A waiter binds one socket per key (``bell/<key>.<pid>.<n>``); a writer, after its commit,
 sends one byte to every socket of the key. Nobody polls the database in a loop.
+
+A hook rings its parent at the end of every turn, so ``ring`` stays cheap: it opens a socket
+only when the key has a listener, through ``_socket`` (the ``socket`` module's own C core:
+importing ``socket`` builds its enums, a large share of a hook's cost).
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ import contextlib
 import errno
 import itertools
 import os
-import select
-import socket
 import time
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Iterable, Iterator
+    from pathlib import Path
 
 
 class Doorbell:
@@ -30,15 +36,17 @@ class Doorbell:
         prefix = f"{key}."
         rung = 0
         try:
-            names = os.listdir(self.dir)
+            names = [n for n in os.listdir(self.dir) if n.startswith(prefix)]
         except FileNotFoundError:
             return 0
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        if not names:
+            return 0
+        import _socket
+
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)
         sock.setblocking(False)
         try:
             for name in names:
-                if not name.startswith(prefix):
-                    continue
                 path = os.path.join(self.dir, name)
                 try:
                     sock.sendto(b"!", path)
@@ -55,6 +63,8 @@ class Doorbell:
     @contextlib.contextmanager
     def listen(self, keys: Iterable[str]) -> Iterator[Waiter]:
         """Bind one socket per key; the waiter wakes when any of them is rung."""
+        import socket
+
         socks: list[socket.socket] = []
         paths: list[str] = []
         try:
@@ -102,6 +112,8 @@ class Waiter:
             if timeout:
                 time.sleep(timeout)
             return False
+        import select
+
         ready, _, _ = select.select(self.socks, [], [], timeout)
         for s in ready:
             with contextlib.suppress(OSError):

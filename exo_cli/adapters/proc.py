@@ -18,13 +18,15 @@ from __future__ import annotations
 import os
 import select
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.errors import EnvironmentError_, ExternalFailure, InvalidInput, external
+from exo_cli.lite import NamedTuple
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any
 
     Completed = subprocess.CompletedProcess[str]  # what ``run`` returns, for annotations elsewhere
 

@@ -41,7 +41,7 @@ COMMANDS: dict[str, Entry] = {
     "question": Entry("exo_cli.commands.messages:question", "Ask your parent a question and wait for the answer."),
     "answer": Entry("exo_cli.commands.messages:answer", "Answer a child's pending question and wake it."),
     "send": Entry("exo_cli.commands.messages:send", "Send a message to one or several agents."),
-    "wait": Entry("exo_cli.commands.messages:wait", "Wait for the next message, or fan in on several agents."),
+    "wait": Entry("exo_cli.commands.messages:wait", "Wait for messages: every pending one from anyone, or fan in on several agents."),
     "output": Entry("exo_cli.commands.messages:output", "Show an agent's final output."),
     "done": Entry("exo_cli.commands.messages:done", "Mark your own task done with its output."),
     "demo": Entry("exo_cli.commands.demo:demo", "Show the whole lifecycle on a scratch repository with the built-in demo agent."),

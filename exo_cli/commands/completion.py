@@ -14,7 +14,7 @@ def completion_source(shell: str) -> str:
     """The completion script Click generates for ``shell`` (also written to completions/)."""
     from click.shell_completion import get_completion_class
 
-    from exo_cli.main import cli
+    from exo_cli.cli import cli
 
     cls = get_completion_class(shell)
     if cls is None:  # pragma: no cover - guarded by the Choice below

@@ -57,6 +57,8 @@ def render_wait(out: Out, r: _messages.WaitResult) -> None:
             out.line(text)
         else:
             out.line(f"{e.name}: {e.status}" + (f" — {e.message}" if e.message else ""))
+    if r.more:
+        out.line("(more messages are waiting: run exo wait again)")
     if r.timed_out:
         out.line("(timed out)")
 
@@ -107,13 +109,17 @@ def send(env: Any, to: str, message: str, as_json: bool) -> None:
     emit(invoke("send", env, to=recipients, message=message), as_json=as_json, human=render_send)
 
 
-@click.command(help=op_help("wait") + _examples("exo wait", "exo wait --timeout 0", "exo wait w1 w2 --timeout 600"))
+@click.command(help=op_help("wait") + _examples("exo wait", "exo wait --timeout 0", "exo wait --max 10",
+                                                "exo wait w1 w2 --timeout 600"))
 @click.argument("agents", nargs=-1, metavar="[AGENT...]", shell_complete=completer(kinds.AGENT))
 @op_option("wait", "timeout", "--timeout", type=Seconds(), default=None, metavar="S")
+@op_option("wait", "max_messages", "--max", type=click.IntRange(1, _messages.WAIT_MAX_LIMIT),
+           default=_messages.WAIT_MAX, show_default=True, metavar="N")
 @json_option
 @click.pass_obj
-def wait(env: Any, agents: tuple[str, ...], timeout: float | None, as_json: bool) -> None:
-    emit(invoke("wait", env, agents=list(agents), timeout=timeout), as_json=as_json, human=render_wait)
+def wait(env: Any, agents: tuple[str, ...], timeout: float | None, max_messages: int, as_json: bool) -> None:
+    emit(invoke("wait", env, agents=list(agents), timeout=timeout, max_messages=max_messages), as_json=as_json,
+         human=render_wait)
 
 
 @click.command(help=op_help("output") + _examples("exo output w1", "exo output w1 --json"))

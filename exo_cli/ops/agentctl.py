@@ -61,10 +61,11 @@ OUTPUT_LINES = 40  # lines of screen kept as a custom agent's output
 
 def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
     """Status from hooks first, observation second (see the module docstring); the agents as they are now."""
-    observed = states(env, [a for a in agents if a.status not in (DEAD, DONE)])
+    locations = {a.id: location(a) for a in agents}  # each record's location read once
+    observed = states(env, [a for a in agents if a.status not in (DEAD, DONE)], locations)
     out: list[Agent] = []
     for a in agents:
-        if a.id in observed and location(a) is not None:
+        if a.id in observed and locations[a.id] is not None:
             st = observed[a.id]
             if st is None or not st.alive:
                 a = ended(env, a, st)

@@ -22,12 +22,14 @@ died instead.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import ExoError
 from exo_cli.records import AT_REST, DEAD, DONE, IDLE, ROOT, STARTING, WORKING, Agent, Message
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from exo_cli.env import Env
 
 NOTE = "note"

@@ -23,10 +23,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import StateError
+from exo_cli.lite import NamedTuple
 from exo_cli.ops import delivery as msgs
 from exo_cli.records import (
     AGENT_CLIS,
@@ -41,7 +40,10 @@ from exo_cli.records import (
 )
 from exo_cli.registry import op
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from exo_cli.env import Env
 
 EVENTS = ("session-start", "prompt", "stop", "stop-failure", "session-end", "notification", "tool", "notify")
@@ -54,15 +56,19 @@ PERMISSION_TYPES = ("permission_prompt", "ToolPermission")
 TRANSCRIPT_TAIL = 4 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class HookResult:
-    """What a hook did, and the JSON it prints for the agent CLI (``output``; None: print nothing)."""
+class HookResult(NamedTuple):
+    """What a hook did, and the JSON it prints for the agent CLI (``output``; None: print nothing).
+
+    A record (NamedTuple) rather than a dataclass, like ``records.Agent``: importing
+    ``dataclasses`` (and the ``inspect`` it loads) would cost every hook more than all its
+    other imports. ``--json`` prints the same object either way.
+    """
 
     event: str
     cli: str
     agent: str | None
     output: dict[str, Any] | None
-    actions: list[str] = field(default_factory=list)
+    actions: list[str] = []  # noqa: RUF012 - never mutated
     warning: str | None = None
 
 
@@ -416,8 +422,7 @@ def ref_sha(worktree: str, ref: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class RebaseResult:
+class RebaseResult(NamedTuple):
     """What the stop hook's rebase did.
 
     ``status``: none (nothing to rebase: no worktree or no parent branch), up-to-date,
@@ -431,7 +436,7 @@ class RebaseResult:
     base: str | None = None  # the parent branch
     sha: str | None = None  # its tip
     detail: str = ""
-    files: list[str] = field(default_factory=list)
+    files: list[str] = []  # noqa: RUF012 - never mutated
 
 
 def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None) -> RebaseResult:

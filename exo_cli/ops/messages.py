@@ -114,9 +114,18 @@ class WaitEntry:
 
 @dataclass(frozen=True)
 class WaitResult:
+    """What ``wait`` returns.
+
+    Without agents: ``results`` holds every message it took, oldest first (at most
+    ``max_messages``; ``results[0]`` is the one message a wait used to return), and ``more``
+    says whether further messages were already waiting beyond that bound. With agents: one
+    entry per agent, in the order given (``more`` stays false).
+    """
+
     results: list[WaitEntry]
     timed_out: bool
     cancelled: bool = False
+    more: bool = False
 
 
 @dataclass(frozen=True)
@@ -418,10 +427,22 @@ def _refresh(env: Env, ids: list[str]) -> None:
         pass
 
 
-def _wait_tool(*, timeout: Annotated[float, Range(0)] | None = None,
-               from_agents: list[str] | None = None) -> dict[str, Any]:
-    """Map the ``wait`` tool's ``timeout`` and ``from_agents`` onto the operation (the same default timeout)."""
-    return {"timeout": timeout, "agents": from_agents}
+# How many messages one wait without agents returns at most, by default and at most.
+WAIT_MAX = 50
+WAIT_MAX_LIMIT = 1000
+
+
+def _wait_tool(*, timeout: Annotated[float, Range(0)] | None = None, from_agents: list[str] | None = None,
+               max: Annotated[int, Range(1, WAIT_MAX_LIMIT)] = WAIT_MAX) -> dict[str, Any]:
+    """Map the ``wait`` tool's ``timeout``, ``from_agents`` and ``max`` onto the operation (the same default timeout)."""
+    return {"timeout": timeout, "agents": from_agents, "max_messages": max}
+
+
+def _bound(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= WAIT_MAX_LIMIT:
+        raise InvalidInput(f"Invalid max {value!r}: it must be a whole number from 1 to {WAIT_MAX_LIMIT}",
+                           field="max")
+    return value
 
 
 def _entry_status(agent: Agent | None) -> str:
@@ -451,34 +472,41 @@ def _watched(env: Env, me: str, targets: list[Agent], settled: dict[str, WaitEnt
             "wait",
             adapt=_wait_tool,
             help={
-                "from_agents": "Agents (ids or names) to fan in on; omit to take the next message from anyone.",
+                "from_agents": "Agents (ids or names) to fan in on; omit to take every pending message from anyone.",
+                "max": f"Without from_agents: the most messages one call returns (1-{WAIT_MAX_LIMIT}, default "
+                f"{WAIT_MAX}); the rest wait for the next call.",
             },
         )
     ],
     roles=("tl",),
     blocking=True,
     help={
-        "agents": "Agents to wait for (fan-in); none: the next message from anyone.",
+        "agents": "Agents to wait for (fan-in); none: every pending message from anyone.",
         "timeout": "Seconds to wait; 0 checks without blocking (default: timeouts.wait in exo.toml, 600).",
+        "max_messages": f"Without agents: the most messages one call returns (1-{WAIT_MAX_LIMIT}, default {WAIT_MAX}); "
+        "the rest wait for the next call.",
     },
 )
-def wait(env: Env, *, agents: list[str] | None = None,
-         timeout: Annotated[float, Range(0)] | None = None) -> WaitResult:
-    """Wait for the next message, or fan in on several agents.
+def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float, Range(0)] | None = None,
+         max_messages: Annotated[int, Range(1, WAIT_MAX_LIMIT)] = WAIT_MAX) -> WaitResult:
+    """Wait for messages: every pending one from anyone, or fan in on several agents.
 
-    Without agents: return the first unconsumed message to you from anyone (`--timeout
-    0` checks without blocking). With agents: wait until each has a message for you
-    (`received`), or is `idle`, `failed` (its turn ended with an error) or `dead`,
-    or the timeout passes; return one entry per agent with its status (received, running,
-    idle, failed, dead) and message. Messages returned are consumed. Without a timeout it
-    waits `timeouts.wait` seconds (600 by default), on the command line and over MCP alike.
-    While it waits, it watches the agents it waits for (or all of your live children) every
-    few seconds: an agent that died, exited, went quiet (custom agents) or is stuck at a
-    startup dialog is recorded, and you get its event.
+    Without agents: return every unconsumed message to you from anyone, oldest first, at
+    most `--max` (default 50; `more` says others are waiting), blocking until at least
+    one arrives (`--timeout 0` checks without blocking). With agents: wait until each has
+    a message for you (`received`), or is `idle`, `failed` (its turn ended with an error)
+    or `dead`, or the timeout passes; return one entry per agent with its status
+    (received, running, idle, failed, dead) and message. Messages returned are consumed,
+    each by exactly one wait. Without a timeout it waits `timeouts.wait` seconds (600 by
+    default), on the command line and over MCP alike. While it waits, it watches the agents
+    it waits for (or all of your live children) every few seconds: an agent that died,
+    exited, went quiet (custom agents) or is stuck at a startup dialog is recorded, and you
+    get its event.
     """
     timeout = _timeout(timeout)
     if timeout is None:
         timeout = float(env.config.get("timeouts.wait"))
+    bound = _bound(max_messages)
     me = env.caller.agent_id
     refs = _targets(list(agents or []))
     targets = [find_agent(env, r) for r in refs]
@@ -491,11 +519,9 @@ def wait(env: Env, *, agents: list[str] | None = None,
             _refresh(env, _watched(env, me, targets, settled))
         while True:
             if not targets:
-                for m in store.messages(recipient=me, unconsumed=True, limit=20):
-                    if _take(env, [m.id]):
-                        name = m.data.get("from_name") or agent_name(env, m.sender)
-                        entry = WaitEntry(agent_id=m.sender, name=name, status="received", message=m.body, kind=m.kind)
-                        return WaitResult(results=[entry], timed_out=False)
+                batch = _take_batch(env, me, bound)
+                if batch is not None:
+                    return batch
             else:
                 for t in targets:
                     if t.id in settled and settled[t.id].status == "received":
@@ -531,6 +557,33 @@ def wait(env: Env, *, agents: list[str] | None = None,
                 _refresh(env, _watched(env, me, targets, settled))
             slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
             waiter.wait(max(slice_, 0.0))
+
+
+def _take_batch(env: Env, me: str, bound: int) -> WaitResult | None:
+    """Take up to ``bound`` of my unconsumed messages in one write, oldest first; None when none is left.
+
+    Exactly once: a message a racing waiter took first is skipped (``Store.consume``).
+    """
+    store = env.store
+    while True:
+        pending = store.messages(recipient=me, unconsumed=True, limit=bound + 1)
+        if not pending:
+            return None
+        more = len(pending) > bound
+        pending = pending[:bound]
+        taken = set(_take(env, [m.id for m in pending]))
+        if not taken:
+            continue  # all taken by another waiter meanwhile: look again
+        names: dict[str, str] = {}
+        entries = []
+        for m in pending:
+            if m.id not in taken:
+                continue
+            name = m.data.get("from_name") or names.get(m.sender)
+            if name is None:
+                name = names[m.sender] = agent_name(env, m.sender)
+            entries.append(WaitEntry(agent_id=m.sender, name=name, status="received", message=m.body, kind=m.kind))
+        return WaitResult(results=entries, timed_out=False, more=more)
 
 
 def _take(env: Env, ids: list[int]) -> list[int]:

@@ -66,12 +66,17 @@ def capture(env: Env, locs: list[Location], lines: int) -> list[str]:
     return out
 
 
-def states(env: Env, agents: Iterable[Agent]) -> dict[str, PaneState | None]:
-    """Observe every agent with one listing call per multiplexer kind; None = no location."""
+def states(env: Env, agents: Iterable[Agent], locations: dict[str, Location | None] | None = None
+           ) -> dict[str, PaneState | None]:
+    """Observe every agent with one listing call per multiplexer kind; None = no location.
+
+    ``locations`` (agent id -> ``location(agent)``), when given, is used instead of reading
+    each record's location again.
+    """
     by_kind: dict[str, list[tuple[Agent, Location]]] = {}
     out: dict[str, PaneState | None] = {}
     for a in agents:
-        loc = location(a)
+        loc = locations[a.id] if locations is not None else location(a)
         if loc is None:
             out[a.id] = None
         else:

@@ -56,10 +56,13 @@ class Location:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Location:
         """Build a Location from ``to_dict`` output, ignoring unknown keys."""
-        known = {f.name for f in fields(cls)}
+        known = _LOCATION_FIELDS
         if data.get("mux") not in MUXES:
             raise InvalidInput(f"Invalid location: unknown multiplexer {data.get('mux')!r}", field="mux")
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+_LOCATION_FIELDS = frozenset(f.name for f in fields(Location))
 
 
 @dataclass(frozen=True)

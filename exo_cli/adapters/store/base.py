@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from exo_cli.records import Agent, Message, PullRequest
+from exo_cli.records import Agent, AgentKey, Message, PullRequest
 
 
 class Waiter(Protocol):
@@ -66,6 +66,14 @@ class Store(Protocol):
 
     def agents(self) -> list[Agent]:
         """Every agent, oldest first."""
+        ...
+
+    def agent_keys(self, *, pids: Sequence[int] | None = None, ids: Sequence[str] | None = None) -> list[AgentKey]:
+        """What identifying a caller needs of agents, oldest first (far cheaper than ``agents``).
+
+        Every agent; with ``pids``, only those whose recorded process or process group is one
+        of them; with ``ids``, only those.
+        """
         ...
 
     def insert_agent(self, agent: Agent) -> None:

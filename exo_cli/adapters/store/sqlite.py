@@ -19,13 +19,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from _thread import RLock as _RLock
+from _thread import _local as _thread_local  # threading's classes, without importing threading (hooks)
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters.store import SCHEMA_VERSION
 from exo_cli.errors import InvalidInput, StateError
@@ -35,18 +33,30 @@ from exo_cli.records import (
     WAITING_PERMISSION,
     WORKING,
     Agent,
+    AgentKey,
     Message,
     PullRequest,
     dumps,
 )
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+    from typing import Any
+
     from exo_cli.adapters.bell import Doorbell
     from exo_cli.adapters.store.base import Store
 else:
     # mypy checks SqliteStore against the interface; at run time the Protocol classes
     # would only cost every hook ~1.4 ms to build.
     Store = object
+    try:
+        # The sqlite3 package is this C module plus datetime adapters exo never uses; importing
+        # the package (and datetime) costs every hook about a tenth of Python's whole start.
+        import _sqlite3 as sqlite3
+    except ImportError:  # an interpreter without it
+        import sqlite3
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -86,6 +96,8 @@ MIGRATIONS: dict[int, Sequence[str]] = {
 }
 
 _AGENT_COLS = Agent._fields
+_AGENT_SELECT = f"SELECT {', '.join(_AGENT_COLS)} FROM agents"  # tuple rows in Agent's order: no Row lookups
+_AGENT_JSON_AT = tuple((_AGENT_COLS.index(k), "[]" if k == "undo" else "{}") for k in AGENT_JSON_FIELDS)
 _MSG_COLS = Message._fields
 _PR_COLS = PullRequest._fields
 _LOCK_RETRY_SECONDS = 60.0
@@ -103,7 +115,8 @@ class SqliteStore(Store):
     def __init__(self, path: Path, runtime_dir: Path | Callable[[], Path]) -> None:
         self.path = path
         self._runtime_dir = runtime_dir
-        self._local = threading.local()
+        self._local = _thread_local()
+        self._write_turn = _RLock()
 
     @cached_property
     def bell(self) -> Doorbell:
@@ -191,19 +204,25 @@ class SqliteStore(Store):
 
         For this class's methods and tests only: not part of ``Store``, so operations
         never hold a connection.
+
+        The threads of one process (a spawn's tasks) take turns on a lock first: SQLite's own
+        busy handler would make a thread that finds the database locked sleep 1, 2, 5, 10 ms
+        and more, while the lock hands over the moment the other thread commits. Other
+        processes still wait through the busy handler.
         """
-        conn = self._conn()
-        self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-        try:
-            yield conn
-        except UnicodeEncodeError as exc:  # nothing half-written: the transaction is rolled back
-            conn.execute("ROLLBACK")
-            raise InvalidInput(f"Invalid value {exc.object[:80]!r}: it is not valid UTF-8 text") from exc
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        else:
-            self._retry(lambda: conn.execute("COMMIT"))
+        with self._write_turn:
+            conn = self._conn()
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield conn
+            except UnicodeEncodeError as exc:  # nothing half-written: the transaction is rolled back
+                conn.execute("ROLLBACK")
+                raise InvalidInput(f"Invalid value {exc.object[:80]!r}: it is not valid UTF-8 text") from exc
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                self._retry(lambda: conn.execute("COMMIT"))
 
     def query(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Rows of one read (for this class's methods and tests; not part of ``Store``)."""
@@ -222,18 +241,54 @@ class SqliteStore(Store):
 
     # -- agents ------------------------------------------------------------------------
     @staticmethod
-    def _agent(row: sqlite3.Row) -> Agent:
-        kw = {k: row[k] for k in _AGENT_COLS}
-        for k in AGENT_JSON_FIELDS:
-            kw[k] = json.loads(kw[k] or ("[]" if k == "undo" else "{}"))
-        return Agent(**kw)
+    def _agent(row: Sequence[Any]) -> Agent:
+        """An agent from a row of ``_AGENT_SELECT`` (columns in ``Agent``'s order)."""
+        values = list(row)
+        for i, empty in _AGENT_JSON_AT:
+            values[i] = json.loads(values[i] or empty)
+        return Agent._make(values)
+
+    def _agents(self, where: str, args: Sequence[Any] = ()) -> list[Agent]:
+        conn = self._conn()
+        rows = self._retry(lambda: conn.execute(f"{_AGENT_SELECT} {where}", args).fetchall())
+        return [self._agent(r) for r in rows]
 
     def agent(self, agent_id: str) -> Agent | None:
-        rows = self.query("SELECT * FROM agents WHERE id = ?", (agent_id,))
-        return self._agent(rows[0]) if rows else None
+        found = self._agents("WHERE id = ?", (agent_id,))
+        return found[0] if found else None
 
     def agents(self) -> list[Agent]:
-        return [self._agent(r) for r in self.query("SELECT * FROM agents ORDER BY created_at, id")]
+        return self._agents("ORDER BY created_at, id")
+
+    def agent_keys(self, *, pids: Sequence[int] | None = None, ids: Sequence[str] | None = None) -> list[AgentKey]:
+        where = ""
+        args: list[Any] = []
+        if pids is not None:
+            if not pids:
+                return []
+            marks = ", ".join("?" * len(pids))
+            where = f"WHERE json_extract(location, '$.pid') IN ({marks}) OR json_extract(location, '$.pgid') IN ({marks})"
+            args = [*pids, *pids]
+        elif ids is not None:
+            if not ids:
+                return []
+            where, args = f"WHERE id IN ({', '.join('?' * len(ids))})", list(ids)
+        # SQLite reads the two numbers out of each location (its JSON functions are built in
+        # since 3.38, and in most builds before); reading whole records in Python cost more.
+        conn = self._conn()
+        try:
+            rows = self._retry(lambda: conn.execute(
+                "SELECT id, role, status, worktree, json_extract(location, '$.pid'), json_extract(location, '$.pgid')"
+                f" FROM agents {where} ORDER BY created_at, id", args).fetchall())
+        except sqlite3.OperationalError as exc:
+            if "json" not in str(exc).lower():
+                raise
+            keys = [AgentKey(a.id, a.role, a.status, a.worktree, a.location.get("pid"), a.location.get("pgid"))
+                    for a in self.agents()]
+            if pids is not None:
+                return [k for k in keys if k.pid in pids or k.pgid in pids]
+            return [k for k in keys if ids is None or k.id in ids]
+        return [AgentKey(*row) for row in rows]
 
     def insert_agent(self, agent: Agent) -> None:
         values = [getattr(agent, c) for c in _AGENT_COLS]

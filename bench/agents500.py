@@ -1,8 +1,8 @@
-"""Benchmark: `exo agents --json` with 100 live agents in tmux, and the tmux calls it forks.
+"""Benchmark: `exo agents --json` with 500 live agents in tmux, and the tmux calls it forks.
 
 Sets up a scratch repository whose custom agent is `sleep 3600` (cheap: no Python per agent),
-starts 100 of them through exo's own `exo spawn --worker ... --mux tmux` in batches of 20
-(outside the timing), checks that all 100 are recorded and alive, then:
+starts 500 of them through exo's own `exo spawn --worker ... --mux tmux` in batches of 50
+(outside the timing), checks that all 500 are recorded and alive, then:
 
 - times `exo agents --json` (``--runs`` runs, interleaved with `python -c "import click"`
   for context; the figure is the median; the budget (docs/performance.md): under 300 ms);
@@ -14,7 +14,7 @@ starts 100 of them through exo's own `exo spawn --worker ... --mux tmux` in batc
 Everything it started (the private tmux server, the worktrees, the scratch folder) is
 removed at the end, also on failure.
 
-    python bench/agents100.py [--agents 100] [--runs 20]
+    python bench/agents500.py [--agents 500] [--runs 20]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import bench_env, exo_argv, median_ms, precompile  # noqa: E402
 
 AGENT = ["sleep", "3600"]
-BATCH = 20
+BATCH = 50
 SHIM = """#!/bin/sh
 printf '%s\\n' "$*" >> "$EXO_BENCH_TMUX_LOG"
 exec {tmux} "$@"
@@ -105,7 +105,7 @@ def count_tmux_calls(repo: Path, env: dict[str, str], tmp: Path, calls: int) -> 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agents", type=int, default=100)
+    parser.add_argument("--agents", type=int, default=500)
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
     if shutil.which("tmux") is None:

@@ -1,0 +1,173 @@
+"""The ``exo`` command line (Click): root group, global options, one error handler, the catch-all.
+
+``main.py`` (the script's entry point) calls ``run_cli`` for everything but a hook it can
+answer without Click.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from exo_cli import __version__
+from exo_cli.errors import INTERNAL_EXIT, ExoError, UsageError
+
+
+def report(error: ExoError, *, as_json: bool) -> None:
+    """Print an error: the error object on stdout under --json, Error:/Hint: on stderr otherwise."""
+    if as_json:
+        from exo_cli.render.jsonout import dump_json
+
+        sys.stdout.write(dump_json(error.to_dict()) + "\n")
+        sys.stdout.flush()
+        return
+    from exo_cli.render import warn  # a message may quote what an agent wrote: made safe there
+
+    warn(f"Error: {error.message}")
+    if error.hint:
+        warn(f"Hint: {error.hint}")
+
+
+class ExoGroup(click.Group):
+    """Loads commands from the table on first use; turns ExoError into its exit code and output."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from exo_cli.commands import COMMANDS
+
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        from exo_cli.commands import COMMANDS
+
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        import importlib
+
+        module, attr = entry.target.split(":")
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        self.commands[cmd_name] = command
+        return command
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        """Click's, with "Did you mean" taken from every command (not only the ones loaded so far)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            from exo_cli.commands import COMMANDS
+
+            visible = [name for name, e in COMMANDS.items() if not e.hidden]
+            raise click.exceptions.NoSuchCommand(exc.command_name, possibilities=visible, ctx=ctx) from None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List commands from the table's summaries without importing them."""
+        from exo_cli.commands import COMMANDS
+
+        rows = [(name, e.summary) for name, e in sorted(COMMANDS.items()) if not e.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ExoError as exc:
+            report(exc, as_json=bool(ctx.meta.get("exo.json")))
+            ctx.exit(exc.exit_code)
+
+
+@click.group(
+    cls=ExoGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, "-V", "--version", prog_name="exo")
+@click.option(
+    "-C",
+    "directory",
+    metavar="DIRECTORY",
+    default=None,
+    help="Run as if exo was started in this directory.",
+)
+@click.pass_context
+def cli(ctx: click.Context, directory: str | None) -> None:
+    """Run a team of AI coding agents on one git repository.
+
+    Each task gets its own git worktree and branch and an agent (Claude Code, Gemini
+    CLI, Codex CLI, a custom command, or the built-in demo agent) in a tmux pane or
+    headless. Agents report (note), ask (question), file PRs against their parent
+    branch and are merged, completed and cleaned up without losing work. `exo mcp`
+    serves the same operations as MCP tools.
+
+    \b
+    Examples:
+      exo init
+      exo spawn --worker w1 --prompt "Add a --verbose flag" --agent claude
+      exo agents
+      exo wait w1
+    """
+    from exo_cli.env import Env
+
+    if directory is not None:
+        if "\x00" in directory or not os.path.isdir(directory):
+            raise click.BadParameter(f"{directory!r} is not a directory", param_hint="-C")
+        directory = os.path.abspath(directory)
+    ctx.obj = Env(cwd=directory)
+
+
+def _show_click_error(exc: click.exceptions.ClickException) -> None:
+    """Click's own usage error text, made safe like every other message (it quotes the argument given)."""
+    import io
+
+    from exo_cli.render.text import safe
+
+    buf = io.StringIO()
+    exc.show(file=buf)
+    sys.stderr.write(safe(buf.getvalue()))
+
+
+def run_cli(args: list[str]) -> None:
+    """Run the command line on ``args`` (without the program name) and exit with its code."""
+    if "_EXO_COMPLETE" in os.environ:  # a shell asking for completions: answer without loading commands
+        from exo_cli.commands._complete import fast_complete
+
+        if fast_complete(cli, os.environ):
+            sys.exit(0)
+    as_json = "--json" in args
+    try:
+        rv = cli.main(args=args, prog_name="exo", standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.stderr.write("Aborted.\n")
+        sys.exit(130)
+    except click.exceptions.ClickException as exc:
+        if as_json:
+            report(UsageError(exc.format_message(), hint="See `exo --help`."), as_json=True)
+        else:
+            _show_click_error(exc)
+        sys.exit(exc.exit_code)
+    except ExoError as exc:  # raised outside a subcommand (e.g. by the group callback)
+        report(exc, as_json=as_json)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted.\n")
+        sys.exit(130)
+    except Exception as exc:  # a bug: exit 70, traceback only when asked for
+        if os.environ.get("EXO_DEBUG") == "1":
+            import traceback
+
+            traceback.print_exc()
+        else:
+            from exo_cli.render import warn
+
+            warn(f"Error: internal error: {type(exc).__name__}: {exc}")
+            warn("Hint: this is a bug in exo; rerun with EXO_DEBUG=1 for a traceback and report it.")
+        sys.exit(INTERNAL_EXIT)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,115 @@
+"""``exo hook EVENT [PAYLOAD] --cli CLI [--json]`` without Click: the hooks' hot path.
+
+Agent CLIs run a hook after every tool call and every turn of every agent, so this module
+imports only the stdlib and the light exo modules (the hook operation and what it needs),
+never Click. ``run`` parses the few forms the agent CLIs use; anything else (``--help``,
+an unknown or repeated option, a missing argument) returns None and ``main`` hands the
+argv to the Click command line, which answers exactly as before. ``answer`` is the one
+implementation of a hook's output and fail-open rule, shared with the Click command
+(``commands/hook.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+
+def parse(argv: list[str]) -> tuple[str, str | None, str, bool] | None:
+    """``(event, payload, cli, as_json)`` from the arguments after ``hook``; None: let Click parse them."""
+    positional: list[str] = []
+    cli: str | None = None
+    as_json = False
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg == "--":
+            positional += argv[i:]
+            break
+        if arg == "--json" and not as_json:
+            as_json = True
+        elif arg == "--cli" and cli is None and i < len(argv) and not argv[i].startswith("-"):
+            cli = argv[i]
+            i += 1
+        elif arg.startswith("--cli=") and cli is None:
+            cli = arg[6:]
+        elif arg.startswith("-") and arg != "-":
+            return None  # --help, -h, an unknown or repeated option: Click's own answer
+        else:
+            positional.append(arg)
+    if not 1 <= len(positional) <= 2:
+        return None  # a missing or extra argument: Click's usage error
+    return positional[0], (positional[1] if len(positional) == 2 else None), cli or "claude", as_json
+
+
+def _stdin() -> str:
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return ""
+        return sys.stdin.read()
+    except (OSError, ValueError):
+        return ""
+
+
+def _warn(text: str) -> None:
+    """One line on stderr, made safe (a warning may quote what an agent wrote); loaded only when needed."""
+    from exo_cli.render import warn
+
+    warn(text)
+
+
+def answer(env: Env, event: str, cli: str, payload: str | None, as_json: bool) -> None:
+    """Run the hook and print its answer; fail open: any error is one warning line on stderr."""
+    import json
+
+    from exo_cli.ops import hooks
+    from exo_cli.registry import invoke
+
+    output = hooks.neutral(event, cli)
+    result = None
+    try:
+        if payload is None:
+            payload = _stdin()
+        result = invoke("hook", env, event=event, cli=cli, payload=payload)
+        output = result.output
+        if result.warning:
+            _warn(f"exo hook {event}: warning: {result.warning}")
+    except Exception as exc:  # fail open: never brick the agent
+        msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        _warn(f"exo hook {event}: warning: {' '.join(str(msg).split())} (exo ignored this hook)")
+    if as_json:
+        from exo_cli.records import to_jsonable
+
+        sys.stdout.write(json.dumps(to_jsonable(result) if result is not None else {"output": output}) + "\n")
+    elif output is not None:
+        sys.stdout.write(json.dumps(output, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def run(argv: list[str]) -> int | None:
+    """Answer ``exo hook ...`` (the arguments after ``hook``); None when Click must handle them."""
+    parsed = parse(argv)
+    if parsed is None:
+        return None
+    event, payload, cli, as_json = parsed
+    try:
+        os.getcwd()
+    except OSError:
+        return None  # no working folder: the command line reports it as it always did
+    from exo_cli.env import Env
+
+    try:
+        answer(Env(), event, cli, payload, as_json)
+    except BrokenPipeError:  # as the command line does: the reader went away
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except (EOFError, KeyboardInterrupt):  # as the command line (Click) answers them
+        sys.stderr.write("\nAborted.\n")
+        return 130
+    return 0
