@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,7 @@ def stop_repo_agents(repo: Path, *, tmux: bool = True) -> None:
 
 
 _PROOFS: dict[tuple[str, str], str] = {}
+_PROOFS_LOCK = threading.Lock()  # tests make agents' environments from several threads
 
 
 def agent_vars(repo: Path, agent_id: str, **extra: str) -> dict[str, str]:
@@ -158,19 +160,20 @@ def agent_vars(repo: Path, agent_id: str, **extra: str) -> dict[str, str]:
     """
     from exo_cli.env import PROOF_FIELD, Env, new_proof, proof_digest
 
-    env = Env(cwd=repo)
-    try:
-        record = env.store.agent(agent_id) if env.has_state() else None
-    except Exception:  # noqa: BLE001 - a broken state in a test of just that: no record to prove
-        record = None
-    if record is None:
-        return {"EXO_AGENT": agent_id, **extra}
-    key = (str(env.state_path.resolve()), agent_id)
-    proof = _PROOFS.get(key)
-    if proof is None or record.spec.get(PROOF_FIELD) != proof_digest(proof):
-        proof, digest = new_proof()
-        env.store.update_agent(agent_id, spec={**record.spec, PROOF_FIELD: digest})
-        _PROOFS[key] = proof
+    with _PROOFS_LOCK:
+        env = Env(cwd=repo)
+        try:
+            record = env.store.agent(agent_id) if env.has_state() else None
+        except Exception:  # noqa: BLE001 - a broken state in a test of just that: no record to prove
+            record = None
+        if record is None:
+            return {"EXO_AGENT": agent_id, **extra}
+        key = (str(env.state_path.resolve()), agent_id)
+        proof = _PROOFS.get(key)
+        if proof is None or record.spec.get(PROOF_FIELD) != proof_digest(proof):
+            proof, digest = new_proof()
+            env.store.update_agent(agent_id, spec={**record.spec, PROOF_FIELD: digest})
+            _PROOFS[key] = proof
     return {"EXO_AGENT": agent_id, "EXO_AGENT_PROOF": proof, **extra}
 
 

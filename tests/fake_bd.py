@@ -133,6 +133,10 @@ def main() -> None:
         fail("this stand-in only speaks --json", "usage")
     args = [a for a in args if a != "--json"]
     cmd, rest = args[0], args[1:]
+    import fcntl  # one command at a time, as bd's database serializes its writers
+
+    folder = os.open(os.path.dirname(os.path.abspath(os.environ["FAKE_BD_JSONL"])), os.O_RDONLY)
+    fcntl.flock(folder, fcntl.LOCK_EX)  # held until the process ends; no lock file beside the tracker
     _, issues = load()
     if cmd == "list":
         items = [d for d in issues.values() if "--all" in rest or d.get("status") != "closed"]

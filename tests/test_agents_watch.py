@@ -173,10 +173,15 @@ def test_after_fails_when_what_it_waits_for_dies(team: Path, mux: str) -> None:
     assert exo(team, "kill", "quiet").returncode == 0
     failed = store_agent(team, "next")
     assert failed.status == "dead" and failed.status_reason.startswith("not started: quiet is dead")
-    events = exo_json(team, "wait", "--timeout", "10")["results"]
-    while events and events[0]["message"] and "will not start" not in events[0]["message"]:
+    found = None  # wait returns every pending message at once: look through each batch
+    for _ in range(20):
         events = exo_json(team, "wait", "--timeout", "10")["results"]
-    assert events and events[0]["name"] == "next" and "will not start: quiet is dead" in events[0]["message"]
+        if not events:
+            break
+        found = next((e for e in events if "will not start" in (e["message"] or "")), None)
+        if found is not None:
+            break
+    assert found is not None and found["name"] == "next" and "will not start: quiet is dead" in found["message"]
     # Waiting for a dead agent is refused at once.
     proc = exo(team, "spawn", "--worker", "later", "--after", "quiet", "--agent", "custom", "--mux", mux,
                "--prompt", "x", "--json")

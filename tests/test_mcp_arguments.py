@@ -374,7 +374,8 @@ def test_wait_has_one_default_timeout_on_both_sides(repo: Path) -> None:
     """No timeout: timeouts.wait seconds, for `exo wait` and the wait tool alike (0 here: return at once)."""
     (repo / "exo.toml").write_text("[timeouts]\nwait = 0\n")
     r = Exo(repo)("wait", "--json")
-    assert r.exit_code == 0 and json.loads(r.stdout) == {"results": [], "timed_out": True, "cancelled": False}
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"results": [], "timed_out": True, "cancelled": False,
+                                                        "more": False}
     res = _call(repo, "wait", {})
     assert res.structured_content == json.loads(r.stdout)
     wait_tool = next(t for t in OPS["wait"].tools if t.name == "wait")

@@ -12,7 +12,7 @@ from exo_cli import registry
 from exo_cli.errors import NotFound, StateError
 from exo_cli.ops import pr as prmod
 from exo_cli.ops.branches import base_branch
-from exo_cli.ops.hooks import rebase_onto_base
+from exo_cli.ops.rebase import rebase_onto_base
 
 
 def file_as(agent_id: str, wt: str, **kw: object) -> prmod.FileResult:

@@ -13,7 +13,7 @@ from pr_helpers import commit, env_for, git, make_agent, snapshot
 
 from exo_cli import registry
 from exo_cli.errors import StateError
-from exo_cli.ops.hooks import rebase_onto_base
+from exo_cli.ops.rebase import rebase_onto_base
 
 AGENT = ["python3", "-c", "import time; time.sleep(300)"]
 

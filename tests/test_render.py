@@ -1,9 +1,10 @@
-"""``render.jsonout.dump_json`` prints exactly ``json.dumps(to_jsonable(x), indent=2, ensure_ascii=False)``."""
+"""``render.jsonout.dump_json`` prints ``json.dumps(to_jsonable(x), indent=2, ensure_ascii=False)``, with DEL, C1 and lone surrogates escaped."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -33,7 +34,10 @@ class Empty:
 
 
 def reference(value: Any) -> str:
-    return json.dumps(to_jsonable(value), indent=2, ensure_ascii=False)
+    """The stdlib's dump, then DEL, the C1 controls and lone surrogates escaped as exo's JSON escapes them
+    (outside strings none of these can occur, so escaping the whole text is the same)."""
+    text = json.dumps(to_jsonable(value), indent=2, ensure_ascii=False)
+    return re.sub("[\x7f-\x9f\ud800-\udfff]", lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)

@@ -188,7 +188,7 @@ def test_the_demo_board_shows_agent_text_visibly(monkeypatch: pytest.MonkeyPatch
 COMMANDS = Path(__file__).resolve().parent.parent / "exo_cli" / "commands"
 # The hook answers the agent CLI in JSON on stdout (machine output, never a human's terminal);
 # `exo completion` prints exo's own generated script.
-ALLOWED = {("completion.py", "click.echo"), ("hook.py", "sys.stdout.write"), ("hook.py", "sys.stdout.flush"), ("lifecycle.py", "sys.stdout.flush"),
+ALLOWED = {("completion.py", "click.echo"), ("_complete.py", "click.echo"), ("hook.py", "sys.stdout.write"), ("hook.py", "sys.stdout.flush"), ("lifecycle.py", "sys.stdout.flush"),
            ("lifecycle.py", "sys.stdout.isatty"), ("lifecycle.py", "sys.stdin.isatty"), ("spawn.py", "sys.stdin.read"),
            ("hook.py", "sys.stdin.isatty"), ("hook.py", "sys.stdin.read")}
 FORBIDDEN_CALLS = {"print", "echo", "secho", "Console", "write", "writelines"}

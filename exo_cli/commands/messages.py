@@ -10,6 +10,7 @@ from exo_cli.commands._complete import completer
 from exo_cli.commands._options import Seconds, json_option, op_help, op_option
 from exo_cli.ops import completion as kinds
 from exo_cli.ops import messages as _messages  # registers the operations
+from exo_cli.ops import output as _output  # registers output and done
 from exo_cli.ops.delivery import LABELS as _LABELS
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -63,11 +64,11 @@ def render_wait(out: Out, r: _messages.WaitResult) -> None:
         out.line("(timed out)")
 
 
-def render_output(out: Out, r: _messages.OutputResult) -> None:
+def render_output(out: Out, r: _output.OutputResult) -> None:
     out.line(r.output if r.output is not None else f"({r.name} has no output yet; status {r.status})")
 
 
-def render_done(out: Out, r: _messages.DoneResult) -> None:
+def render_done(out: Out, r: _output.DoneResult) -> None:
     out.line(f"{r.name} is done; told {r.parent}." + (f" Started: {', '.join(r.started)}" if r.started else ""))
 
 

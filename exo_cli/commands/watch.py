@@ -32,18 +32,17 @@ def render_watch(out: Out, r: WatchResult) -> None:
 @click.pass_obj
 def watch(env: Any, once: bool, interval_pending: int, interval_idle: int, as_json: bool) -> None:
     """Each change is printed the moment it is seen: a line, or with --json one JSON object per line."""
-    import json
-    import sys
-
-    from exo_cli.records import to_jsonable
+    from exo_cli.render import json_line, say
 
     def show(change: dict[str, Any]) -> None:
-        sys.stdout.write((json.dumps(change, ensure_ascii=False) if as_json else change_line(change)) + "\n")
-        sys.stdout.flush()
+        if as_json:
+            json_line(change)
+        else:
+            say(change_line(change))
 
     env.watch_observer = show
     result = invoke("watch", env, once=once, interval_pending=interval_pending, interval_idle=interval_idle)
     if as_json:  # the last line: the whole result, also one line
-        sys.stdout.write(json.dumps(to_jsonable(result), ensure_ascii=False) + "\n")
+        json_line(result)
     else:
         emit(result, as_json=False, human=render_watch)

@@ -25,7 +25,6 @@ from exo_cli.ops.delivery import (
     ANSWER,
     ANSWERED,
     CLOSED,
-    DONE_KIND,
     EVENT,
     NOTE,
     PENDING,
@@ -33,7 +32,6 @@ from exo_cli.ops.delivery import (
     SEND,
     agent_name,
     post,
-    ready_dependents,
 )
 from exo_cli.records import ASKING, AT_REST, DEAD, DONE, FAILED_TURN, IDLE, ROOT, WORKING, Agent, Message
 from exo_cli.registry import Range, Tool, op
@@ -126,26 +124,6 @@ class WaitResult:
     timed_out: bool
     cancelled: bool = False
     more: bool = False
-
-
-@dataclass(frozen=True)
-class OutputResult:
-    agent_id: str
-    name: str
-    status: str
-    output: str | None
-    turns: int
-    updated_at: float
-
-
-@dataclass(frozen=True)
-class DoneResult:
-    agent_id: str
-    name: str
-    status: str
-    output: str | None
-    parent: str
-    started: list[str]
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -599,62 +577,3 @@ def _partial(env: Env, targets: list[Agent], settled: dict[str, WaitEntry]) -> l
         else:
             out.append(WaitEntry(t.id, t.name, _entry_status(env.store.agent(t.id)), None, None))
     return out
-
-
-# ---------------------------------------------------------------------------------- output / done
-
-
-@op(
-    "output",
-    cli="output",
-    tools=["get_artifact"],
-    roles=("tl",),
-    read_only=True,
-    idempotent=True,
-    help={"agent": "The agent (name or id) whose final output you want."},
-)
-def output(env: Env, *, agent: str) -> OutputResult:
-    """Show an agent's final output.
-
-    The last assistant message its Stop hook reported (a later turn replaces an earlier
-    one), or what it passed to `exo done --output`; null when it has none yet.
-    """
-    a = find_agent(env, agent)
-    return OutputResult(agent_id=a.id, name=a.name, status=a.status, output=a.output, turns=a.turns,
-                        updated_at=a.updated_at)
-
-
-@op(
-    "done",
-    cli="done",
-    tools=["done"],
-    roles=("tl", "dev"),
-    help={"output": "Your final output (default: the last output exo recorded for you)."},
-)
-def done(env: Env, *, output: str | None = None) -> DoneResult:
-    """Mark your own task done with its output.
-
-    For agents whose CLI has no Stop hook: records the output, sets the status `done`,
-    tells the parent (a `done` message, which its `wait` receives) and starts agents
-    spawned `--after` you.
-    """
-    if output is not None:
-        output = check_text(output, "output", allow_empty=True)
-    me = caller_agent(env, "mark its task done")
-    text = output if output is not None else me.output
-    env.store.update_agent(me.id, status=DONE, status_reason="done", output=text, completed_at=time.time())
-    env.store.event("completed", me.id, {"output": (text or "")[:2000]})
-    parent = me.parent or ROOT
-    post(env, DONE_KIND, me.id, parent, text or "(done, no output)", data={"event": "done"})
-    ready = ready_dependents(env, me.id)
-    started: list[str] = []
-    if ready:  # spawn loads only when an agent waits for this one
-        from exo_cli.ops.spawn.pending import start_dependents
-
-        started = start_dependents(env, me.id, ready)
-    return DoneResult(agent_id=me.id, name=me.name, status=DONE, output=text, parent=parent, started=started)
-
-
-# ---------------------------------------------------------------------------------- --after
-
-

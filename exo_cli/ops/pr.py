@@ -4,7 +4,7 @@ A PR merges an agent's branch into its parent branch (``branches.base_branch``: 
 base branch, else the branch name with its last ``.segment`` stripped, else the
 main branch). There is one open PR per head branch; filing again updates it. After a merge
 the author and its siblings get a ``pr-merged`` message so their next stop hook rebases
-them (``hooks.rebase_onto_base``, local refs only).
+them (``rebase.rebase_onto_base``, local refs only).
 """
 
 from __future__ import annotations

@@ -30,6 +30,26 @@ def emit(result: Any, *, as_json: bool, human: Renderer | None = None) -> None:
     out.flush()
 
 
+def json_line(value: Any) -> None:
+    """``value`` as one JSON object on one line (JSON lines, for output that streams), flushed."""
+    import json
+
+    from exo_cli.records import to_jsonable
+    from exo_cli.render.jsonout import escape_raw
+
+    sys.stdout.write(escape_raw(json.dumps(to_jsonable(value), ensure_ascii=False)) + "\n")
+    sys.stdout.flush()
+
+
+def say(text: str) -> None:
+    """One line on stdout for a human, made safe like every view, flushed (output that streams)."""
+    from exo_cli.render.text import Out
+
+    out = Out(sys.stdout, False)
+    out.line(text)
+    out.flush()
+
+
 def warn(text: str) -> None:
     """One line on stderr for a human (a warning, an error, progress), made safe like every view."""
     from exo_cli.render.text import Out

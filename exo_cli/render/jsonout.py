@@ -50,10 +50,14 @@ def _escape(m: re.Match[str]) -> str:
     return f"\\u{ord(m.group()):04x}"
 
 
+def escape_raw(text: str) -> str:
+    """JSON text with DEL, the C1 controls and lone surrogates escaped (json escapes the C0 ones)."""
+    return _RAW.sub(_escape, text) if _RAW.search(text) else text
+
+
 def _string(text: str) -> str:
     """``text`` as a JSON string: json's own escapes, then DEL, C1 controls and lone surrogates."""
-    out = _basestring(text)
-    return _RAW.sub(_escape, out) if _RAW.search(out) else out
+    return escape_raw(_basestring(text))
 
 
 def dump_json(result: Any) -> str:

@@ -1,0 +1,137 @@
+"""The stop hook's rebase: an agent's branch onto its parent branch when that moved (local refs only).
+
+The one rebase exo does for an agent (``rebase_onto_base``), run by the stop hook after each
+turn and by nothing else, so what the tests exercise is what the agents get. On the hooks' hot
+path: the stdlib and light exo modules only; a parent tip already checked is recognised by
+reading the ref files (``ref_sha``), without a git process.
+"""
+
+from __future__ import annotations
+
+import os
+
+from exo_cli.errors import StateError
+from exo_cli.lite import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from exo_cli.env import Env
+    from exo_cli.records import Agent
+
+
+def ref_sha(worktree: str, ref: str) -> str | None:
+    """Resolve a branch ref by reading the repository files (no git process); None when unsure."""
+    try:
+        dotgit = os.path.join(worktree, ".git")
+        if os.path.isdir(dotgit):
+            gitdir = dotgit
+        else:
+            with open(dotgit, encoding="utf-8") as fh:
+                line = fh.read().strip()
+            if not line.startswith("gitdir:"):
+                return None
+            gitdir = os.path.join(worktree, line[7:].strip())
+        common = gitdir
+        try:
+            with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
+                common = os.path.join(gitdir, fh.read().strip())
+        except FileNotFoundError:
+            pass
+        try:
+            with open(os.path.join(common, ref), encoding="utf-8") as fh:
+                sha = fh.read().strip()
+            return sha if len(sha) >= 40 and not sha.startswith("ref:") else None
+        except FileNotFoundError:
+            pass
+        with open(os.path.join(common, "packed-refs"), encoding="utf-8") as fh:
+            for line in fh:
+                if line.rstrip("\n").endswith(" " + ref) and not line.startswith(("#", "^")):
+                    return line.split(" ", 1)[0]
+    except OSError:
+        return None
+    return None
+
+
+class RebaseResult(NamedTuple):
+    """What the stop hook's rebase did.
+
+    ``status``: none (nothing to rebase: no worktree or no parent branch), up-to-date,
+    skipped (the parent moved, but the worktree is not on the agent's branch or its PR is
+    merged; ``detail`` says which), dirty (uncommitted tracked changes), in-the-way (not
+    attempted: it would overwrite or delete the untracked or ignored files ``files`` lists),
+    rebased, or conflict (aborted; ``files`` lists the conflicting files).
+    """
+
+    status: str
+    base: str | None = None  # the parent branch
+    sha: str | None = None  # its tip
+    detail: str = ""
+    files: list[str] = []  # noqa: RUF012 - never mutated
+
+
+def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None) -> RebaseResult:
+    """Rebase the agent's branch onto its parent branch when that moved ahead (local refs only).
+
+    Never touches the network. Skipped when the worktree is not on the agent's branch or
+    the agent's own PR was already merged; not attempted with uncommitted tracked changes,
+    nor when it would overwrite an untracked or ignored file (git overwrites ignored ones
+    silently: a ``.env`` the parent now tracks would replace the agent's own).
+    On a conflict the rebase is aborted (the branch and files are exactly as before) and the
+    conflicting files are returned. With ``state`` (the hook's bookkeeping), a parent tip
+    already checked is recognised by reading the ref files, without running git.
+    """
+    wt = agent.worktree
+    if not wt or not os.path.isdir(wt):
+        return RebaseResult("none", detail="no worktree")
+    try:
+        base = agent.base_branch or (_base_branch(env, agent) if agent.branch else None)
+    except StateError:
+        base = None
+    if not base:
+        return RebaseResult("none", detail="no parent branch")
+    ref = base if base.startswith("refs/") else f"refs/heads/{base}"
+    known = ref_sha(wt, ref)
+    if state is not None and known and state.get("base_ok") == known:
+        return RebaseResult("up-to-date", base, known)
+    from exo_cli.adapters.git import Git
+
+    git = Git(wt)
+    sha = git.rev(ref)
+    if not sha:
+        return RebaseResult("none", base, detail=f"{base} does not exist")
+    if not git.has_commits_not_in(sha, "HEAD"):
+        if state is not None:
+            state["base_ok"] = sha
+        return RebaseResult("up-to-date", base, sha)
+    if agent.branch and git.current_branch() != agent.branch:
+        return RebaseResult("skipped", base, sha, "the worktree is not on the agent's branch")
+    if agent.branch and any(p.state == "merged" for p in env.store.prs(head=agent.branch)):
+        return RebaseResult("skipped", base, sha, "its PR is merged")
+    changed = git.tracked_changes(check=False)
+    if changed and all(line[3:].startswith(".beads/") for line in changed):
+        from exo_cli.ops.tasks import restore_synced_tracker
+
+        restore_synced_tracker(env, agent.id, wt)  # exo's own tracker copy is not the agent's change
+        changed = git.tracked_changes(check=False)
+    if changed:
+        return RebaseResult("dirty", base, sha, "uncommitted changes")
+    in_the_way = git.in_the_way(sha)
+    if in_the_way:  # git would overwrite an ignored file without a word (and refuse an untracked one midway)
+        return RebaseResult("in-the-way", base, sha, "untracked or ignored files the rebase would overwrite",
+                            in_the_way)
+    proc = git.rebase(sha)
+    if proc.returncode == 0:
+        if state is not None:
+            state["base_ok"] = sha
+        return RebaseResult("rebased", base, sha)
+    files = git.conflicted_files()
+    git.rebase_abort()
+    return RebaseResult("conflict", base, sha, (proc.stderr or proc.stdout).strip()[-500:], files)
+
+
+def _base_branch(env: Env, agent: Agent) -> str:
+    from exo_cli.ops.branches import base_branch
+
+    return base_branch(env, agent, agent.branch)
