@@ -103,7 +103,53 @@ def test_capture_tail_and_attach(hl, tmp_path, env):
     wait_for(lambda: not hl.alive(loc), what="exit")
     assert hl.capture(loc, 3).splitlines() == ["row 4998", "row 4999", "row 5000"]
     assert len(hl.capture(loc, 2000).splitlines()) == 2000
-    assert hl.attach_argv(loc) == ["tail", "-n", "200", "-F", str(tmp_path / "rows.log")]
+    assert hl.attach_argv(loc) == [sys.executable, "-m", "exo_cli.adapters.mux._follow", str(tmp_path / "rows.log"),
+                                   "200"]
+
+
+def test_attach_follows_the_log_and_nothing_in_it_acts_on_the_terminal(tmp_path):
+    """exo attach of a headless agent: the last lines, then what is appended, escape sequences made visible,
+    across a truncated and a replaced log, read through a real terminal (a pty)."""
+    import pty
+    import select
+    import signal
+
+    log = tmp_path / "agent.log"
+    hostile = b"\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07\x1b[2J\xc2\x9b31m\xff"  # OSC title, clipboard, clear, CSI, not UTF-8
+    log.write_bytes(b"".join(b"old %d\n" % i for i in range(300)) + b"first " + hostile + b"\n")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the follower, as exo attach runs it
+        os.execv(sys.executable, [sys.executable, "-m", "exo_cli.adapters.mux._follow", str(log), "200"])
+    seen = bytearray()
+
+    def read_until(needle: bytes) -> None:
+        def more() -> bool:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    seen.extend(os.read(fd, 65536))
+                except OSError:
+                    pass
+            return needle in seen
+        wait_for(more, what=f"{needle!r} on the terminal")
+
+    try:
+        read_until(b"first ")
+        with open(log, "ab") as fh:
+            fh.write(b"appended " + hostile + b"\n")
+        read_until(b"appended ")
+        log.write_bytes(b"truncated\n")  # a new, shorter log: read again from its start
+        read_until(b"truncated")
+        (tmp_path / "new.log").write_bytes(b"replaced " + hostile + b"\n")
+        os.replace(tmp_path / "new.log", log)
+        read_until(b"replaced ")
+    finally:
+        os.kill(pid, signal.SIGINT)
+        os.waitpid(pid, 0)
+        os.close(fd)
+    text = bytes(seen)
+    assert b"old 100\r\n" not in text and b"old 101\r\n" in text  # the last 200 lines of 301
+    assert b"\x1b" not in text and b"\x07" not in text and b"\xc2\x9b" not in text  # nothing acts on the terminal
+    assert text.count(b"^[]0;pwned^G^[]52;c;ZXZpbA==^G^[[2JM-^[31m\xef\xbf\xbd") == 3
 
 
 def test_send_text_refused_and_bad_input(hl, tmp_path, env):

@@ -311,10 +311,10 @@ class Headless:
                 inbox.rmdir()
 
     def attach_argv(self, loc: Location) -> list[str]:
-        """The command that follows the agent's log."""
+        """The command that follows the agent's log, every control character made visible (``_follow``)."""
         if not loc.log:
             raise InvalidInput("Not a headless location", field="location")
-        return ["tail", "-n", "200", "-F", loc.log]
+        return [sys.executable, "-m", "exo_cli.adapters.mux._follow", loc.log, "200"]
 
     def kill_server(self) -> None:
         """Nothing to stop: headless agents run without a multiplexer server."""
