@@ -79,3 +79,13 @@ def test_no_module_passes_the_line_limit() -> None:
 def test_too_long_list_only_names_long_modules() -> None:
     stale = [name for name in TOO_LONG if (ROOT / name).exists() and _lines(ROOT / name) <= MAX_LINES]
     assert not stale, f"these modules are short now: remove them from TOO_LONG: {stale}"
+
+
+def test_nothing_installed_is_tracked() -> None:
+    """Installed trees (node_modules, virtualenvs) are never in git, not even as a symlink: a tracked link
+    replaces the real folder on checkout and the tests that need it skip."""
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    bad = [f.decode() for f in files if any(part in (b"node_modules", b".venv") for part in f.split(b"/"))]
+    assert not bad, f"installed trees tracked by git: {bad}"

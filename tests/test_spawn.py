@@ -582,6 +582,26 @@ def test_blocked_bead_fails_alone(beads_repo: Path) -> None:
     assert [e["code"] for e in res["errors"]] == [-32001, -32002]
 
 
+def test_a_spawn_whose_agent_cannot_be_prepared_leaves_its_bead_ready(beads_repo: Path, tmp_path: Path) -> None:
+    """The bead is claimed only once the agent's CLI is prepared: a backend that fails (here Codex with an
+    unreadable user config) leaves no claim, no tracker commit and no record behind."""
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    (home / ".codex" / "config.toml").write_text("this is [not toml\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "codex").write_text("#!/bin/sh\nexit 0\n")
+    (bindir / "codex").chmod(0o755)
+    before = git(beads_repo, "rev-parse", "HEAD")
+    tracker = (beads_repo / ".beads/issues.jsonl").read_text()
+    code, res = spawn_json(Exo(beads_repo), "1", "--agent", "codex",
+                           env={"HOME": str(home), "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
+    assert code != 0 and res["errors"] and "config.toml" in res["errors"][0]["message"], res
+    assert (beads_repo / ".beads/issues.jsonl").read_text() == tracker  # still open, nobody's
+    assert git(beads_repo, "rev-parse", "HEAD") == before  # no "claimed" commit
+    assert [a["id"] for a in Exo(beads_repo)("agents", "--json").json()["agents"]] == []
+
+
 def test_ready_picks_the_documented_three(beads_repo: Path) -> None:
     code, res = spawn_json(Exo(beads_repo), "--ready", "3", "--agent", "custom")
     assert code == 0, res

@@ -114,7 +114,7 @@ def command_name(pid: int) -> str | None:
 def cwd_of(pid: int) -> str | None:
     """The working directory of ``pid`` (None when unknown or gone)."""
     try:
-        return os.readlink(f"/proc/{pid}/cwd")
+        return os.readlink(f"{PROC_ROOT}/{pid}/cwd")
     except OSError:
         return None
 

@@ -283,7 +283,8 @@ class JsonlSource(BeadsSource):
 
 
 def _commit_retrying(git: Any, name: str, message: str, attempts: int = 5) -> Any:
-    """``git commit --only`` of one file: again while another git command holds the index; as ``exo`` without an identity."""
+    """``git commit --only`` of one file: again while another git command holds the index or moves the
+    branch (an agent working in that checkout commits too); as ``exo`` without an identity."""
     import time
 
     config: list[str] = []
@@ -294,7 +295,7 @@ def _commit_retrying(git: Any, name: str, message: str, attempts: int = 5) -> An
             return proc
         if not config and ("tell me who you are" in text or "auto-detect" in text or "empty ident" in text):
             config = ["-c", "user.name=exo", "-c", "user.email=exo@localhost"]
-        elif "index.lock" in text:
+        elif "index.lock" in text or "cannot lock ref" in text:  # another git command commits in that checkout
             time.sleep(0.1 * (i + 1))
         else:
             return proc

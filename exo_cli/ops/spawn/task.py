@@ -318,12 +318,12 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
     base_env = agent_env(env)
     if worktree:  # the post-create command is no agent: it never gets the proof
         _fill_worktree(call, agent, spec, path, {**base_env, **_without_proof(identity)})
-    if bead_task is not None:  # before the context file, so that it shows the bead as claimed
-        bead_task = _claim_bead(call, agent.id, spec, bead_task)
-    _write_context(call, req, agent, spec, path, bead_task)
-    services = _write_services(env, spec, path)
     launch = _prepare_backend(call, req, agent, spec, path, base_env=base_env, identity=identity, bead_task=bead_task)
     fault.point("spawn.prepared", env.environ)
+    if bead_task is not None:  # once the agent can start (a backend that fails leaves the bead ready), and
+        bead_task = _claim_bead(call, agent.id, spec, bead_task)  # before the context file, which shows it claimed
+    _write_context(call, req, agent, spec, path, bead_task)
+    services = _write_services(env, spec, path)
     loc = _start(call, agent.id, spec, launch, services=bool(services) and _has_process_compose(base_env), path=path)
     if services:
         _start_services(call, agent.id, spec, path, mux=mux, launch=launch, base_env=base_env, loc=loc)
