@@ -19,6 +19,7 @@ compatible tool sets (``--compat``) add their tools on request only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -193,6 +194,16 @@ def sdk_tool(env: Env, op: Op, tool: Tool) -> SdkTool:
     )
 
 
+READY_GRACE = 0.5  # seconds between answering the first tools/list and recording the server ready
+
+
+def _ready(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # readiness is best effort; never fail the client's tools/list
+        log.exception("recording MCP readiness failed")
+
+
 class _Server(MCPServer):
     """An MCPServer that calls exo's tools itself (arguments checked by exo, not coerced by the SDK)
     and calls ``on_listed`` once, when it first answers tools/list."""
@@ -204,10 +215,10 @@ class _Server(MCPServer):
         tools = await super().list_tools()
         callback, self.on_listed = self.on_listed, None
         if callback is not None:
-            try:
-                callback()
-            except Exception:  # readiness is best effort; never fail the client's tools/list
-                log.exception("recording MCP readiness failed")
+            # Recorded a moment after this answer is written, not while it is still being built: the
+            # session-start hook releases the agent's first prompt on it, and the client must have
+            # registered the tools by then (a hook that answers fast otherwise wins that race).
+            asyncio.get_running_loop().call_later(READY_GRACE, _ready, callback)
         return tools
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:

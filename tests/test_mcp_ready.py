@@ -97,7 +97,7 @@ def test_a_waiting_hook_wakes_when_the_server_marks_itself_ready(repo: Path) -> 
 def test_an_agents_mcp_server_marks_itself_ready_when_tools_are_listed(repo: Path) -> None:
     from mcp import Client
 
-    from exo_cli.mcp_server import build_server
+    from exo_cli.mcp_server import READY_GRACE, build_server
 
     make_agent(repo, "w1", task="Add a flag")
     env = env_for(repo, "w1")
@@ -107,7 +107,9 @@ def test_an_agents_mcp_server_marks_itself_ready_when_tools_are_listed(repo: Pat
 
     async def go() -> list[str]:
         async with Client(server) as c:
-            return [t.name for t in (await c.list_tools()).tools]
+            names = [t.name for t in (await c.list_tools()).tools]
+            await asyncio.sleep(READY_GRACE * 4)  # recorded a moment after the answer, once the client has it
+            return names
 
     assert "note" in asyncio.run(go())
     assert env.store.kv_get(key) == str(os.getppid())
