@@ -58,7 +58,7 @@ def test_migrate_to_postgres_and_back_keeps_every_row_and_id(repo: Path, url: st
     assert env.store.agents() == before["agents"]
     # an agent's process (its environment predates the move) follows the state folder's record
     agent_env = Env(cwd=repo, environ={"EXO_STATE_DIR": str(state), "EXO_AGENT": "w1", "HOME": os.environ["HOME"]})
-    assert agent_env.store_url == url and agent_env.caller.agent_id == "w1"
+    assert agent_env.store_url == url and agent_env.store.agent("w1") == before["agents"][1]
     new = env.store.post("note", "w1", "w0", "after the move")
     assert new > max(m.id for m in before["messages"])
     assert env.store.insert_pr(forge="local", title="t2", body="", head="h", base="main", author="w1",
@@ -98,6 +98,6 @@ def test_migrate_refuses_what_it_cannot_do(repo: Path, url: str) -> None:
     other = Env(cwd=repo)  # a database already holding this repository's state is refused
     from exo_cli.adapters.store import open_store
 
-    open_store(other._state_path, other._state_path, url).insert_agent(other.store.agents()[0])
+    open_store(other.state_path, other.state_path, url).insert_agent(other.store.agents()[0])
     proc = run_exo("store", "migrate", "--to", url, "--json", cwd=repo)
     assert proc.returncode == 5 and "already holds state" in json.loads(proc.stdout)["error"]["message"]

@@ -59,9 +59,9 @@ def store_migrate(env: Env, *, to: str) -> MigrateResult:
     target.load(source.dump())
     copied = target.counts()
     if copied != before or source.counts() != before:
-        target.retire()
+        target.set_aside()
         raise StateError("The state changed during the copy (or the copy is incomplete); nothing moved",
                          hint="Run it again when the team is idle.", source=before, copied=copied)
     point_to(env.state_dir, target_url)
-    kept = source.retire()
+    kept = source.set_aside()
     return MigrateResult(source=source_url or SQLITE, target=target_url or SQLITE, counts=copied, kept=kept)

@@ -231,7 +231,7 @@ class Store(Protocol):
         """Insert ``dump``'s rows, ids kept, in one transaction; StateError unless this state is empty."""
         ...
 
-    def retire(self) -> str | None:
+    def set_aside(self) -> str | None:
         """Remove this repository's state after it moved; return where a copy is kept, if anywhere."""
         ...
 

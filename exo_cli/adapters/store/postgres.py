@@ -38,6 +38,7 @@ from exo_cli.adapters.store import (
     message_from_row,
     pr_from_row,
 )
+from exo_cli.adapters.store.pgschema import MIGRATIONS
 from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
 from exo_cli.records import (
     AGENT_JSON_FIELDS,
@@ -45,6 +46,7 @@ from exo_cli.records import (
     WAITING_PERMISSION,
     WORKING,
     Agent,
+    AgentKey,
     Message,
     PullRequest,
     dumps,
@@ -62,48 +64,12 @@ _PR_COLS = PullRequest._fields
 _RETRY_SECONDS = 60.0
 _LOCK_KEY = 0x65786F  # the advisory lock that serializes schema migrations ("exo")
 
-MIGRATIONS: dict[int, Sequence[str]] = {
-    1: (
-        "CREATE TABLE IF NOT EXISTS exo.version (version INTEGER NOT NULL)",
-        """CREATE TABLE exo.repos (
-            id TEXT PRIMARY KEY, created_at DOUBLE PRECISION NOT NULL, next_pr BIGINT NOT NULL DEFAULT 0)""",
-        """CREATE TABLE exo.agents (
-            repo TEXT NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL, role TEXT NOT NULL, parent TEXT,
-            status TEXT NOT NULL, backend TEXT NOT NULL, mux TEXT NOT NULL,
-            task TEXT, bead TEXT, worktree TEXT, branch TEXT, base_branch TEXT, repo_path TEXT,
-            location TEXT NOT NULL DEFAULT '{}', session_id TEXT, output TEXT, status_reason TEXT,
-            turns BIGINT NOT NULL DEFAULT 0, tool_calls BIGINT NOT NULL DEFAULT 0,
-            tokens BIGINT NOT NULL DEFAULT 0,
-            created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
-            status_at DOUBLE PRECISION NOT NULL, completed_at DOUBLE PRECISION,
-            spec TEXT NOT NULL DEFAULT '{}', undo TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (repo, id))""",
-        "CREATE INDEX agents_parent ON exo.agents (repo, parent)",
-        """CREATE TABLE exo.messages (
-            repo TEXT NOT NULL, id BIGSERIAL, kind TEXT NOT NULL, sender TEXT NOT NULL,
-            recipient TEXT NOT NULL, body TEXT NOT NULL, data TEXT NOT NULL DEFAULT '{}',
-            created_at DOUBLE PRECISION NOT NULL, delivered_at DOUBLE PRECISION,
-            consumed_at DOUBLE PRECISION, reply_to BIGINT, state TEXT, PRIMARY KEY (repo, id))""",
-        "CREATE INDEX messages_recipient ON exo.messages (repo, recipient, consumed_at)",
-        "CREATE INDEX messages_reply ON exo.messages (repo, reply_to)",
-        """CREATE TABLE exo.events (
-            repo TEXT NOT NULL, id BIGSERIAL, kind TEXT NOT NULL, agent TEXT,
-            data TEXT NOT NULL DEFAULT '{}', created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (repo, id))""",
-        "CREATE INDEX events_agent ON exo.events (repo, agent)",
-        """CREATE TABLE exo.prs (
-            repo TEXT NOT NULL, number BIGINT NOT NULL, forge TEXT NOT NULL, title TEXT NOT NULL,
-            body TEXT NOT NULL, head TEXT NOT NULL, base TEXT NOT NULL, author TEXT NOT NULL,
-            state TEXT NOT NULL, draft INTEGER NOT NULL DEFAULT 0, url TEXT, remote_number BIGINT,
-            strategy TEXT, merge_commit TEXT, review_state TEXT, checks_state TEXT,
-            created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
-            merged_at DOUBLE PRECISION, data TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (repo, number))""",
-        "CREATE INDEX prs_head ON exo.prs (repo, head)",
-        "CREATE TABLE exo.kv (repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (repo, key))",
-    ),
-}
-
 # The agent record's field ``repo`` (a path) is the column ``repo_path``: ``repo`` keys the rows.
 _AGENT_SQL_COLS = tuple("repo_path" if c == "repo" else c for c in _AGENT_COLS)
 _RETRYABLE = (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
+# A number in an agent's location (JSON text), as SQLite's json_extract gives it; NULL otherwise.
+_JSON_INT = ("CASE WHEN jsonb_typeof(location::jsonb -> '{key}') = 'number'"
+             " THEN (location::jsonb ->> '{key}')::numeric::bigint END")
 
 
 def check_url(url: str) -> dict[str, str]:
@@ -192,6 +158,10 @@ class PgBell:
                 conn.close()
 
 
+def _not_utf8(exc: UnicodeEncodeError) -> InvalidInput:
+    return InvalidInput(f"Invalid value {exc.object[:80]!r}: it is not valid UTF-8 text")
+
+
 def _unreachable(url: str, exc: Exception) -> EnvironmentError_:
     detail = " ".join(str(exc).split()) or type(exc).__name__
     return EnvironmentError_(
@@ -276,12 +246,17 @@ class PostgresStore(Store):
                          (self.repo, time.time()))
 
     def exists(self) -> bool:
-        """True when this repository has state in the database (creates nothing)."""
+        """True when this repository has state in the database (creates nothing; once true, not asked again)."""
+        if self._ready:
+            return True  # this process prepared (or found) the state: it stays until set aside
         try:
             conn = self._conn(create=False)
-            if self._version(conn) is None:
+            version = self._version(conn)
+            if version is None:
                 return False
-            return conn.execute("SELECT 1 FROM exo.repos WHERE id = %s", (self.repo,)).fetchone() is not None
+            found = conn.execute("SELECT 1 FROM exo.repos WHERE id = %s", (self.repo,)).fetchone() is not None
+            self._ready = found and version == SCHEMA_VERSION
+            return found
         except psycopg.Error as exc:
             raise _unreachable(self.url, exc) from exc
 
@@ -304,6 +279,8 @@ class PostgresStore(Store):
                 raise _unreachable(self.url, exc) from exc
             except pgerrors.InsufficientPrivilege as exc:
                 raise _unreachable(self.url, exc) from exc
+            except UnicodeEncodeError as exc:  # nothing half-written: the transaction rolled back
+                raise _not_utf8(exc) from exc
 
     def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """One statement outside a transaction block (autocommit)."""
@@ -315,6 +292,8 @@ class PostgresStore(Store):
             raise _unreachable(self.url, exc) from exc
         except pgerrors.InsufficientPrivilege as exc:
             raise _unreachable(self.url, exc) from exc
+        except UnicodeEncodeError as exc:
+            raise _not_utf8(exc) from exc
 
     def query(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Rows of one read, as dicts (for this class and tests; not part of ``Store``)."""
@@ -348,6 +327,25 @@ class PostgresStore(Store):
     def agents(self) -> list[Agent]:
         return [self._agent(r) for r in
                 self.query("SELECT * FROM exo.agents WHERE repo = %s ORDER BY created_at, id", (self.repo,))]
+
+    def agent_keys(self, *, pids: Sequence[int] | None = None, ids: Sequence[str] | None = None) -> list[AgentKey]:
+        where = "repo = %s"
+        args: list[Any] = [self.repo]
+        if pids is not None:
+            if not pids:
+                return []
+            where += " AND (pid = ANY(%s) OR pgid = ANY(%s))"
+            args += [list(pids), list(pids)]
+        elif ids is not None:
+            if not ids:
+                return []
+            where += " AND id = ANY(%s)"
+            args.append(list(ids))
+        rows = self.query(
+            "SELECT id, role, status, worktree, pid, pgid FROM (SELECT repo, id, role, status, worktree, created_at,"
+            f" {_JSON_INT.format(key='pid')} AS pid, {_JSON_INT.format(key='pgid')} AS pgid FROM exo.agents) a"
+            f" WHERE {where} ORDER BY created_at, id", args)
+        return [AgentKey(r["id"], r["role"], r["status"], r["worktree"], r["pid"], r["pgid"]) for r in rows]
 
     def insert_agent(self, agent: Agent) -> None:
         values = [dumps(v) if c in AGENT_JSON_FIELDS else v for c, v in zip(_AGENT_COLS, agent, strict=True)]
@@ -391,6 +389,24 @@ class PostgresStore(Store):
 
     def delete_agent(self, agent_id: str) -> None:
         self._exec("DELETE FROM exo.agents WHERE repo = %s AND id = %s", (self.repo, agent_id))
+
+    def retire_agent(self, agent_id: str, new_id: str, *, forget_keys: Sequence[str] = (),
+                     forget_prefixes: Sequence[str] = ()) -> bool:
+        def retire(c: psycopg.Connection[Any]) -> bool:
+            r = self.repo
+            if c.execute("SELECT 1 FROM exo.agents WHERE repo = %s AND id = %s", (r, new_id)).fetchone():
+                return False
+            if c.execute("UPDATE exo.agents SET id = %s WHERE repo = %s AND id = %s", (new_id, r, agent_id)).rowcount == 0:
+                return False
+            for table, col in (("agents", "parent"), ("messages", "sender"), ("messages", "recipient"),
+                               ("events", "agent"), ("prs", "author")):
+                c.execute(f"UPDATE exo.{table} SET {col} = %s WHERE repo = %s AND {col} = %s", (new_id, r, agent_id))
+            if forget_keys:
+                c.execute("DELETE FROM exo.kv WHERE repo = %s AND key = ANY(%s)", (r, list(forget_keys)))
+            for prefix in forget_prefixes:
+                c.execute("DELETE FROM exo.kv WHERE repo = %s AND left(key, %s) = %s", (r, len(prefix), prefix))
+            return True
+        return self._tx(retire)
 
     def pending_agent_ids(self) -> list[str]:
         rows = self.query("SELECT id FROM exo.agents WHERE repo = %s AND status = %s AND spec LIKE %s",
@@ -585,7 +601,7 @@ class PostgresStore(Store):
                       " WHERE id = %s", (self.repo, self.repo))
         self._tx(insert)
 
-    def retire(self) -> str | None:
+    def set_aside(self) -> str | None:
         """Delete this repository's rows (one transaction); nothing is kept here."""
         def delete(c: psycopg.Connection[Any]) -> None:
             for t in TABLES:
