@@ -186,11 +186,12 @@ class Env:
     def _chosen_url(self) -> str | None:
         """What the environment or the configuration asks for: a URL, "" for SQLite, None when silent.
 
-        An agent's process (``EXO_STATE_DIR`` set by spawn) follows the state folder's pointer only.
-        The configuration is parsed only when one of its files mentions a store, so the SQLite hot
+        An agent's process (it carries exo's agent variables) follows the state folder's pointer
+        only: its environment was copied from its spawner's and may predate a move. The
+        configuration is parsed only when one of its files mentions a store, so the SQLite hot
         paths never load it.
         """
-        if STATE_DIR_VAR in self.environ:
+        if self.markers:
             return None
         if STORE_URL_VAR in self.environ:
             return self.environ[STORE_URL_VAR].strip()

@@ -212,6 +212,7 @@ def test_finished_agents_close_their_windows_and_free_their_names(team: Path) ->
     assert doctor_consistent(exo) and "w1" not in windows()
 
 
+@pytest.mark.sqlite_only  # a waiter's doorbell socket: PostgreSQL's waiters LISTEN instead
 def test_runtime_folder_goes_with_the_last_agent_unless_someone_waits(team: Path) -> None:
     """exo removes the runtime folder it made once no agent runs, but never under a waiter's doorbell."""
     from exo_cli.env import Env
