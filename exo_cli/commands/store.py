@@ -20,7 +20,9 @@ def render_migrate(out: Out, r: MigrateResult) -> None:
         out.line(f"The old database is kept as {r.kept}")
 
 
-@click.group(help="Where exo keeps this repository's state: move it between SQLite and PostgreSQL.")
+@click.group(help="Where exo keeps this repository's state: move it between SQLite and PostgreSQL."
+             "\n\n\b\nExamples:\n  exo store migrate --to postgresql://exo@db.internal/exo\n"
+             "  exo store migrate --to sqlite")
 def store() -> None:
     pass
 

@@ -35,7 +35,7 @@ def store_migrate(env: Env, *, to: str) -> MigrateResult:
     Refused while an agent is mid-operation (starting, working, asking or waiting for a
     permission): run it while the team is idle. The copy keeps every id; the state folder then
     records the new store, so every exo process (agents' hooks and MCP servers too) follows it.
-    The old SQLite database is kept aside as ``state.db.moved-<time>``; the old PostgreSQL rows
+    The old SQLite database is kept aside as `state.db.moved-<time>`; the old PostgreSQL rows
     are deleted once the copy is checked.
     """
     from exo_cli.adapters.store import open_store, point_to

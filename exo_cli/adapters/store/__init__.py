@@ -7,16 +7,11 @@ chosen implementation's module (and its driver) is imported: SQLite by default, 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
-from exo_cli.records import AGENT_JSON_FIELDS, Agent, Message, PullRequest
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from exo_cli.adapters.store.base import Store
 
 # The schema version every store implements; a store refuses a database whose version is newer.
@@ -76,42 +71,3 @@ def point_to(state_dir: Path, url: str | None) -> None:
         path.unlink(missing_ok=True)
     else:
         atomic_write(path, url + "\n", mode=0o600)
-
-
-def agent_changes(changes: Any) -> dict[str, Any]:
-    """The columns ``update_agent`` sets: ``updated_at`` follows, ``status_at`` with a status; KeyError on
-    an unknown column; JSON fields encoded."""
-    import time
-
-    from exo_cli.records import dumps
-
-    out = dict(changes)
-    now = time.time()
-    out.setdefault("updated_at", now)
-    if "status" in out:
-        out.setdefault("status_at", now)
-    for k in out:
-        if k not in Agent._fields:
-            raise KeyError(k)
-    return {k: dumps(v) if k in AGENT_JSON_FIELDS else v for k, v in out.items()}
-
-
-# -- rows to records (shared by the implementations) ----------------------------------------
-def agent_from_row(row: Any) -> Agent:
-    kw = {k: row[k] for k in Agent._fields}
-    for k in AGENT_JSON_FIELDS:
-        kw[k] = json.loads(kw[k] or ("[]" if k == "undo" else "{}"))
-    return Agent(**kw)
-
-
-def message_from_row(row: Any) -> Message:
-    kw = {k: row[k] for k in Message._fields}
-    kw["data"] = json.loads(kw["data"] or "{}")
-    return Message(**kw)
-
-
-def pr_from_row(row: Any) -> PullRequest:
-    kw = {k: row[k] for k in PullRequest._fields}
-    kw["data"] = json.loads(kw["data"] or "{}")
-    kw["draft"] = bool(kw["draft"])
-    return PullRequest(**kw)

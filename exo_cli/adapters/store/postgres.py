@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -30,14 +31,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg.rows import dict_row
 
-from exo_cli.adapters.store import (
-    SCHEMA_VERSION,
-    TABLES,
-    agent_changes,
-    agent_from_row,
-    message_from_row,
-    pr_from_row,
-)
+from exo_cli.adapters.store import SCHEMA_VERSION, TABLES
 from exo_cli.adapters.store.pgschema import MIGRATIONS
 from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
 from exo_cli.records import (
@@ -72,6 +66,41 @@ _JSON_INT = ("CASE WHEN jsonb_typeof(location::jsonb -> '{key}') = 'number'"
              " THEN (location::jsonb ->> '{key}')::numeric::bigint END")
 
 
+# -- rows to records --------------------------------------------------------------------
+def agent_changes(changes: Any) -> dict[str, Any]:
+    """The columns ``update_agent`` sets: ``updated_at`` follows, ``status_at`` with a status; KeyError on
+    an unknown column; JSON fields encoded."""
+    out = dict(changes)
+    now = time.time()
+    out.setdefault("updated_at", now)
+    if "status" in out:
+        out.setdefault("status_at", now)
+    for k in out:
+        if k not in Agent._fields:
+            raise KeyError(k)
+    return {k: dumps(v) if k in AGENT_JSON_FIELDS else v for k, v in out.items()}
+
+
+def agent_from_row(row: Any) -> Agent:
+    kw = {k: row[k] for k in Agent._fields}
+    for k in AGENT_JSON_FIELDS:
+        kw[k] = json.loads(kw[k] or ("[]" if k == "undo" else "{}"))
+    return Agent(**kw)
+
+
+def message_from_row(row: Any) -> Message:
+    kw = {k: row[k] for k in Message._fields}
+    kw["data"] = json.loads(kw["data"] or "{}")
+    return Message(**kw)
+
+
+def pr_from_row(row: Any) -> PullRequest:
+    kw = {k: row[k] for k in PullRequest._fields}
+    kw["data"] = json.loads(kw["data"] or "{}")
+    kw["draft"] = bool(kw["draft"])
+    return PullRequest(**kw)
+
+
 def check_url(url: str) -> dict[str, str]:
     """The connection parameters of ``url``; InvalidInput when it is malformed or carries a password."""
     from psycopg.conninfo import conninfo_to_dict
@@ -93,11 +122,6 @@ def check_url(url: str) -> dict[str, str]:
 def channel(repo: str, key: str) -> str:
     """The LISTEN/NOTIFY channel of one wake-up key of one repository (a plain identifier)."""
     return "exo_" + hashlib.sha1(f"{repo}\0{key}".encode()).hexdigest()[:40]
-
-
-def describe(url: str) -> str:
-    """Where ``url`` points, for messages (it never holds a password: ``check_url`` refuses that)."""
-    return url
 
 
 class PgWaiter:
@@ -165,11 +189,11 @@ def _not_utf8(exc: UnicodeEncodeError) -> InvalidInput:
 def _unreachable(url: str, exc: Exception) -> EnvironmentError_:
     detail = " ".join(str(exc).split()) or type(exc).__name__
     return EnvironmentError_(
-        f"Cannot use exo's PostgreSQL store ({describe(url)}): {detail}",
+        f"Cannot use exo's PostgreSQL store ({url}): {detail}",
         hint="Check that the server runs and the URL (host, port, database, user) is right; exo reads the "
         "password from libpq's sources only (PGPASSWORD, ~/.pgpass, a service file). Set [store] url or "
         "EXO_STORE_URL to change the store.",
-        url=describe(url), store="postgresql",
+        url=url, store="postgresql",
     )
 
 
@@ -218,14 +242,14 @@ class PostgresStore(Store):
                     "SELECT count(*) FROM pg_class WHERE relnamespace = 'exo'::regnamespace").fetchone() != (0,):
                 raise StateError("The database has a schema named exo that is not exo's state (no exo.version)",
                                  hint="Point [store] url / EXO_STORE_URL at another database, or drop that schema.",
-                                 url=describe(self.url))
+                                 url=self.url)
             return None
         got = conn.execute("SELECT max(version) FROM exo.version").fetchone()
         version = int(got[0]) if got and got[0] is not None else 0
         if version > SCHEMA_VERSION:
             raise StateError(
-                f"exo's state in {describe(self.url)} has schema {version}, newer than this exo ({SCHEMA_VERSION})",
-                hint="Upgrade exo.", url=describe(self.url))
+                f"exo's state in {self.url} has schema {version}, newer than this exo ({SCHEMA_VERSION})",
+                hint="Upgrade exo.", url=self.url)
         return version
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
@@ -503,8 +527,6 @@ class PostgresStore(Store):
         return self._tx(insert)
 
     def events(self, agent: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        import json
-
         sql = "SELECT id, kind, agent, data, created_at FROM exo.events WHERE repo = %s"
         args: list[Any] = [self.repo]
         if agent is not None:
@@ -587,8 +609,8 @@ class PostgresStore(Store):
         def insert(c: psycopg.Connection[Any]) -> None:
             for t in TABLES:
                 if c.execute(f"SELECT 1 FROM exo.{t} WHERE repo = %s LIMIT 1", (self.repo,)).fetchone():
-                    raise StateError(f"{describe(self.url)} already holds state for this repository (table {t})",
-                                     hint="Use another database, or remove that state first.", url=describe(self.url))
+                    raise StateError(f"{self.url} already holds state for this repository (table {t})",
+                                     hint="Use another database, or remove that state first.", url=self.url)
             for t in TABLES:
                 for row in rows.get(t, ()):
                     cols = ["repo_path" if (t, k) == ("agents", "repo") else k for k in row]
