@@ -251,3 +251,26 @@ def test_a_write_committed_before_the_check_still_finds_its_row(pg: Any, tmp_pat
         open_store(tmp_path, tmp_path, pg.url()).post("note", "x", "root", "early")
         assert [m.body for m in store.messages(recipient="root", unconsumed=True)] == ["early"]
         assert waiter.wait(30) is True  # the spare notification: harmless, the waiter reads again
+
+
+def test_the_password_comes_from_libpq_and_a_wrong_one_is_an_environment_error(pg: Any, repo: Path) -> None:
+    """A role with a password (scram): PGPASSWORD lets exo in; a wrong one is exit 7; no file holds it."""
+    hba = pg.data / "pg_hba.conf"
+    if "exo_pw" not in hba.read_text():
+        hba.write_text("local all exo_pw scram-sha-256\n" + hba.read_text())
+        pg.psql("SELECT pg_reload_conf()")
+    pg.psql("DROP DATABASE IF EXISTS pwdb")
+    pg.psql("DROP ROLE IF EXISTS exo_pw")
+    pg.psql("CREATE ROLE exo_pw LOGIN PASSWORD 'canary-pw-7731'")
+    pg.psql("CREATE DATABASE pwdb OWNER exo_pw")
+    url = f"postgresql://exo_pw@/pwdb?host={pg.sock}"
+    wrong = run_exo("agents", "--json", cwd=repo, env={"EXO_STORE_URL": url, "PGPASSWORD": "not-it"})
+    assert wrong.returncode == 7, wrong.stdout + wrong.stderr
+    assert "password authentication failed" in json.loads(wrong.stdout)["error"]["message"]
+    assert "not-it" not in wrong.stdout + wrong.stderr
+    ok = run_exo("init", cwd=repo, env={"EXO_STORE_URL": url, "PGPASSWORD": "canary-pw-7731"})
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert pg.psql("SELECT count(*) FROM exo.repos", "pwdb") == "1"
+    for f in (repo / ".git").rglob("*"):
+        if f.is_file():
+            assert b"canary-pw-7731" not in f.read_bytes(), f
