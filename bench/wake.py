@@ -15,7 +15,11 @@ pending at once (oldest first, up to its bound). Two phases:
 Both phases count lost notes (sent, never returned) and duplicated ones (returned twice):
 both must be 0.
 
-    python bench/wake.py [--agents 20] [--notes 25] [--queued 100]
+``--store postgres`` runs both phases on a private PostgreSQL cluster (a temp folder, a Unix
+socket, no TCP port; initdb/pg_ctl from the distribution), where the wake-up is LISTEN/NOTIFY;
+``--store both`` runs SQLite then PostgreSQL in one run and prints their latency ratio.
+
+    python bench/wake.py [--agents 20] [--notes 25] [--queued 100] [--store sqlite|postgres|both]
 """
 
 from __future__ import annotations
@@ -99,7 +103,36 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--notes", type=int, default=25, help="notes per agent in the live phase")
     parser.add_argument("--queued", type=int, default=100, help="notes queued (in all) before the parent waits")
+    parser.add_argument("--store", choices=("sqlite", "postgres", "both"), default="sqlite")
     args = parser.parse_args()
+    codes: list[int] = []
+    p50s: dict[str, float] = {}
+    for store in ("sqlite", "postgres") if args.store == "both" else (args.store,):
+        if store == "sqlite":
+            code, latencies = run(args, None)
+        else:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from pg_cluster import Cluster, pg_bin
+
+            bindir = pg_bin()
+            if bindir is None:
+                sys.exit("PostgreSQL is not installed (no initdb)")
+            cluster = Cluster(bindir).start(fsync=True)
+            try:
+                code, latencies = run(args, cluster.url())
+            finally:
+                cluster.stop()
+        print(f"(store: {store})")
+        codes.append(code)
+        p50s[store] = pct(latencies, 50)
+    if len(p50s) == 2:
+        print(f"postgres / sqlite note -> wake-up p50: {p50s['postgres'] / p50s['sqlite']:.2f}x")
+    return max(codes)
+
+
+def run(args: argparse.Namespace, url: str | None) -> tuple[int, list[float]]:
+    """Both phases in a fresh repository whose state is on PostgreSQL at ``url`` (None: SQLite)."""
+    from exo_cli.adapters.store import point_to
     from exo_cli.env import PROOF_FIELD, Env, new_proof
     from exo_cli.ops import messages
     from exo_cli.records import Agent
@@ -113,6 +146,9 @@ def main() -> int:
         base_env = {**os.environ, "EXO_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
         base_env.pop("EXO_AGENT", None)
         base_env.pop("EXO_AGENT_PROOF", None)
+        if url:  # the state folder says where the state is: every process of the repository follows it
+            state.mkdir(parents=True)
+            point_to(state, url)
         parent = Env(cwd=repo, environ=base_env)
         now = time.time()
         proofs = [new_proof() for _ in range(args.agents)]  # each writer proves its EXO_AGENT, as agents do
@@ -125,7 +161,7 @@ def main() -> int:
         # 1. live: the parent waits while the writers post
         go = tmp / "go"
         writers = spawn_writers(args.agents, args.notes, go, repo, base_env, proofs, spread=True)
-        time.sleep(1.0)  # let every writer import exo and open the store
+        time.sleep(2.0 if url else 1.0)  # let every writer import exo (and psycopg) and open the store
         expected = args.agents * args.notes
         latencies: list[float] = []
         seen: set[str] = set()
@@ -181,6 +217,7 @@ def main() -> int:
         leftover = messages.wait(parent, timeout=0).results
         lost += queued - len(taken) + len(leftover)
         duplicated = len(received) - len(set(received))
+        parent.store.close()
         fifo = fifo_round_trip(300, tmp)
     print(f"live: {args.agents} writers x {args.notes} notes = {expected} notes while the parent waits "
           f"(each writer: one note every 50-250 ms, all at once; {elapsed:.1f} s, {expected / elapsed:.0f} notes/s; "
@@ -193,7 +230,7 @@ def main() -> int:
     print(f"duplicated notes: {duplicated} (must be 0)")
     print(f"bare FIFO round trip (2 Python processes): p50 {pct(fifo, 50):6.3f} ms   p99 {pct(fifo, 99):6.3f} ms   "
           f"mean {statistics.mean(fifo) * 1000:6.3f} ms")
-    return 0 if lost == 0 and duplicated == 0 else 1
+    return (0 if lost == 0 and duplicated == 0 else 1), latencies
 
 
 if __name__ == "__main__":

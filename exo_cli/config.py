@@ -8,12 +8,12 @@ names the key path and the file it came from.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exo_cli.config_paths import config_files
 from exo_cli.errors import InvalidInput
 from exo_cli.records import BACKENDS, MCP_COMPAT, MUXES
 from exo_cli.validate import MAX_TIMEOUT
@@ -35,6 +35,7 @@ class EnvVars:
     HANGAR_ROOT = "HANGAR_ROOT"
     MCP_WAIT = "EXO_MCP_WAIT"  # seconds Claude's session-start hook waits for the agent's exo MCP server
     PROCESS_READER = "EXO_PROCESS_READER"  # "psutil": read processes through psutil even where /proc exists
+    STORE_URL = "EXO_STORE_URL"  # the PostgreSQL store (empty: SQLite); read by env.Env.store_url first
     # Configuration overrides: env var -> dotted key.
     CONFIG = {
         "EXO_AGENT_BACKEND": "agent.default",
@@ -44,6 +45,7 @@ class EnvVars:
         "EXO_MAX_AGENTS": "limits.max_agents",
         "EXO_WORKTREE_ROOT": "worktree.root",
         "EXO_BASE_BRANCH": "worktree.base",
+        "EXO_STORE_URL": "store.url",
     }
 
 
@@ -81,6 +83,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "timeouts": {"question": 3600, "wait": 600},
     "demo": {"script": []},
+    "store": {"url": ""},
 }
 
 _Check = Callable[[Any], bool]
@@ -130,6 +133,10 @@ def _is_table(v: Any) -> bool:
     return isinstance(v, dict)
 
 
+def _is_store_url(v: Any) -> bool:
+    return isinstance(v, str) and (not v.strip() or v.strip().startswith(("postgresql://", "postgres://")))
+
+
 def _choice(*values: str) -> _Check:
     def check(v: Any) -> bool:
         return v in values
@@ -170,15 +177,9 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "timeouts.question": (_is_seconds, "a whole number of seconds"),
     "timeouts.wait": (_is_seconds, "a whole number of seconds"),
     "demo.script": (lambda v: isinstance(v, list), "a list of demo steps"),
+    "store.url": (_is_store_url, "a postgresql:// URL without a password, or empty for SQLite"),
 }
 _SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}
-
-
-def user_config_dir(environ: Mapping[str, str]) -> Path:
-    if environ.get(EnvVars.CONFIG_DIR):
-        return Path(environ[EnvVars.CONFIG_DIR])
-    base = environ.get("XDG_CONFIG_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".config")
-    return Path(base) / "exo"
 
 
 @dataclass
@@ -291,12 +292,6 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise InvalidInput(f"Cannot read {path}: {why}", source=str(path)) from exc
 
 
-def config_files(environ: Mapping[str, str], repo_root: Path | None) -> list[Path]:
-    """The configuration files, lowest precedence first (whether they exist or not)."""
-    files = [user_config_dir(environ) / "config.toml"]
-    if repo_root is not None:
-        files += [repo_root / "exo.toml", repo_root / ".exo" / "config.toml"]
-    return files
 
 
 def load(

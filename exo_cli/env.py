@@ -35,6 +35,7 @@ AGENT_VAR = "EXO_AGENT"
 # strip from the environment they pass on (Gemini CLI drops *TOKEN*, *SECRET*, *KEY*, *AUTH*...).
 PROOF_VAR = "EXO_AGENT_PROOF"
 STATE_DIR_VAR = "EXO_STATE_DIR"
+STORE_URL_VAR = "EXO_STORE_URL"
 # Variables exo sets only in an agent's environment: a process carrying one is an agent until
 # its claim is proven or refused, never the human.
 MARKER_VARS = (AGENT_VAR, PROOF_VAR, "EXO_PARENT", "EXO_ROLE")
@@ -157,13 +158,77 @@ class Env:
                                 configured_by_env=origin.startswith("$") or origin == "flag")
 
     @cached_property
-    def store(self) -> Store:
-        from exo_cli.adapters.store import open_store
+    def store_url(self) -> str | None:
+        """The PostgreSQL store's URL, or None for the SQLite database in the state folder.
 
-        return open_store(self.state_dir, lambda: self.runtime_dir)
+        A repository's state records where it lives: the pointer file ``exo store migrate``
+        (or the first process that put the state on PostgreSQL) left in the state folder wins,
+        so every process, however old its environment, follows a move. Without one,
+        ``EXO_STORE_URL`` (set, even empty) beats ``[store] url``, else SQLite. A choice that
+        contradicts where the state is (a URL while the SQLite database holds the state, or
+        another URL than the pointer's) is a StateError that says to migrate.
+        """
+        from exo_cli.adapters.store import has_state, pointed_url
+
+        state = self.state_path
+        pointed = pointed_url(state)
+        chosen = self._chosen_url()
+        if pointed is not None:
+            if chosen is not None and chosen != pointed:
+                raise _store_moved(f"exo's state for this repository is in {pointed}, but {chosen or 'SQLite'} "
+                                   "is configured", pointed)
+            return pointed
+        if chosen and has_state(state):
+            raise _store_moved(f"exo's state for this repository is in its SQLite database ({state}), but "
+                               f"{chosen} is configured", "sqlite")
+        return chosen or None
+
+    def _chosen_url(self) -> str | None:
+        """What the environment or the configuration asks for: a URL, "" for SQLite, None when silent.
+
+        An agent's process (it carries exo's agent variables) follows the state folder's pointer
+        only: its environment was copied from its spawner's and may predate a move. The
+        configuration is parsed only when one of its files mentions a store, so the SQLite hot
+        paths never load it.
+        """
+        if self.markers:
+            return None
+        if STORE_URL_VAR in self.environ:
+            return self.environ[STORE_URL_VAR].strip()
+        if _mentions_store(self._config_files()):
+            return str(self.config.get("store.url") or "").strip() or None
+        return None
+
+    def follow_store(self) -> None:
+        """Drop the cached store when the state moved since (long-lived processes: the MCP server)."""
+        if "store_url" in self.__dict__:
+            was = self.__dict__.pop("store_url")
+            if self.store_url != was:
+                self.__dict__.pop("store", None)
+
+    def _config_files(self) -> list[Path]:
+        from exo_cli.config_paths import config_files
+
+        try:
+            root: Path | None = self.repo.root
+        except Exception:  # outside a repository: the user's file only
+            root = None
+        return config_files(self.environ, root)
+
+    @cached_property
+    def store(self) -> Store:
+        from exo_cli.adapters.store import open_store, point_to, pointed_url
+
+        url = self.store_url
+        store = open_store(self.state_path if url else self.state_dir, lambda: self.runtime_dir, url)
+        if url and pointed_url(self.state_path) is None:  # after open_store checked the URL (no password)
+            point_to(self.state_dir, url)  # agents' processes follow the state there
+        return store
 
     def has_state(self) -> bool:
-        """True when the state database already exists (hooks must not create one)."""
+        """True when the state already exists (hooks must not create it)."""
+        if self.store_url:
+            return self.store.exists()
         from exo_cli.adapters.store import has_state
 
         return has_state(self.state_path)
@@ -322,6 +387,23 @@ def _agent_here(env: Env, real: Path) -> bool:
 # --------------------------------------------------------------------------- the caller
 
 
+def _store_moved(message: str, where: str) -> StateError:
+    target = "sqlite" if where == "sqlite" else "URL"
+    return StateError(message, hint=f"Move the state with `exo store migrate --to {target}`, or set [store] url / "
+                      "EXO_STORE_URL to where the state is (or remove them).", store=where)
+
+
+def _mentions_store(files: list[Path]) -> bool:
+    """Whether any of these configuration files may set the store (a byte search, no TOML parsing)."""
+    for path in files:
+        try:
+            if b"store" in path.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def identify(env: Env) -> Caller:
     """Find the caller: process ancestry, then EXO_AGENT proven by its secret, then the worktree.
 
@@ -352,9 +434,9 @@ def identify(env: Env) -> Caller:
             return HUMAN
         store = env.store
         hit = _by_ancestry(env, store)
-    except ExoError:
-        if markers:
-            raise
+    except ExoError as exc:
+        if markers or exc.data.get("store"):
+            raise  # an unreachable store is said as such: it never makes the caller the human
         return HUMAN
     except Exception as exc:  # an unreadable state database
         if markers:

@@ -379,5 +379,6 @@ def check_role(operation: Op, env: Env) -> None:
 def invoke(name: str, env: Env, /, **kwargs: Any) -> Any:
     """Call operation ``name`` for the caller in ``env`` after checking its role."""
     operation = get(name)
+    env.follow_store()
     check_role(operation, env)
     return operation.func(env, **kwargs)

@@ -37,9 +37,76 @@ def isolate(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     for var in ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "EXO_DEBUG", "EXO_FAULT", "TMUX",
                 "TMUX_PANE", "ZELLIJ", "ZELLIJ_SESSION_NAME", "HANGAR_ROOT", "EXO_AGENT_BACKEND", "EXO_MUX",
                 "EXO_FORGE", "EXO_MAX_AGENTS", "EXO_WORKTREE_ROOT", "EXO_BASE_BRANCH", "EXO_SKIP_PERMISSIONS",
-                "BEADS_DIR"):
+                "BEADS_DIR", "EXO_STORE_URL"):
         monkeypatch.delenv(var, raising=False)
     return home
+
+
+# -- the same tests against both stores ------------------------------------------------------
+# The modules below run every test twice: on SQLite (the default) and on PostgreSQL, through
+# EXO_STORE_URL pointing at a private cluster (each test's repository has its own state folder,
+# hence its own rows in the shared database). Tests about SQLite itself carry `sqlite_only`.
+BOTH_STORES = {"test_store", "test_messages", "test_messages_helpers", "test_spawn", "test_complete_matrix",
+               "test_mcp_arguments", "test_mcp_roles", "test_mcp_wire", "test_mcp_cancel", "test_mcp_ready",
+               "test_mcp_stdio", "test_load"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_only: a test about the SQLite store itself (not run on PostgreSQL)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if (metafunc.module.__name__.rsplit(".", 1)[-1] in BOTH_STORES and "store_kind" in metafunc.fixturenames
+            and metafunc.definition.get_closest_marker("sqlite_only") is None):
+        metafunc.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[object]:
+    """A private PostgreSQL cluster for the whole run (skipped only when PostgreSQL is not installed)."""
+    from pg_cluster import Cluster, pg_bin
+
+    bindir = pg_bin()
+    if bindir is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not installed (initdb not found); .ci/run installs it")
+        pytest.skip("PostgreSQL is not installed (no initdb on PATH or in /usr/lib/postgresql/*/bin)")
+    cluster = Cluster(bindir).start()
+    yield cluster
+    cluster.stop()
+
+
+def state_text(store: object) -> str:
+    """Every value the store holds for its repository, as one text (to look for what must not be there)."""
+    from exo_cli.adapters.store.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        return store.path.read_bytes().decode("utf-8", "replace") if store.path.exists() else ""
+    rows = store.query(  # type: ignore[attr-defined]
+        "SELECT t::text FROM exo.agents t WHERE repo = %(r)s UNION ALL SELECT t::text FROM exo.messages t"
+        " WHERE repo = %(r)s UNION ALL SELECT t::text FROM exo.events t WHERE repo = %(r)s UNION ALL"
+        " SELECT t::text FROM exo.prs t WHERE repo = %(r)s UNION ALL SELECT t::text FROM exo.kv t WHERE repo = %(r)s",
+        {"r": store.repo})  # type: ignore[attr-defined]
+    return "\n".join(r["t"] for r in rows)
+
+
+def kv_keys(store: object, prefix: str) -> list[str]:
+    """The kv keys starting with ``prefix``, on either store."""
+    from exo_cli.adapters.store.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        return [r["key"] for r in store.query("SELECT key FROM kv WHERE substr(key, 1, ?) = ?", (len(prefix), prefix))]
+    return [r["key"] for r in store.query(  # type: ignore[attr-defined]
+        "SELECT key FROM exo.kv WHERE repo = %s AND left(key, %s) = %s", (store.repo, len(prefix), prefix))]  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def store_kind(request: pytest.FixtureRequest, isolate: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which store this test runs on; on PostgreSQL, EXO_STORE_URL names the private cluster."""
+    kind = getattr(request, "param", "sqlite")
+    if kind == "postgres":
+        monkeypatch.setenv("EXO_STORE_URL", request.getfixturevalue("pg_cluster").url())
+    return str(kind)
 
 
 def git(cwd: Path, *args: str) -> str:

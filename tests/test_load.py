@@ -2,7 +2,7 @@
 
 - 20 `exo spawn` processes at once, each for its own worker (half in tmux, half headless):
   every agent recorded exactly once, no "database is locked", one worktree and one window each.
-- 20 recorded agents (processes with their EXO_AGENT) post 200 notes at once while the
+- 20 recorded agents (processes with their EXO_AGENT) post 300 notes at once while the
   parent runs a `wait` loop: every note recorded exactly once and received by the loop.
 
 Every process has a timeout, so a hang fails the test instead of stalling the suite.
@@ -90,7 +90,7 @@ sys.exit(r.returncode)
 """
 
 
-def test_200_parallel_notes_all_recorded_once_and_received(repo: Path, tmp_path: Path) -> None:
+def test_300_parallel_notes_all_recorded_once_and_received(repo: Path, tmp_path: Path) -> None:
     from exo_cli.ops import messages
     from exo_cli.records import Agent
 
@@ -100,7 +100,7 @@ def test_200_parallel_notes_all_recorded_once_and_received(repo: Path, tmp_path:
         parent.store.insert_agent(Agent(id=f"n{i:02d}", name=f"n{i:02d}", role="dev", parent="root",
                                         status="working", backend="custom", mux="headless", created_at=now,
                                         updated_at=now, status_at=now))
-    per_agent = 10
+    per_agent = 15
     go = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(per_agent), str(go)], cwd=repo,

@@ -21,6 +21,7 @@ from test_backends import make_ctx
 from test_hooks import START
 from test_messages_helpers import EXO, agent_vars, env_for, hook_json, make_agent, run_hook
 
+from conftest import kv_keys
 from exo_cli.adapters import agents as backends
 from exo_cli.config import EnvVars
 from exo_cli.ops import hooks
@@ -129,4 +130,4 @@ def test_the_humans_mcp_server_marks_nothing(repo: Path) -> None:
             await c.list_tools()
 
     asyncio.run(go())
-    assert env.store.query("SELECT key FROM kv WHERE key LIKE 'mcp-ready:%'") == []
+    assert kv_keys(env.store, "mcp-ready:") == []

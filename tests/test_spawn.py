@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, Exo, git, live_agent_vars, run_exo, stop_repo_agents
+from conftest import ROOT, Exo, git, live_agent_vars, run_exo, state_text, stop_repo_agents
+from exo_cli.env import Env
 
 AGENT = r'''
 import os, subprocess, sys, time
@@ -211,6 +212,7 @@ def test_finished_agents_close_their_windows_and_free_their_names(team: Path) ->
     assert doctor_consistent(exo) and "w1" not in windows()
 
 
+@pytest.mark.sqlite_only  # a waiter's doorbell socket: PostgreSQL's waiters LISTEN instead
 def test_runtime_folder_goes_with_the_last_agent_unless_someone_waits(team: Path) -> None:
     """exo removes the runtime folder it made once no agent runs, but never under a waiter's doorbell."""
     from exo_cli.env import Env
@@ -498,8 +500,7 @@ def test_real_backend_command_lines(team: Path, fake_clis: Path, backend: str, t
                     assert CANARY not in f.read_text(errors="ignore"), f
                 except OSError:
                     pass
-    db = Path(env["EXO_STATE_DIR"]) / "state.db"
-    assert CANARY.encode() not in db.read_bytes()
+    assert CANARY not in state_text(Env(cwd=team).store)
 
 
 def test_subtree_forks_claude_session(team: Path, fake_clis: Path, tmp_path: Path, isolate: Path) -> None:
@@ -683,7 +684,7 @@ def test_spawn_into_another_repo(team: Path, tmp_path: Path) -> None:
         assert code == 0, res
         assert res["worktrees"] == [["far", str(other / ".exo" / "worktrees" / "far")]]
         assert res["agents"][0]["branch"] == "trunk.far"
-        assert (other / ".git" / "exo" / "state.db").exists()
+        assert Env(cwd=other).has_state()
     finally:
         subprocess.run(["tmux", "-L", f"exo-{repo_id(other)}", "kill-server"], capture_output=True)
 

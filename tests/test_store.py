@@ -16,15 +16,25 @@ from typing import Any
 import pytest
 
 from exo_cli.adapters.bell import Doorbell
+from exo_cli.adapters.store import open_store
 from exo_cli.adapters.store.sqlite import SCHEMA_VERSION, SqliteStore
 from exo_cli.errors import StateError
 from exo_cli.records import Agent
 
 
-def make_store(tmp_path: Path) -> SqliteStore:
+def make_store(tmp_path: Path) -> Any:
+    """The store of the state folder ``tmp_path``: SQLite, or PostgreSQL when EXO_STORE_URL is set."""
     run = tmp_path / "run"
     run.mkdir(exist_ok=True)
-    return SqliteStore(tmp_path / "state.db", run)
+    return open_store(tmp_path, run, os.environ.get("EXO_STORE_URL"))
+
+
+def integrity_error() -> tuple[type[Exception], ...]:
+    if os.environ.get("EXO_STORE_URL"):
+        import psycopg
+
+        return (psycopg.IntegrityError,)
+    return (sqlite3.IntegrityError,)
 
 
 def agent(i: int | str) -> Agent:
@@ -33,6 +43,7 @@ def agent(i: int | str) -> Agent:
                  mux="headless", created_at=now, updated_at=now, status_at=now, location={"pid": 123})
 
 
+@pytest.mark.sqlite_only
 def test_schema_wal_and_version(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     store.insert_agent(agent(1))
@@ -56,6 +67,7 @@ def test_agent_roundtrip_and_update(tmp_path: Path) -> None:
     assert store.agent("nope") is None
 
 
+@pytest.mark.sqlite_only
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
     make_store(tmp_path).agents()
     conn = sqlite3.connect(tmp_path / "state.db")
@@ -65,6 +77,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
         make_store(tmp_path).agents()
 
 
+@pytest.mark.sqlite_only
 def test_corrupt_database_is_a_clear_state_error(tmp_path: Path) -> None:
     (tmp_path / "state.db").write_bytes(b"this is not a database" * 100)
     with pytest.raises(StateError) as info:
@@ -74,11 +87,15 @@ def test_corrupt_database_is_a_clear_state_error(tmp_path: Path) -> None:
 
 
 def _writer(db: str, run: str, n: int, worker: int) -> None:
-    store = SqliteStore(Path(db), Path(run))
+    store = _open(db, run)
     store.insert_agent(agent(f"w{worker}"))
     for i in range(n):
         store.post("note", f"aw{worker}", "root", f"{worker}:{i}")
         store.bump_agent(f"aw{worker}", tool_calls=1)
+        if not isinstance(store, SqliteStore):
+            store._exec("INSERT INTO exo.kv (repo, key, value) VALUES (%s, 'counter', '1') ON CONFLICT (repo, key)"
+                        " DO UPDATE SET value = (exo.kv.value::int + 1)::text", (store.repo,))
+            continue
         with store.write() as c:  # a read-modify-write under one transaction
             row = c.execute("SELECT value FROM kv WHERE key = 'counter'").fetchone()
             value = int(row[0]) + 1 if row else 1
@@ -145,6 +162,7 @@ def _ring_later(run: str, key: str, ready_path: str) -> None:
     Doorbell(Path(run)).ring(key)
 
 
+@pytest.mark.sqlite_only
 def test_doorbell_wakes_a_waiter_from_another_process(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
@@ -161,6 +179,7 @@ def test_doorbell_wakes_a_waiter_from_another_process(tmp_path: Path) -> None:
     assert list((run / "bell").iterdir()) == []  # sockets removed on exit
 
 
+@pytest.mark.sqlite_only
 def test_doorbell_rings_only_its_key_and_skips_dead_sockets(tmp_path: Path) -> None:
     run = tmp_path / "run"
     bell = Doorbell(run)
@@ -176,7 +195,7 @@ def test_post_rings_recipient(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     store.agents()
     with store.bell.listen(["root"]) as waiter:
-        threading.Timer(0.05, lambda: SqliteStore(tmp_path / "state.db", tmp_path / "run").post("note", "x", "root", "hi")).start()
+        threading.Timer(0.05, lambda: make_store(tmp_path).post("note", "x", "root", "hi")).start()
         assert waiter.wait(60) is True
     assert [m.body for m in store.messages(recipient="root")] == ["hi"]
 
@@ -223,7 +242,7 @@ def test_record_turn_writes_record_counters_and_kv_together(tmp_path: Path) -> N
     assert a is not None and (a.turns, a.tokens) == (1, 125)
     assert store.kv_get("hook:a1") == '{"n":2}'
     # A failure in the last statement rolls back the first two: never one without the others.
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(integrity_error()):
         store.record_turn("a1", {"output": "lost"}, turns=1, tokens=1, kv=("hook:a1", None))  # type: ignore[arg-type]
     a = store.agent("a1")
     assert a is not None and (a.output, a.turns, a.tokens) == ("hello", 1, 125)
@@ -297,8 +316,8 @@ def test_kv_claim_sets_only_an_absent_key(tmp_path: Path) -> None:
 # -- the same methods from many processes at once (no lost write, exactly one winner) -------
 
 
-def _open(db: str, run: str) -> SqliteStore:
-    return SqliteStore(Path(db), Path(run))
+def _open(db: str, run: str) -> Any:
+    return open_store(Path(db).parent, Path(run), os.environ.get("EXO_STORE_URL"))
 
 
 def _hook_worker(db: str, run: str, go: Any, worker: int, n: int) -> None:
@@ -427,6 +446,7 @@ def test_parallel_claims_have_exactly_one_winner(tmp_path: Path) -> None:
 # -- the interface ---------------------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_sqlite_store_implements_the_interface_with_its_signatures() -> None:
     import inspect
 
@@ -442,6 +462,7 @@ def test_sqlite_store_implements_the_interface_with_its_signatures() -> None:
     assert isinstance(vars(base.Store)["bell"], property) and "bell" in dir(SqliteStore)
 
 
+@pytest.mark.sqlite_only
 def test_the_store_adds_no_import_to_the_hot_paths() -> None:
     """Hooks and status build the SQLite store; the interface module is for type checking only."""
     code = ("import sys; from pathlib import Path; from exo_cli.adapters.store import open_store; "

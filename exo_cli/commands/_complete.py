@@ -44,7 +44,7 @@ SPECS: dict[str, Spec] = {
     "beads show": Spec((kinds.BEAD,)),
     "config": Spec((kinds.CONFIG_KEY,), repeat=True),
 }
-GROUPS = ("beads", "pr")  # commands whose first word is a subcommand
+GROUPS = ("beads", "pr", "store")  # commands whose first word is a subcommand
 
 
 def _directory(ctx: click.Context | None) -> str | None:

@@ -40,7 +40,8 @@ def config(env: Env, *, keys: list[str] | None = None) -> ConfigResult:
     that value (`default`, a file, or a variable). Outside a repository only the user
     file and the environment count. An unknown key is InvalidInput.
     """
-    from exo_cli.config import SCHEMA, config_files
+    from exo_cli.config import SCHEMA
+    from exo_cli.config_paths import config_files
 
     wanted = list(keys or sorted(SCHEMA))
     unknown = [k for k in wanted if k not in SCHEMA]

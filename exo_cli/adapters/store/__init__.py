@@ -1,7 +1,8 @@
-"""exo's state store: the interface (``base``) and its implementations (``sqlite``).
+"""exo's state store: the interface (``base``) and its implementations (``sqlite``, ``postgres``).
 
 ``open_store`` is the one place that picks an implementation from plain values; only the
-chosen implementation's module (and its driver) is imported.
+chosen implementation's module (and its driver) is imported: SQLite by default, PostgreSQL
+(psycopg) only when a store URL is given.
 """
 
 from __future__ import annotations
@@ -19,18 +20,54 @@ SCHEMA_VERSION = 1
 # The SQLite database's file name inside exo's state folder.
 DB_FILE = "state.db"
 
+# The tables a repository's state is made of (what `exo store migrate` copies and counts).
+TABLES = ("agents", "messages", "events", "prs", "kv")
 
-def open_store(state_dir: Path, runtime_dir: Path | Callable[[], Path]) -> Store:
+# A file in the state folder naming the PostgreSQL store the state moved to (`exo store migrate`),
+# so processes started before the move (whose environment has no EXO_STORE_URL) follow it.
+POINTER_FILE = "store-url"
+
+
+def open_store(state_dir: Path, runtime_dir: Path | Callable[[], Path], url: str | None = None) -> Store:
     """The store for one repository's state folder (nothing is opened until first use).
 
     ``runtime_dir`` is the short folder of the wake-up sockets, or a function returning it
-    (called only when a wake-up is first needed, so reads never create it).
+    (called only when a wake-up is first needed, so reads never create it). With ``url``
+    (``postgresql://...``), the PostgreSQL store, its rows keyed by the state folder's path.
     """
+    if url:
+        from exo_cli.adapters.store.postgres import PostgresStore
+
+        return PostgresStore(url, repo_identity(state_dir))
     from exo_cli.adapters.store.sqlite import SqliteStore
 
     return SqliteStore(state_dir / DB_FILE, runtime_dir)
 
 
+def repo_identity(state_dir: Path) -> str:
+    """The key of one repository's rows in a shared database: its state folder's real path."""
+    return str(state_dir.resolve())
+
+
 def has_state(state_dir: Path) -> bool:
-    """True when the state already exists in ``state_dir`` (a check that creates nothing)."""
+    """True when the SQLite state already exists in ``state_dir`` (a check that creates nothing)."""
     return (state_dir / DB_FILE).exists()
+
+
+def pointed_url(state_dir: Path) -> str | None:
+    """The store URL ``exo store migrate`` left in the state folder, if any (one failed open when none)."""
+    try:
+        return (state_dir / POINTER_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def point_to(state_dir: Path, url: str | None) -> None:
+    """Record in the state folder that the state lives at ``url`` (None: the SQLite database)."""
+    from exo_cli.adapters.files import atomic_write
+
+    path = state_dir / POINTER_FILE
+    if url is None:
+        path.unlink(missing_ok=True)
+    else:
+        atomic_write(path, url + "\n", mode=0o600)

@@ -6,10 +6,10 @@ the implementation guarantees under many concurrent processes (twenty agents' ho
 servers, the human's shell). An implementation is bound to one repository's state.
 
 ``SqliteStore`` (``sqlite.py``, the embedded default) implements it with WAL and
-``BEGIN IMMEDIATE`` plus a bounded retry, and its wake-ups with doorbell sockets. A
-PostgreSQL store would implement the same methods (rows keyed by the repository identity
-it is built with, serialization failures retried inside) and its wake-ups with
-LISTEN/NOTIFY; no operation changes.
+``BEGIN IMMEDIATE`` plus a bounded retry, and its wake-ups with doorbell sockets.
+``PostgresStore`` (``postgres.py``) implements the same methods (rows keyed by the
+repository identity it is built with, deadlocks and serialization failures retried inside)
+and its wake-ups with LISTEN/NOTIFY; no operation changes.
 """
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release this thread's connection (the next call opens a new one)."""
+        ...
+
+    def exists(self) -> bool:
+        """True when this repository's state exists (a check that creates nothing)."""
         ...
 
     # -- agents ------------------------------------------------------------------------
@@ -213,3 +217,21 @@ class Store(Protocol):
     def kv_claim(self, key: str, value: str) -> bool:
         """Set ``key`` only when it is absent; True when this call set it (one winner of a race)."""
         ...
+
+    # -- moving the state between stores (`exo store migrate`) -------------------------------
+    def counts(self) -> dict[str, int]:
+        """How many rows each table holds for this repository (``TABLES`` order)."""
+        ...
+
+    def dump(self) -> dict[str, list[dict[str, Any]]]:
+        """Every row of this repository, by table, as the SQLite columns name them (ids kept)."""
+        ...
+
+    def load(self, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+        """Insert ``dump``'s rows, ids kept, in one transaction; StateError unless this state is empty."""
+        ...
+
+    def set_aside(self) -> str | None:
+        """Remove this repository's state after it moved; return where a copy is kept, if anywhere."""
+        ...
+

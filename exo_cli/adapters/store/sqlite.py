@@ -25,7 +25,7 @@ from _thread import _local as _thread_local  # threading's classes, without impo
 from functools import cached_property
 from pathlib import Path
 
-from exo_cli.adapters.store import SCHEMA_VERSION
+from exo_cli.adapters.store import SCHEMA_VERSION, TABLES
 from exo_cli.errors import InvalidInput, StateError
 from exo_cli.records import (
     AGENT_JSON_FIELDS,
@@ -232,6 +232,10 @@ class SqliteStore(Store):
             return list(self._retry(lambda: conn.execute(sql, args).fetchall()))
         finally:
             conn.row_factory = None
+
+    def exists(self) -> bool:
+        """True when the database file exists (creates nothing)."""
+        return self.path.exists()
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -578,3 +582,35 @@ class SqliteStore(Store):
         with self.write() as c:
             cur = c.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", (key, value))
             return cur.rowcount == 1
+
+    # -- moving the state between stores ---------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        return {t: int(self.query(f"SELECT count(*) AS n FROM {t}")[0]["n"]) for t in TABLES}
+
+    def dump(self) -> dict[str, list[dict[str, Any]]]:
+        return {t: [dict(r) for r in self.query(f"SELECT * FROM {t}")] for t in TABLES}
+
+    def load(self, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+        with self.write() as c:
+            for t in TABLES:
+                if c.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone():
+                    raise StateError(f"The SQLite state {self.path} is not empty (table {t})",
+                                     hint=f"Move {self.path} aside first.", path=str(self.path))
+            for t in TABLES:
+                for row in rows.get(t, ()):
+                    cols = list(row)
+                    c.execute(f"INSERT INTO {t} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                              [row[k] for k in cols])
+
+    def set_aside(self) -> str | None:
+        """Keep the database aside as ``state.db.moved-<time>`` (nothing opens it again)."""
+        conn = self._conn()
+        self._retry(lambda: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
+        self.close()
+        kept = self.path.with_name(f"{self.path.name}.moved-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(self.path, kept)
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path}{suffix}")
+        return str(kept)
+
