@@ -129,7 +129,7 @@ def check_timeout(value: object, what: str = "timeout", *, allow_zero: bool = Tr
     if seconds != seconds:
         why = "it is not a number"
     elif seconds in (float("inf"), float("-inf")):
-        why = "it is infinite (leave the timeout out to wait without a limit)"
+        why = "it is infinite (leave the timeout out for the command's default)"
     elif seconds < 0:
         why = "it is negative"
     elif seconds == 0 and not allow_zero:
