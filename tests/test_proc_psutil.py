@@ -50,14 +50,15 @@ def test_psutil_readers_agree_with_proc(tmp_path: Path, monkeypatch: pytest.Monk
     try:
         wait_for(lambda: "marker-arg" in proc.cmdline(child.pid), what="the child's command line", timeout=60)
         by_proc = (proc.ancestors(child.pid), proc.processes_inside(str(tmp_path)),
-                   proc.processes_inside(str(tmp_path), exclude={child.pid}))
+                   proc.processes_inside(str(tmp_path), exclude={child.pid}), proc.proc_start_time(child.pid))
         monkeypatch.setattr(proc, "PROC_ROOT", str(tmp_path / "no-proc-here"))
         by_psutil = (proc.ancestors(child.pid), proc.processes_inside(str(tmp_path)),
-                     proc.processes_inside(str(tmp_path), exclude={child.pid}))
+                     proc.processes_inside(str(tmp_path), exclude={child.pid}), proc.proc_start_time(child.pid))
     finally:
         child.kill()
         child.wait()
-    assert by_psutil == by_proc
+    assert by_psutil == by_proc  # the start time too: a pid reused while psutil reads is seen as such
+    assert isinstance(by_psutil[3], int)
     assert by_psutil[0][:2] == [child.pid, os.getpid()]
     assert [p["pid"] for p in by_psutil[1]] == [child.pid] and "marker-arg" in by_psutil[1][0]["command"]
     assert by_psutil[1][0]["pgid"] == os.getpgid(os.getpid())  # the child stayed in our group
@@ -74,6 +75,21 @@ def test_identity_by_ancestry_without_proc(repo: Path, psutil_reader: str) -> No
                                       created_at=now, updated_at=now, status_at=now))
     e = Env(cwd=repo, environ={**os.environ, "EXO_AGENT": "tl1"})  # ancestry beats the claimed identity
     assert (e.caller.agent_id, e.caller.via, e.role) == ("w3", "ancestry", "dev")
+
+
+def test_a_reused_pid_proves_nothing_without_proc(repo: Path, psutil_reader: str) -> None:
+    """The recorded process's start time is checked through psutil too: the same pid started later
+    (here: a recorded start time that is not the running process's) is not the agent."""
+    base = Env(cwd=repo)
+    now = time.time()
+    started = proc.proc_start_time(os.getppid())
+    assert isinstance(started, int)
+    base.store.insert_agent(Agent(id="w4", name="w4", role="dev", parent="root", status="working", backend="demo",
+                                  mux="headless", location={"pid": os.getppid(), "start_time": started - 50},
+                                  created_at=now, updated_at=now, status_at=now))
+    assert Env(cwd=repo).caller.is_human
+    base.store.update_agent("w4", location={"pid": os.getppid(), "start_time": started})
+    assert Env(cwd=repo).caller.agent_id == "w4"
 
 
 def test_complete_refuses_while_someone_works_in_the_worktree_without_proc(repo: Path, psutil_reader: str) -> None:

@@ -73,9 +73,28 @@ def proc_stat(pid: int) -> ProcStat | None:
 
 
 def proc_start_time(pid: int) -> int | None:
-    """Return the /proc start time of ``pid`` (None where /proc is missing)."""
+    """The start time of ``pid`` in clock ticks since boot, as /proc has it (psutil where /proc is
+    missing, converted to the same figure); None when unknown. A recorded pid whose start time
+    changed is another process that got the same number."""
+    if use_psutil():
+        return _psutil_start_time(pid)
     st = proc_stat(pid)
     return st.start_time if st else None
+
+
+def _psutil_start_time(pid: int) -> int | None:
+    import psutil
+
+    try:
+        created = psutil.Process(pid).create_time()
+        booted = psutil.boot_time()
+    except psutil.Error:
+        return None
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (AttributeError, ValueError, OSError):
+        ticks = 100
+    return round((created - booted) * ticks)
 
 
 def ancestors(pid: int, limit: int = 64) -> list[int]:
