@@ -134,6 +134,46 @@ def test_nested_worker_pr_pushes_its_leads_branch_first(repo: Path, github: Fake
     assert human.exit_code == 0 and "Pushed the base branch" not in human.stdout  # already there now
 
 
+def test_exos_tracker_commits_on_main_are_replayed_after_a_remote_merge(repo: Path, github: FakeGitHub) -> None:
+    """Beads kept in git: exo committed a claim on the local main, which GitHub lacks. After a merge on
+    GitHub, watch replays that commit on top of the fetched main (nothing lost, complete works); a commit
+    of the user's own that GitHub lacks still stops it, with a warning."""
+    import json
+
+    extra = github.extra  # type: ignore[attr-defined]
+    bare = github.bare  # type: ignore[attr-defined]
+    a = make_agent(repo, "w1", parent="root")
+    commit(a.worktree, "a.txt", "a\n", "add a")
+    registry.invoke("pr_file", env_for(a.worktree, "w1", extra), title="Add a", body="", draft=False)
+    (repo / ".beads").mkdir(exist_ok=True)
+    commit(repo, ".beads/issues.jsonl", '{"id":"t-1","status":"in_progress"}\n', "beads: t-1 claimed by w1")
+    pr = github.prs[7]
+    sha = github.on_merge(pr, "SQUASH")  # type: ignore[misc] - someone merges it on GitHub
+    pr.update(state="MERGED", mergedAt="2026-01-01T00:00:00Z", mergeCommit={"oid": sha})
+    r = Exo(repo)("watch", "--once", "--json", env=extra)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    kinds = [json.loads(x).get("kind") for x in r.stdout.splitlines()[:-1]]
+    assert kinds == ["pr-merged", "base-updated"], r.stdout
+    assert git(repo, "rev-parse", "main~1") == sha  # the remote's main, then exo's claim on top
+    assert git(repo, "log", "-1", "--format=%s", "main") == "beads: t-1 claimed by w1"
+    assert (repo / ".beads/issues.jsonl").read_text() == '{"id":"t-1","status":"in_progress"}\n'
+    assert (repo / "a.txt").read_text() == "a\n" and git(repo, "status", "--porcelain") == ""
+    done = registry.invoke("complete", env_for(repo, extra=extra), target="w1")
+    assert done.removal == "removed" and done.branch_deleted
+    # A commit of the user's own that GitHub lacks: never rebased by exo.
+    b = make_agent(repo, "w2", parent="root")
+    commit(b.worktree, "b.txt", "b\n", "add b")
+    registry.invoke("pr_file", env_for(b.worktree, "w2", extra), title="Add b", body="", draft=False)
+    commit(repo, "mine.txt", "mine\n", "my own work")
+    mine = git(repo, "rev-parse", "main")
+    pr2 = github.prs[max(github.prs)]
+    sha2 = github.on_merge(pr2, "SQUASH")  # type: ignore[misc]
+    pr2.update(state="MERGED", mergedAt="2026-01-01T00:00:00Z", mergeCommit={"oid": sha2})
+    r = Exo(repo)("watch", "--once", "--json", env=extra)
+    assert git(repo, "rev-parse", "main") == mine  # untouched
+    assert "lacks; not updated" in r.stdout
+
+
 def test_watch_prints_a_remote_merge_and_fast_forwards_main_for_complete(repo: Path, github: FakeGitHub) -> None:
     """Merged on GitHub (not by exo): `exo watch` prints it as a JSON line, fetches main, and complete works."""
     import json

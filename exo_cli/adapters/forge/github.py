@@ -216,7 +216,9 @@ class GitHubForge(Forge):
         elif old == new:
             updated = True
         elif not git.is_ancestor(old, new):
-            warnings.append(f"local {base} has commits that {self.remote}/{base} lacks; not updated")
+            moved = self._replay_tracker_commits(base, old, new, warnings)
+            updated = moved
+            wt = git.worktree_of(base) if moved else None
         else:
             try:
                 wt = git.fast_forward(base, old, new, reason=reason, what=f"update the local {base}")
@@ -224,6 +226,36 @@ class GitHubForge(Forge):
             except StateError as exc:
                 warnings.append(f"merged on GitHub, but the local {base} was not updated: {exc.message}")
         return BaseSync(base=base, updated=updated, moved=moved, head=new or None, worktree=wt, warnings=warnings)
+
+    def _replay_tracker_commits(self, base: str, old: str, new: str, warnings: list[str]) -> bool:
+        """Put exo's own tracker commits of the local ``base`` (beads kept in git, claims and closes
+        committed by exo) on top of the fetched ``new``, in the checkout of ``base``: True when done.
+
+        Only when every commit the remote lacks is one of those (subject ``beads: ...``, files under
+        ``.beads/`` only) and that checkout is clean; a conflict is aborted (the branch and files
+        stay exactly as they were). Anything else is left as it is, with a warning.
+        """
+        git = self.git
+        lacks = f"local {base} has commits that {self.remote}/{base} lacks"
+        subjects = git.log(f"{new}..{old}", "%s")
+        files = _lines_of(git.run(["diff", "--name-only", f"{new}...{old}"], check=False).stdout)
+        if not subjects or not all(s.startswith("beads: ") for s in subjects) or \
+                not all(f.startswith(".beads/") for f in files):
+            warnings.append(f"{lacks}; not updated")
+            return False
+        wt = git.worktree_of(base)
+        if wt is None:
+            warnings.append(f"{lacks} (exo's tracker commits) and no checkout to replay them in; not updated")
+            return False
+        there = git.at(wt)
+        if there.tracked_changes(check=False):
+            warnings.append(f"{lacks} (exo's tracker commits) and {wt} has modified files; not updated")
+            return False
+        if there.rebase(new).returncode != 0:
+            there.rebase_abort()
+            warnings.append(f"{lacks}: exo's tracker commits conflict with {self.remote}/{base}; not updated")
+            return False
+        return True
 
     def view(self, pr: PullRequest) -> RemoteState | None:
         if not pr.remote_number:
@@ -235,3 +267,7 @@ class GitHubForge(Forge):
         except ValueError as exc:
             raise ExternalFailure(f"gh pr view printed something that is not JSON: {proc.stdout[:200]!r}") from exc
         return parse_view(data)
+
+
+def _lines_of(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
