@@ -141,7 +141,6 @@ def test_exos_tracker_commits_on_main_are_replayed_after_a_remote_merge(repo: Pa
     import json
 
     extra = github.extra  # type: ignore[attr-defined]
-    bare = github.bare  # type: ignore[attr-defined]
     a = make_agent(repo, "w1", parent="root")
     commit(a.worktree, "a.txt", "a\n", "add a")
     registry.invoke("pr_file", env_for(a.worktree, "w1", extra), title="Add a", body="", draft=False)

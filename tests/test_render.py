@@ -62,7 +62,7 @@ def test_dump_json_is_the_stdlib_dump_of_to_jsonable(value: Any) -> None:
 
 @pytest.mark.parametrize("value", [
     {}, [], (), Empty(), Rec(a={}), {"k": [1.5, math.inf, -math.inf, math.nan, -0.0, 10**30]},
-    {1: "a", 2.5: "b", False: "c", None: "d"}, [[[]], [{}], ({"a": ()},)], "plain", 3, None,
+    {1: "a", 2.5: "b", False: "c", None: "d"}, {"True": None, True: None}, [[[]], [{}], ({"a": ()},)], "plain", 3, None,
 ])
 def test_dump_json_edge_cases(value: Any) -> None:
     assert dump_json(value) == reference(value)

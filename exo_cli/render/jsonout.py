@@ -50,6 +50,14 @@ def _escape(m: re.Match[str]) -> str:
     return f"\\u{ord(m.group()):04x}"
 
 
+def _pairs(o: dict[Any, Any]) -> Any:
+    """An object's (key text, value) pairs as ``to_jsonable`` makes them: keys as ``str(k)``, and when two
+    keys give the same text (``"True"`` and ``True``) the later value in the first one's place, once."""
+    if all(type(k) is str for k in o):
+        return o.items()
+    return {str(k): v for k, v in o.items()}.items()
+
+
 def escape_raw(text: str) -> str:
     """JSON text with DEL, the C1 controls and lone surrogates escaped (json escapes the C0 ones)."""
     return _RAW.sub(_escape, text) if _RAW.search(text) else text
@@ -99,7 +107,7 @@ def dump_json(result: Any) -> str:
             append(_float(o))
         elif isinstance(o, dict):
             if o:
-                items(((str(k), v) for k, v in o.items()), level)
+                items(_pairs(o), level)
             else:
                 append("{}")
         elif hasattr(type(o), "__dataclass_fields__") and not isinstance(o, type):
