@@ -413,6 +413,12 @@ def case_pr_merge(w: World) -> list[Pair]:
                  {"pr_number": numbers[1], "strategy": "squash"}, names={"m1": "m2", "m2": "m1"})]
 
 
+def case_diff(w: World) -> list[Pair]:
+    w.record("df1", worktree=True)
+    return [Pair(["diff", "df1"], "diff_agent", {"agent": "df1"}),
+            Pair(["diff", "df1", "--stat"], "diff_agent", {"agent": "df1", "stat": True})]
+
+
 def case_pr_list(w: World) -> list[Pair]:
     return [Pair(["pr", "list", "--state", "open"], "list_prs", {"state": "open"})]
 
