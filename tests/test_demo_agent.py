@@ -150,3 +150,29 @@ def test_spawn_after_starts_with_the_latest_output(tmux_repo: Path, tmp_path: Pa
     # The started demo agent reports in like any other.
     note = next_message(repo, kind="note")
     assert (note.name, note.message) == ("p", "p: wrote and committed p.txt")
+
+
+def test_a_notice_is_read_not_answered() -> None:
+    from exo_cli.demo_agent import asked
+
+    assert asked("do this") and asked("[MESSAGE from root] hi") and asked("[QUESTION from w1] port?")
+    assert not asked("[PR-MERGED from root] PR #1 was merged") and not asked("[EVENT] w2 is idle")
+    assert not asked("[ANSWER from root] 8080")
+
+
+def test_demo_board_keeps_brackets_of_agent_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agent text is never rich markup: `[demo-cfg]` in a task stays on the demo's live board."""
+    from types import SimpleNamespace
+
+    from exo_cli.commands import demo as demo_cmd
+
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", buf)
+    board = demo_cmd.LiveBoard()
+    agent = SimpleNamespace(name="cfg", status="idle", task="[demo-cfg] Make it [bold]configurable[/bold]",
+                            branch="b", pr={"number": 1, "state": "open"}, last_message="[PR-MERGED] x")
+    board.board(SimpleNamespace(agents=[agent]), 1.0)
+    board.event("[red]not markup[/red]")
+    board.close()
+    out = buf.getvalue()
+    assert "[demo-cfg]" in out and "[bold]" in out and "[red]not markup[/red]" in out
