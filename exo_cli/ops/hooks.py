@@ -320,6 +320,9 @@ def on_session_end(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> Ho
         return HookResult("session-end", cli, agent.id, {}, [])
     msgs.notify_parent(env, agent, "dead", f"{agent.name} ended its session ({reason})", reason=reason)
     msgs.fail_dependents(env, agent, f"{agent.name} ended its session ({reason})")
+    from exo_cli.ops import attention
+
+    attention.signal(env, "dead", agent, f"session ended ({reason})", reason=reason)
     return HookResult("session-end", cli, agent.id, {}, ["dead"])
 
 
@@ -333,6 +336,9 @@ def on_notification(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> H
     env.store.update_agent(agent.id, status=WAITING_PERMISSION, status_reason=text[:200] or "permission prompt")
     msgs.notify_parent(env, agent, WAITING_PERMISSION,
                        f"{agent.name} is waiting for permission: {text or 'a tool needs approval'}", message=text)
+    from exo_cli.ops import attention
+
+    attention.signal(env, WAITING_PERMISSION, agent, text or "a tool needs approval")
     return HookResult("notification", cli, agent.id, {}, [WAITING_PERMISSION])
 
 

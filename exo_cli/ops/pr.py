@@ -182,6 +182,11 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     if parent:
         verb = "filed" if created else "updated"
         env.store.post("pr-filed", author, parent, f"PR #{number} {verb}: {title} ({head} -> {base})", data=data)
+        if parent == ROOT and created and agent is not None:
+            from exo_cli.ops import attention
+
+            attention.signal(env, "pr-filed", agent, f"PR #{number}: {title} ({head} -> {base})", pr=number,
+                             url=pr.url)
     return FileResult(pr=view(pr), created=created, pushed=filed.pushed, commits=commits, base_pushed=filed.base_pushed)
 
 
