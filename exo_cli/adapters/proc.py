@@ -432,6 +432,21 @@ def run_captured(argv: list[str], env: Mapping[str, str], timeout: float,
     return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out
 
 
+def spawn_detached(argv: list[str], env: Mapping[str, str]) -> int | None:
+    """Start ``argv`` in a session of its own, stdin/stdout/stderr on /dev/null, and never wait for it.
+
+    One ``posix_spawn`` (no ``subprocess`` import: the stop hook calls it): the caller goes on at
+    once, and the child outlives it. Returns the child's pid, or None when it could not start.
+    """
+    actions: list[tuple[int, int, str, int, int]] = [
+        (os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)
+    ]
+    try:
+        return os.posix_spawn(argv[0], argv, dict(env), file_actions=actions, setsid=True)
+    except OSError:
+        return None
+
+
 def which(name: str, path: str | None = None) -> str | None:
     import shutil
 

@@ -27,6 +27,8 @@ COMMANDS: dict[str, Entry] = {
     "reap": Entry("exo_cli.commands.lifecycle:reap", "Clear finished agents (dead or done) and close their windows; worktrees are never touched."),
     "attach": Entry("exo_cli.commands.lifecycle:attach", "Switch the terminal to an agent's pane (or follow its log when headless)."),
     "read": Entry("exo_cli.commands.lifecycle:read", "Read the tail of an agent's pane, or its log when headless."),
+    "conflicts": Entry("exo_cli.commands.conflicts:conflicts",
+                       "List the conflicts foreseen between agents' branches, and with their base branches."),
     "diff": Entry("exo_cli.commands.diff:diff", "Show an agent's branch against its base branch: what its pull request would merge."),
     "doctor": Entry("exo_cli.commands.lifecycle:doctor", "Reconcile exo's records with git, the multiplexer and process liveness; repair."),
     "beads": Entry("exo_cli.commands.beads:beads", "Read the beads tracker: ready, show and list beads."),

@@ -476,9 +476,15 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     if agent.status == DONE:
         changes.pop("status", None)
         changes.pop("status_reason", None)
+    foresee = agent.status != DONE and _foresight_due(env, agent, state)
     # one short transaction for the record, counters and bookkeeping
     env.store.record_turn(agent.id, changes, turns=1 if first_for_turn else 0, tokens=tokens,
                           kv=(_key(agent.id), json.dumps(state, separators=(",", ":"))))
+    if foresee:  # in the background, once this hook has exited: the answer never waits for the merges
+        from exo_cli.ops.foresight import start_check
+
+        if start_check(env, agent):
+            actions.append("foresight")
     if not blocking and can_block and agent.status != DONE and "block-limit" not in actions:
         # A message posted while this hook ran saw the agent still working and was queued; now
         # that the record says idle, a later sender types it, and one in between is taken here.
@@ -544,6 +550,16 @@ def turn_failed(env: Env, agent: Agent, error: str, *, kind: str | None = None) 
     msgs.notify_parent(env, agent, FAILED_TURN, f"{agent.name}'s turn failed: {_short(text, 400)}",
                        error=error[:4000], **({"error_kind": kind} if kind else {}))
     return True
+
+
+def _foresight_due(env: Env, agent: Agent, state: dict[str, Any]) -> bool:
+    """Whether conflict foresight should look at this agent's branch again (``ops/foresight.py``)."""
+    if not (agent.branch and agent.worktree and agent.base_branch):
+        return False
+    from exo_cli.ops.foresight import due
+    from exo_cli.ops.rebase import ref_sha
+
+    return due(env, agent, state, ref_sha)
 
 
 def _short(text: str, n: int = 200) -> str:
