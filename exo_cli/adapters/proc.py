@@ -447,6 +447,21 @@ def spawn_detached(argv: list[str], env: Mapping[str, str]) -> int | None:
         return None
 
 
+def run_foreground(argv: list[str], env: Mapping[str, str] | None = None) -> int:
+    """Run ``argv`` on this terminal (stdin, stdout and stderr inherited) and wait; its exit code (127: not found)."""
+    import shutil
+
+    program = argv[0] if os.sep in argv[0] else shutil.which(argv[0])
+    if program is None:
+        return 127
+    try:
+        pid = os.posix_spawn(program, argv, dict(os.environ if env is None else env))
+    except OSError:
+        return 127
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 def which(name: str, path: str | None = None) -> str | None:
     import shutil
 

@@ -1,0 +1,112 @@
+"""The board's lines: one line per agent that fits the terminal's width (80 columns and up).
+
+Pure formatting shared by ``exo board`` (Textual) and ``exo agents --watch`` (plain text).
+Columns: a mark (``!`` when the agent needs you), the name (indented by depth), the status,
+turns/tool calls/tokens, the PR, the age, then what is left for the task and the last
+message (why it needs you, or a foreseen conflict, first). Agent text is cleaned of control
+characters and never interpreted as markup.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from exo_cli.render.text import ago
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+SHORT_STATUS = {"waiting-permission": "permission", "blocked-on-dialog": "dialog"}
+NEEDS_TEXT = {"asking": "asks you", "permission": "waits for a permission", "dialog": "shows a dialog",
+              "pr-ready": "PR ready to merge", "dead": "dead"}
+NAME_W, STATUS_W, COUNT_W, PR_W, AGE_W = 12, 10, 10, 8, 5
+HEADER = ("", "AGENT", "STATUS", "TRN/TL/TOK", "PR", "AGE")
+
+
+def clean(text: Any) -> str:
+    """One line of agent text: control characters and runs of whitespace become one space."""
+    return " ".join(_CONTROL.sub(" ", str(text or "")).split())
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` columns (an ellipsis marks the cut), padded to it."""
+    if width <= 0:
+        return ""
+    if len(text) > width:
+        text = text[: width - 1] + "…" if width > 1 else text[:width]
+    return text.ljust(width)
+
+
+def tokens(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
+    return f"{n / 1000:.0f}k" if n >= 1000 else str(n)
+
+
+def _rest(row: Any, room: int) -> tuple[str, str]:
+    a = row.agent
+    task = clean(a.bead or a.task)
+    said = clean(a.last_message)
+    if row.needs:
+        said = NEEDS_TEXT.get(row.needs, row.needs) + (f": {said}" if said and row.needs == "asking" else "")
+    if row.conflicts:
+        said = f"conflicts{' with' if room >= 40 else ''} {clean(row.conflicts[0])}" + (f" (+{len(row.conflicts) - 1})" if len(row.conflicts) > 1
+                                                                else "") + (f" · {said}" if said else "")
+    return task, said
+
+
+def line(row: Any, width: int = 80) -> str:
+    """The board line of one ``BoardRow``, exactly ``width`` columns."""
+    a = row.agent
+    pr = f"#{a.pr['number']} {a.pr['state'][:4]}" if a.pr else "-"
+    counts = f"{a.turns}/{a.tool_calls}/{tokens(a.tokens)}"
+    name = "  " * min(a.depth, 4) + clean(a.name)
+    head = " ".join([("!" if row.needs else " "), fit(name, NAME_W), fit(SHORT_STATUS.get(a.status, a.status), STATUS_W),
+                     fit(counts, COUNT_W), fit(pr, PR_W), fit(ago(a.age_seconds), AGE_W)])
+    room = width - len(head) - 1
+    task, said = _rest(row, room)
+    if room <= 0:
+        return fit(head, width)
+    if not said:
+        tail = task
+    elif not task:
+        tail = said
+    elif row.needs or row.conflicts:  # why it needs you comes first; the task gets what is left
+        tail = said + " · " + task
+    else:
+        share = max(room * 2 // 5, min(len(task), 12))
+        task_w = min(len(task), share)
+        tail = fit(task, task_w) + " " + said
+    return fit(head + " " + tail, width)
+
+
+def header(width: int = 80) -> str:
+    mark, name, status, counts, pr, age = HEADER
+    head = " ".join([fit(mark, 1), fit(name, NAME_W), fit(status, STATUS_W), fit(counts, COUNT_W), fit(pr, PR_W),
+                     fit(age, AGE_W)])
+    return fit(head + " TASK · LAST MESSAGE", width)
+
+
+def inbox_line(item: Any, width: int = 80, now: float | None = None) -> str:
+    """One inbox entry: age, who, kind (``?`` marks a pending question), the text."""
+    now = time.time() if now is None else now
+    mark = "?" if item.pending else " "
+    head = f"{mark} {fit(ago(now - item.created_at), AGE_W)} {fit(clean(item.name), NAME_W)} {fit(item.kind, 9)}"
+    return fit(head + " " + clean(item.body), width)
+
+
+def summary(result: Any) -> str:
+    needs = f", {result.needs_you} need you" if result.needs_you else ""
+    pending = sum(1 for i in result.inbox if i.pending)
+    asks = f", {pending} question(s) waiting" if pending else ""
+    return f"exo board: {result.count} agent(s){needs}{asks}"
+
+
+def plain(result: Any, width: int = 80) -> list[str]:
+    """The whole board as plain lines (``exo agents --watch``)."""
+    out = [summary(result), header(width)]
+    out += [line(r, width).rstrip() for r in result.rows] or ["  No agents. Start one with `exo spawn`."]
+    if result.inbox:
+        out += ["", fit("INBOX", width).rstrip()]
+        out += [inbox_line(i, width).rstrip() for i in result.inbox[:10]]
+    return out
