@@ -124,7 +124,7 @@ def main() -> int:
     print(f"{'exo hook stop, branches moved (check started)':52} {median_ms(due):10.1f}")
     print(f"{'exo hook stop, nothing moved (no check)':52} {median_ms(quiet):10.1f}")
     ok = check_ms < 1000 and added <= 15
-    print(f"foresight: check {check_ms:.0f} ms (budget 1000), stop hook +{added:.1f} ms (budget 15): "
+    print(f"foresight: check {check_ms:.0f} ms (budget 1000), stop hook {added:+.1f} ms (budget 15): "
           f"{'ok' if ok else 'over budget'}")
     return 0
 

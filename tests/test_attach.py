@@ -109,7 +109,7 @@ def test_old_tmux_gets_a_window_and_the_prefix_twice_hint(agent_repo: Path, user
 
 def test_outside_tmux_a_plain_attach_whose_command_pastes_cleanly(agent_repo: Path) -> None:
     r = registry.invoke("attach", env_for(agent_repo), agent="w1")
-    assert r.mode == "attach" and ";" in r.argv and "attach-session" in r.argv
+    assert r.mode == "attach" and ";" in r.argv and "attach-session" in r.argv and "C-b d" in (r.hint or "")
     assert shlex.split(r.command) == r.argv  # the printed command is the argv, `;` quoted
     check = subprocess.run(["bash", "-n", "-c", r.command], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr

@@ -169,10 +169,11 @@ def test_demo_board_keeps_brackets_of_agent_text(monkeypatch: pytest.MonkeyPatch
     buf = io.StringIO()
     monkeypatch.setattr(sys, "stderr", buf)
     board = demo_cmd.LiveBoard()
-    agent = SimpleNamespace(name="cfg", status="idle", task="[demo-cfg] Make it [bold]configurable[/bold]",
-                            branch="b", pr={"number": 1, "state": "open"}, last_message="[PR-MERGED] x")
+    agent = SimpleNamespace(id="cfg", name="cfg", status="idle", task="[demo-cfg] Make it [bold]configurable[/bold]",
+                            bead=None, branch="b", pr=None, last_message="[PR-MERGED] x",
+                            parent="root", depth=0, turns=1, tool_calls=2, tokens=3, age_seconds=4.0)
     board.board(SimpleNamespace(agents=[agent]), 1.0)
     board.event("[red]not markup[/red]")
     board.close()
     out = buf.getvalue()
-    assert "[demo-cfg]" in out and "[bold]" in out and "[red]not markup[/red]" in out
+    assert "[demo-cfg]" in out and "[PR-MERGED]" in out and "[red]not markup[/red]" in out

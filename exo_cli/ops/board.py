@@ -50,7 +50,8 @@ class BoardResult:
     count: int
 
 
-def _needs(a: AgentView) -> str | None:
+def needs_of(a: AgentView) -> str | None:
+    """Why agent ``a`` needs the human (one of NEEDS), or None."""
     if a.status in _BY_STATUS:
         return _BY_STATUS[a.status]
     if a.pr and a.pr.get("state") == "open" and a.parent == ROOT and a.status != DONE:
@@ -81,7 +82,7 @@ def board(env: Env) -> BoardResult:
                 if other == "base" or other in live:
                     where = f"base {c.get('other_branch')}" if other == "base" else other
                     found.append(f"{where}: {', '.join(c.get('paths') or [])}")
-        rows.append(BoardRow(agent=v, needs=_needs(v), conflicts=found))
+        rows.append(BoardRow(agent=v, needs=needs_of(v), conflicts=found))
     order = {n: i for i, n in enumerate(NEEDS)}
     rows.sort(key=lambda r: order.get(r.needs or "", len(NEEDS)))  # stable: the tree order within each group
     items: list[InboxItem] = []

@@ -228,7 +228,10 @@ class BoardApp(App[None]):
                     self.notify(result.hint)
                 return
             with self.suspend():
-                run_foreground(result.argv)
+                try:
+                    run_foreground(result.argv)  # a plain attach, or `tail -F` of a headless agent's log
+                except KeyboardInterrupt:
+                    pass  # Ctrl-C ends the log's tail, not the board
 
         self._run("attach", lambda: invoke("attach", self.env, agent=aid), show)
 

@@ -65,7 +65,7 @@ def plan(mux: Tmux, loc: Location, *, name: str, environ: Mapping[str, str],
     target = loc.window or loc.pane or f"={mux.session}:"
     inside = environ.get("TMUX", "").split(",")[0]
     if not inside:
-        return AttachPlan("attach", mux.attach_argv(loc), None)
+        return AttachPlan("attach", mux.attach_argv(loc), f"Attaching to {name}; detach with C-b d to come back.")
     sock = socket_path(mux)
     if os.path.realpath(inside) == os.path.realpath(sock):
         return AttachPlan("switch", mux._argv("select-window", "-t", target, ";", "switch-client", "-t", target),
