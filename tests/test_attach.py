@@ -119,3 +119,16 @@ def test_outside_tmux_a_plain_attach_whose_command_pastes_cleanly(agent_repo: Pa
 def test_parse_version() -> None:
     assert parse_version("3.3a") == (3, 3) and parse_version("next-3.5") == (3, 5)
     assert parse_version("openbsd-7.4") == (7, 4) and parse_version("") is None
+
+
+def test_spawn_says_how_to_watch_attach_and_read(repo: Path) -> None:
+    from conftest import Exo, stop_repo_agents
+
+    try:
+        r = Exo(repo)("spawn", "--worker", "w1", "--prompt", "hi", "--agent", "demo",
+                      "--mux", "headless")
+        assert r.exit_code == 0, r.stderr
+        hint = next(line for line in r.stdout.splitlines() if line.startswith("watch:"))
+        assert "exo agents --watch" in hint and "exo attach w1" in hint and "exo read w1" in hint
+    finally:
+        stop_repo_agents(repo, tmux=False)

@@ -71,6 +71,8 @@ def test_board_pilot_answer_diff_kill_on_real_agents(team: Path) -> None:
 
     async def scenario() -> None:
         app = BoardApp(env, fallback=2.0)
+        rang: list[int] = []
+        app.bell = lambda: rang.append(1)  # type: ignore[method-assign]
         async with app.run_test(size=(80, 24)) as pilot:
             await until(pilot, lambda: any("w2" in ln for ln in table_text(app, "#agents")), what="rows")
             rows = [ln for ln in table_text(app, "#agents") if re.search(r"\bw[12]\b", ln)]
@@ -101,6 +103,7 @@ def test_board_pilot_answer_diff_kill_on_real_agents(team: Path) -> None:
             await until(pilot, lambda: env_for(repo).store.agent("w1").status == "dead", what="w1 killed")
             await until(pilot, lambda: any("w1" in ln and "dead" in ln for ln in table_text(app, "#agents")),
                         what="w1 dead on the board")
+            assert rang  # an agent newly needing you rings the terminal bell (not the ones there at the start)
             # a refusal is shown, not raised: merge without a PR
             await pilot.press("m")
             await pilot.pause(0.2)
