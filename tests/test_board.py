@@ -229,3 +229,18 @@ def test_every_module_but_the_board_imports_without_textual() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_board_of_a_repository_without_agents_picks_up_the_first_one(repo: Path) -> None:
+    from exo_cli.render.tui import BoardApp
+
+    async def scenario() -> None:
+        app = BoardApp(env_for(repo), fallback=0.2)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: any("No agents" in ln for ln in table_text(app, "#agents")), what="empty")
+            make_agent(repo, "w1", status="working")
+            await until(pilot, lambda: any(re.search(r"\bw1\b", ln) for ln in table_text(app, "#agents")),
+                        what="the first agent")
+            await pilot.press("q")
+
+    asyncio.run(scenario())

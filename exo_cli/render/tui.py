@@ -123,11 +123,13 @@ class BoardApp(App[None]):
     def watch_team(self) -> None:
         """Take a snapshot now and whenever the team doorbell rings (or every ``fallback`` seconds)."""
         worker = get_current_worker()
-        bell = self.env.store.bell if self.env.has_state() else None
-        if bell is None:
+        while not self.env.has_state():  # no agent yet: wait for the first one's state to appear
             self.call_from_thread(self.apply, invoke("board", self.env))
-            return
-        with bell.listen([TEAM_BELL]) as waiter:
+            for _ in range(int(self.fallback * 10)):
+                if worker.is_cancelled:
+                    return
+                time.sleep(0.1)
+        with self.env.store.bell.listen([TEAM_BELL]) as waiter:
             while not worker.is_cancelled:
                 try:
                     snap = invoke("board", self.env)
