@@ -189,13 +189,13 @@ def test_board_snapshot_needs_first_inbox_and_conflicts(repo: Path) -> None:
 
 def test_agents_watch_wakes_on_the_team_doorbell(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The second snapshot comes from a ring (the fallback is an hour): nothing polls."""
-    from exo_cli.commands.board import watch_plain
+    from exo_cli.render.teamboard import watch
 
     env = env_for(repo)
     env.store.agents()
     out = io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
-    t = threading.Thread(target=watch_plain, args=(env_for(repo),), kwargs={"fallback": 3600, "rounds": 2})
+    t = threading.Thread(target=watch, args=(env_for(repo),), kwargs={"fallback": 3600, "rounds": 2})
     t.start()
     wait_for(lambda: "No agents" in out.getvalue(), what="the first board")
     time.sleep(0.2)  # the watcher is now waiting on the doorbell

@@ -158,22 +158,3 @@ def test_a_notice_is_read_not_answered() -> None:
     assert asked("do this") and asked("[MESSAGE from root] hi") and asked("[QUESTION from w1] port?")
     assert not asked("[PR-MERGED from root] PR #1 was merged") and not asked("[EVENT] w2 is idle")
     assert not asked("[ANSWER from root] 8080")
-
-
-def test_demo_board_keeps_brackets_of_agent_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Agent text is never rich markup: `[demo-cfg]` in a task stays on the demo's live board."""
-    from types import SimpleNamespace
-
-    from exo_cli.commands import demo as demo_cmd
-
-    buf = io.StringIO()
-    monkeypatch.setattr(sys, "stderr", buf)
-    board = demo_cmd.LiveBoard()
-    agent = SimpleNamespace(id="cfg", name="cfg", status="idle", task="[demo-cfg] Make it [bold]configurable[/bold]",
-                            bead=None, branch="b", pr=None, last_message="[PR-MERGED] x",
-                            parent="root", depth=0, turns=1, tool_calls=2, tokens=3, age_seconds=4.0)
-    board.board(SimpleNamespace(agents=[agent]), 1.0)
-    board.event("[red]not markup[/red]")
-    board.close()
-    out = buf.getvalue()
-    assert "[demo-cfg]" in out and "[PR-MERGED]" in out and "[red]not markup[/red]" in out

@@ -190,7 +190,8 @@ COMMANDS = Path(__file__).resolve().parent.parent / "exo_cli" / "commands"
 # `exo completion` prints exo's own generated script.
 ALLOWED = {("completion.py", "click.echo"), ("_complete.py", "click.echo"), ("hook.py", "sys.stdout.write"), ("hook.py", "sys.stdout.flush"), ("lifecycle.py", "sys.stdout.flush"),
            ("lifecycle.py", "sys.stdout.isatty"), ("lifecycle.py", "sys.stdin.isatty"), ("spawn.py", "sys.stdin.read"),
-           ("hook.py", "sys.stdin.isatty"), ("hook.py", "sys.stdin.read")}
+           ("hook.py", "sys.stdin.isatty"), ("hook.py", "sys.stdin.read"), ("board.py", "sys.stdout.isatty"),
+           ("board.py", "sys.stdin.isatty")}
 FORBIDDEN_CALLS = {"print", "echo", "secho", "Console", "write", "writelines"}
 
 

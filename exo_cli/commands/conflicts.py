@@ -6,7 +6,9 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.ops import completion as kinds
 from exo_cli.ops.foresight import ConflictsResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -20,7 +22,7 @@ def render_conflicts(out: Out, result: ConflictsResult) -> None:
 
 
 @click.command(help=op_help("conflicts") + "\n\n\b\nExamples:\n  exo conflicts\n  exo conflicts w1 --check --json")
-@click.argument("agent", required=False)
+@click.argument("agent", required=False, shell_complete=completer(kinds.AGENT))
 @op_option("conflicts", "check", "--check", is_flag=True)
 @json_option
 @click.pass_obj

@@ -81,8 +81,9 @@ def attach(env: Any, agent: str, as_json: bool) -> None:
     if needs_terminal and (not sys.stdin.isatty() or not sys.stdout.isatty()):
         raise EnvironmentError_("exo attach needs a terminal", hint=f"Run it in a terminal, or: {result.command}")
     if result.hint:
-        sys.stderr.write(result.hint + "\n")
-        sys.stderr.flush()
+        from exo_cli.render import warn
+
+        warn(result.hint)
     sys.stdout.flush()
     os.execvp(result.argv[0], result.argv)
 

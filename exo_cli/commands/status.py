@@ -80,10 +80,10 @@ def agents(env: Any, show_all: bool, watch: bool, as_json: bool) -> None:
     if watch:
         if as_json:
             raise click.UsageError("--watch and --json do not go together (use `exo board --json` for a snapshot)")
-        from exo_cli.commands.board import watch_plain
+        from exo_cli.render import teamboard
 
         try:
-            watch_plain(env)
+            teamboard.watch(env)
         except KeyboardInterrupt:
             pass
         return

@@ -126,9 +126,8 @@ def ended(env: Env, agent: Agent, st: PaneState | None) -> Agent:
 
 def died(env: Env, agent: Agent, reason: str, *, tell_parent: bool = True) -> None:
     """After an agent was marked dead: the event, its parent told, the agents waiting for it failed."""
-    from exo_cli.ops.delivery import fail_dependents, notify_parent
-
     from exo_cli.ops import attention
+    from exo_cli.ops.delivery import fail_dependents, notify_parent
 
     if tell_parent:
         notify_parent(env, agent, "dead", f"{agent.name} is dead: {reason}", reason=reason)

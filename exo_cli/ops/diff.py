@@ -70,7 +70,7 @@ def branch_diff(git: Git, *, head: str, base: str, revs: list[str], agent: str |
 def diff(env: Env, *, agent: str, stat: bool = False, name_only: bool = False) -> DiffResult:
     """Show an agent's branch against its base branch: what its pull request would merge.
 
-    A three-dot diff (``git diff BASE...BRANCH``: the changes since the branch left its base,
+    A three-dot diff (`git diff BASE...BRANCH`: the changes since the branch left its base,
     whatever moved on the base since). The base is the agent's recorded parent branch.
     With stat or name_only, only the files changed (with their line counts). NotFound for
     an unknown agent; StateError when it has no branch or the branch is gone.

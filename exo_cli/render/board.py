@@ -66,24 +66,17 @@ class LiveBoard:
         self.live.start()
 
     def _render(self) -> Any:
-        """The lines of ``exo board`` (render/teamboard.py), one per agent, under the demo's clock."""
-        from types import SimpleNamespace
-
         from rich.console import Group
+        from rich.table import Table
 
-        from exo_cli.ops.board import needs_of
-        from exo_cli.render import teamboard
-
-        width = max(self.console.width, 60)
-        rows = [SimpleNamespace(agent=a, needs=needs_of(a), conflicts=[])
-                for a in (self.agents.agents if self.agents else [])]
-        rows.sort(key=lambda r: 0 if r.needs else 1)
-        lines = [cell(f"exo demo  {self.elapsed:5.1f}s  (the board of `exo board`)", style="bold"),
-                 cell(teamboard.header(width).rstrip(), style="bold")]
-        for r in rows:
-            style = {"done": "green", "dead": "red", "asking": "yellow", "idle": "cyan"}.get(r.agent.status, "")
-            lines.append(cell(teamboard.line(r, width).rstrip(), style=style))
-        return Group(*lines, *(cell(line, style="dim") for line in self.lines[-ROWS:]))
+        table = Table(title=f"exo demo  {self.elapsed:5.1f}s", title_justify="left", header_style="bold",
+                      expand=False)
+        for h in HEADERS:
+            table.add_column(h, overflow="ellipsis", no_wrap=True)
+        for a in (self.agents.agents if self.agents else []):
+            style = {"done": "green", "dead": "red", "asking": "yellow", "idle": "cyan"}.get(a.status, "")
+            table.add_row(*(cell(c, safe_already=True) for c in row(a)), style=style)
+        return Group(table, *(cell(line, style="dim") for line in self.lines[-ROWS:]))
 
     def board(self, agents: Any, elapsed: float) -> None:
         self.agents, self.elapsed = agents, elapsed

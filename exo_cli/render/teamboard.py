@@ -10,6 +10,7 @@ characters and never interpreted as markup.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from typing import Any
 
@@ -110,3 +111,38 @@ def plain(result: Any, width: int = 80) -> list[str]:
         out += ["", fit("INBOX", width).rstrip()]
         out += [inbox_line(i, width).rstrip() for i in result.inbox[:10]]
     return out
+
+
+FALLBACK = 5.0  # seconds between snapshots when nothing rings (liveness of panes and processes)
+
+
+def watch(env: Any, *, fallback: float = FALLBACK, rounds: int | None = None) -> None:
+    """``exo agents --watch``: print the board, then again whenever the team doorbell rings.
+
+    On a terminal the board is redrawn in place; piped, each new board follows the last one
+    after a blank line. Every agent text in it went through ``clean`` (no control character).
+    """
+    import contextlib
+    import shutil
+
+    from exo_cli.records import TEAM_BELL
+    from exo_cli.registry import invoke
+
+    tty = sys.stdout.isatty()
+    last: list[str] | None = None
+    listening = env.store.bell.listen([TEAM_BELL]) if env.has_state() else contextlib.nullcontext(None)
+    with listening as waiter:
+        n = 0
+        while True:
+            n += 1
+            lines = plain(invoke("board", env), shutil.get_terminal_size((80, 24)).columns)
+            if lines != last:
+                sys.stdout.write(("\x1b[H\x1b[2J" if tty else "") + "\n".join(lines) + ("\n" if tty else "\n\n"))
+                sys.stdout.flush()
+                last = lines
+            if rounds is not None and n >= rounds:
+                return
+            if waiter is None:
+                time.sleep(fallback)
+            elif waiter.wait(fallback):
+                time.sleep(0.1)  # one snapshot for a burst of changes
