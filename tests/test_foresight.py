@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from pr_helpers import commit, env_for, git, make_agent
@@ -75,6 +76,12 @@ def test_the_stop_hook_checks_in_the_background_only_when_branches_moved(repo: P
 
     first = stop()
     assert "foresight" in first
+    # the check never works inside the agent's worktree (that would hold up `exo complete`)
+    from exo_cli.adapters.proc import processes_inside
+
+    for _ in range(20):
+        assert not [p for p in processes_inside(wt1) if "conflicts" in p["command"] or "kill -0" in p["command"]]
+        time.sleep(0.02)
     wait_for(lambda: foresight.recorded(env_for(repo), "w1").get("w2", {}).get("paths") == ["src/api.py"],
              timeout=60, what="the background check's record")
     assert "foresight" not in stop()  # nothing moved: no check

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from exo_cli.records import ASKING, BLOCKED_ON_DIALOG, DEAD, DONE, ROOT, WAITING_PERMISSION
+from exo_cli.records import ASKING, BLOCKED_ON_DIALOG, DEAD, DONE, FAILED_TURN, ROOT, WAITING_PERMISSION
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from exo_cli.ops.status import AgentView
 
 # Why an agent needs the human, in the order the board lists them.
-NEEDS = ("asking", "permission", "dialog", "pr-ready", "dead")
-_BY_STATUS = {ASKING: "asking", WAITING_PERMISSION: "permission", BLOCKED_ON_DIALOG: "dialog", DEAD: "dead"}
+NEEDS = ("asking", "permission", "dialog", "failed", "pr-ready", "dead")
+_BY_STATUS = {ASKING: "asking", WAITING_PERMISSION: "permission", BLOCKED_ON_DIALOG: "dialog", FAILED_TURN: "failed",
+              DEAD: "dead"}
 INBOX_MAX = 50
 
 
@@ -51,7 +52,7 @@ class BoardResult:
 
 
 def needs_of(a: AgentView) -> str | None:
-    """Why agent ``a`` needs the human (one of NEEDS), or None."""
+    """Why agent ``a`` needs the human (one of NEEDS: a turn that failed counts), or None."""
     if a.status in _BY_STATUS:
         return _BY_STATUS[a.status]
     if a.pr and a.pr.get("state") == "open" and a.parent == ROOT and a.status != DONE:

@@ -80,21 +80,24 @@ def due(env: Env, agent: Agent, state: dict[str, Any], ref_sha: Callable[[str, s
     return True
 
 
-# Wait for the hook process ($1) to exit (5 s at most), then run the check: the hook answers with
-# no other process of exo's competing for the CPU (a POSIX shell loop costs about a millisecond).
-_AFTER_EXIT = ('i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i+1)); done; '
-               'shift; exec "$@"')
+# Leave the agent's worktree at once for / (a process working inside a worktree would hold up
+# `exo complete`; `-C` names the repository without entering it), wait for the hook process ($1)
+# to exit (5 s at most), then run the check: the hook answers with no other process of exo's
+# competing for the CPU (a POSIX shell loop costs about a millisecond).
+_AFTER_EXIT = ('cd / || exit 1; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; '
+               'i=$((i+1)); done; shift; exec "$@"')
 
 
 def start_check(env: Env, agent: Agent) -> bool:
-    """Start ``exo conflicts AGENT --check`` in the background, once this process has exited."""
+    """Start ``exo conflicts AGENT --check`` in the background (working in /), once this process has exited."""
     import os
 
     from exo_cli.adapters.proc import spawn_detached
     from exo_cli.selfcmd import exo_command
 
+    root = str(env.repo.root)
     argv = ["/bin/sh", "-c", _AFTER_EXIT, "sh", str(os.getpid()),
-            *exo_command(), "-C", str(agent.worktree), "conflicts", agent.id, "--check"]
+            *exo_command(), "-C", root, "conflicts", agent.id, "--check"]
     return spawn_detached(argv, env.environ) is not None
 
 

@@ -17,8 +17,9 @@ from typing import Any
 from exo_cli.render.text import ago
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-SHORT_STATUS = {"waiting-permission": "permission", "blocked-on-dialog": "dialog"}
+SHORT_STATUS = {"waiting-permission": "permission", "blocked-on-dialog": "dialog", "failed-turn": "failed"}
 NEEDS_TEXT = {"asking": "asks you", "permission": "waits for a permission", "dialog": "shows a dialog",
+              "failed": "its turn failed",
               "pr-ready": "PR ready to merge", "dead": "dead"}
 NAME_W, STATUS_W, COUNT_W, PR_W, AGE_W = 12, 10, 10, 8, 5
 HEADER = ("", "AGENT", "STATUS", "TRN/TL/TOK", "PR", "AGE")

@@ -29,7 +29,8 @@ from exo_cli.registry import invoke
 from exo_cli.render import teamboard as fmt
 
 FALLBACK = 5.0  # seconds between snapshots when nothing rings (the liveness check of panes and processes)
-COLOURS = {"asking": "bold yellow", "permission": "bold yellow", "dialog": "bold magenta", "pr-ready": "bold green",
+COLOURS = {"asking": "bold yellow", "permission": "bold yellow", "dialog": "bold magenta", "failed": "bold red",
+           "pr-ready": "bold green",
            "dead": "bold red"}
 
 
