@@ -1,8 +1,8 @@
 """Conflict foresight: would an agent's branch conflict with a live sibling's branch, or with its base?
 
-After each of an agent's turns the stop hook calls ``due``: when the agent's branch, its base
-or a live sibling's branch moved since the last check (read from the ref files: no git
-process), it starts ``exo conflicts AGENT --check`` in the background (one ``posix_spawn``;
+After each of an agent's turns the stop hook checks (``hooks._foresight_due``) whether the
+agent's branch, its base or a live sibling's branch moved since the last check (read from the
+ref files: no git process); when one did, it starts ``exo conflicts AGENT --check`` in the background (one ``posix_spawn``;
 the hook's answer never waits for it). That check runs ``git merge-tree --write-tree`` of the
 branch against its base and against each live sibling's branch (no checkout is touched),
 records the conflicting paths under ``conflicts:<agent>`` and, once per new conflict with a
@@ -13,10 +13,8 @@ base is recorded and shown; the stop hook's own rebase onto the base tells the a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,24 +58,6 @@ def recorded(env: Env, agent_id: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def due(env: Env, agent: Agent, state: dict[str, Any], ref_sha: Callable[[str, str], str | None]) -> bool:
-    """Whether the branches around ``agent`` moved since its last check (updates ``state``).
-
-    ``ref_sha(worktree, ref)`` reads a branch's tip from the ref files (the stop hook's reader:
-    no git process on the hook's path).
-    """
-    if not agent.branch or not agent.worktree or not agent.base_branch:
-        return False
-    siblings = _siblings(env.store.agents(), agent)
-    tips = [ref_sha(agent.worktree, f"refs/heads/{b}") for b in (agent.branch, agent.base_branch)]
-    tips += [f"{s.id}={ref_sha(agent.worktree, f'refs/heads/{s.branch}')}" for s in siblings]
-    signature = hashlib.sha1(repr(tips).encode()).hexdigest()[:16]
-    if state.get("foresight") == signature:
-        return False
-    state["foresight"] = signature
-    return True
 
 
 # Leave the agent's worktree at once for / (a process working inside a worktree would hold up
@@ -137,6 +117,8 @@ def run_check(env: Env, agent: Agent) -> tuple[dict[str, Any], list[str]]:
         found[other] = {"branch": agent.branch, "other_branch": other_branch, "paths": paths, "since": since}
         if sibling is None:
             continue  # recorded and shown; the stop hook's rebase onto the base tells the agent itself
+        import hashlib
+
         digest = hashlib.sha1(json.dumps([sorted([agent.id, other]), paths]).encode()).hexdigest()[:20]
         if not env.store.kv_claim(TOLD.format(digest=digest), str(now)):
             continue  # told already (by this check or the sibling's)

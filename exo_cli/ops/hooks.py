@@ -553,13 +553,23 @@ def turn_failed(env: Env, agent: Agent, error: str, *, kind: str | None = None) 
 
 
 def _foresight_due(env: Env, agent: Agent, state: dict[str, Any]) -> bool:
-    """Whether conflict foresight should look at this agent's branch again (``ops/foresight.py``)."""
+    """Whether conflict foresight (``ops/foresight.py``) should look at this agent's branch again.
+
+    True when its branch, its base or a live sibling's branch moved since the last look (the
+    tips are read from the ref files: no git process, no import of the foresight module).
+    """
     if not (agent.branch and agent.worktree and agent.base_branch):
         return False
-    from exo_cli.ops.foresight import due
     from exo_cli.ops.rebase import ref_sha
 
-    return due(env, agent, state, ref_sha)
+    wt = agent.worktree
+    tips = [ref_sha(wt, f"refs/heads/{agent.branch}"), ref_sha(wt, f"refs/heads/{agent.base_branch}")]
+    tips += [f"{a.id}={ref_sha(wt, f'refs/heads/{a.branch}')}" for a in env.store.agents()
+             if a.parent == agent.parent and a.id != agent.id and a.branch and a.status not in (DEAD, DONE)]
+    if state.get("foresight") == tips:
+        return False
+    state["foresight"] = tips
+    return True
 
 
 def _short(text: str, n: int = 200) -> str:
