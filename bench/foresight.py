@@ -35,7 +35,7 @@ SHARED = "".join(f"line {i}\n" for i in range(1, 41))
 
 
 def setup(tmp: Path, env: dict[str, str]) -> tuple[Path, dict[str, str]]:
-    from exo_cli.env import Env
+    from exo_cli.env import PROOF_FIELD, Env, new_proof
     from exo_cli.records import Agent
 
     repo = scratch_repo(tmp, env, exo_init=False)
@@ -50,6 +50,7 @@ def setup(tmp: Path, env: dict[str, str]) -> tuple[Path, dict[str, str]]:
     state = repo / ".git" / "exo"
     e = Env(cwd=repo, environ={**env, "EXO_STATE_DIR": str(state)})
     now = time.time()
+    proof, digest = new_proof()  # w0's, as spawn gives it: the hook and the check prove EXO_AGENT with it
     for i in range(SIBLINGS + 1):
         name = f"w{i}"
         wt = tmp / name
@@ -63,11 +64,12 @@ def setup(tmp: Path, env: dict[str, str]) -> tuple[Path, dict[str, str]]:
         git(wt, "commit", "-q", "-m", f"{name}'s work")
         e.store.insert_agent(Agent(id=name, name=name, role="dev", parent="root", status="working", backend="claude",
                                    mux="headless", worktree=str(wt), branch=f"main.{name}", base_branch="main",
-                                   created_at=now, updated_at=now, status_at=now))
+                                   created_at=now, updated_at=now, status_at=now,
+                                   spec={PROOF_FIELD: digest} if i == 0 else {}))
     (repo / "base.txt").write_text("main moved on\n")
     git(repo, "add", "base.txt")
     git(repo, "commit", "-q", "-m", "main moves on")
-    agent_env = {**env, "EXO_AGENT": "w0", "EXO_PARENT": "root", "EXO_ROLE": "dev", "EXO_STATE_DIR": str(state)}
+    agent_env = {**env, "EXO_AGENT": "w0", "EXO_AGENT_PROOF": proof, "EXO_PARENT": "root", "EXO_ROLE": "dev", "EXO_STATE_DIR": str(state)}
     return tmp / "w0", agent_env
 
 
