@@ -3,20 +3,19 @@
 Pure formatting shared by ``exo board`` (Textual) and ``exo agents --watch`` (plain text).
 Columns: a mark (``!`` when the agent needs you), the name (indented by depth), the status,
 turns/tool calls/tokens, the PR, the age, then what is left for the task and the last
-message (why it needs you, or a foreseen conflict, first). Agent text is cleaned of control
-characters and never interpreted as markup.
+message (why it needs you, or a foreseen conflict, first). Agent text has its control
+characters made visible (``render.text.safe``) and is never interpreted as markup.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from typing import Any
 
 from exo_cli.render.text import ago
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+PR_STATE = {"open": "open", "merged": "mrgd", "closed": "clsd"}
 SHORT_STATUS = {"waiting-permission": "permission", "blocked-on-dialog": "dialog", "failed-turn": "failed"}
 NEEDS_TEXT = {"asking": "asks you", "permission": "waits for a permission", "dialog": "shows a dialog",
               "failed": "its turn failed",
@@ -26,8 +25,10 @@ HEADER = ("", "AGENT", "STATUS", "TRN/TL/TOK", "PR", "AGE")
 
 
 def clean(text: Any) -> str:
-    """One line of agent text: control characters and runs of whitespace become one space."""
-    return " ".join(_CONTROL.sub(" ", str(text or "")).split())
+    """One line of agent text: control characters made visible (``ESC`` as ``^[``), whitespace runs one space."""
+    from exo_cli.render.text import safe
+
+    return " ".join(safe(str(text or "")).split())
 
 
 def fit(text: str, width: int) -> str:
@@ -60,7 +61,7 @@ def _rest(row: Any, room: int) -> tuple[str, str]:
 def line(row: Any, width: int = 80) -> str:
     """The board line of one ``BoardRow``, exactly ``width`` columns."""
     a = row.agent
-    pr = f"#{a.pr['number']} {a.pr['state'][:4]}" if a.pr else "-"
+    pr = f"#{a.pr['number']} {PR_STATE.get(a.pr['state'], a.pr['state'])}" if a.pr else "-"
     counts = f"{a.turns}/{a.tool_calls}/{tokens(a.tokens)}"
     name = "  " * min(a.depth, 4) + clean(a.name)
     head = " ".join([("!" if row.needs else " "), fit(name, NAME_W), fit(SHORT_STATUS.get(a.status, a.status), STATUS_W),
