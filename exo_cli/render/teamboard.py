@@ -107,7 +107,7 @@ def summary(result: Any) -> str:
 
 def plain(result: Any, width: int = 80) -> list[str]:
     """The whole board as plain lines (``exo agents --watch``)."""
-    out = [summary(result), header(width)]
+    out = [summary(result), header(width).rstrip()]
     out += [line(r, width).rstrip() for r in result.rows] or ["  No agents. Start one with `exo spawn`."]
     if result.inbox:
         out += ["", fit("INBOX", width).rstrip()]
