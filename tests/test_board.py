@@ -187,10 +187,15 @@ def test_board_snapshot_needs_first_inbox_and_conflicts(repo: Path) -> None:
     assert [(i.kind, i.pending) for i in r.inbox] == [("note", False), ("question", True)]
 
 
-def test_agents_watch_wakes_on_the_team_doorbell(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The second snapshot comes from a ring (the fallback is an hour): nothing polls."""
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_agents_watch_wakes_on_the_team_doorbell(repo: Path, monkeypatch: pytest.MonkeyPatch, store: str,
+                                                 request: pytest.FixtureRequest) -> None:
+    """The second snapshot comes from a ring (the fallback is an hour): nothing polls. SQLite's
+    doorbell sockets and PostgreSQL's LISTEN/NOTIFY alike."""
     from exo_cli.render.teamboard import watch
 
+    if store == "postgres":
+        monkeypatch.setenv("EXO_STORE_URL", request.getfixturevalue("pg_cluster").url())
     env = env_for(repo)
     env.store.agents()
     out = io.StringIO()
