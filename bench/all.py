@@ -132,6 +132,15 @@ def parse_beads(out: str) -> list[Row]:
     return rows
 
 
+def parse_foresight(out: str) -> list[Row]:
+    check = _num(r"foresight: check ([\d.]+) ms", out)
+    added = _num(r"stop hook ([+-][\d.]+) ms", out)
+    return [
+        ("foresight check, 10 siblings", f"{check:.0f} ms", "< 1000 ms", _verdict(check < 1000)),
+        ("stop hook added by foresight", f"{added:+.1f} ms", "<= 15 ms", _verdict(added <= 15)),
+    ]
+
+
 BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "startup": (parse_startup, ["--runs", "10"]),
     "hooks": (parse_hooks, ["--runs", "15"]),
@@ -141,6 +150,7 @@ BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "agents500": (parse_agents500, ["--runs", "5"]),
     "mcp": (parse_mcp, ["--runs", "3"]),
     "beads": (parse_beads, ["--spawn", "2"]),
+    "foresight": (parse_foresight, ["--runs", "5"]),
 }
 
 

@@ -84,6 +84,7 @@ DEFAULTS: dict[str, Any] = {
     "timeouts": {"question": 3600, "wait": 600},
     "demo": {"script": []},
     "store": {"url": ""},
+    "notify": {"command": [], "desktop": False},
 }
 
 _Check = Callable[[Any], bool]
@@ -178,6 +179,8 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "timeouts.wait": (_is_seconds, "a whole number of seconds"),
     "demo.script": (lambda v: isinstance(v, list), "a list of demo steps"),
     "store.url": (_is_store_url, "a postgresql:// URL without a password, or empty for SQLite"),
+    "notify.command": (_is_str_list, "a command as a list of strings (it gets each event as JSON on stdin)"),
+    "notify.desktop": (_is_bool, "true or false"),
 }
 _SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}
 

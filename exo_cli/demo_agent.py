@@ -49,6 +49,15 @@ def say(text: str) -> None:
     sys.stdout.flush()
 
 
+def asked(text: str) -> bool:
+    """Whether a turn's text asks something of the agent: typed by a person, a message or a question.
+
+    exo's own notices (``[PR-MERGED ...]``, ``[EVENT] ...``, answers) ask nothing, so the turn
+    that reads them is not an answer.
+    """
+    return not text.startswith("[") or text.startswith(("[MESSAGE ", "[QUESTION "))
+
+
 class DemoAgent:
     """One scripted agent session."""
 
@@ -112,7 +121,7 @@ class DemoAgent:
             if extra:
                 say(f"context: {extra}")
             self.note(f"{self.name} got: {text}")
-            nxt = self.end_turn(f"Answered: {text}", active=active)
+            nxt = self.end_turn(f"{'Answered' if asked(text) else 'Read'}: {text}", active=active)
             if nxt is None:
                 return
             text, active = nxt, True

@@ -16,6 +16,7 @@ RETIRED_SEP = "@"
 #: kv keys exo keeps per agent that the hooks and lifecycle share (forgotten when an agent is retired).
 HOOK_STATE_KEY = "hook:{agent}"
 MCP_READY_KEY = "mcp-ready:{agent}"
+TEAM_BELL = "=team"  # the doorbell rung after every change of an agent or a message (the board listens)
 
 # Agent statuses (docs/concepts.md says what each means).
 STARTING = "starting"

@@ -150,3 +150,11 @@ def test_spawn_after_starts_with_the_latest_output(tmux_repo: Path, tmp_path: Pa
     # The started demo agent reports in like any other.
     note = next_message(repo, kind="note")
     assert (note.name, note.message) == ("p", "p: wrote and committed p.txt")
+
+
+def test_a_notice_is_read_not_answered() -> None:
+    from exo_cli.demo_agent import asked
+
+    assert asked("do this") and asked("[MESSAGE from root] hi") and asked("[QUESTION from w1] port?")
+    assert not asked("[PR-MERGED from root] PR #1 was merged") and not asked("[EVENT] w2 is idle")
+    assert not asked("[ANSWER from root] 8080")

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import Exo, git
 from exo_cli import registry, schema
+from exo_cli.commands._options import VIEW_OPTIONS
 from exo_cli.env import Env
 from exo_cli.errors import ExoError
 from exo_cli.records import MCP_COMPAT
@@ -108,7 +109,7 @@ def reached(op: registry.Op) -> dict[str, set[str]]:
 @pytest.mark.parametrize("name", sorted(n for n, o in OPS.items() if o.cli))
 def test_every_cli_option_has_an_mcp_path_or_a_reason(name: str) -> None:
     op = OPS[name]
-    cli_params = {p.name for p in command_for(op.cli or "").params} - {"as_json"}
+    cli_params = {p.name for p in command_for(op.cli or "").params} - set(VIEW_OPTIONS)
     assert cli_params == {p.name for p in op.params()}
     if not op.all_tools():
         assert op.roles == ("human",) or op.no_tools, f"{name} has a command but no tool, and no reason"

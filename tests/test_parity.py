@@ -14,6 +14,7 @@ from conftest import Exo
 from exo_cli import registry
 from exo_cli.cli import cli
 from exo_cli.commands import COMMANDS
+from exo_cli.commands._options import VIEW_OPTIONS
 
 OPS = registry.load_all()
 
@@ -33,7 +34,7 @@ def command_for(path: str) -> click.Command:
 def test_cli_command_matches_operation(name: str) -> None:
     op = OPS[name]
     cmd = command_for(op.cli or "")
-    params = {p.name: p for p in cmd.params if p.name not in ("as_json",)}
+    params = {p.name: p for p in cmd.params if p.name not in VIEW_OPTIONS}
     assert set(params) == {p.name for p in op.params()}, f"exo {op.cli} parameters differ from {name}"
     for pname, p in params.items():
         if isinstance(p, click.Option):

@@ -413,6 +413,18 @@ def case_pr_merge(w: World) -> list[Pair]:
                  {"pr_number": numbers[1], "strategy": "squash"}, names={"m1": "m2", "m2": "m1"})]
 
 
+def case_diff(w: World) -> list[Pair]:
+    w.record("df1", worktree=True)
+    return [Pair(["diff", "df1"], "diff_agent", {"agent": "df1"}),
+            Pair(["diff", "df1", "--stat"], "diff_agent", {"agent": "df1", "stat": True})]
+
+
+def case_conflicts(w: World) -> list[Pair]:
+    w.record("cf1", worktree=True)
+    return [Pair(["conflicts"], "list_conflicts", {}),
+            Pair(["conflicts", "cf1", "--check"], "list_conflicts", {"agent": "cf1", "check": True})]
+
+
 def case_pr_list(w: World) -> list[Pair]:
     return [Pair(["pr", "list", "--state", "open"], "list_prs", {"state": "open"})]
 

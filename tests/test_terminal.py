@@ -160,7 +160,8 @@ def test_the_demo_board_shows_agent_text_visibly(monkeypatch: pytest.MonkeyPatch
             return True
 
     agent = SimpleNamespace(id="a", name="a", status="working", task="task " + EVIL, branch="main.a",
-                            pr={"number": 1, "state": "open"}, last_message=TITLE + EVIL)
+                            pr={"number": 1, "state": "open"}, last_message=TITLE + EVIL, bead=None, parent="tl1",
+                            depth=0, turns=1, tool_calls=2, tokens=3, age_seconds=4.0)
     agents = SimpleNamespace(agents=[agent])
     for live in (True, False):
         stream = Tty()
@@ -190,7 +191,8 @@ COMMANDS = Path(__file__).resolve().parent.parent / "exo_cli" / "commands"
 # `exo completion` prints exo's own generated script.
 ALLOWED = {("completion.py", "click.echo"), ("_complete.py", "click.echo"), ("hook.py", "sys.stdout.write"), ("hook.py", "sys.stdout.flush"), ("lifecycle.py", "sys.stdout.flush"),
            ("lifecycle.py", "sys.stdout.isatty"), ("lifecycle.py", "sys.stdin.isatty"), ("spawn.py", "sys.stdin.read"),
-           ("hook.py", "sys.stdin.isatty"), ("hook.py", "sys.stdin.read")}
+           ("hook.py", "sys.stdin.isatty"), ("hook.py", "sys.stdin.read"), ("board.py", "sys.stdout.isatty"),
+           ("board.py", "sys.stdin.isatty")}
 FORBIDDEN_CALLS = {"print", "echo", "secho", "Console", "write", "writelines"}
 
 

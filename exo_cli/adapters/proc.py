@@ -432,6 +432,36 @@ def run_captured(argv: list[str], env: Mapping[str, str], timeout: float,
     return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out
 
 
+def spawn_detached(argv: list[str], env: Mapping[str, str]) -> int | None:
+    """Start ``argv`` in a session of its own, stdin/stdout/stderr on /dev/null, and never wait for it.
+
+    One ``posix_spawn`` (no ``subprocess`` import: the stop hook calls it): the caller goes on at
+    once, and the child outlives it. Returns the child's pid, or None when it could not start.
+    """
+    actions: list[tuple[int, int, str, int, int]] = [
+        (os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)
+    ]
+    try:
+        return os.posix_spawn(argv[0], argv, dict(env), file_actions=actions, setsid=True)
+    except OSError:
+        return None
+
+
+def run_foreground(argv: list[str], env: Mapping[str, str] | None = None) -> int:
+    """Run ``argv`` on this terminal (stdin, stdout and stderr inherited) and wait; its exit code (127: not found)."""
+    import shutil
+
+    program = argv[0] if os.sep in argv[0] else shutil.which(argv[0])
+    if program is None:
+        return 127
+    try:
+        pid = os.posix_spawn(program, argv, dict(os.environ if env is None else env))
+    except OSError:
+        return 127
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 def which(name: str, path: str | None = None) -> str | None:
     import shutil
 

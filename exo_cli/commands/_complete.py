@@ -33,6 +33,8 @@ SPECS: dict[str, Spec] = {
     "read": Spec((kinds.AGENT,), repeat=True),
     "kill": Spec((kinds.AGENT,)),
     "output": Spec((kinds.AGENT,)),
+    "diff": Spec((kinds.AGENT,)),
+    "conflicts": Spec((kinds.AGENT,)),
     "status": Spec((kinds.AGENT,)),
     "answer": Spec((kinds.AGENT, None)),
     "send": Spec((kinds.AGENTS, None)),

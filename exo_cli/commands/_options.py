@@ -29,6 +29,18 @@ def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+# Options that change how a command shows its result, never the operation's call: they have no
+# operation parameter and no tool argument (the parity tests skip them).
+VIEW_OPTIONS = ("as_json", "watch")
+
+
+def watch_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--watch``: keep showing the result, updated whenever something changes."""
+    return click.option("--watch", "watch", is_flag=True,
+                        help="Keep showing the board, one line per agent, updated whenever something changes "
+                             "(Ctrl-C stops).")(fn)
+
+
 def op_option(op_name: str, param: str, *decls: str, **kwargs: Any) -> Callable[..., Any]:
     """A click option whose help is the registry's help for ``op_name``'s ``param``."""
     return click.option(*decls, param, help=get(op_name).help[param], **kwargs)

@@ -77,8 +77,13 @@ def attach(env: Any, agent: str, as_json: bool) -> None:
     if as_json:
         emit(result, as_json=True)
         return
-    if not sys.stdin.isatty() or not sys.stdout.isatty():
-        raise EnvironmentError_("exo attach needs a terminal", hint=f"Run it in a terminal, or: {' '.join(result.argv)}")
+    needs_terminal = result.mode not in ("popup", "window")  # those show on the user's tmux client
+    if needs_terminal and (not sys.stdin.isatty() or not sys.stdout.isatty()):
+        raise EnvironmentError_("exo attach needs a terminal", hint=f"Run it in a terminal, or: {result.command}")
+    if result.hint:
+        from exo_cli.render import warn
+
+        warn(result.hint)
     sys.stdout.flush()
     os.execvp(result.argv[0], result.argv)
 

@@ -9,7 +9,7 @@ import click
 from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.ops import completion as kinds
-from exo_cli.ops.pr import STATES, STRATEGIES, FileResult, MergeResult, PrList, PrView
+from exo_cli.ops.pr import STATES, STRATEGIES, FileResult, MergeResult, PrDiffView, PrList, PrView
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out
@@ -97,9 +97,20 @@ def list_cmd(env: Any, state: str, as_json: bool) -> None:
     emit(invoke("pr_list", env, state=state), as_json=as_json, human=render_list)
 
 
-@pr.command("show", help=op_help("pr_show") + "\n\n\b\nExamples:\n  exo pr show 3\n  exo pr show 3 --json")
+def render_show(out: Out, pr: PrView) -> None:
+    render_pr(out, pr)
+    if isinstance(pr, PrDiffView) and pr.diff is not None:
+        from exo_cli.commands.diff import render_diff
+
+        out.line()
+        render_diff(out, pr.diff)
+
+
+@pr.command("show", help=op_help("pr_show") + "\n\n\b\nExamples:\n  exo pr show 3\n  exo pr show 3 --diff\n"
+            "  exo pr show 3 --json")
 @click.argument("number", type=click.IntRange(min=1), shell_complete=completer(kinds.PR))
+@op_option("pr_show", "diff", "--diff", is_flag=True)
 @json_option
 @click.pass_obj
-def show_cmd(env: Any, number: int, as_json: bool) -> None:
-    emit(invoke("pr_show", env, number=number), as_json=as_json, human=render_pr)
+def show_cmd(env: Any, number: int, diff: bool, as_json: bool) -> None:
+    emit(invoke("pr_show", env, number=number, diff=diff), as_json=as_json, human=render_show)

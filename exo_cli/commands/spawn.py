@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -25,6 +26,8 @@ def render_spawn(out: Out, result: SpawnResult) -> None:
         rows.append([a.id, a.role, a.backend, a.status, a.branch, a.worktree, where])
     if rows:
         out.table(["AGENT", "ROLE", "BACKEND", "STATUS", "BRANCH", "WORKTREE", "PANE"], rows)
+        first = shlex.quote(result.agents[0].id)
+        out.line(f"watch: exo agents --watch    attach: exo attach {first}    read: exo read {first}")
     for w in result.warnings:
         out.line(f"warning: {w}")
     if result.errors:

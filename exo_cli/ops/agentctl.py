@@ -107,6 +107,9 @@ def ended(env: Env, agent: Agent, st: PaneState | None) -> Agent:
         env.store.event("completed", agent.id, {"output": (output or "")[:2000], "exit": 0})
         env.store.post("done", agent.id, agent.parent or "root", output or "(done, no output)",
                        data={"event": "done", "from_name": agent.name, "exit": 0})
+        from exo_cli.ops import attention
+
+        attention.signal(env, "done", finished, output or "", exit=0)
         start_ready(env, finished)
         return finished
     if st is None:
@@ -123,11 +126,13 @@ def ended(env: Env, agent: Agent, st: PaneState | None) -> Agent:
 
 def died(env: Env, agent: Agent, reason: str, *, tell_parent: bool = True) -> None:
     """After an agent was marked dead: the event, its parent told, the agents waiting for it failed."""
+    from exo_cli.ops import attention
     from exo_cli.ops.delivery import fail_dependents, notify_parent
 
     if tell_parent:
         notify_parent(env, agent, "dead", f"{agent.name} is dead: {reason}", reason=reason)
     fail_dependents(env, agent, f"{agent.name} is dead ({reason})")
+    attention.signal(env, "dead", agent, reason, reason=reason)
 
 
 def settle_pending(env: Env, agents: list[Agent]) -> list[Agent]:
@@ -395,6 +400,9 @@ def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState |
         env.store.event("blocked-on-dialog", a.id, {"dialog": hit})
         env.store.post("event", a.id, a.parent or "root", f"[BLOCKED {a.id}] its CLI shows a dialog: {hit}",
                        data={"event": "blocked-on-dialog", "dialog": hit, "from_name": a.name})
+        from exo_cli.ops import attention
+
+        attention.signal(env, BLOCKED_ON_DIALOG, a, reason, dialog=hit)
         changed[a.id] = env.store.agent(a.id) or a
     return [changed.get(a.id, a) for a in agents]
 

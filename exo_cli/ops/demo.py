@@ -194,7 +194,10 @@ class _Run:
         kind = entry.kind
         text = entry.message or ""
         if kind == "note":
-            self.notes.append(DemoNote(agent=entry.agent_id, message=text))
+            # A demo agent echoes each message it receives in a note ("w1 got: ..."); how many
+            # depends on timing (one turn per message, or several in one), so they are shown, not counted.
+            if not text.startswith(f"{who} got: "):
+                self.notes.append(DemoNote(agent=entry.agent_id, message=text))
             self.say(f"note from {who}: {text}")
         elif kind == "question":
             bead = next((b for b in BEADS if b.question == text), None)

@@ -320,6 +320,9 @@ def on_session_end(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> Ho
         return HookResult("session-end", cli, agent.id, {}, [])
     msgs.notify_parent(env, agent, "dead", f"{agent.name} ended its session ({reason})", reason=reason)
     msgs.fail_dependents(env, agent, f"{agent.name} ended its session ({reason})")
+    from exo_cli.ops import attention
+
+    attention.signal(env, "dead", agent, f"session ended ({reason})", reason=reason)
     return HookResult("session-end", cli, agent.id, {}, ["dead"])
 
 
@@ -333,6 +336,9 @@ def on_notification(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> H
     env.store.update_agent(agent.id, status=WAITING_PERMISSION, status_reason=text[:200] or "permission prompt")
     msgs.notify_parent(env, agent, WAITING_PERMISSION,
                        f"{agent.name} is waiting for permission: {text or 'a tool needs approval'}", message=text)
+    from exo_cli.ops import attention
+
+    attention.signal(env, WAITING_PERMISSION, agent, text or "a tool needs approval")
     return HookResult("notification", cli, agent.id, {}, [WAITING_PERMISSION])
 
 
@@ -470,9 +476,15 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     if agent.status == DONE:
         changes.pop("status", None)
         changes.pop("status_reason", None)
+    foresee = agent.status != DONE and _foresight_due(env, agent, state)
     # one short transaction for the record, counters and bookkeeping
     env.store.record_turn(agent.id, changes, turns=1 if first_for_turn else 0, tokens=tokens,
                           kv=(_key(agent.id), json.dumps(state, separators=(",", ":"))))
+    if foresee:  # in the background, once this hook has exited: the answer never waits for the merges
+        from exo_cli.ops.foresight import start_check
+
+        if start_check(env, agent):
+            actions.append("foresight")
     if not blocking and can_block and agent.status != DONE and "block-limit" not in actions:
         # A message posted while this hook ran saw the agent still working and was queued; now
         # that the record says idle, a later sender types it, and one in between is taken here.
@@ -537,6 +549,26 @@ def turn_failed(env: Env, agent: Agent, error: str, *, kind: str | None = None) 
     env.store.bump_agent(agent.id, turns=1)
     msgs.notify_parent(env, agent, FAILED_TURN, f"{agent.name}'s turn failed: {_short(text, 400)}",
                        error=error[:4000], **({"error_kind": kind} if kind else {}))
+    return True
+
+
+def _foresight_due(env: Env, agent: Agent, state: dict[str, Any]) -> bool:
+    """Whether conflict foresight (``ops/foresight.py``) should look at this agent's branch again.
+
+    True when its branch, its base or a live sibling's branch moved since the last look (the
+    tips are read from the ref files: no git process, no import of the foresight module).
+    """
+    if not (agent.branch and agent.worktree and agent.base_branch):
+        return False
+    from exo_cli.ops.rebase import ref_sha
+
+    wt = agent.worktree
+    tips = [ref_sha(wt, f"refs/heads/{agent.branch}"), ref_sha(wt, f"refs/heads/{agent.base_branch}")]
+    tips += [f"{a.id}={ref_sha(wt, f'refs/heads/{a.branch}')}" for a in env.store.agents()
+             if a.parent == agent.parent and a.id != agent.id and a.branch and a.status not in (DEAD, DONE)]
+    if state.get("foresight") == tips:
+        return False
+    state["foresight"] = tips
     return True
 
 

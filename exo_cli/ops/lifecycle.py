@@ -244,20 +244,40 @@ class AttachResult:
     agent: str
     argv: list[str]
     location: dict[str, Any]
+    mode: str = "attach"  # attach | switch | popup | window | log
+    command: str = ""  # argv as one line that pastes cleanly into a POSIX shell
+    hint: str | None = None  # how to come back, when it is not the usual detach
 
 
 @op("attach", cli="attach", roles=("human",), read_only=True, idempotent=True,
     help={"agent": "The agent whose pane (or log, when headless) to show."})
 def attach(env: Env, *, agent: str) -> AttachResult:
-    """Switch the terminal to an agent's pane (or follow its log when headless)."""
+    """Switch the terminal to an agent's pane (or follow its log when headless).
+
+    Inside your own tmux, the agent opens in a popup of your session (tmux 3.2 and newer;
+    a new window before that), with its window's size kept; outside tmux, a plain attach;
+    inside exo's own tmux server, a switch to its window.
+    """
+    import shlex
+
     from exo_cli.ops import agentctl
 
     rec = _get(env, agent)
     loc = agentctl.location(rec)
     if loc is None:
         raise StateError(f"Agent {rec.id} has not started yet ({rec.status_reason or rec.status})", agent=rec.id)
-    argv = agentctl.mux_for(env, loc.mux).attach_argv(loc)
-    return AttachResult(agent=rec.id, argv=argv, location=loc.to_dict())
+    mux = agentctl.mux_for(env, loc.mux)
+    mode, hint = ("log" if loc.mux == "headless" else "attach"), None
+    from exo_cli.adapters.mux.tmux import Tmux
+
+    if isinstance(mux, Tmux):
+        from exo_cli.adapters.mux.tmux_attach import plan
+
+        mode, argv, hint = plan(mux, loc, name=rec.name, environ=env.environ)
+    else:
+        argv = mux.attach_argv(loc)
+    return AttachResult(agent=rec.id, argv=argv, location=loc.to_dict(), mode=mode, command=shlex.join(argv),
+                        hint=hint)
 
 
 # --------------------------------------------------------------------------- read

@@ -242,6 +242,10 @@ def question(env: Env, *, message: str, timeout: Annotated[float, Range(0)] | No
             parent = find_agent(env, parent_id) if parent_id != ROOT else None
             if parent is not None:
                 _deliver(env, ticket, parent)
+            else:
+                from exo_cli.ops import attention
+
+                attention.signal(env, "question", me, message, ticket=ticket)
         else:
             ticket = found.id
         if me.status != DONE:

@@ -78,6 +78,9 @@ def done(env: Env, *, output: str | None = None) -> DoneResult:
     env.store.event("completed", me.id, {"output": (text or "")[:2000]})
     parent = me.parent or ROOT
     post(env, DONE_KIND, me.id, parent, text or "(done, no output)", data={"event": "done"})
+    from exo_cli.ops import attention
+
+    attention.signal(env, "done", me, text or "")
     ready = ready_dependents(env, me.id)
     started: list[str] = []
     if ready:  # spawn loads only when an agent waits for this one

@@ -19,6 +19,7 @@ from exo_cli import fault
 from exo_cli.adapters.git import Git
 from exo_cli.errors import InvalidInput, NotFound, StateError
 from exo_cli.ops.branches import base_branch
+from exo_cli.ops.diff import DiffResult
 from exo_cli.records import DONE, ROOT, PullRequest
 from exo_cli.registry import Choice, Range, Tool, op
 
@@ -181,6 +182,11 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     if parent:
         verb = "filed" if created else "updated"
         env.store.post("pr-filed", author, parent, f"PR #{number} {verb}: {title} ({head} -> {base})", data=data)
+        if parent == ROOT and created and agent is not None:
+            from exo_cli.ops import attention
+
+            attention.signal(env, "pr-filed", agent, f"PR #{number}: {title} ({head} -> {base})", pr=number,
+                             url=pr.url)
     return FileResult(pr=view(pr), created=created, pushed=filed.pushed, commits=commits, base_pushed=filed.base_pushed)
 
 
@@ -328,14 +334,38 @@ def list_prs(env: Env, *, state: Annotated[str, Choice(STATES)] = "all") -> PrLi
     return PrList(prs=views, count=len(views))
 
 
+@dataclass(frozen=True)
+class PrDiffView(PrView):
+    """``exo pr show N --diff``: the PR and what it merges (or merged)."""
+
+    diff: DiffResult | None = None
+
+
 @op(
     "pr_show",
     cli="pr show",
     read_only=True,
     idempotent=True,
-    help={"number": "Number of the pull request."},
-    no_tools="list_prs returns this same view of every pull request",
+    help={"number": "Number of the pull request.",
+          "diff": "Add the PR's diff: its branch against its base (three-dot), or its merge commit once merged."},
+    no_tools="list_prs returns this same view of every pull request, and diff_agent the diff of an agent's branch",
 )
-def show_pr(env: Env, *, number: Annotated[int, Range(1)]) -> PrView:
-    """Show one pull request with its review and check state."""
-    return view(_get(env, number))
+def show_pr(env: Env, *, number: Annotated[int, Range(1)], diff: bool = False) -> PrView:
+    """Show one pull request with its review and check state (with diff, what it merges)."""
+    pr = _get(env, number)
+    if not diff:
+        return view(pr)
+    from dataclasses import asdict
+
+    from exo_cli.ops.diff import branch_diff
+
+    git = Git(env.repo.root)
+    head, base = f"refs/heads/{pr.head}", f"refs/heads/{pr.base}"
+    if pr.state == "merged" and pr.merge_commit and git.rev(f"{pr.merge_commit}^1"):
+        revs = [f"{pr.merge_commit}^1", pr.merge_commit]
+        shown = branch_diff(git, head=pr.merge_commit, base=f"{pr.merge_commit}^1", revs=revs, agent=pr.author)
+    elif git.ref_exists(head) and git.ref_exists(base):
+        shown = branch_diff(git, head=head, base=base, revs=[f"{base}...{head}"], agent=pr.author)
+    else:
+        raise StateError(f"PR #{number}'s branches are gone ({pr.head} -> {pr.base})", pr=number)
+    return PrDiffView(**asdict(view(pr)), diff=shown)

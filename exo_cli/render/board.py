@@ -1,9 +1,9 @@
 """The live status board of ``exo demo`` (on stderr), written like every human view: made safe.
 
 ``PlainBoard`` prints a progress line when something changes (piped, ``NO_COLOR``, ``--json``);
-``LiveBoard`` keeps a rich table of the agents with the latest progress lines under it. Every
-cell is an agent's text (its task, its last message, a PR title): each goes through ``safe``
-and reaches rich as plain ``Text``, never as markup.
+``LiveBoard`` shows the agents in the lines of ``exo board`` (``render/teamboard.py``, those that
+need you first) with the latest progress lines under it. Every agent text (its task, its last
+message, a PR title) goes through ``safe`` and reaches rich as plain ``Text``, never as markup.
 """
 
 from __future__ import annotations
@@ -11,24 +11,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from exo_cli.render.text import Out, cell, fancy, safe
+from exo_cli.render.text import Out, cell, fancy
 
 ROWS = 8  # recent progress lines shown under the live table
-HEADERS = ["agent", "status", "task", "branch", "PR", "last message"]
 
 
 def short(text: str | None, n: int = 60) -> str:
     """``text`` on one line, cut to ``n`` characters."""
     text = " ".join((text or "").split())
     return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def row(a: Any) -> list[str]:
-    """One agent of the board: its cells, made safe."""
-    pr = a.pr or {}
-    shown_pr = f"#{pr['number']} {pr['state']}" if pr else "-"
-    return [safe(x) for x in (a.name, a.status, short(a.task, 36), a.branch or "-", shown_pr,
-                              short(a.last_message))]
 
 
 class PlainBoard:
@@ -66,17 +57,24 @@ class LiveBoard:
         self.live.start()
 
     def _render(self) -> Any:
-        from rich.console import Group
-        from rich.table import Table
+        """The lines of ``exo board`` (``render/teamboard.py``), one per agent, under the demo's clock."""
+        from types import SimpleNamespace
 
-        table = Table(title=f"exo demo  {self.elapsed:5.1f}s", title_justify="left", header_style="bold",
-                      expand=False)
-        for h in HEADERS:
-            table.add_column(h, overflow="ellipsis", no_wrap=True)
-        for a in (self.agents.agents if self.agents else []):
-            style = {"done": "green", "dead": "red", "asking": "yellow", "idle": "cyan"}.get(a.status, "")
-            table.add_row(*(cell(c, safe_already=True) for c in row(a)), style=style)
-        return Group(table, *(cell(line, style="dim") for line in self.lines[-ROWS:]))
+        from rich.console import Group
+
+        from exo_cli.ops.board import needs_of
+        from exo_cli.render import teamboard
+
+        width = max(self.console.width - 1, 60)
+        rows = [SimpleNamespace(agent=a, needs=needs_of(a), conflicts=[])
+                for a in (self.agents.agents if self.agents else [])]
+        rows.sort(key=lambda r: 0 if r.needs else 1)  # those that need you first, as on the board
+        lines = [cell(f"exo demo  {self.elapsed:5.1f}s", style="bold"),
+                 cell(teamboard.header(width).rstrip(), style="bold")]
+        for r in rows:
+            style = {"done": "green", "dead": "red", "asking": "yellow", "idle": "cyan"}.get(r.agent.status, "")
+            lines.append(cell(teamboard.line(r, width).rstrip(), style=style, safe_already=True))
+        return Group(*lines, *(cell(line, style="dim") for line in self.lines[-ROWS:]))
 
     def board(self, agents: Any, elapsed: float) -> None:
         self.agents, self.elapsed = agents, elapsed

@@ -37,6 +37,7 @@ from exo_cli.errors import EnvironmentError_, InvalidInput, StateError
 from exo_cli.records import (
     AGENT_JSON_FIELDS,
     STARTING,
+    TEAM_BELL,
     WAITING_PERMISSION,
     WORKING,
     Agent,
@@ -292,7 +293,9 @@ class PostgresStore(Store):
         while True:
             try:
                 with conn.transaction():
-                    return fn(conn)
+                    result = fn(conn)
+                    conn.execute("SELECT pg_notify(%s, '')", (channel(self.repo, TEAM_BELL),))  # the board's doorbell
+                    return result
             except _RETRYABLE:
                 if time.monotonic() > deadline:
                     raise

@@ -30,6 +30,7 @@ from exo_cli.errors import InvalidInput, StateError
 from exo_cli.records import (
     AGENT_JSON_FIELDS,
     STARTING,
+    TEAM_BELL,
     WAITING_PERMISSION,
     WORKING,
     Agent,
@@ -300,6 +301,7 @@ class SqliteStore(Store):
         with self.write() as c:
             c.execute(f"INSERT INTO agents ({', '.join(_AGENT_COLS)}) VALUES ({', '.join('?' * len(_AGENT_COLS))})",
                       values)
+        self.bell.ring(TEAM_BELL)
 
     @staticmethod
     def _set_agent(c: sqlite3.Connection, agent_id: str, changes: Mapping[str, Any], if_status: str | None) -> bool:
@@ -324,7 +326,10 @@ class SqliteStore(Store):
     def update_agent(self, agent_id: str, *, if_status: str | None = None, **changes: Any) -> bool:
         """Set columns of one agent; ``updated_at`` follows, ``status_at`` when status changes."""
         with self.write() as c:
-            return self._set_agent(c, agent_id, changes, if_status)
+            changed = self._set_agent(c, agent_id, changes, if_status)
+        if changed:
+            self.bell.ring(TEAM_BELL)
+        return changed
 
     def bump_agent(self, agent_id: str, **deltas: int) -> None:
         """Add to counters (turns, tool_calls, tokens) atomically."""
@@ -350,10 +355,12 @@ class SqliteStore(Store):
             c.execute("UPDATE agents SET turns = turns + ?, tokens = tokens + ? WHERE id = ?",
                       (turns, tokens, agent_id))
             c.execute(_KV_UPSERT, kv)
+        self.bell.ring(TEAM_BELL)
 
     def delete_agent(self, agent_id: str) -> None:
         with self.write() as c:
             c.execute("DELETE FROM agents WHERE id = ?", (agent_id,))
+        self.bell.ring(TEAM_BELL)
 
     def retire_agent(self, agent_id: str, new_id: str, *, forget_keys: Sequence[str] = (),
                      forget_prefixes: Sequence[str] = ()) -> bool:
@@ -404,6 +411,7 @@ class SqliteStore(Store):
             )
             msg_id = int(cur.lastrowid or 0)
         self.bell.ring(recipient)
+        self.bell.ring(TEAM_BELL)
         return msg_id
 
     def message(self, msg_id: int) -> Message | None:

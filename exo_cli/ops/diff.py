@@ -1,0 +1,94 @@
+"""``exo diff AGENT``: an agent's branch against its base, three-dot (what its PR would merge).
+
+``branch_diff`` is the one place a diff is taken; ``exo pr show N --diff`` and the board's
+diff key use it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from exo_cli.adapters.git import Git
+from exo_cli.errors import InvalidInput, NotFound, StateError
+from exo_cli.registry import op
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+PATCH_LIMIT = 2_000_000  # bytes of patch text returned at most (the rest is cut at a line end)
+
+
+@dataclass(frozen=True)
+class DiffFile:
+    path: str
+    status: str  # git's letter: A added, M modified, D deleted, T type changed
+    added: int | None  # None for a binary file
+    deleted: int | None
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """What ``exo diff`` shows: the files changed, their line counts, and the patch unless asked not to."""
+
+    agent: str | None
+    head: str
+    base: str
+    merge_base: str | None
+    files: list[DiffFile]
+    added: int
+    deleted: int
+    patch: str | None  # None with --stat or --name-only
+    truncated: bool
+
+
+def branch_diff(git: Git, *, head: str, base: str, revs: list[str], agent: str | None = None,
+                patch: bool = True) -> DiffResult:
+    """The diff of ``revs`` (``base...head``, or two commits) as a DiffResult."""
+    from exo_cli.adapters import gitdiff
+
+    files = [DiffFile(path=p, status=s, added=a, deleted=d) for p, s, a, d in gitdiff.diff_files(git, revs)]
+    text, cut = gitdiff.diff_patch(git, revs, limit=PATCH_LIMIT) if patch else (None, False)
+    return DiffResult(agent=agent, head=head, base=base, merge_base=gitdiff.merge_base(git, base, head),
+                      files=files, added=sum(f.added or 0 for f in files), deleted=sum(f.deleted or 0 for f in files),
+                      patch=text, truncated=cut)
+
+
+@op(
+    "diff",
+    cli="diff",
+    tools=["diff_agent"],
+    roles=("tl", "dev"),
+    read_only=True,
+    idempotent=True,
+    help={
+        "agent": "The agent whose branch to compare with its base branch.",
+        "stat": "Only the files changed with their added and deleted line counts (no patch).",
+        "name_only": "Only the names of the files changed (no patch).",
+    },
+)
+def diff(env: Env, *, agent: str, stat: bool = False, name_only: bool = False) -> DiffResult:
+    """Show an agent's branch against its base branch: what its pull request would merge.
+
+    A three-dot diff (`git diff BASE...BRANCH`: the changes since the branch left its base,
+    whatever moved on the base since). The base is the agent's recorded parent branch.
+    With stat or name_only, only the files changed (with their line counts). NotFound for
+    an unknown agent; StateError when it has no branch or the branch is gone.
+    """
+    from exo_cli.ops.branches import base_branch
+
+    if stat and name_only:
+        raise InvalidInput("Give --stat or --name-only, not both", field="name_only")
+    rec = env.store.agent(agent) if env.has_state() else None
+    if rec is None:
+        raise NotFound(f"No agent named {agent!r}", hint="List agents with `exo agents`.", agent=agent)
+    if not rec.branch:
+        raise StateError(f"Agent {rec.id} has no branch of its own", agent=rec.id)
+    base = base_branch(env, rec, rec.branch)
+    git = Git(env.repo.root)
+    for name in (rec.branch, base):
+        if not git.ref_exists(f"refs/heads/{name}"):
+            raise StateError(f"Branch {name} does not exist", hint="`exo doctor` reconciles the records.",
+                             agent=rec.id, branch=name)
+    return branch_diff(git, head=rec.branch, base=base, agent=rec.id,
+                       revs=[f"refs/heads/{base}...refs/heads/{rec.branch}"], patch=not (stat or name_only))

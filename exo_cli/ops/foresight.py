@@ -1,0 +1,184 @@
+"""Conflict foresight: would an agent's branch conflict with a live sibling's branch, or with its base?
+
+After each of an agent's turns the stop hook checks (``hooks._foresight_due``) whether the
+agent's branch, its base or a live sibling's branch moved since the last check (read from the
+ref files: no git process); when one did, it starts ``exo conflicts AGENT --check`` in the background (one ``posix_spawn``;
+the hook's answer never waits for it). That check runs ``git merge-tree --write-tree`` of the
+branch against its base and against each live sibling's branch (no checkout is touched),
+records the conflicting paths under ``conflicts:<agent>`` and, once per new conflict with a
+sibling, posts an event to both agents that they get at their next turn (a conflict with the
+base is recorded and shown; the stop hook's own rebase onto the base tells the agent).
+``exo conflicts`` (tool ``list_conflicts``) and the board show what is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.records import DEAD, DONE, ROOT, Agent
+from exo_cli.registry import op
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+KEY = "conflicts:{agent}"
+TOLD = "conflict-told:{digest}"
+
+
+@dataclass(frozen=True)
+class Conflict:
+    agent: str
+    other: str  # a sibling agent's id, or "base"
+    branch: str
+    other_branch: str
+    paths: list[str]
+    since: float
+
+
+@dataclass(frozen=True)
+class ConflictsResult:
+    conflicts: list[Conflict]
+    checked: list[str]  # the agents whose branches were merged just now (with check)
+    told: list[str]  # agents told about a new conflict just now
+
+
+def _siblings(agents: list[Agent], me: Agent) -> list[Agent]:
+    return [a for a in agents if a.parent == me.parent and a.id != me.id and a.id != ROOT and a.branch
+            and a.status not in (DEAD, DONE)]
+
+
+def recorded(env: Env, agent_id: str) -> dict[str, Any]:
+    """What the last check of ``agent_id`` found: {other: {branch, other_branch, paths, since}}."""
+    raw = env.store.kv_get(KEY.format(agent=agent_id))
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# Leave the agent's worktree at once for / (a process working inside a worktree would hold up
+# `exo complete`; `-C` names the repository without entering it), wait for the hook process ($1)
+# to exit (5 s at most), then run the check: the hook answers with no other process of exo's
+# competing for the CPU (a POSIX shell loop costs about a millisecond).
+_AFTER_EXIT = ('cd / || exit 1; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; '
+               'i=$((i+1)); done; shift; exec "$@"')
+
+
+def start_check(env: Env, agent: Agent) -> bool:
+    """Start ``exo conflicts AGENT --check`` in the background (working in /), once this process has exited."""
+    import os
+
+    from exo_cli.adapters.proc import spawn_detached
+    from exo_cli.selfcmd import exo_command
+
+    root = str(env.repo.root)
+    argv = ["/bin/sh", "-c", _AFTER_EXIT, "sh", str(os.getpid()),
+            *exo_command(), "-C", root, "conflicts", agent.id, "--check"]
+    return spawn_detached(argv, env.environ) is not None
+
+
+def _merge(git: Any, ours: str, theirs: str) -> list[str] | None:
+    """The conflicting paths of merging ``theirs`` into ``ours`` (refs/heads names), None when either is gone."""
+    from exo_cli.errors import ExoError
+
+    if not (git.ref_exists(f"refs/heads/{ours}") and git.ref_exists(f"refs/heads/{theirs}")):
+        return None
+    try:
+        result = git.merge_tree(f"refs/heads/{ours}", f"refs/heads/{theirs}")
+    except ExoError:
+        return None
+    return sorted(set(result.conflicts))
+
+
+def run_check(env: Env, agent: Agent) -> tuple[dict[str, Any], list[str]]:
+    """Merge ``agent``'s branch with its base and each live sibling's; record and tell; (found, told)."""
+    from exo_cli.adapters.git import Git
+    from exo_cli.ops import delivery as msgs
+
+    git = Git(env.repo.root)
+    before = recorded(env, agent.id)
+    found: dict[str, Any] = {}
+    now = time.time()
+    pairs: list[tuple[str, str, Agent | None]] = []
+    if agent.base_branch and agent.branch:
+        pairs.append(("base", agent.base_branch, None))
+    for s in _siblings(env.store.agents(), agent):
+        pairs.append((s.id, str(s.branch), s))
+    told: list[str] = []
+    for other, other_branch, sibling in pairs:
+        paths = _merge(git, other_branch, str(agent.branch))
+        if not paths:
+            continue
+        since = (before.get(other) or {}).get("since", now) if (before.get(other) or {}).get("paths") == paths else now
+        found[other] = {"branch": agent.branch, "other_branch": other_branch, "paths": paths, "since": since}
+        if sibling is None:
+            continue  # recorded and shown; the stop hook's rebase onto the base tells the agent itself
+        import hashlib
+
+        digest = hashlib.sha1(json.dumps([sorted([agent.id, other]), paths]).encode()).hexdigest()[:20]
+        if not env.store.kv_claim(TOLD.format(digest=digest), str(now)):
+            continue  # told already (by this check or the sibling's)
+        listed = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
+        for me, them, mine, theirs in ((agent, sibling, agent.branch, other_branch),
+                                       (sibling, agent, other_branch, agent.branch)):
+            msgs.post(env, msgs.EVENT, agent.id, me.id,
+                      f"Heads-up: your branch {mine} conflicts with {them.name}'s branch {theirs} in: {listed}. "
+                      f"Whoever merges second will have to resolve it: agree with {them.name} "
+                      f"(`exo send {them.id} ...`) who changes what, or ask your parent.",
+                      data={"event": "conflict", "other": them.id, "paths": paths})
+            told.append(me.id)
+    env.store.kv_set(KEY.format(agent=agent.id), json.dumps(found, separators=(",", ":")))
+    return found, told
+
+
+def _rows(agent_id: str, data: dict[str, Any], live: set[str]) -> list[Conflict]:
+    """The recorded conflicts of ``agent_id`` with its base or with a sibling still live."""
+    return [Conflict(agent=agent_id, other=other, branch=str(v.get("branch")), other_branch=str(v.get("other_branch")),
+                     paths=list(v.get("paths") or []), since=float(v.get("since") or 0))
+            for other, v in data.items() if other == "base" or other in live]
+
+
+@op(
+    "conflicts",
+    cli="conflicts",
+    tools=["list_conflicts"],
+    roles=("tl", "dev"),
+    idempotent=True,
+    help={
+        "agent": "Only this agent's conflicts (default: every agent's).",
+        "check": "Merge the agent's branch with its base and its live siblings' branches now (git merge-tree).",
+    },
+)
+def conflicts(env: Env, *, agent: str | None = None, check: bool = False) -> ConflictsResult:
+    """List the conflicts foreseen between agents' branches, and with their base branches.
+
+    After each turn of an agent, exo merges its branch (without touching any checkout) with
+    its base and with each live sibling's branch, and records the files that would conflict;
+    both agents get a note once per new conflict. With check, that check runs now for the
+    agent. NotFound for an unknown agent.
+    """
+    from exo_cli.errors import InvalidInput, NotFound
+
+    if check and agent is None:
+        raise InvalidInput("Name the agent to check", field="agent")
+    everyone = [a for a in env.store.agents() if a.id != ROOT] if env.has_state() else []
+    live = {a.id for a in everyone if a.status not in (DEAD, DONE)}
+    checked: list[str] = []
+    told: list[str] = []
+    if agent is not None:
+        rec = next((a for a in everyone if a.id == agent), None)
+        if rec is None:
+            raise NotFound(f"No agent named {agent!r}", hint="List agents with `exo agents`.", agent=agent)
+        if check:
+            _, told = run_check(env, rec)
+            checked.append(rec.id)
+        rows = _rows(rec.id, recorded(env, rec.id), live)
+        rows += [c for a in everyone if a.id != rec.id and a.id in live
+                 for c in _rows(a.id, recorded(env, a.id), live) if c.other == rec.id]
+    else:
+        rows = [c for a in everyone if a.id in live for c in _rows(a.id, recorded(env, a.id), live)]
+    return ConflictsResult(conflicts=rows, checked=checked, told=told)

@@ -1,0 +1,150 @@
+"""The board's lines: one line per agent that fits the terminal's width (80 columns and up).
+
+Pure formatting shared by ``exo board`` (Textual) and ``exo agents --watch`` (plain text).
+Columns: a mark (``!`` when the agent needs you), the name (indented by depth), the status,
+turns/tool calls/tokens, the PR, the age, then what is left for the task and the last
+message (why it needs you, or a foreseen conflict, first). Agent text has its control
+characters made visible (``render.text.safe``) and is never interpreted as markup.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from exo_cli.render.text import ago
+
+PR_STATE = {"open": "open", "merged": "mrgd", "closed": "clsd"}
+SHORT_STATUS = {"waiting-permission": "permission", "blocked-on-dialog": "dialog", "failed-turn": "failed"}
+NEEDS_TEXT = {"asking": "asks you", "permission": "waits for a permission", "dialog": "shows a dialog",
+              "failed": "its turn failed",
+              "pr-ready": "PR ready to merge", "dead": "dead"}
+NAME_W, STATUS_W, COUNT_W, PR_W, AGE_W = 12, 10, 10, 8, 5
+HEADER = ("", "AGENT", "STATUS", "TRN/TL/TOK", "PR", "AGE")
+
+
+def clean(text: Any) -> str:
+    """One line of agent text: control characters made visible (``ESC`` as ``^[``), whitespace runs one space."""
+    from exo_cli.render.text import safe
+
+    return " ".join(safe(str(text or "")).split())
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` columns (an ellipsis marks the cut), padded to it."""
+    if width <= 0:
+        return ""
+    if len(text) > width:
+        text = text[: width - 1] + "…" if width > 1 else text[:width]
+    return text.ljust(width)
+
+
+def tokens(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
+    return f"{n / 1000:.0f}k" if n >= 1000 else str(n)
+
+
+def _rest(row: Any, room: int) -> tuple[str, str]:
+    a = row.agent
+    task = clean(a.bead or a.task)
+    said = clean(a.last_message)
+    if row.needs:
+        said = NEEDS_TEXT.get(row.needs, row.needs) + (f": {said}" if said and row.needs == "asking" else "")
+    if row.conflicts:
+        said = f"conflicts{' with' if room >= 40 else ''} {clean(row.conflicts[0])}" + (f" (+{len(row.conflicts) - 1})" if len(row.conflicts) > 1
+                                                                else "") + (f" · {said}" if said else "")
+    return task, said
+
+
+def line(row: Any, width: int = 80) -> str:
+    """The board line of one ``BoardRow``, exactly ``width`` columns."""
+    a = row.agent
+    pr = f"#{a.pr['number']} {PR_STATE.get(a.pr['state'], a.pr['state'])}" if a.pr else "-"
+    counts = f"{a.turns}/{a.tool_calls}/{tokens(a.tokens)}"
+    name = "  " * min(a.depth, 4) + clean(a.name)
+    head = " ".join([("!" if row.needs else " "), fit(name, NAME_W), fit(SHORT_STATUS.get(a.status, a.status), STATUS_W),
+                     fit(counts, COUNT_W), fit(pr, PR_W), fit(ago(a.age_seconds), AGE_W)])
+    room = width - len(head) - 1
+    task, said = _rest(row, room)
+    if room <= 0:
+        return fit(head, width)
+    if not said:
+        tail = task
+    elif not task:
+        tail = said
+    elif row.needs or row.conflicts:  # why it needs you comes first; the task gets what is left
+        tail = said + " · " + task
+    else:
+        share = max(room * 2 // 5, min(len(task), 12))
+        task_w = min(len(task), share)
+        tail = fit(task, task_w) + " " + said
+    return fit(head + " " + tail, width)
+
+
+def header(width: int = 80) -> str:
+    mark, name, status, counts, pr, age = HEADER
+    head = " ".join([fit(mark, 1), fit(name, NAME_W), fit(status, STATUS_W), fit(counts, COUNT_W), fit(pr, PR_W),
+                     fit(age, AGE_W)])
+    return fit(head + " TASK · LAST MESSAGE", width)
+
+
+def inbox_line(item: Any, width: int = 80, now: float | None = None) -> str:
+    """One inbox entry: age, who, kind (``?`` marks a pending question), the text."""
+    now = time.time() if now is None else now
+    mark = "?" if item.pending else " "
+    head = f"{mark} {fit(ago(now - item.created_at), AGE_W)} {fit(clean(item.name), NAME_W)} {fit(item.kind, 9)}"
+    return fit(head + " " + clean(item.body), width)
+
+
+def summary(result: Any) -> str:
+    needs = f", {result.needs_you} need you" if result.needs_you else ""
+    pending = sum(1 for i in result.inbox if i.pending)
+    asks = f", {pending} question(s) waiting" if pending else ""
+    return f"exo board: {result.count} agent(s){needs}{asks}"
+
+
+def plain(result: Any, width: int = 80) -> list[str]:
+    """The whole board as plain lines (``exo agents --watch``)."""
+    out = [summary(result), header(width).rstrip()]
+    out += [line(r, width).rstrip() for r in result.rows] or ["  No agents. Start one with `exo spawn`."]
+    if result.inbox:
+        out += ["", fit("INBOX", width).rstrip()]
+        out += [inbox_line(i, width).rstrip() for i in result.inbox[:10]]
+    return out
+
+
+FALLBACK = 5.0  # seconds between snapshots when nothing rings (liveness of panes and processes)
+
+
+def watch(env: Any, *, fallback: float = FALLBACK, rounds: int | None = None) -> None:
+    """``exo agents --watch``: print the board, then again whenever the team doorbell rings.
+
+    On a terminal the board is redrawn in place; piped, each new board follows the last one
+    after a blank line. Every agent text in it went through ``clean`` (no control character).
+    """
+    import contextlib
+    import shutil
+
+    from exo_cli.records import TEAM_BELL
+    from exo_cli.registry import invoke
+
+    tty = sys.stdout.isatty()
+    last: list[str] | None = None
+    listening = env.store.bell.listen([TEAM_BELL]) if env.has_state() else contextlib.nullcontext(None)
+    with listening as waiter:
+        n = 0
+        while True:
+            n += 1
+            lines = plain(invoke("board", env), shutil.get_terminal_size((80, 24)).columns)
+            if lines != last:
+                sys.stdout.write(("\x1b[H\x1b[2J" if tty else "") + "\n".join(lines) + ("\n" if tty else "\n\n"))
+                sys.stdout.flush()
+                last = lines
+            if rounds is not None and n >= rounds:
+                return
+            if waiter is None:
+                time.sleep(fallback)
+            elif waiter.wait(fallback):
+                time.sleep(0.1)  # one snapshot for a burst of changes

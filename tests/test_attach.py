@@ -1,0 +1,134 @@
+"""``exo attach`` from inside the user's own tmux: a popup (or a window on old tmux), never a nested client.
+
+Three real tmux servers on private sockets: exo's (the agent), the user's (their session), and
+a "terminal" server whose pane is the user's attached client (so the user's server has a client
+to show a popup on). Keys are typed into the user's pane; what each server holds is read back.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_messages_helpers import ROOT, env_for, git, make_agent
+
+from conftest import wait_for
+from exo_cli import registry
+from exo_cli.adapters.mux.tmux_attach import parse_version, plan
+from exo_cli.ops import agentctl
+
+pytestmark = [pytest.mark.tmux, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
+
+
+def tm(sock: Path, *args: str, check: bool = True) -> str:
+    return subprocess.run(["tmux", "-S", str(sock), *args], capture_output=True, text=True, check=check,
+                          env={k: v for k, v in os.environ.items() if k != "TMUX"}).stdout.strip()
+
+
+@pytest.fixture
+def agent_repo(repo: Path, tmp_path: Path) -> Iterator[Path]:
+    """An agent ``w1`` in a window of exo's private tmux server, running a shell that just waits."""
+    wt = tmp_path / "wt-w1"
+    git(repo, "worktree", "add", "-q", "-b", "main.w1", str(wt), "main")
+    make_agent(repo, "w1", status="idle", worktree=str(wt), branch="main.w1", base_branch="main", mux="tmux")
+    env = env_for(repo)
+    loc = agentctl.mux_for(env, "tmux").start("w1", ["sleep", "600"], cwd=wt, env=dict(os.environ))
+    env.store.update_agent("w1", location=loc.to_dict())
+    yield repo
+    agentctl.mux_for(env_for(repo), "tmux").kill_server()
+
+
+@pytest.fixture
+def user_tmux(tmp_path: Path) -> Iterator[Path]:
+    """The user's own tmux server (80x24 session ``me``), with a client attached from a 'terminal' server."""
+    short = Path(os.path.realpath("/tmp")) / f"exo-user-{os.getpid()}-{tmp_path.name[-6:]}"
+    short.mkdir()
+    user, term = short / "user.sock", short / "term.sock"
+    environ = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+    environ["PYTHONPATH"] = str(ROOT)
+    subprocess.run(["tmux", "-S", str(user), "-f", "/dev/null", "new-session", "-d", "-s", "me", "-x", "80", "-y", "24"],
+                   check=True, env=environ)
+    subprocess.run(["tmux", "-S", str(term), "-f", "/dev/null", "new-session", "-d", "-x", "100", "-y", "30",
+                    f"tmux -S {shlex.quote(str(user))} attach -t me"], check=True, env=environ)
+    wait_for(lambda: tm(user, "list-clients", "-F", "#{client_name}", check=False) != "", what="the user's client")
+    yield user
+    for sock in (term, user):
+        tm(sock, "kill-server", check=False)
+    shutil.rmtree(short, ignore_errors=True)
+
+
+def agent_server(repo: Path) -> Path:
+    return Path(agentctl.mux_for(env_for(repo), "tmux").socket_path())
+
+
+def test_attach_from_the_users_tmux_opens_a_popup(agent_repo: Path, user_tmux: Path) -> None:
+    repo = agent_repo
+    exo_sock = agent_server(repo)
+    window = env_for(repo).store.agent("w1").location["window"]
+    before = tm(exo_sock, "display-message", "-p", "-t", window, "#{window_width}x#{window_height}")
+    line = f"cd {shlex.quote(str(repo))} && {shlex.quote(sys.executable)} -m exo_cli attach w1"
+    tm(user_tmux, "send-keys", "-t", "me", "-l", line)
+    tm(user_tmux, "send-keys", "-t", "me", "Enter")
+    # the popup's client attaches to exo's server: one client there, showing w1's window
+    wait_for(lambda: tm(exo_sock, "list-clients", "-F", "#{window_id}", check=False) == window, timeout=30,
+             what="a client of exo's server on w1's window")
+    assert tm(user_tmux, "list-windows", "-a", "-F", "#{window_id}").count("\n") == 0  # no new window: a popup
+    assert tm(exo_sock, "show-options", "-w", "-v", "-t", window, "window-size") == "manual"  # this window only
+    assert tm(exo_sock, "show-options", "-g", "-v", "window-size") != "manual"
+    shown = tm(user_tmux, "capture-pane", "-p", "-t", "me")
+    assert "popup" in shown and "C-b d" in shown  # exo said how to come back
+    client = tm(user_tmux, "list-clients", "-F", "#{client_name}")
+    tm(user_tmux, "display-popup", "-C", "-c", client)
+    wait_for(lambda: tm(exo_sock, "list-clients", "-F", "#{client_name}", check=False) == "", timeout=30,
+             what="the popup's client to go")
+    after = tm(exo_sock, "display-message", "-p", "-t", window, "#{window_width}x#{window_height}")
+    assert after == before  # the popup did not shrink the agent's window
+
+
+def test_old_tmux_gets_a_window_and_the_prefix_twice_hint(agent_repo: Path, user_tmux: Path) -> None:
+    repo = agent_repo
+    env = env_for(repo)
+    rec = env.store.agent("w1")
+    loc = agentctl.location(rec)
+    mux = agentctl.mux_for(env, "tmux")
+    environ = {**os.environ, "TMUX": f"{user_tmux},1,0"}
+    mode, argv, hint = plan(mux, loc, name="w1", environ=environ, version=(3, 1))  # type: ignore[arg-type]
+    assert mode == "window" and "C-b C-b d" in (hint or "")
+    subprocess.run(argv, check=True, env=environ)
+    wait_for(lambda: "exo:w1" in tm(user_tmux, "list-windows", "-F", "#{window_name}"), what="the new window")
+    exo_sock = agent_server(repo)
+    wait_for(lambda: tm(exo_sock, "list-clients", "-F", "#{window_id}", check=False) == rec.location["window"],
+             timeout=30, what="the window's client on exo's server")
+
+
+def test_outside_tmux_a_plain_attach_whose_command_pastes_cleanly(agent_repo: Path) -> None:
+    r = registry.invoke("attach", env_for(agent_repo), agent="w1")
+    assert r.mode == "attach" and ";" in r.argv and "attach-session" in r.argv and "C-b d" in (r.hint or "")
+    assert shlex.split(r.command) == r.argv  # the printed command is the argv, `;` quoted
+    check = subprocess.run(["bash", "-n", "-c", r.command], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    assert "';'" in r.command
+
+
+def test_parse_version() -> None:
+    assert parse_version("3.3a") == (3, 3) and parse_version("next-3.5") == (3, 5)
+    assert parse_version("openbsd-7.4") == (7, 4) and parse_version("") is None
+
+
+def test_spawn_says_how_to_watch_attach_and_read(repo: Path) -> None:
+    from conftest import Exo, stop_repo_agents
+
+    try:
+        r = Exo(repo)("spawn", "--worker", "w1", "--prompt", "hi", "--agent", "demo",
+                      "--mux", "headless")
+        assert r.exit_code == 0, r.stderr
+        hint = next(line for line in r.stdout.splitlines() if line.startswith("watch:"))
+        assert "exo agents --watch" in hint and "exo attach w1" in hint and "exo read w1" in hint
+    finally:
+        stop_repo_agents(repo, tmux=False)
