@@ -249,3 +249,25 @@ def test_board_of_a_repository_without_agents_picks_up_the_first_one(repo: Path)
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+def test_the_boards_text_views_never_pass_agent_escapes_to_the_terminal() -> None:
+    """A diff or a pane's tail shown on the board (TextScreen) has every control character made visible:
+    an agent's committed ESC ]0;title BEL or ESC [2J stays text."""
+    from textual.app import App
+    from textual.widgets import Static
+
+    from exo_cli.render.tui import TextScreen
+
+    async def scenario() -> str:
+        app: App[None] = App()
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.push_screen(TextScreen("diff of \x1b[2Jw1", "+a \x1b]0;PWNED\x07 \x1b]52;c;ZXZpbA==\x07 \x1b[31mred"))
+            await pilot.pause()
+            shown = str(app.screen.query_one("#body", Static).content)
+            title = str(app.screen.query(Static).first().content)
+            return shown + "\n" + title
+
+    text = asyncio.run(scenario())
+    assert "\x1b" not in text and "\x07" not in text
+    assert "^[]0;PWNED^G" in text and "^[]52;c;ZXZpbA==^G" in text and "^[[2Jw1" in text

@@ -87,3 +87,16 @@ def test_the_stop_hook_checks_in_the_background_only_when_branches_moved(repo: P
     assert "foresight" not in stop()  # nothing moved: no check
     edit_line(wt2, "src/api.py", 5, "w2 again", base=(Path(wt2) / "src/api.py").read_text())
     assert "foresight" in stop()  # a sibling's branch moved
+
+
+def test_an_agent_working_on_the_base_itself_is_no_sibling_branch(repo: Path) -> None:
+    """A --no-worktree sibling works on main, the agents' base: its branch is the base, whose conflicts are
+    the stop hook's rebase's to report; it is neither listed twice nor told about the others' branches."""
+    setup(repo)
+    edit_line(repo, "src/api.py", 2, "main's line 2")  # the base now conflicts with w1 (and w2)
+    env = env_for(repo)
+    env.store.update_agent("w3", branch="main")  # as a --no-worktree agent: on the base itself
+    r = registry.invoke("conflicts", env, agent="w1", check=True)
+    mine = [(c.other, c.other_branch) for c in r.conflicts if c.agent == "w1"]
+    assert ("base", "main") in mine and ("w3", "main") not in mine, mine  # the base once, as the base
+    assert "w3" not in r.told and told(repo, "w3") == []

@@ -101,3 +101,16 @@ def test_bad_notify_config_is_an_error_naming_the_key(repo: Path) -> None:
     (repo / "exo.toml").write_text('[notify]\ncommand = "notify-me"\n')
     with pytest.raises(InvalidInput, match="notify.command"):
         env_for(repo).config  # noqa: B018
+
+
+def test_an_agent_with_a_huge_task_still_reaches_the_notifier(repo: Path, tmp_path: Path) -> None:
+    """The payload is written to the notifier's pipe at once: every long field (the task too) is cut, so a
+    70 KB task of wide characters cannot make the event too big to send (it was lost without a word)."""
+    out = tmp_path / "events.jsonl"
+    a = make_agent(repo, "w1")
+    env_for(repo).store.update_agent("w1", task="任务" * 35000)
+    recorder(repo, out)
+    registry.invoke("done", env_for(a.worktree, "w1"), output="finished")
+    got = wait_for(lambda: events(out), what="the done event")
+    assert [e["event"] for e in got] == ["done"] and got[0]["task"].startswith("任务任务")
+    assert len(json.dumps(got[0], ensure_ascii=False).encode()) < 60000

@@ -87,3 +87,26 @@ def test_own_inode_locks_the_file_itself_and_follows_a_replacement(tmp_path: Pat
     with locked(target, own_inode=True, blocking=False) as lock:
         assert lock.held and lock.fd is not None and os.fstat(lock.fd).st_ino == target.stat().st_ino
     old.release()
+
+
+def test_a_detached_child_holds_none_of_its_parents_descriptors() -> None:
+    """spawn_detached (the stop hook's background check): a pipe the hook inherited (its caller waits for
+    EOF on it) is not kept open by the child for the length of the check."""
+    import shutil
+    import signal
+
+    r, w = os.pipe()
+    os.set_inheritable(w, True)  # as a descriptor the hook got from whoever started it
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    pid = proc.spawn_detached([sleep, "60"], dict(os.environ))
+    assert pid is not None
+    try:
+        wait_for(lambda: os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(sleep), what="the child's exec")
+        held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        assert os.readlink(f"/proc/self/fd/{w}") not in held, held  # "pipe:[inode]"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(r)
+        os.close(w)

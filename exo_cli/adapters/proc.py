@@ -441,10 +441,25 @@ def spawn_detached(argv: list[str], env: Mapping[str, str]) -> int | None:
     actions: list[tuple[int, int, str, int, int]] = [
         (os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)
     ]
+    _no_inherit_above_stderr()  # a pipe the caller's caller waits on must not stay open in the child
     try:
         return os.posix_spawn(argv[0], argv, dict(env), file_actions=actions, setsid=True)
     except OSError:
         return None
+
+
+def _no_inherit_above_stderr() -> None:
+    """Mark every open descriptor above 2 close-on-exec (Python's own already are; inherited ones are not)."""
+    try:
+        fds = [int(name) for name in os.listdir("/dev/fd") if name.isdigit()]
+    except OSError:
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
 
 
 def run_foreground(argv: list[str], env: Mapping[str, str] | None = None) -> int:

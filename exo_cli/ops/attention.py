@@ -27,7 +27,7 @@ TEXT_MAX = 4000
 def event(kind: str, agent: Agent, text: str, **data: Any) -> dict[str, Any]:
     """The JSON object a notifier receives."""
     return {"event": kind, "agent": agent.id, "name": agent.name, "parent": agent.parent, "role": agent.role,
-            "task": agent.task, "bead": agent.bead, "branch": agent.branch, "repo": agent.repo,
+            "task": (agent.task or "")[:TEXT_MAX] if agent.task else agent.task, "bead": agent.bead, "branch": agent.branch, "repo": agent.repo,
             "text": text[:TEXT_MAX], "time": round(time.time(), 3), **data}
 
 

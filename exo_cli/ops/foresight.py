@@ -46,8 +46,10 @@ class ConflictsResult:
 
 
 def _siblings(agents: list[Agent], me: Agent) -> list[Agent]:
+    """Live siblings with a branch of their own: one working on the base itself (``--no-worktree``) or on
+    this agent's branch is not a sibling branch (conflicts with the base are the stop hook's rebase's)."""
     return [a for a in agents if a.parent == me.parent and a.id != me.id and a.id != ROOT and a.branch
-            and a.status not in (DEAD, DONE)]
+            and a.branch not in (me.branch, me.base_branch) and a.status not in (DEAD, DONE)]
 
 
 def recorded(env: Env, agent_id: str) -> dict[str, Any]:

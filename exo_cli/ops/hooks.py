@@ -565,7 +565,8 @@ def _foresight_due(env: Env, agent: Agent, state: dict[str, Any]) -> bool:
     wt = agent.worktree
     tips = [ref_sha(wt, f"refs/heads/{agent.branch}"), ref_sha(wt, f"refs/heads/{agent.base_branch}")]
     tips += [f"{a.id}={ref_sha(wt, f'refs/heads/{a.branch}')}" for a in env.store.agents()
-             if a.parent == agent.parent and a.id != agent.id and a.branch and a.status not in (DEAD, DONE)]
+             if a.parent == agent.parent and a.id != agent.id and a.branch
+             and a.branch not in (agent.branch, agent.base_branch) and a.status not in (DEAD, DONE)]
     if state.get("foresight") == tips:
         return False
     state["foresight"] = tips

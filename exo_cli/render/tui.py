@@ -27,6 +27,7 @@ from exo_cli.errors import ExoError
 from exo_cli.records import TEAM_BELL
 from exo_cli.registry import invoke
 from exo_cli.render import teamboard as fmt
+from exo_cli.render.text import safe
 
 FALLBACK = 5.0  # seconds between snapshots when nothing rings (the liveness check of panes and processes)
 COLOURS = {"asking": "bold yellow", "permission": "bold yellow", "dialog": "bold magenta", "failed": "bold red",
@@ -47,8 +48,8 @@ class TextScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(Text(self.title_text, style="bold"))
-            yield Static(Text(self.body or "(empty)"), id="body")
+            yield Static(Text(safe(self.title_text), style="bold"))
+            yield Static(Text(safe(self.body) or "(empty)"), id="body")  # agent text never acts on the terminal
 
 
 class AskScreen(ModalScreen[str | None]):
