@@ -171,6 +171,8 @@ def test_one_line_per_agent_at_any_width(width: int) -> None:
     assert fmt.line(rows[1], width).startswith("!") and "waits for a permission" in fmt.line(rows[1], width)
     assert ("conflicts with w1: src/api.py" if width > 80 else "conflicts w1: src/api.py") in fmt.line(rows[2], width)
     assert len(fmt.header(width)) == width
+    wide = fmt.line(_row("w4", task="修复登录" * 40, last="已完成" * 40), width)  # wide characters: 2 columns
+    assert sum(fmt._cells(ch) for ch in wide) == width and "修复" in wide
 
 
 def test_board_snapshot_needs_first_inbox_and_conflicts(repo: Path) -> None:

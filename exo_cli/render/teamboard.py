@@ -31,13 +31,32 @@ def clean(text: Any) -> str:
     return " ".join(safe(str(text or "")).split())
 
 
+def _cells(ch: str) -> int:
+    """The terminal columns of one character: 2 for wide (CJK) ones, 0 for combining marks."""
+    import unicodedata
+
+    if unicodedata.combining(ch):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
 def fit(text: str, width: int) -> str:
-    """``text`` cut to ``width`` columns (an ellipsis marks the cut), padded to it."""
+    """``text`` cut to ``width`` terminal columns (an ellipsis marks the cut), padded to it; a wide
+    (CJK) character takes two columns."""
     if width <= 0:
         return ""
-    if len(text) > width:
-        text = text[: width - 1] + "…" if width > 1 else text[:width]
-    return text.ljust(width)
+    if text.isascii():
+        if len(text) > width:
+            text = text[: width - 1] + "…" if width > 1 else text[:width]
+        return text.ljust(width)
+    cells = [_cells(ch) for ch in text]
+    if sum(cells) > width:
+        room, used, cut = width - 1 if width > 1 else width, 0, 0
+        while cut < len(text) and used + cells[cut] <= room:
+            used += cells[cut]
+            cut += 1
+        text, cells = text[:cut] + ("…" if width > 1 else ""), cells[:cut] + ([1] if width > 1 else [])
+    return text + " " * (width - sum(cells))
 
 
 def tokens(n: int) -> str:
