@@ -8,6 +8,7 @@ local bare repository (``url.<bare>.insteadOf``). Nothing reaches the network.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -171,6 +172,29 @@ def test_exos_tracker_commits_on_main_are_replayed_after_a_remote_merge(repo: Pa
     r = Exo(repo)("watch", "--once", "--json", env=extra)
     assert git(repo, "rev-parse", "main") == mine  # untouched
     assert "lacks; not updated" in r.stdout
+
+
+def test_exos_tracker_commits_wait_for_a_rebase_the_user_paused_on_main(repo: Path, github: FakeGitHub) -> None:
+    """A rebase the user paused in the main checkout (clean files, `break`) is theirs: exo neither replays
+    its tracker commits there nor aborts that rebase; it says why and leaves everything as it was."""
+    import os
+
+    extra = github.extra  # type: ignore[attr-defined]
+    a = make_agent(repo, "w1", parent="root")
+    commit(a.worktree, "a.txt", "a\n", "add a")
+    registry.invoke("pr_file", env_for(a.worktree, "w1", extra), title="Add a", body="", draft=False)
+    (repo / ".beads").mkdir(exist_ok=True)
+    commit(repo, ".beads/issues.jsonl", '{"id":"t-1","status":"in_progress"}\n', "beads: t-1 claimed by w1")
+    pr = github.prs[7]
+    sha = github.on_merge(pr, "SQUASH")  # type: ignore[misc]
+    pr.update(state="MERGED", mergedAt="2026-01-01T00:00:00Z", mergeCommit={"oid": sha})
+    env = {**os.environ, "GIT_SEQUENCE_EDITOR": "sed -i '1i break'"}
+    subprocess.run(["git", "rebase", "-i", "HEAD~1"], cwd=repo, env=env, check=True, capture_output=True)
+    assert (repo / ".git" / "rebase-merge").is_dir()
+    r = Exo(repo)("watch", "--once", "--json", env=extra)
+    assert "not updated" in r.stdout, r.stdout  # during the rebase no checkout has main: nothing is replayed
+    assert (repo / ".git" / "rebase-merge").is_dir()  # the user's rebase is still there to continue
+    subprocess.run(["git", "rebase", "--continue"], cwd=repo, check=True, capture_output=True)
 
 
 def test_watch_prints_a_remote_merge_and_fast_forwards_main_for_complete(repo: Path, github: FakeGitHub) -> None:

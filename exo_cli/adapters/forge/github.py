@@ -247,13 +247,21 @@ class GitHubForge(Forge):
         if wt is None:
             warnings.append(f"{lacks} (exo's tracker commits) and no checkout to replay them in; not updated")
             return False
+        from exo_cli.adapters.gitdir import git_dir_of, operations
+
         there = git.at(wt)
-        if there.tracked_changes(check=False):
-            warnings.append(f"{lacks} (exo's tracker commits) and {wt} has modified files; not updated")
+        git_dir = git_dir_of(wt)
+        busy = operations(git_dir) if git_dir is not None else []
+        if busy or there.tracked_changes(check=False):
+            why = f"a {busy[0]} is in progress there" if busy else "it has modified files"
+            warnings.append(f"{lacks} (exo's tracker commits) and {wt}: {why}; not updated")
             return False
-        if there.rebase(new).returncode != 0:
-            there.rebase_abort()
-            warnings.append(f"{lacks}: exo's tracker commits conflict with {self.remote}/{base}; not updated")
+        proc = there.rebase(new)
+        if proc.returncode != 0:
+            if "already a rebase" not in proc.stderr + proc.stdout:  # never abort a rebase someone else began
+                there.rebase_abort()
+            warnings.append(f"{lacks}: exo's tracker commits could not be replayed on {self.remote}/{base}; "
+                            "not updated")
             return False
         return True
 
