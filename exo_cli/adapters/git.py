@@ -567,6 +567,11 @@ class Git:
         return self.run(["push", "-u", remote, f"refs/heads/{branch}:refs/heads/{branch}"], check=False,
                         timeout=timeout)
 
+    def push_as_is(self, remote: str, branch: str, *, force: bool = False, timeout: float = 300) -> Finished:
+        """Push ``branch`` to the same name on ``remote`` (``force``: it is exo's own), its upstream untouched."""
+        return self.run(["push", "--quiet", remote, f"{'+' if force else ''}refs/heads/{branch}:refs/heads/{branch}"],
+                        check=False, timeout=timeout)
+
     def remote_has_branch(self, remote: str, branch: str) -> bool | None:
         """Whether ``remote`` has ``branch`` (``ls-remote``); None when the remote cannot be asked."""
         proc = self.run(["ls-remote", "--exit-code", "--heads", remote, f"refs/heads/{branch}"], check=False)

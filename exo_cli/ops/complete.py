@@ -446,6 +446,7 @@ def _complete_lock(env: Env, agent_id: str) -> Iterator[None]:
     tools=["exo_complete"],
     roles=("tl", "dev"),
     destructive=True,
+    on_host="target",
     help={
         "target": "Bead id, agent id or agent name (default: your own task).",
         "force": "Remove even with unsaved or unmerged work, after archiving it (refs under refs/exo/archive/, "
@@ -485,6 +486,10 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
                               worktree_removed=False, branch_deleted=False, warnings=[warn] if warn else [])
     with _complete_lock(env, agent.id):
         agent = env.store.agent(agent.id) or agent  # another complete may have finished meanwhile
+        if agent.spec.get("base_ref"):  # its parent works on another host: see its merges as the remote has them
+            from exo_cli.ops.hosts import fetch_base
+
+            fetch_base(env, agent)
         return _complete(env, agent, bead, force=force, base=base)
 
 

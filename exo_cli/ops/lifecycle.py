@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -80,6 +80,7 @@ class KillResult:
     killed: list[str]
     already_dead: list[str]
     worktrees_kept: list[list[str]]
+    warnings: list[str] = field(default_factory=list)  # agents of other hosts that could not be stopped
 
 
 @op(
@@ -90,6 +91,7 @@ class KillResult:
     destructive=True,
     idempotent=True,
     help={"agent": "The agent to stop, with all its descendants."},
+    on_host="agent",
 )
 def kill(env: Env, *, agent: str) -> KillResult:
     """Kill an agent and all its descendants; their worktrees are kept.
@@ -112,8 +114,20 @@ def kill(env: Env, *, agent: str) -> KillResult:
     killed: list[str] = []
     dead: list[str] = []
     kept: list[list[str]] = []
+    warnings: list[str] = []
     for a in [*descendants(everyone, target.id), target]:
         a = env.store.agent(a.id) or a
+        if a.host and a.host != env.host_name:  # exo on its host stops it (and its own descendants there)
+            if a.id in killed or a.id in dead:
+                continue
+            from exo_cli.ops.hosts import kill_there
+
+            got, why = kill_there(env, a)
+            killed += [i for i in got.killed if i not in killed] if got else []
+            dead += [i for i in got.already_dead if i not in dead] if got else []
+            kept += got.worktrees_kept if got else []
+            warnings += [why] if why else []
+            continue
         # Stops the agent's process group and its services; a done agent whose process still
         # runs is stopped too (its status stays done).
         was_alive = agentctl.stop_agent(env, a, reason="killed", settle_dependents=True)
@@ -124,7 +138,7 @@ def kill(env: Env, *, agent: str) -> KillResult:
         env.store.post("event", target.id, target.parent, f"[KILLED {target.id}] and {len(killed) - 1 if target.id in killed else len(killed)} descendant(s)",
                        data={"event": "killed", "agent": target.id, "killed": killed})
     release_runtime(env)
-    return KillResult(killed=killed, already_dead=dead, worktrees_kept=kept)
+    return KillResult(killed=killed, already_dead=dead, worktrees_kept=kept, warnings=warnings)
 
 
 def release_runtime(env: Env) -> bool:
@@ -206,8 +220,12 @@ def reap(env: Env) -> ReapResult:
     reaped: list[str] = []
     closed: list[str] = []
     kept: list[str] = []
+    elsewhere: dict[str, list[str]] = {}
     for a in agents:
         if a.status not in (DEAD, DONE):
+            continue
+        if a.host and a.host != env.host_name:  # exo on its host reaps it (its windows and files are there)
+            elsewhere.setdefault(a.host, []).append(a.id)
             continue
         running = done.get(a.id)
         if running is not None and running.alive:
@@ -232,6 +250,15 @@ def reap(env: Env) -> ReapResult:
         env.store.event("reaped", a.id, {"worktree": a.worktree})
         retire(env, a)
         reaped.append(a.id)
+    if elsewhere:
+        from exo_cli.ops.hosts import reap_there
+
+        for name, ids in sorted(elsewhere.items()):
+            got = reap_there(env, name)
+            if got is None:
+                kept += ids  # that host cannot be reached now: its agents wait for the next reap
+            else:
+                reaped, closed, kept = reaped + got.reaped, closed + got.closed, kept + got.kept
     release_runtime(env)
     return ReapResult(reaped=reaped, closed=closed, kept=kept)
 
@@ -266,6 +293,13 @@ def attach(env: Env, *, agent: str) -> AttachResult:
     loc = agentctl.location(rec)
     if loc is None:
         raise StateError(f"Agent {rec.id} has not started yet ({rec.status_reason or rec.status})", agent=rec.id)
+    from exo_cli.ops.hosts import attach_there, host_of
+
+    host = host_of(env, rec)
+    if host is not None:  # an ssh session into that host, where exo attaches to its multiplexer
+        mode, argv, hint = attach_there(env, host, rec)
+        return AttachResult(agent=rec.id, argv=argv, location=loc.to_dict(), mode=mode, command=shlex.join(argv),
+                            hint=hint)
     mux = agentctl.mux_for(env, loc.mux)
     mode, hint = ("log" if loc.mux == "headless" else "attach"), None
     from exo_cli.adapters.mux.tmux import Tmux
@@ -352,6 +386,7 @@ def _after_cursor(lines: list[str], tail: list[str]) -> list[str]:
     roles=("tl",),
     read_only=True,
     blocking=True,
+    on_host="agent",
     help={
         "agent": "The agent to read, or a list of agents to read in one call (then one result each).",
         "lines": "How many lines of the tail to return.",

@@ -169,6 +169,16 @@ def agent_env(env: Env) -> dict[str, str]:
     return out
 
 
+def host_fields(env: Env) -> dict[str, Any]:
+    """What an agent's spec records of where it runs: its host, and when its parent is on another
+    host, that host and the ref of the parent's branch as fetched from the shared remote."""
+    out: dict[str, Any] = {"host": env.host_name}
+    if env.via_host is not None:
+        out["parent_host"] = env.via_host.get("from_host")
+        out["base_ref"] = env.via_host.get("base_ref")
+    return out
+
+
 def private_dir(path: Path) -> None:
     """Create ``path`` and its missing parents with mode 0700 (``mkdir(parents=True)`` would use the umask)."""
     if not path.parent.is_dir():

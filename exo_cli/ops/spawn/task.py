@@ -27,7 +27,7 @@ from exo_cli import fault
 from exo_cli.adapters import worktree as wt
 from exo_cli.env import PROOF_FIELD, PROOF_VAR, new_proof
 from exo_cli.errors import ExoError, InvalidInput, StateError, UsageError
-from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, private_dir
+from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, host_fields, private_dir
 from exo_cli.ops.spawn.context import context_text, first_prompt
 from exo_cli.ops.spawn.recovery import cleanup_partial, resume_started, spawn_lock
 from exo_cli.ops.spawn.result import SpawnResult, failed_call, run_tasks
@@ -235,6 +235,7 @@ def _record(call: Call, req: Request, agent_id: str, *, path: Path, branch: str 
         "agent_dir": str(agent_dir),
         "after": list(common.after),
         "spawner_pid": os.getpid(),
+        **host_fields(env),
     }
     return Agent(
         id=agent_id, name=agent_id, role="tl" if req.kind == "subtree" else "dev", parent=common.parent,
