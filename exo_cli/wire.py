@@ -60,7 +60,8 @@ def from_jsonable(tp: Any, value: Any) -> Any:
 def _build(cls: type, value: Any, fields: dict[str, Any] | None) -> Any:
     if not isinstance(value, dict):
         raise TypeError(f"expected an object for {cls.__name__}")
-    hints = typing.get_type_hints(cls, include_extras=True)
+    # records.py names Any only for type checkers (it stays cheap on the hooks' path): supply it here
+    hints = typing.get_type_hints(cls, localns={"Any": Any}, include_extras=True)
     kwargs: dict[str, Any] = {}
     names = list(fields) if fields is not None else list(cls._fields)  # type: ignore[attr-defined]
     for name in names:

@@ -6,7 +6,9 @@ from typing import Any
 
 import click
 
+from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help
+from exo_cli.ops import completion as kinds
 from exo_cli.ops.hosts import HostsResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
@@ -26,7 +28,7 @@ def render_hosts(out: Out, result: HostsResult) -> None:
 
 
 @click.command(help=op_help("hosts") + "\n\n\b\nExamples:\n  exo hosts\n  exo hosts gpu1 --json")
-@click.argument("name", nargs=-1)
+@click.argument("name", nargs=-1, shell_complete=completer(kinds.HOST))
 @json_option
 @click.pass_obj
 def hosts(env: Any, name: tuple[str, ...], as_json: bool) -> None:

@@ -549,6 +549,10 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
             branch_deleted = proc.returncode == 0
             if not branch_deleted:
                 warnings.append(f"branch {agent.branch} not deleted: {proc.stderr.strip()}")
+            elif agent.spec.get("base_ref"):  # it went to the shared remote for a parent on another host
+                from exo_cli.ops.hosts import unpush
+
+                warnings += unpush(env, agent.branch, sha)
     # 6. Close the bead and mark the agent done.
     closed, warn = _close_bead(env, bead, agent) if bead else (False, None)
     if warn:

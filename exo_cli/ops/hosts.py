@@ -269,7 +269,10 @@ def refresh_remote(env: Env, agents: list[Agent]) -> dict[str, Agent]:
     """
     by_host: dict[str, list[Agent]] = {}
     for a in agents:
-        by_host.setdefault(a.host, []).append(a)
+        if a.live:  # a finished one (done, dead) stays as recorded: there is nothing to observe
+            by_host.setdefault(a.host, []).append(a)
+    if not by_host:
+        return {}
     hosts = configured(env)
     out: dict[str, Agent] = {}
 
@@ -652,6 +655,21 @@ def push_base(env: Env, base: str) -> list[str]:
     return [f"{base} was merged here but not pushed to {remote}: "
             + visible((got.stderr.strip().splitlines() or ["failed"])[-1])
             + f"; agents on other hosts see the merge once {base} is pushed"]
+
+
+def unpush(env: Env, branch: str, sha: str) -> list[str]:
+    """Delete an agent's branch from the shared remote after ``complete`` (only while it is at ``sha``)."""
+    from exo_cli.adapters.git import Git
+    from exo_cli.validate import visible
+
+    remote = str(env.config.get("forge.remote"))
+    git = Git(env.repo.root)
+    if not git.ref_exists(f"refs/remotes/{remote}/{branch}"):
+        return []
+    got = git.push_as_is(remote, branch, delete_at=sha)
+    if got.ok:
+        return []
+    return [f"branch {branch} is still on {remote}: " + visible((got.stderr.strip().splitlines() or ["failed"])[-1])]
 
 
 def _hello(env: Env, version: str) -> dict[str, Any]:

@@ -273,6 +273,8 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         from exo_cli.ops.hosts import push_base
 
         warnings += push_base(env, pr.base)
+        if head_sha:  # the copy fetched for the merge: the branch itself lives on its author's host
+            Git(env.repo.root).delete_ref(head_ref, head_sha)
     notified = notify_merged(env, _get(env, number), sender=env.caller.agent_id)
     return MergeResult(pr=view(_get(env, number)), strategy=strategy, merge_commit=outcome.merge_commit,
                        base_worktree=outcome.base_worktree, local_updated=outcome.local_updated,
