@@ -386,9 +386,9 @@ def invoke(name: str, env: Env, /, **kwargs: Any) -> Any:
     env.follow_store()
     check_role(operation, env)
     if operation.on_host is not None:
-        from exo_cli.ops import hosts
+        from exo_cli.ops import remote
 
-        host, _agent = hosts.route(env, operation, kwargs)
+        host, _agent = remote.route(env, operation, kwargs)
         if host is not None:  # the agent runs on another host: exo there runs the very same operation
-            return hosts.forward(env, host, name, kwargs)
+            return remote.forward(env, host, name, kwargs)
     return operation.func(env, **kwargs)

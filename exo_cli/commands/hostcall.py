@@ -15,7 +15,7 @@ import click
 @click.command("host-call", hidden=True, help="Answer one request of another host's exo (one JSON line on stdin).")
 def host_call() -> None:
     from exo_cli.errors import INTERNAL_EXIT
-    from exo_cli.ops.hosts import answer
+    from exo_cli.ops.hostcall import answer
     from exo_cli.render import json_line
 
     raw = sys.stdin.readline()

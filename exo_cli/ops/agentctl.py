@@ -67,9 +67,9 @@ def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
     """
     elsewhere = [a for a in agents if a.host and a.host != env.host_name]
     if elsewhere:
-        from exo_cli.ops import hosts
+        from exo_cli.ops import remote
 
-        seen = hosts.refresh_remote(env, elsewhere)
+        seen = remote.refresh_remote(env, elsewhere)
         here = refresh(env, [a for a in agents if not (a.host and a.host != env.host_name)])
         by_id = {a.id: a for a in here}
         return [by_id.get(a.id) or seen.get(a.id, a) for a in agents]

@@ -487,7 +487,7 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
     with _complete_lock(env, agent.id):
         agent = env.store.agent(agent.id) or agent  # another complete may have finished meanwhile
         if agent.spec.get("base_ref"):  # its parent works on another host: see its merges as the remote has them
-            from exo_cli.ops.hosts import fetch_base
+            from exo_cli.ops.hostgit import fetch_base
 
             fetch_base(env, agent)
         return _complete(env, agent, bead, force=force, base=base)
@@ -550,7 +550,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
             if not branch_deleted:
                 warnings.append(f"branch {agent.branch} not deleted: {proc.stderr.strip()}")
             elif agent.spec.get("base_ref"):  # it went to the shared remote for a parent on another host
-                from exo_cli.ops.hosts import unpush
+                from exo_cli.ops.hostgit import unpush
 
                 warnings += unpush(env, agent.branch, sha)
     # 6. Close the bead and mark the agent done.

@@ -120,7 +120,7 @@ def kill(env: Env, *, agent: str) -> KillResult:
         if a.host and a.host != env.host_name:  # exo on its host stops it (and its own descendants there)
             if a.id in killed or a.id in dead:
                 continue
-            from exo_cli.ops.hosts import kill_there
+            from exo_cli.ops.remote import kill_there
 
             got, why = kill_there(env, a)
             killed += [i for i in got.killed if i not in killed] if got else []
@@ -251,7 +251,7 @@ def reap(env: Env) -> ReapResult:
         retire(env, a)
         reaped.append(a.id)
     if elsewhere:
-        from exo_cli.ops.hosts import reap_there
+        from exo_cli.ops.remote import reap_there
 
         for name, ids in sorted(elsewhere.items()):
             got = reap_there(env, name)
@@ -293,7 +293,8 @@ def attach(env: Env, *, agent: str) -> AttachResult:
     loc = agentctl.location(rec)
     if loc is None:
         raise StateError(f"Agent {rec.id} has not started yet ({rec.status_reason or rec.status})", agent=rec.id)
-    from exo_cli.ops.hosts import attach_there, host_of
+    from exo_cli.ops.hosts import host_of
+    from exo_cli.ops.remote import attach_there
 
     host = host_of(env, rec)
     if host is not None:  # an ssh session into that host, where exo attaches to its multiplexer

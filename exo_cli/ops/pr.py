@@ -153,7 +153,7 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     git = Git(env.repo.root)
     across = agent is not None and bool(agent.spec.get("base_ref"))  # its parent works on another host
     if across and agent is not None:
-        from exo_cli.ops.hosts import fetch_base
+        from exo_cli.ops.hostgit import fetch_base
 
         fetch_base(env, agent)  # when it cannot, the base as last fetched still tells the commits apart
     bref = base_ref(agent, base)
@@ -175,7 +175,7 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     filed = forge.file(head=head, base=base, title=title, body=body, draft=draft, existing=existing,
                        worktree=worktree)
     if across and forge.kind == "local":  # the parent's host fetches it from the shared remote to merge it
-        from exo_cli.ops.hosts import push_head
+        from exo_cli.ops.hostgit import push_head
 
         push_head(env, head)
         filed = dataclasses.replace(filed, pushed=True)
@@ -253,7 +253,7 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         message = f"Merge PR #{number} from {pr.head}\n\n{pr.title}\n\n{pr.body}".rstrip() + "\n"
     forge = forge_for(env, pr.forge, runner=gh_runner(env))
     if across and forge.kind == "local":  # the author works on another host: its branch comes from the shared remote
-        from exo_cli.ops.hosts import fetch_head
+        from exo_cli.ops.hostgit import fetch_head
 
         head_ref = fetch_head(env, pr.head)
     with merge_lock(env, pr.base):
@@ -270,7 +270,7 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
                             merged_at=time.time(), data={**pr.data, "head_sha": head_sha})
     warnings = list(outcome.warnings)
     if across and forge.kind == "local":  # the author's host sees the merge through the shared remote
-        from exo_cli.ops.hosts import push_base
+        from exo_cli.ops.hostgit import push_base
 
         warnings += push_base(env, pr.base)
         if head_sha:  # the copy fetched for the merge: the branch itself lives on its author's host

@@ -191,7 +191,7 @@ def spawn(
     """
     prompts = read_prompts(env, list(prompt or []), prompt_file, edit=edit)
     if host is not None and host != env.host_name:
-        from exo_cli.ops.hosts import spawn_there
+        from exo_cli.ops.remote import spawn_there
 
         return spawn_there(env, host, dict(
             beads=beads, worker=worker, prompt=prompts, subtree=subtree, task=task, branch=branch,

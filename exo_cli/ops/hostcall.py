@@ -1,0 +1,152 @@
+"""The answering side of another host's request (``exo host-call``): prove, join, run, answer.
+
+The caller's exo sends one JSON request on stdin (``ops.remote``): this clone joins the
+caller's shared store (as the caller's team) and learns its own host name on the first
+call, the caller is proven by the proof that came with the request, and the operation runs
+through the registry as any other call; its result or error goes back as one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
+from exo_cli.ops.hostgit import fetch_parent
+from exo_cli.ops.hosts import FORWARDED, PROOF_VARS, PROTOCOL, is_local
+from exo_cli.records import Agent, to_jsonable
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+# --------------------------------------------------------------------------- the answering side
+
+
+def answer(raw: str, *, cwd: str, environ: Mapping[str, str]) -> tuple[dict[str, Any], int]:
+    """Serve one request from another host (``exo host-call``): the JSON answer and the exit status."""
+    try:
+        req = json.loads(raw)
+        if not isinstance(req, dict) or not isinstance(req.get("args", {}), dict):
+            raise ValueError("not an object")
+    except ValueError as exc:
+        err = InvalidInput(f"A host call must be one JSON object on stdin: {exc}")
+        return {"ok": False, "error": err.to_dict()["error"]}, err.exit_code
+    try:
+        result = _serve(req, cwd=cwd, environ=environ)
+    except ExoError as exc:
+        return {"ok": False, "error": exc.to_dict()["error"]}, exc.exit_code
+    return {"ok": True, "result": to_jsonable(result)}, 0
+
+
+def _serve(req: dict[str, Any], *, cwd: str, environ: Mapping[str, str]) -> Any:
+    from exo_cli import __version__
+    from exo_cli.env import Env
+
+    args = dict(req.get("args") or {})
+    if req.get("op") == "" and args.get("hello"):
+        return _hello(Env(cwd, environ), __version__)
+    if req.get("v") != PROTOCOL:
+        raise StateError(f"exo {__version__} here speaks host protocol {PROTOCOL}, the caller {req.get('v')!r}",
+                         hint="Install the same exo version on every host.", protocol=PROTOCOL)
+    name = str(req.get("as_host") or "")
+    extra = req.get("env") or {}
+    if not isinstance(extra, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in extra.items()):
+        raise InvalidInput("A host call's env must map names to strings")
+    merged = {**environ, **extra, "EXO_HOST": name} if name else {**environ, **extra}
+    probe_env = Env(cwd, {k: v for k, v in merged.items() if k not in PROOF_VARS})
+    _join(probe_env, req.get("store") or {}, name)
+    env = Env(cwd, merged)
+    env.__dict__[FORWARDED] = True
+    if req.get("op") == "spawn" and isinstance(req.get("via"), dict):
+        env.via_host = fetch_parent(env, req["via"])
+    if req.get("op") == "":
+        ids = args.get("refresh")
+        if isinstance(ids, list):
+            return _refresh_here(env, [str(i) for i in ids])
+        if isinstance(args.get("deliver"), int) and isinstance(args.get("agent"), str):
+            return _deliver_here(env, args["deliver"], args["agent"])
+        raise InvalidInput("Unknown host request")
+    from exo_cli.registry import get, invoke
+
+    operation = str(req.get("op"))
+    try:
+        get(operation)
+    except KeyError:
+        raise NotFound(f"exo {__version__} on this host has no operation {operation!r}", op=operation) from None
+    return invoke(operation, env, **args)
+
+
+def _join(env: Env, store: Mapping[str, Any], name: str) -> None:
+    """Make this clone use the caller's shared store (as the caller's team) and know its own host name."""
+    from exo_cli.adapters.files import atomic_write
+    from exo_cli.adapters.store import has_state, point_to, pointed_team, pointed_url, repo_identity
+    from exo_cli.env import HOST_NAME_FILE
+
+    url, team = store.get("url"), store.get("team")
+    state = env.state_path
+    if url:
+        pointed = pointed_url(state)
+        if pointed is None:
+            if has_state(state):
+                raise StateError(f"This clone ({env.repo.root}) keeps exo state of its own in SQLite, so it cannot join "
+                                 f"the team in {url}", hint="Move it first (exo store migrate there), or use another "
+                                 "clone for [hosts] path.", store=url)
+            point_to(env.state_dir, url, team)
+        elif pointed != url:
+            raise StateError(f"This clone ({env.repo.root}) keeps its exo state in {pointed}, not in the caller's "
+                             f"store {url}", hint="Point [hosts] path at a clone of the same team.", store=pointed)
+        elif team and (pointed_team(state) or repo_identity(state)) != team:
+            raise StateError(f"This clone ({env.repo.root}) keeps a team of its own in {url}",
+                             hint="Point [hosts] path at another clone of the repository.", store=url)
+    if name:
+        path = state / HOST_NAME_FILE
+        try:
+            known = path.read_text().strip()
+        except OSError:
+            known = ""
+        if known and known != name:
+            raise StateError(f"This clone knows itself as host {known!r}, not {name!r}",
+                             hint=f"Name it {known} in [hosts], or remove {path}.", host=known)
+        if not known:
+            atomic_write(env.state_dir / HOST_NAME_FILE, name + "\n", mode=0o600)
+
+
+def _hello(env: Env, version: str) -> dict[str, Any]:
+    from exo_cli.adapters.git import Git
+    from exo_cli.adapters.store import pointed_team, pointed_url
+
+    out: dict[str, Any] = {"protocol": PROTOCOL, "version": version, "python": sys.version.split()[0]}
+    try:
+        state = env.state_path
+        out["store"] = pointed_url(state) or ("sqlite" if env.has_state() else None)
+        out["team"] = pointed_team(state)
+        out["host_name"] = env.host_name
+        out["origin"] = Git(env.repo.root).remote_url(str(env.config.get("forge.remote")))
+    except ExoError as exc:
+        out["error"] = exc.message
+    return out
+
+
+def _deliver_here(env: Env, msg_id: int, agent_id: str) -> str:
+    """Type message ``msg_id`` into the pane of this host's agent ``agent_id`` if it rests (as ``send`` does here)."""
+    from exo_cli.ops.delivery import deliver
+    from exo_cli.records import AT_REST
+
+    env.caller  # noqa: B018 - the caller is proven (its proof came with the request) before anything is typed
+    agent = env.store.agent(agent_id)
+    msg = env.store.message(msg_id) if agent is not None else None
+    if agent is None or msg is None or msg.recipient != agent.id or not is_local(env, agent):
+        raise NotFound(f"No message {msg_id} for agent {agent_id} on this host", agent=agent_id)
+    if agent.status not in AT_REST or not agent.location:
+        return "queued"
+    return deliver(env, msg_id, agent)
+
+
+def _refresh_here(env: Env, ids: list[str]) -> list[Agent]:
+    from exo_cli.ops import agentctl
+
+    agents = [a for a in (env.store.agent(i) for i in ids) if a is not None and is_local(env, a)]
+    return agentctl.refresh(env, agents)
+
