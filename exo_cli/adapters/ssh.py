@@ -92,9 +92,11 @@ class Host:
             log.unlink(missing_ok=True)
             argv = [*self.ssh, *self.options(), "-o", "ControlMaster=yes", "-o", f"ControlPersist={self.persist}",
                     "-E", str(log), "-M", "-N", "-f", "--", self.dest]
-            try:
-                proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, timeout=60, check=False)
+            try:  # its errors go to the log too (a file: the master it forks keeps what it was given)
+                with open(log, "ab") as err:
+                    os.chmod(log, 0o600)
+                    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                          timeout=60, check=False)
             except subprocess.TimeoutExpired as exc:
                 raise self.unreachable("ssh did not connect within 60 s") from exc
             except OSError as exc:
