@@ -385,10 +385,14 @@ def invoke(name: str, env: Env, /, **kwargs: Any) -> Any:
     operation = get(name)
     env.follow_store()
     check_role(operation, env)
-    if operation.on_host is not None:
-        from exo_cli.ops import remote
-
-        host, _agent = remote.route(env, operation, kwargs)
-        if host is not None:  # the agent runs on another host: exo there runs the very same operation
-            return remote.forward(env, host, name, kwargs)
+    if operation.on_host is not None and ROUTER is not None:
+        routed = ROUTER(env, operation, kwargs)  # the agent runs on another host: exo there runs the very same operation
+        if routed is not NOT_ROUTED:
+            return routed
     return operation.func(env, **kwargs)
+
+
+# Set by ``ops.remote`` (imported by every module that declares an ``on_host`` operation): runs a call
+# on the host of the agent it names and returns its result, or NOT_ROUTED when that agent runs here.
+ROUTER: Callable[[Env, Op, Mapping[str, Any]], Any] | None = None
+NOT_ROUTED = object()

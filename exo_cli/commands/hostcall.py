@@ -12,7 +12,9 @@ import sys
 import click
 
 
-@click.command("host-call", hidden=True, help="Answer one request of another host's exo (one JSON line on stdin).")
+@click.command("host-call", hidden=True, help="Answer one request of another host's exo (one JSON line on stdin)."
+               "\n\nexo on another host runs it over ssh; its answer is one JSON line on stdout."
+               "\n\n\b\nExamples:\n  exo host-call < request.json")
 def host_call() -> None:
     from exo_cli.errors import INTERNAL_EXIT
     from exo_cli.ops.hostcall import answer

@@ -30,6 +30,7 @@ from exo_cli import fault
 from exo_cli.adapters import keep
 from exo_cli.adapters.git import Finished, Git
 from exo_cli.errors import ExoError, NotFound, StateError, UsageError
+from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.records import DEAD, DONE, ROOT, Agent
 from exo_cli.registry import op
 

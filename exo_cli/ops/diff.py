@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from exo_cli.adapters.git import Git
 from exo_cli.errors import InvalidInput, NotFound, StateError
+from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.registry import op
 
 if TYPE_CHECKING:

@@ -12,6 +12,7 @@ import fnmatch
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from exo_cli import registry
 from exo_cli.errors import ExoError, InvalidInput, StateError
 from exo_cli.ops.hosts import (
     AGENT_SECRETS,
@@ -277,3 +278,12 @@ def deliver_there(env: Env, agent: Agent, msg_id: int) -> str:
     return str(got) if isinstance(got, str) else "queued"
 
 
+def _route_call(env: Env, operation: Any, kwargs: Mapping[str, Any]) -> Any:
+    """The registry's router: the call run on its agent's host, or ``registry.NOT_ROUTED`` to run it here."""
+    host, _agent = route(env, operation, kwargs)
+    if host is None:
+        return registry.NOT_ROUTED
+    return forward(env, host, operation.name, kwargs)
+
+
+registry.ROUTER = _route_call
