@@ -3,8 +3,10 @@
 A host is a destination as ssh understands it (so the user's ~/.ssh/config, keys and agent
 apply), a clone of the repository there and the command that runs exo there. exo starts one
 master connection per host (``ControlMaster``, kept ``ControlPersist`` seconds) and every call
-rides it, so only the first pays the handshake. The master is started on its own (``-M -N -f``)
-with its log in a file: a master born of a call with pipes would hold the caller's pipes open.
+rides it, so only the first pays the handshake. The master is started on its own (a first
+session running ``true``, after which ``ControlPersist`` keeps it in the background; one started
+with ``-N`` refuses sessions), with no pipe of the caller's (a master would hold it open) and
+its log in a file.
 
 What exo sends (a request, and any secret an agent needs) goes on the remote exo's stdin as
 one JSON line, never on a command line: the remote command is fixed text made of the
@@ -91,7 +93,7 @@ class Host:
             log = Path(self.control_dir) / f"ssh-{self.name}.log"
             log.unlink(missing_ok=True)
             argv = [*self.ssh, *self.options(), "-o", "ControlMaster=yes", "-o", f"ControlPersist={self.persist}",
-                    "-E", str(log), "-M", "-N", "-f", "--", self.dest]
+                    "-E", str(log), "-T", "--", self.dest, "true"]  # with -N the master would refuse sessions
             try:  # its errors go to the log too (a file: the master it forks keeps what it was given)
                 with open(log, "ab") as err:
                     os.chmod(log, 0o600)

@@ -115,13 +115,13 @@ def _join(env: Env, store: Mapping[str, Any], name: str) -> None:
 
 def _hello(env: Env, version: str) -> dict[str, Any]:
     from exo_cli.adapters.git import Git
-    from exo_cli.adapters.store import pointed_team, pointed_url
+    from exo_cli.adapters.store import pointed_team, pointed_url, repo_identity
 
     out: dict[str, Any] = {"protocol": PROTOCOL, "version": version, "python": sys.version.split()[0]}
     try:
         state = env.state_path
         out["store"] = pointed_url(state) or ("sqlite" if env.has_state() else None)
-        out["team"] = pointed_team(state)
+        out["team"] = pointed_team(state) or (repo_identity(state) if pointed_url(state) else None)
         out["host_name"] = env.host_name
         out["origin"] = Git(env.repo.root).remote_url(str(env.config.get("forge.remote")))
     except ExoError as exc:

@@ -163,16 +163,16 @@ def probe(env: Env, host: Host) -> HostView:
         return HostView(**base, reachable=True, error=why or f"exo did not answer there (exit status {proc.returncode}): "
                         + (proc.stderr.strip().splitlines() or [""])[-1][:300])
     hello = answer.get("result") or {}
-    theirs_store = hello.get("store") or "sqlite"
+    theirs_store = hello.get("store")  # None: no exo state there yet (it joins this team at the first call)
     ours = env.store_url or "sqlite"
-    same_store = theirs_store == ours and (hello.get("team") in (None, team(env)))
+    same_store = None if theirs_store is None else theirs_store == ours and hello.get("team") == team(env)
     origin = hello.get("origin")
     same_origin = None if not (mine and origin) else _same_remote(mine, origin)
     problems = []
     if hello.get("protocol") != PROTOCOL:
         problems.append(f"exo {hello.get('version')} there speaks another protocol than exo {__version__} here")
-    if theirs_store != "sqlite" and not same_store:
-        problems.append(f"its clone uses another store ({theirs_store})")
+    if same_store is False:
+        problems.append(f"its clone keeps its state in another store ({theirs_store}): it cannot join this team")
     if same_origin is False:
         problems.append(f"its clone's origin ({origin}) is not this clone's ({mine})")
     if hello.get("error"):
