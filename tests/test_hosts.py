@@ -197,3 +197,19 @@ def test_a_clone_learns_its_host_name_once(repo: Path) -> None:
     assert code == 5 and "host 'b'" in out["error"]["message"]
     res = subprocess.run(["git", "status"], cwd=repo, capture_output=True, text=True)
     assert res.returncode == 0
+
+
+def test_an_agent_of_this_host_cannot_use_host_call(repo: Path, exo: Exo) -> None:
+    """A dev agent has a shell: host-call run by it (whatever env its request claims) is refused."""
+    from conftest import agent_vars, stop_repo_agents
+
+    assert exo("spawn", "--worker", "d1", "--prompt", "p", "--agent", "demo", "--mux", "headless").exit_code == 0
+    try:
+        dev = agent_vars(repo, "d1")
+        for claimed in ({}, {"EXO_AGENT": "", "EXO_AGENT_PROOF": ""}):
+            out, code = _answer(repo, {"v": 1, "op": "agents", "args": {}, "as_host": "zzz", "env": claimed}, dev)
+            assert code == 5 and "agent of this host" in out["error"]["message"], out
+        common = Path(repo / git(repo, "rev-parse", "--git-common-dir"))
+        assert not (common / "exo" / "host-name").exists()  # nothing was renamed
+    finally:
+        stop_repo_agents(repo, tmux=False)

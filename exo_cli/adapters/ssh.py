@@ -29,7 +29,7 @@ from exo_cli.errors import EnvironmentError_, ExternalFailure
 
 SSH_FAILED = 255  # ssh's exit status when the connection (not the remote command) failed
 CALL = "host-call"  # the remote exo's subcommand that answers one request
-DEFAULT_TIMEOUT = 120.0
+DEFAULT_TIMEOUT = 300.0  # a spawn of several agents on a loaded host takes a while
 
 
 class Unreachable(EnvironmentError_):

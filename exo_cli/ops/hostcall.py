@@ -50,6 +50,11 @@ def _serve(req: dict[str, Any], *, cwd: str, environ: Mapping[str, str]) -> Any:
     if req.get("v") != PROTOCOL:
         raise StateError(f"exo {__version__} here speaks host protocol {PROTOCOL}, the caller {req.get('v')!r}",
                          hint="Install the same exo version on every host.", protocol=PROTOCOL)
+    here = Env(cwd, environ)
+    if not here.caller.is_human:  # over ssh nothing calls but the other host's exo (proven below, if an agent)
+        raise StateError(f"exo host-call answers other hosts' exo over ssh; {here.caller.agent_id} is an agent "
+                         "of this host", hint="Run the operation itself (exo read, exo kill, ...).",
+                         caller=here.caller.agent_id)
     name = str(req.get("as_host") or "")
     extra = req.get("env") or {}
     if not isinstance(extra, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in extra.items()):
