@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
 from exo_cli.ops.hostgit import fetch_parent
-from exo_cli.ops.hosts import FORWARDED, PROOF_VARS, PROTOCOL, is_local
+from exo_cli.ops.hosts import FORWARDED, PROOF_VARS, PROTOCOL, carried, is_local
 from exo_cli.records import Agent, to_jsonable
 
 if TYPE_CHECKING:
@@ -50,15 +50,12 @@ def _serve(req: dict[str, Any], *, cwd: str, environ: Mapping[str, str]) -> Any:
     if req.get("v") != PROTOCOL:
         raise StateError(f"exo {__version__} here speaks host protocol {PROTOCOL}, the caller {req.get('v')!r}",
                          hint="Install the same exo version on every host.", protocol=PROTOCOL)
+    name, extra = _checked(req)
     here = Env(cwd, environ)
     if not here.caller.is_human:  # over ssh nothing calls but the other host's exo (proven below, if an agent)
         raise StateError(f"exo host-call answers other hosts' exo over ssh; {here.caller.agent_id} is an agent "
                          "of this host", hint="Run the operation itself (exo read, exo kill, ...).",
                          caller=here.caller.agent_id)
-    name = str(req.get("as_host") or "")
-    extra = req.get("env") or {}
-    if not isinstance(extra, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in extra.items()):
-        raise InvalidInput("A host call's env must map names to strings")
     merged = {**environ, **extra, "EXO_HOST": name} if name else {**environ, **extra}
     probe_env = Env(cwd, {k: v for k, v in merged.items() if k not in PROOF_VARS})
     _join(probe_env, req.get("store") or {}, name)
@@ -68,19 +65,60 @@ def _serve(req: dict[str, Any], *, cwd: str, environ: Mapping[str, str]) -> Any:
         env.via_host = fetch_parent(env, req["via"])
     if req.get("op") == "":
         ids = args.get("refresh")
-        if isinstance(ids, list):
-            return _refresh_here(env, [str(i) for i in ids])
-        if isinstance(args.get("deliver"), int) and isinstance(args.get("agent"), str):
-            return _deliver_here(env, args["deliver"], args["agent"])
+        if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
+            return _refresh_here(env, ids)
+        msg_id = args.get("deliver")
+        if isinstance(msg_id, int) and not isinstance(msg_id, bool) and isinstance(args.get("agent"), str):
+            return _deliver_here(env, msg_id, args["agent"])
         raise InvalidInput("Unknown host request")
     from exo_cli.registry import get, invoke
 
     operation = str(req.get("op"))
     try:
-        get(operation)
+        spec = get(operation)
     except KeyError:
         raise NotFound(f"exo {__version__} on this host has no operation {operation!r}", op=operation) from None
-    return invoke(operation, env, **args)
+    return invoke(operation, env, **_arguments(spec, args))
+
+
+def _checked(req: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The request's host name for this clone and the variables it carries, checked (InvalidInput otherwise).
+
+    A request carries the caller's proof and an agent's keys, never a variable that steers exo
+    or this process (its state folder, store, configuration, programs or home).
+    """
+    import re
+
+    from exo_cli.config import HOST_NAME
+
+    name = req.get("as_host") or ""
+    if not isinstance(name, str) or name and not re.fullmatch(HOST_NAME, name):
+        raise InvalidInput("A host call's as_host must be a host name", field="as_host")
+    for key in ("store", "via"):
+        if req.get(key) is not None and not isinstance(req[key], dict):
+            raise InvalidInput(f"A host call's {key} must be an object", field=key)
+    store = req.get("store") or {}
+    if not all(isinstance(store.get(k), str | None) for k in ("url", "team")):
+        raise InvalidInput("A host call's store must name a url and a team", field="store")
+    extra = req.get("env") or {}
+    if not isinstance(extra, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in extra.items()):
+        raise InvalidInput("A host call's env must map names to strings", field="env")
+    refused = sorted(k for k in extra if not carried(k))
+    if refused:
+        raise InvalidInput(f"A host call cannot set {', '.join(refused)}", hint="A request carries the caller's "
+                           "proof and the keys an agent needs, nothing that steers exo or this host.", field="env")
+    return name, extra
+
+
+def _arguments(spec: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """The operation's arguments checked against its parameters' types, as a tool call's are (UsageError)."""
+    from exo_cli.registry import Arg, resolve
+    from exo_cli.schema import check_arguments, input_schema
+
+    params = {p.name: p for p in spec.params()}
+    given = {k: v for k, v in args.items() if not (v is None and k in params and params[k].default is None)}
+    declared = [Arg(p.name, resolve(spec.func, p.annotation), p.default, "", p.name) for p in params.values()]
+    return check_arguments(spec.name, input_schema(declared), given)
 
 
 def _join(env: Env, store: Mapping[str, Any], name: str) -> None:

@@ -29,6 +29,19 @@ AGENT_SECRETS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_UR
 # The variables that prove who calls (they travel so the remote exo checks the caller itself).
 PROOF_VARS = ("EXO_AGENT", "EXO_AGENT_PROOF")
 FORWARDED = "_exo_forwarded"  # set on an Env serving another host's request: it never forwards again
+# Variables that steer exo or the remote process itself (where its state, config, programs and home are):
+# a request never carries them, whatever [hosts.NAME] env matches.
+_NEVER_CARRIED = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TMPDIR", "IFS", "ENV",
+                            "BASH_ENV", "ZDOTDIR", "NODE_OPTIONS", "PERL5LIB", "RUBYLIB", "TERM"})
+_NEVER_CARRIED_PREFIXES = ("EXO_", "LD_", "PYTHON", "GIT_", "TMUX", "XDG_", "SSH_", "ZELLIJ")
+
+
+def carried(name: str) -> bool:
+    """Whether the variable ``name`` may travel in a request to another host's exo (the caller's proof,
+    and an agent's keys); never one that would steer exo or the process there."""
+    if name in PROOF_VARS:
+        return True
+    return name not in _NEVER_CARRIED and not name.startswith(_NEVER_CARRIED_PREFIXES)
 
 
 # --------------------------------------------------------------------------- configuration

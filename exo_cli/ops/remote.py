@@ -20,6 +20,7 @@ from exo_cli.ops.hosts import (
     PROOF_VARS,
     PROTOCOL,
     agent_for,
+    carried,
     configured,
     get_host,
     host_of,
@@ -40,17 +41,17 @@ if TYPE_CHECKING:
 def request(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
             secrets: Mapping[str, str] | None = None, via: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The request that runs ``operation`` with ``args`` on ``host`` for this caller."""
-    carried: dict[str, str] = {}
+    sent: dict[str, str] = {}
     if not env.caller.is_human:
         for var in PROOF_VARS:
             if not env.environ.get(var):
                 raise StateError(f"{env.caller.agent_id} cannot act on host {host.name} without its proof",
                                  hint="Run exo from the agent's own session (its pane, hooks or MCP server).",
                                  host=host.name)
-            carried[var] = env.environ[var]
-    carried.update(secrets or {})
+            sent[var] = env.environ[var]
+    sent.update(secrets or {})
     return {"v": PROTOCOL, "op": operation, "args": to_jsonable(dict(args)), "as_host": host.name,
-            "from_host": env.host_name, "store": {"url": env.store_url, "team": team(env)}, "env": carried,
+            "from_host": env.host_name, "store": {"url": env.store_url, "team": team(env)}, "env": sent,
             **({"via": dict(via)} if via else {})}
 
 
@@ -118,7 +119,7 @@ def secrets_for(env: Env, host: Host) -> dict[str, str]:
     out = {k: source[k] for k in AGENT_SECRETS if source.get(k)}
     for pattern in host.env:
         for k, v in source.items():
-            if fnmatch.fnmatchcase(k, pattern) and not k.startswith("EXO_"):
+            if fnmatch.fnmatchcase(k, pattern) and carried(k) and k not in PROOF_VARS:
                 out[k] = v
     return out
 
