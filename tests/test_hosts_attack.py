@@ -8,14 +8,13 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hosts_twin import Sshd, Twin
 
-from conftest import EXO, ROOT
-
-needs_sshd = pytest.mark.skipif(not (Path("/usr/sbin/sshd").exists() and shutil.which("ssh")),
-                                reason="OpenSSH server and client are not installed")
+from conftest import EXO, ROOT, stop_repo_agents
 
 
 def host_call(repo: Path, request: object, **env: str) -> tuple[dict[str, object], int]:
@@ -74,3 +73,80 @@ def test_a_request_carries_the_proof_and_the_keys_but_no_process_variable(repo: 
     assert got["ANTHROPIC_API_KEY"] == "sk-canary" and got["MY_TOKEN"] == "tok"
     for var in ("PATH", "HOME", "LD_PRELOAD", "EXO_STATE_DIR", "TMUX_TMPDIR", "GIT_DIR"):
         assert var not in got
+
+
+# --------------------------------------------------------------------------- two hosts
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    if not (Path("/usr/sbin/sshd").exists() and shutil.which("ssh")):
+        pytest.skip("OpenSSH server and client are not installed")
+    server = Sshd(tmp_path_factory.mktemp("sshd") / "ssh").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def twin(tmp_path: Path, sshd: Sshd, pg_cluster: object) -> Iterator[Twin]:
+    t = Twin(tmp_path / "twin", sshd, pg_cluster.url())  # type: ignore[attr-defined]
+    (tmp_path / "script.json").write_text(json.dumps([{"write": {"path": "w.txt", "content": "x\n"}},
+                                                      {"commit": {"message": "w: add"}}]))
+    t.script = tmp_path / "script.json"  # type: ignore[attr-defined]
+    try:
+        yield t
+    finally:
+        t.stop()
+        stop_repo_agents(t.a, tmux=False)
+
+
+def spawn_on_b(t: Twin, name: str) -> dict[str, object]:
+    got = t.exo_a("spawn", "--host", "b", "--worker", name, "--prompt", "work", "--agent", "demo",
+                  "--demo-script", str(t.script), "--json")  # type: ignore[attr-defined]
+    assert got.returncode == 0, got.stderr
+    [agent] = json.loads(got.stdout)["agents"]
+    assert agent["host"] == "b"
+    return dict(agent)
+
+
+def test_another_hosts_live_agent_takes_a_slot_here(twin: Twin) -> None:
+    spawn_on_b(twin, "w1")
+    got = twin.exo_a("spawn", "--worker", "here", "--prompt", "p", "--agent", "demo", "--mux", "headless",
+                     EXO_MAX_AGENTS="1")
+    assert got.returncode == 5, got.stdout + got.stderr
+    assert "Too many agents: 1 running" in got.stderr
+
+
+def test_a_spawn_here_never_cleans_up_another_hosts_spawn_of_that_name(twin: Twin) -> None:
+    from exo_cli.env import Env
+
+    agent = spawn_on_b(twin, "w1")
+    env = Env(str(twin.a), twin.env_a())
+    rec = env.store.agent("w1")
+    assert rec is not None
+    env.store.update_agent("w1", spec={**rec.spec, "phase": "worktree"})  # as if exo on b were still at it
+    got = twin.exo_a("spawn", "--worker", "w1", "--prompt", "p", "--agent", "demo", "--mux", "headless")
+    assert got.returncode == 5, got.stdout + got.stderr
+    assert "being spawned on host b" in got.stderr
+    assert Path(str(agent["worktree"])).is_dir()
+    assert Env(str(twin.a), twin.env_a()).store.agent("w1") is not None
+
+
+def test_a_clone_keeps_the_host_name_its_agents_are_recorded_with(repo: Path, pg_cluster: object) -> None:
+    from exo_cli.env import Env
+
+    url = pg_cluster.url()  # type: ignore[attr-defined]
+    got = subprocess.run([*EXO, "spawn", "--worker", "w1", "--prompt", "p", "--agent", "demo", "--mux", "headless",
+                          "--json"], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT), "EXO_STORE_URL": url},
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    try:
+        recorded = json.loads(got.stdout)["agents"][0]["host"]
+        # another host's config names this clone otherwise: refused, never a silent rename
+        out, rc = host_call(repo, {"v": 1, "op": "agents", "args": {}, "as_host": "renamed"}, EXO_STORE_URL=url)
+        assert out["ok"] is False and rc == 5, out
+        assert recorded in out["error"]["message"]  # type: ignore[index]
+        assert Env(str(repo), {**os.environ, "EXO_STORE_URL": url}).host_name == recorded
+    finally:
+        subprocess.run([*EXO, "kill", "w1"], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                                            "EXO_STORE_URL": url}, capture_output=True, timeout=120)

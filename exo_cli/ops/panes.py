@@ -94,6 +94,10 @@ def alive_ids(env: Env, agents: Iterable[Agent]) -> set[str]:
     For counting and ownership questions (the agent limit, who works on a bead); recording
     what changed is ``agentctl.refresh``'s.
     """
+    from exo_cli.ops.hosts import is_local
+
     agents = [a for a in agents if a.status not in (DEAD, DONE)]
-    observed = states(env, agents)
-    return {a.id for a in agents if location(a) is None or ((st := observed.get(a.id)) is not None and st.alive)}
+    elsewhere = {a.id for a in agents if not is_local(env, a)}  # observed by exo on their host: live as recorded
+    observed = states(env, [a for a in agents if a.id not in elsewhere])
+    return elsewhere | {a.id for a in agents if location(a) is None or ((st := observed.get(a.id)) is not None
+                                                                       and st.alive)}
