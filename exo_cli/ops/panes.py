@@ -94,10 +94,8 @@ def alive_ids(env: Env, agents: Iterable[Agent]) -> set[str]:
     For counting and ownership questions (the agent limit, who works on a bead); recording
     what changed is ``agentctl.refresh``'s.
     """
-    from exo_cli.ops.hosts import is_local
-
     agents = [a for a in agents if a.status not in (DEAD, DONE)]
-    elsewhere = {a.id for a in agents if not is_local(env, a)}  # observed by exo on their host: live as recorded
+    elsewhere = {a.id for a in agents if a.host not in ("", env.host_name)}  # observed by exo there: live as recorded
     observed = states(env, [a for a in agents if a.id not in elsewhere])
     return elsewhere | {a.id for a in agents if location(a) is None or ((st := observed.get(a.id)) is not None
                                                                        and st.alive)}
