@@ -150,3 +150,4 @@ def test_a_clone_keeps_the_host_name_its_agents_are_recorded_with(repo: Path, pg
     finally:
         subprocess.run([*EXO, "kill", "w1"], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT),
                                                             "EXO_STORE_URL": url}, capture_output=True, timeout=120)
+        stop_repo_agents(repo, tmux=False)
