@@ -246,6 +246,19 @@ class Env:
             return named
         return os.uname().nodename.split(".")[0].lower() or "localhost"
 
+    @cached_property
+    def joined(self) -> bool:
+        """Whether this clone joined a team that began on another host (its store pointer names the team)."""
+        from exo_cli.adapters.store import pointed_team
+
+        return pointed_team(self.state_path) is not None
+
+    def runs_here(self, agent: Agent) -> bool:
+        """Whether ``agent`` runs on this machine: its recorded host is this one; a record without a host
+        (made before hosts, or on SQLite) belongs to the clone that made it, never to one that joined later."""
+        host = agent.host
+        return host == self.host_name if host else not self.joined
+
     def has_state(self) -> bool:
         """True when the state already exists (hooks must not create it)."""
         if self.store_url:

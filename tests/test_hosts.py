@@ -213,3 +213,22 @@ def test_an_agent_of_this_host_cannot_use_host_call(repo: Path, exo: Exo) -> Non
         assert not (common / "exo" / "host-name").exists()  # nothing was renamed
     finally:
         stop_repo_agents(repo, tmux=False)
+
+
+def test_a_record_without_a_host_runs_only_on_the_clone_that_made_it(repo: Path) -> None:
+    """Records made before hosts (or on SQLite) carry no host: a clone that joined the team later
+    must never observe, reap or kill them as its own."""
+    from exo_cli.env import Env
+    from exo_cli.records import Agent
+
+    old = Agent(id="w0", name="w0", role="dev", parent=None, status="idle", backend="demo", mux="tmux")
+    here = Agent(id="w1", name="w1", role="dev", parent=None, status="idle", backend="demo", mux="tmux",
+                 spec={"host": "b"})
+    state = Path(repo / git(repo, "rev-parse", "--git-common-dir")) / "exo"
+    state.mkdir(parents=True, exist_ok=True)
+    env = Env(cwd=repo, environ={**os.environ, "EXO_HOST": "b"})
+    assert env.runs_here(old) and env.runs_here(here)
+    (state / "store-url").write_text("postgresql://exo@/exo?host=/nonexistent\n/srv/a/.git/exo\n")
+    env = Env(cwd=repo, environ={**os.environ, "EXO_HOST": "b"})
+    assert env.joined and not env.runs_here(old) and env.runs_here(here)
+    assert not Env(cwd=repo, environ={**os.environ, "EXO_HOST": "c"}).runs_here(here)

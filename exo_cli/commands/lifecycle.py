@@ -33,6 +33,8 @@ def render_reap(out: Out, result: ReapResult) -> None:
     out.line(f"reaped: {', '.join(result.reaped) or '-'}")
     if result.kept:
         out.line(f"interrupted spawns left for `exo doctor`: {', '.join(result.kept)}")
+    if result.unreached:
+        out.line(f"on hosts that cannot be reached now (reaped once they are back): {', '.join(result.unreached)}")
 
 
 def render_read(out: Out, result: ReadResult | ReadManyResult) -> None:

@@ -90,7 +90,7 @@ class Checkup:
         """Read the agent records again (after repairs that forget or finish some)."""
         env = self.env
         self.records = [a for a in env.store.agents() if a.id != ROOT and not a.retired
-                        and a.host in ("", env.host_name)] if env.has_state() else []  # another host's are its own
+                        and env.runs_here(a)] if env.has_state() else []  # another host's are its own
 
     def worktrees(self) -> dict[str, Any]:
         """``git worktree list``: path -> attributes."""

@@ -74,7 +74,7 @@ def get_host(env: Env, name: str) -> Host:
 
 def is_local(env: Env, agent: Agent) -> bool:
     """Whether the agent runs on this machine (records made before hosts always do)."""
-    return agent.host in ("", env.host_name)
+    return env.runs_here(agent)
 
 
 def host_of(env: Env, agent: Agent) -> Host | None:
@@ -90,6 +90,10 @@ def host_of(env: Env, agent: Agent) -> Host | None:
                          hint="Check that [hosts] names each machine the way its own clone knows itself "
                          "(the clone's .git/exo/host-name, or EXO_HOST).", agent=agent.id, host=agent.host)
     hosts = configured(env)
+    if not agent.host:
+        raise StateError(f"Agent {agent.id} was recorded without a host, by the clone that started it; this clone "
+                         "joined that team later and cannot reach it", hint="Run exo on the machine that started it.",
+                         agent=agent.id)
     if agent.host not in hosts:
         raise StateError(f"Agent {agent.id} runs on host {agent.host}, which this machine's configuration does not "
                          "name", hint=f"Add [hosts.{agent.host}] (ssh and path) to reach it from here, or run exo on "

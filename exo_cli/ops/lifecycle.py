@@ -118,7 +118,7 @@ def kill(env: Env, *, agent: str) -> KillResult:
     warnings: list[str] = []
     for a in [*descendants(everyone, target.id), target]:
         a = env.store.agent(a.id) or a
-        if a.host and a.host != env.host_name:  # exo on its host stops it (and its own descendants there)
+        if not env.runs_here(a):  # exo on its host stops it (and its own descendants there)
             if a.id in killed or a.id in dead:
                 continue
             from exo_cli.ops.remote import kill_there
@@ -173,6 +173,7 @@ class ReapResult:
     reaped: list[str]
     closed: list[str]
     kept: list[str]
+    unreached: list[str] = field(default_factory=list)  # finished agents of hosts that cannot be reached now
 
 
 REAPED_KEY = "reaped-worktrees"
@@ -222,10 +223,11 @@ def reap(env: Env) -> ReapResult:
     closed: list[str] = []
     kept: list[str] = []
     elsewhere: dict[str, list[str]] = {}
+    unreached: list[str] = []
     for a in agents:
         if a.status not in (DEAD, DONE):
             continue
-        if a.host and a.host != env.host_name:  # exo on its host reaps it (its windows and files are there)
+        if not env.runs_here(a):  # exo on its host reaps it (its windows and files are there)
             elsewhere.setdefault(a.host, []).append(a.id)
             continue
         running = done.get(a.id)
@@ -257,11 +259,11 @@ def reap(env: Env) -> ReapResult:
         for name, ids in sorted(elsewhere.items()):
             got = reap_there(env, name)
             if got is None:
-                kept += ids  # that host cannot be reached now: its agents wait for the next reap
+                unreached += ids  # that host cannot be reached now: its agents wait for the next reap
             else:
                 reaped, closed, kept = reaped + got.reaped, closed + got.closed, kept + got.kept
     release_runtime(env)
-    return ReapResult(reaped=reaped, closed=closed, kept=kept)
+    return ReapResult(reaped=reaped, closed=closed, kept=kept, unreached=unreached)
 
 
 # --------------------------------------------------------------------------- attach

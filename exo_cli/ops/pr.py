@@ -242,7 +242,7 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         raise StateError(f"PR #{number} merges into {pr.base}, not into your branch {caller.branch}",
                          hint="Only the parent of the PR's branch merges it.", pr=number)
     author = env.store.agent(pr.author) if pr.author != ROOT else None
-    head_ref, across = f"refs/heads/{pr.head}", author is not None and author.host not in ("", env.host_name)
+    head_ref, across = f"refs/heads/{pr.head}", author is not None and not env.runs_here(author)
     if strategy is None:
         strategy = "merge" if author is not None and author.role == "tl" else "squash"
     if strategy not in STRATEGIES:

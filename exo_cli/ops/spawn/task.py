@@ -119,7 +119,7 @@ def _clear_name(call: Call, req: Request, agent_id: str, *, launching: bool) -> 
     if launching and phase == PENDING:
         env.store.delete_agent(agent_id)
         return None
-    if phase not in ("spawned", PENDING) and existing.host not in ("", env.host_name):
+    if phase not in ("spawned", PENDING) and not env.runs_here(existing):
         raise StateError(f"Agent {agent_id} is being spawned on host {existing.host} (or its spawn there stopped "
                          "midway)", hint=f"Spawn it again with --host {existing.host} (exo there finishes or cleans "
                          "up the earlier spawn), or pick another name.", agent=agent_id, host=existing.host)
