@@ -141,6 +141,15 @@ def parse_foresight(out: str) -> list[Row]:
     ]
 
 
+def parse_hosts(out: str) -> list[Row]:
+    master = _num(r"with a new connection: [\d.]+ ms \(([\d.]+)x\)", out)
+    ratio = _num(r"exo / manual: ([\d.]+)x", out)
+    return [
+        ("ssh through exo's master vs a new connection", f"{master:.2f}x", "< 1.0x", _verdict(master < 1.0)),
+        ("exo read of another host's agent vs ssh by hand", f"{ratio:.2f}x", "<= 1.5x", _verdict(ratio <= 1.5)),
+    ]
+
+
 BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "startup": (parse_startup, ["--runs", "10"]),
     "hooks": (parse_hooks, ["--runs", "15"]),
@@ -151,6 +160,7 @@ BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "mcp": (parse_mcp, ["--runs", "3"]),
     "beads": (parse_beads, ["--spawn", "2"]),
     "foresight": (parse_foresight, ["--runs", "5"]),
+    "hosts": (parse_hosts, ["--runs", "5"]),
 }
 
 

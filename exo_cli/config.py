@@ -46,7 +46,9 @@ class EnvVars:
         "EXO_WORKTREE_ROOT": "worktree.root",
         "EXO_BASE_BRANCH": "worktree.base",
         "EXO_STORE_URL": "store.url",
+        "EXO_SSH_COMMAND": "ssh.command",
     }
+    HOST = "EXO_HOST"  # this machine's name among exo's hosts (else the state folder's host-name, else hostname)
 
 
 DEFAULTS: dict[str, Any] = {
@@ -85,6 +87,8 @@ DEFAULTS: dict[str, Any] = {
     "demo": {"script": []},
     "store": {"url": ""},
     "notify": {"command": [], "desktop": False},
+    "ssh": {"command": "ssh", "persist": 600},
+    "hosts": {},
 }
 
 _Check = Callable[[Any], bool]
@@ -138,6 +142,39 @@ def _is_store_url(v: Any) -> bool:
     return isinstance(v, str) and (not v.strip() or v.strip().startswith(("postgresql://", "postgres://")))
 
 
+HOST_KEYS = ("ssh", "path", "exo", "env")
+HOST_NAME = r"[a-z0-9][a-z0-9_-]{0,31}"
+
+
+def host_problem(name: Any, entry: Any) -> str | None:
+    """What is wrong with one ``[hosts.NAME]`` entry, or None."""
+    import re
+
+    if not isinstance(name, str) or not re.fullmatch(HOST_NAME, name):
+        return f"the host name {_shown(name)} is not 1-32 of a-z, 0-9, _ and - (starting with a letter or digit)"
+    if not isinstance(entry, dict):
+        return "expected a table with ssh and path"
+    unknown = sorted(set(entry) - set(HOST_KEYS))
+    if unknown:
+        return f"unknown key(s) {', '.join(unknown)} (known: {', '.join(HOST_KEYS)})"
+    dest = entry.get("ssh")
+    if not isinstance(dest, str) or not dest.strip() or dest.startswith("-") or any(c.isspace() or ord(c) < 32
+                                                                                       for c in dest):
+        return "ssh must be a destination (user@host or a Host of your ssh config), without spaces or a leading -"
+    path = entry.get("path")
+    if not isinstance(path, str) or not path.startswith("/") or any(ord(c) < 32 for c in path):
+        return "path must be the absolute path of the repository's clone on that host"
+    if "exo" in entry and not (_is_cmd(entry["exo"]) and entry["exo"]):
+        return "exo must be a command (string or list of strings)"
+    if "env" in entry and not _is_str_list(entry["env"]):
+        return "env must be a list of variable names (or globs such as \"MY_*\")"
+    return None
+
+
+def _is_hosts_table(v: Any) -> bool:
+    return isinstance(v, dict) and all(host_problem(k, x) is None for k, x in v.items())
+
+
 def _choice(*values: str) -> _Check:
     def check(v: Any) -> bool:
         return v in values
@@ -181,6 +218,9 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "store.url": (_is_store_url, "a postgresql:// URL without a password, or empty for SQLite"),
     "notify.command": (_is_str_list, "a command as a list of strings (it gets each event as JSON on stdin)"),
     "notify.desktop": (_is_bool, "true or false"),
+    "ssh.command": (lambda v: _is_cmd(v) and bool(v), "a command (string or list of strings), e.g. \"ssh -F ~/.ssh/exo\""),
+    "ssh.persist": (_is_seconds, "a whole number of seconds"),
+    "hosts": (_is_hosts_table, "a table of host name -> { ssh = DESTINATION, path = CLONE, exo = COMMAND, env = [NAMES] }"),
 }
 _SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}
 
@@ -236,6 +276,12 @@ def _check(key: str, value: Any, origin: str) -> None:
         for sub, item in value.items():
             if sub not in BACKENDS or not _is_str_list(item):
                 _check_entry(f"{key}.{sub}", item, origin, sub in BACKENDS)
+    if check is _is_hosts_table and isinstance(value, dict):  # name the host that is wrong, and why
+        for name, entry in value.items():
+            why = host_problem(name, entry)
+            if why is not None:
+                raise InvalidInput(f"Bad [hosts.{_shown(name)}] in {origin}: {why}", hint=f"Fix [hosts] in {origin}.",
+                                   key=f"hosts.{name}", source=origin)
     if not check(value):
         raise InvalidInput(
             f"Bad value for {key} in {origin}: {_shown(value)} (expected {expected})",

@@ -41,6 +41,8 @@ STORE_URL_VAR = "EXO_STORE_URL"
 MARKER_VARS = (AGENT_VAR, PROOF_VAR, "EXO_PARENT", "EXO_ROLE")
 # Where an agent's record keeps the SHA-256 of its proof (the proof itself is never stored).
 PROOF_FIELD = "proof_sha256"
+# The state folder's file naming this machine among exo's hosts (see ``Env.host_name``).
+HOST_NAME_FILE = "host-name"
 ROLE_RANK = {"dev": 1, "tl": 2, "human": 3}
 
 
@@ -84,6 +86,9 @@ class Env:
         self.pid = pid if pid is not None else os.getpid()
         # Set by the MCP adapter so blocking operations can stop when the client cancels.
         self.cancel: threading.Event | None = None
+        # Set when another host's exo asked this one to spawn (``ops.hosts``): the parent's branch as
+        # fetched from the shared remote ({"base_branch", "base_ref", "from_host"}).
+        self.via_host: dict[str, Any] | None = None
 
     # -- repository and state ---------------------------------------------------------------
     @cached_property
@@ -217,13 +222,42 @@ class Env:
 
     @cached_property
     def store(self) -> Store:
-        from exo_cli.adapters.store import open_store, point_to, pointed_url
+        from exo_cli.adapters.store import open_store, point_to, pointed_team, pointed_url
 
         url = self.store_url
-        store = open_store(self.state_path if url else self.state_dir, lambda: self.runtime_dir, url)
+        team = pointed_team(self.state_path) if url else None
+        store = open_store(self.state_path if url else self.state_dir, lambda: self.runtime_dir, url, team)
         if url and pointed_url(self.state_path) is None:  # after open_store checked the URL (no password)
             point_to(self.state_dir, url)  # agents' processes follow the state there
         return store
+
+    @cached_property
+    def host_name(self) -> str:
+        """This machine's name among exo's hosts: ``EXO_HOST``, else the state folder's ``host-name``
+        (left by the first call that reached this clone as ``[hosts.NAME]``), else the hostname."""
+        named = self.environ.get("EXO_HOST", "").strip()
+        if named:
+            return named
+        try:
+            named = (self.state_path / HOST_NAME_FILE).read_text().strip()
+        except (OSError, ExoError):
+            named = ""
+        if named:
+            return named
+        return os.uname().nodename.split(".")[0].lower() or "localhost"
+
+    @cached_property
+    def joined(self) -> bool:
+        """Whether this clone joined a team that began on another host (its store pointer names the team)."""
+        from exo_cli.adapters.store import pointed_team
+
+        return pointed_team(self.state_path) is not None
+
+    def runs_here(self, agent: Agent) -> bool:
+        """Whether ``agent`` runs on this machine: its recorded host is this one; a record without a host
+        (made before hosts, or on SQLite) belongs to the clone that made it, never to one that joined later."""
+        host = agent.host
+        return host == self.host_name if host else not self.joined
 
     def has_state(self) -> bool:
         """True when the state already exists (hooks must not create it)."""

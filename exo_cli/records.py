@@ -29,7 +29,9 @@ FAILED_TURN = "failed-turn"  # its last turn ended with an error (an API error);
 DONE = "done"
 DEAD = "dead"
 UNKNOWN = "unknown"
-LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, FAILED_TURN, UNKNOWN)
+UNREACHABLE = "unreachable"  # shown, never recorded: the agent's host cannot be reached just now
+LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, FAILED_TURN, UNKNOWN,
+                 UNREACHABLE)
 # Statuses in which an agent waits at its input for the next message (it can be typed into).
 AT_REST = (IDLE, FAILED_TURN)
 
@@ -91,6 +93,11 @@ class Agent(NamedTuple):
     @property
     def live(self) -> bool:
         return self.status in LIVE_STATUSES
+
+    @property
+    def host(self) -> str:
+        """The host the agent runs on (``[hosts.NAME]``, or this machine's name); "" for records made before hosts."""
+        return str(self.spec.get("host") or "")
 
     @property
     def retired(self) -> bool:

@@ -143,6 +143,8 @@ class Op(NamedTuple):
     names: Mapping[str, str] = {}  # noqa: RUF012 - never mutated
     # tools of other tool families' compatible sets (served only with ``exo mcp --compat``)
     compat: tuple[Tool, ...] = ()
+    # the parameter naming the agent the operation acts on: the call runs on that agent's host
+    on_host: str | None = None
 
     @property
     def summary(self) -> str:
@@ -293,8 +295,9 @@ def op(
     cli_only: Mapping[str, str] | None = None,
     no_tools: str | None = None,
     names: Mapping[str, str] | None = None,
+    on_host: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare ``fn`` as the operation ``name``."""
+    """Declare ``fn`` as the operation ``name`` (``on_host``: the parameter naming the agent whose host runs it)."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         declared = dict(help or {})
@@ -316,6 +319,7 @@ def op(
             cli_only=dict(cli_only or {}),
             no_tools=no_tools,
             names=dict(names or {}),
+            on_host=on_host,
         )
         return fn
 
@@ -381,4 +385,14 @@ def invoke(name: str, env: Env, /, **kwargs: Any) -> Any:
     operation = get(name)
     env.follow_store()
     check_role(operation, env)
+    if operation.on_host is not None and ROUTER is not None:
+        routed = ROUTER(env, operation, kwargs)  # the agent runs on another host: exo there runs the very same operation
+        if routed is not NOT_ROUTED:
+            return routed
     return operation.func(env, **kwargs)
+
+
+# Set by ``ops.remote`` (imported by every module that declares an ``on_host`` operation): runs a call
+# on the host of the agent it names and returns its result, or NOT_ROUTED when that agent runs here.
+ROUTER: Callable[[Env, Op, Mapping[str, Any]], Any] | None = None
+NOT_ROUTED = object()

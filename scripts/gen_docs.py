@@ -63,6 +63,7 @@ ENVIRONMENT_OTHER = [
                   "when it names a recorded agent."),
     ("EXO_DEBUG", "1: print a traceback on an internal error; debug logs from exo mcp."),
     ("EXO_PROCESS_READER", "psutil: read processes through psutil even where /proc exists (for tests)."),
+    ("EXO_HOST", "This machine's name among exo's hosts (default: the state folder's host-name, else the hostname)."),
     ("BEADS_DIR", "The beads tracker folder (default: the main checkout's .beads/)."),
     ("HANGAR_ROOT", "A hangar folder: worktrees go to $HANGAR_ROOT/worktrees."),
     ("XDG_RUNTIME_DIR", "The base of exo's short runtime folder (else /tmp)."),

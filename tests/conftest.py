@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hosts_harness import sshd, sshd_session, two_hosts  # noqa: F401 - the two-host fixtures (tests/hosts_harness.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXO = [sys.executable, "-m", "exo_cli"]

@@ -243,7 +243,9 @@ def test_demo_timeout_stops_every_agent(tmp_path: Path) -> None:
 def test_demo_ctrl_c_leaves_nothing_running(tmp_path: Path, mux: str) -> None:
     env = {**os.environ, **_sandbox(tmp_path), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "exo_cli", "demo", "--mux", mux, "--dir", str(tmp_path / "s")],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # Ctrl-C as at a terminal, even when the suite runs in the background (SIGINT ignored)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
     assert proc.stderr is not None
     deadline = time.monotonic() + 60

@@ -118,7 +118,8 @@ def test_attach_follows_the_log_and_nothing_in_it_acts_on_the_terminal(tmp_path)
     hostile = b"\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07\x1b[2J\xc2\x9b31m\xff"  # OSC title, clipboard, clear, CSI, not UTF-8
     log.write_bytes(b"".join(b"old %d\n" % i for i in range(300)) + b"first " + hostile + b"\n")
     pid, fd = pty.fork()
-    if pid == 0:  # the child: the follower, as exo attach runs it
+    if pid == 0:  # the child: the follower, as exo attach runs it (SIGINT as at a terminal, even under nohup)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execv(sys.executable, [sys.executable, "-m", "exo_cli.adapters.mux._follow", str(log), "200"])
     seen = bytearray()
 

@@ -425,6 +425,10 @@ def case_conflicts(w: World) -> list[Pair]:
             Pair(["conflicts", "cf1", "--check"], "list_conflicts", {"agent": "cf1", "check": True})]
 
 
+def case_hosts(w: World) -> list[Pair]:
+    return [Pair(["hosts"], "list_hosts", {})]
+
+
 def case_pr_list(w: World) -> list[Pair]:
     return [Pair(["pr", "list", "--state", "open"], "list_prs", {"state": "open"})]
 

@@ -567,6 +567,14 @@ class Git:
         return self.run(["push", "-u", remote, f"refs/heads/{branch}:refs/heads/{branch}"], check=False,
                         timeout=timeout)
 
+    def push_as_is(self, remote: str, branch: str, *, force: bool = False, delete_at: str | None = None,
+                   timeout: float = 300) -> Finished:
+        """Push ``branch`` to the same name on ``remote`` (``force``: over what this clone last pushed or fetched
+        of it only), its upstream untouched; with ``delete_at``, delete it there while it points at that commit."""
+        spec = f":refs/heads/{branch}" if delete_at else f"refs/heads/{branch}:refs/heads/{branch}"
+        lease = [f"--force-with-lease=refs/heads/{branch}{':' + delete_at if delete_at else ''}"] * (force or bool(delete_at))
+        return self.run(["push", "--quiet", *lease, remote, spec], check=False, timeout=timeout)
+
     def remote_has_branch(self, remote: str, branch: str) -> bool | None:
         """Whether ``remote`` has ``branch`` (``ls-remote``); None when the remote cannot be asked."""
         proc = self.run(["ls-remote", "--exit-code", "--heads", remote, f"refs/heads/{branch}"], check=False)

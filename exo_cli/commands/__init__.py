@@ -52,5 +52,8 @@ COMMANDS: dict[str, Entry] = {
     "config": Entry("exo_cli.commands.config:config", "Show the effective configuration and where it comes from."),
     "store": Entry("exo_cli.commands.store:store",
                    "Where exo keeps this repository's state: move it between SQLite and PostgreSQL."),
+    "hosts": Entry("exo_cli.commands.hosts:hosts", "List the configured hosts with reachability, exo version and store."),
+    "host-call": Entry("exo_cli.commands.hostcall:host_call", "Answer one request of another host's exo (one JSON line on stdin).",
+                       hidden=True),
     "completion": Entry("exo_cli.commands.completion:completion", "Print or install the shell completion script."),
 }

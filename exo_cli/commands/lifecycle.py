@@ -25,12 +25,16 @@ def render_kill(out: Out, result: KillResult) -> None:
         out.line(f"already stopped: {', '.join(result.already_dead)}")
     for agent, path in result.worktrees_kept:
         out.line(f"kept worktree of {agent}: {path}")
+    for warning in result.warnings:
+        out.line(f"warning: {warning}")
 
 
 def render_reap(out: Out, result: ReapResult) -> None:
     out.line(f"reaped: {', '.join(result.reaped) or '-'}")
     if result.kept:
         out.line(f"interrupted spawns left for `exo doctor`: {', '.join(result.kept)}")
+    if result.unreached:
+        out.line(f"on hosts that cannot be reached now (reaped once they are back): {', '.join(result.unreached)}")
 
 
 def render_read(out: Out, result: ReadResult | ReadManyResult) -> None:
@@ -109,13 +113,14 @@ def read(ctx: click.Context, env: Any, agent: tuple[str, ...], lines: int, since
         ctx.exit(5)
 
 
-@click.command(help=op_help("doctor") + "\n\n\b\nExamples:\n  exo doctor --dry-run\n  exo doctor")
+@click.command(help=op_help("doctor") + "\n\n\b\nExamples:\n  exo doctor --dry-run\n  exo doctor\n  exo doctor --hosts")
 @op_option("doctor", "dry_run", "--dry-run", is_flag=True)
+@op_option("doctor", "hosts", "--hosts", is_flag=True)
 @json_option
 @click.pass_obj
 @click.pass_context
-def doctor(ctx: click.Context, env: Any, dry_run: bool, as_json: bool) -> None:
-    result = invoke("doctor", env, dry_run=dry_run)
+def doctor(ctx: click.Context, env: Any, dry_run: bool, hosts: bool, as_json: bool) -> None:
+    result = invoke("doctor", env, dry_run=dry_run, hosts=hosts)
     emit(result, as_json=as_json, human=render_doctor)
     if result.remaining:
         ctx.exit(5)

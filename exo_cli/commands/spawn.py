@@ -91,7 +91,8 @@ def _edit(template: str) -> str | None:
     "  exo spawn --ready 3\n"
     "  exo spawn --worker api --worker ui --prompt 'Add the /health endpoint' --prompt 'Show it'\n"
     "  exo spawn --subtree --task 'Build the auth system' --branch auth\n"
-    "  echo 'Fix the flaky test' | exo spawn --worker fixer -"
+    "  echo 'Fix the flaky test' | exo spawn --worker fixer -\n"
+    "  exo spawn --host gpu1 --worker trainer --prompt 'Tune the model'"
 )
 @click.argument("beads", nargs=-1, shell_complete=completer(kinds.READY_BEAD))
 @op_option("spawn", "worker", "--worker", multiple=True, metavar="NAME")
@@ -113,6 +114,7 @@ def _edit(template: str) -> str | None:
 @op_option("spawn", "skip_permissions", "--skip-permissions/--no-skip-permissions", default=None)
 @op_option("spawn", "after", "--after", multiple=True, metavar="AGENT", shell_complete=completer(kinds.AGENT))
 @op_option("spawn", "demo_script", "--demo-script", metavar="FILE")
+@op_option("spawn", "host", "--host", metavar="NAME", shell_complete=completer(kinds.HOST))
 @json_option
 @click.pass_obj
 @click.pass_context
@@ -121,7 +123,7 @@ def spawn(ctx: click.Context, env: Any, beads: tuple[str, ...], worker: tuple[st
           branch: str | None, fork_session: bool | None, parent_session_id: str | None, ready: int | None,
           specs: tuple[str, ...], agent: str | None, mux: str | None, from_branch: str | None,
           no_worktree: bool, repo: str | None, skip_permissions: bool | None, after: tuple[str, ...],
-          demo_script: str | None, as_json: bool) -> None:
+          demo_script: str | None, host: str | None, as_json: bool) -> None:
     prompts = list(prompt)
     bead_ids = [b for b in beads if b != "-"]
     if len(bead_ids) != len(beads):
@@ -141,7 +143,7 @@ def spawn(ctx: click.Context, env: Any, beads: tuple[str, ...], worker: tuple[st
         subtree=subtree, task=task, branch=branch, fork_session=fork_session,
         parent_session_id=parent_session_id, ready=ready, specs=_specs(specs), agent=agent, mux=mux,
         from_branch=from_branch, no_worktree=no_worktree, repo=repo, skip_permissions=skip_permissions,
-        after=list(after), demo_script=demo_script,
+        after=list(after), demo_script=demo_script, host=host,
     )  # fmt: skip
     emit(result, as_json=as_json, human=render_spawn)
     if not as_json:

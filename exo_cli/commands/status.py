@@ -33,8 +33,13 @@ def render_agents(out: Out, result: AgentsResult) -> None:
             "  " * a.depth + (a.name if a.id == a.name else a.id), a.role, a.status, a.backend, task, a.branch, where, pr,
             f"{a.turns}/{a.tool_calls}/{_tokens(a.tokens)}", last, ago(a.age_seconds),
         ])
-    out.table(["AGENT", "ROLE", "STATUS", "BACKEND", "TASK", "BRANCH", "PANE", "PR", "TURNS/TOOLS/TOK",
-               "LAST MESSAGE", "AGE"], rows, empty="No agents. Start one with `exo spawn`.")
+    headers = ["AGENT", "ROLE", "STATUS", "BACKEND", "TASK", "BRANCH", "PANE", "PR", "TURNS/TOOLS/TOK", "LAST MESSAGE",
+               "AGE"]
+    if any(a.host not in ("", result.this_host) for a in result.agents):  # a team on several hosts
+        headers.insert(1, "HOST")
+        for row, a in zip(rows, result.agents, strict=True):
+            row.insert(1, a.host or result.this_host)
+    out.table(headers, rows, empty="No agents. Start one with `exo spawn`.")
 
 
 def render_status(out: Out, result: StatusResult) -> None:

@@ -60,7 +60,19 @@ OUTPUT_LINES = 40  # lines of screen kept as a custom agent's output
 
 
 def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
-    """Status from hooks first, observation second (see the module docstring); the agents as they are now."""
+    """Status from hooks first, observation second (see the module docstring); the agents as they are now.
+
+    Agents of other hosts are observed by exo on their host (``ops.hosts.refresh_remote``), never
+    here: this machine's panes and processes say nothing about them.
+    """
+    elsewhere = [a for a in agents if not env.runs_here(a)]
+    if elsewhere:
+        from exo_cli.ops import remote
+
+        seen = remote.refresh_remote(env, elsewhere)
+        here = refresh(env, [a for a in agents if env.runs_here(a)])
+        by_id = {a.id: a for a in here}
+        return [by_id.get(a.id) or seen.get(a.id, a) for a in agents]
     locations = {a.id: location(a) for a in agents}  # each record's location read once
     observed = states(env, [a for a in agents if a.status not in (DEAD, DONE)], locations)
     out: list[Agent] = []

@@ -30,6 +30,7 @@ class BoardRow:
     agent: AgentView
     needs: str | None  # asking, permission, dialog, pr-ready, dead; None when it needs nobody
     conflicts: list[str]  # "w3: src/api.py", "base main: README.md"
+    host: str = ""  # the host it runs on, when the team spans several ("" otherwise)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,9 @@ def board(env: Env) -> BoardResult:
     from exo_cli.ops import foresight
     from exo_cli.ops.status import agents as list_agents
 
-    views = list_agents(env).agents
+    listed = list_agents(env)
+    views = listed.agents
+    spans = any(v.host not in ("", listed.this_host) for v in views)
     live = {v.id for v in views if v.status not in (DEAD, DONE)}
     rows: list[BoardRow] = []
     for v in views:
@@ -83,7 +86,8 @@ def board(env: Env) -> BoardResult:
                 if other == "base" or other in live:
                     where = f"base {c.get('other_branch')}" if other == "base" else other
                     found.append(f"{where}: {', '.join(c.get('paths') or [])}")
-        rows.append(BoardRow(agent=v, needs=needs_of(v), conflicts=found))
+        rows.append(BoardRow(agent=v, needs=needs_of(v), conflicts=found,
+                             host=(v.host or listed.this_host) if spans else ""))
     order = {n: i for i, n in enumerate(NEEDS)}
     rows.sort(key=lambda r: order.get(r.needs or "", len(NEEDS)))  # stable: the tree order within each group
     items: list[InboxItem] = []

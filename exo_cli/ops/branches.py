@@ -18,6 +18,15 @@ if TYPE_CHECKING:
     from exo_cli.records import Agent
 
 
+def base_ref(agent: Agent | None, base: str) -> str:
+    """The ref that holds ``base`` for the agent: its parent's branch as fetched from the shared remote
+    when the parent works on another host (recorded at spawn as ``base_ref``), else the local branch."""
+    ref = agent.spec.get("base_ref") if agent is not None else None
+    if isinstance(ref, str) and ref.startswith("refs/remotes/") and ref.endswith("/" + base):
+        return ref
+    return base if base.startswith("refs/") else f"refs/heads/{base}"
+
+
 def base_branch(env: Env, agent: Agent | None = None, head: str | None = None) -> str:
     """The branch ``head`` (of ``agent``) merges into; without either, the repository's main branch.
 

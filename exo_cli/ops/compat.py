@@ -218,12 +218,13 @@ class IdleAgentsResult:
     agents: list[IdleAgentView]
     count: int
     by_status: dict[str, int]
+    this_host: str = ""
 
 
 def _list_agents_idle(args: dict[str, Any], results: list[status.AgentsResult]) -> IdleAgentsResult:
     r = results[0]
     rows = [IdleAgentView._make([*a, a.status in (IDLE, DONE)]) for a in r.agents]
-    return IdleAgentsResult(agents=rows, count=r.count, by_status=r.by_status)
+    return IdleAgentsResult(agents=rows, count=r.count, by_status=r.by_status, this_host=r.this_host)
 
 
 # --------------------------------------------------------------------------- ikigai

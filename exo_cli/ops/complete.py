@@ -30,6 +30,7 @@ from exo_cli import fault
 from exo_cli.adapters import keep
 from exo_cli.adapters.git import Finished, Git
 from exo_cli.errors import ExoError, NotFound, StateError, UsageError
+from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.records import DEAD, DONE, ROOT, Agent
 from exo_cli.registry import op
 
@@ -446,6 +447,7 @@ def _complete_lock(env: Env, agent_id: str) -> Iterator[None]:
     tools=["exo_complete"],
     roles=("tl", "dev"),
     destructive=True,
+    on_host="target",
     help={
         "target": "Bead id, agent id or agent name (default: your own task).",
         "force": "Remove even with unsaved or unmerged work, after archiving it (refs under refs/exo/archive/, "
@@ -485,6 +487,10 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
                               worktree_removed=False, branch_deleted=False, warnings=[warn] if warn else [])
     with _complete_lock(env, agent.id):
         agent = env.store.agent(agent.id) or agent  # another complete may have finished meanwhile
+        if agent.spec.get("base_ref"):  # its parent works on another host: see its merges as the remote has them
+            from exo_cli.ops.hostgit import fetch_base
+
+            fetch_base(env, agent)
         return _complete(env, agent, bead, force=force, base=base)
 
 
@@ -544,6 +550,10 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
             branch_deleted = proc.returncode == 0
             if not branch_deleted:
                 warnings.append(f"branch {agent.branch} not deleted: {proc.stderr.strip()}")
+            elif agent.spec.get("base_ref"):  # it went to the shared remote for a parent on another host
+                from exo_cli.ops.hostgit import unpush
+
+                warnings += unpush(env, agent.branch, sha)
     # 6. Close the bead and mark the agent done.
     closed, warn = _close_bead(env, bead, agent) if bead else (False, None)
     if warn:

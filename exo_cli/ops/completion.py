@@ -25,7 +25,8 @@ READY_BEAD = "ready-bead"  # a bead that can be spawned now (exo spawn)
 PR = "pr"  # any pull request number
 OPEN_PR = "open-pr"  # an open pull request number (exo pr merge)
 CONFIG_KEY = "config-key"
-KINDS = (AGENT, AGENTS, AGENT_OR_BEAD, BEAD, READY_BEAD, PR, OPEN_PR, CONFIG_KEY)
+HOST = "host"  # a configured [hosts.NAME]
+KINDS = (AGENT, AGENTS, AGENT_OR_BEAD, BEAD, READY_BEAD, PR, OPEN_PR, CONFIG_KEY, HOST)
 
 Candidate = tuple[str, str]  # (value, short description)
 # env.STATE_DIR_VAR, not imported from there: a TAB does without env's imports (records, json)
@@ -42,6 +43,8 @@ def candidates(kind: str, incomplete: str, *, cwd: str | None = None,
     try:
         if kind == CONFIG_KEY:
             return _config_keys(incomplete)
+        if kind == HOST:
+            return _hosts(cwd, environ, incomplete)
         if kind == AGENTS:
             head, _, last = incomplete.rpartition(",")
             prefix = head + "," if head else ""
@@ -61,6 +64,14 @@ def candidates(kind: str, incomplete: str, *, cwd: str | None = None,
     except Exception:  # noqa: BLE001 - a TAB shows nothing rather than an error
         return []
     return []
+
+
+def _hosts(cwd: str | None, environ: Mapping[str, str], incomplete: str) -> list[Candidate]:
+    """The configured hosts (read from the configuration files; nothing is reached)."""
+    from exo_cli.env import Env
+
+    table = Env(cwd, environ).config.get("hosts") or {}
+    return [(name, _short(str(entry.get("ssh")))) for name, entry in sorted(table.items()) if name.startswith(incomplete)]
 
 
 def _short(text: str | None, n: int = 50) -> str:

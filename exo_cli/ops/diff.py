@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from exo_cli.adapters.git import Git
 from exo_cli.errors import InvalidInput, NotFound, StateError
+from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def branch_diff(git: Git, *, head: str, base: str, revs: list[str], agent: str |
     roles=("tl", "dev"),
     read_only=True,
     idempotent=True,
+    on_host="agent",
     help={
         "agent": "The agent whose branch to compare with its base branch.",
         "stat": "Only the files changed with their added and deleted line counts (no patch).",
@@ -75,7 +77,7 @@ def diff(env: Env, *, agent: str, stat: bool = False, name_only: bool = False) -
     With stat or name_only, only the files changed (with their line counts). NotFound for
     an unknown agent; StateError when it has no branch or the branch is gone.
     """
-    from exo_cli.ops.branches import base_branch
+    from exo_cli.ops.branches import base_branch, base_ref
 
     if stat and name_only:
         raise InvalidInput("Give --stat or --name-only, not both", field="name_only")
@@ -85,10 +87,11 @@ def diff(env: Env, *, agent: str, stat: bool = False, name_only: bool = False) -
     if not rec.branch:
         raise StateError(f"Agent {rec.id} has no branch of its own", agent=rec.id)
     base = base_branch(env, rec, rec.branch)
+    ref = base_ref(rec, base)
     git = Git(env.repo.root)
-    for name in (rec.branch, base):
-        if not git.ref_exists(f"refs/heads/{name}"):
+    for name, full in ((rec.branch, f"refs/heads/{rec.branch}"), (base, ref)):
+        if not git.ref_exists(full):
             raise StateError(f"Branch {name} does not exist", hint="`exo doctor` reconciles the records.",
                              agent=rec.id, branch=name)
     return branch_diff(git, head=rec.branch, base=base, agent=rec.id,
-                       revs=[f"refs/heads/{base}...refs/heads/{rec.branch}"], patch=not (stat or name_only))
+                       revs=[f"{ref}...refs/heads/{rec.branch}"], patch=not (stat or name_only))

@@ -89,7 +89,8 @@ class Checkup:
     def reload(self) -> None:
         """Read the agent records again (after repairs that forget or finish some)."""
         env = self.env
-        self.records = [a for a in env.store.agents() if a.id != ROOT and not a.retired] if env.has_state() else []
+        self.records = [a for a in env.store.agents() if a.id != ROOT and not a.retired
+                        and env.runs_here(a)] if env.has_state() else []  # another host's are its own
 
     def worktrees(self) -> dict[str, Any]:
         """``git worktree list``: path -> attributes."""
@@ -506,8 +507,9 @@ CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
 # --------------------------------------------------------------------------- the operation
 
 
-@op("doctor", cli="doctor", roles=("human",), help={"dry_run": "Report problems without repairing anything."})
-def doctor(env: Env, *, dry_run: bool = False) -> DoctorResult:
+@op("doctor", cli="doctor", roles=("human",), help={"dry_run": "Report problems without repairing anything.",
+                                                    "hosts": "Also check every configured host over ssh."})
+def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorResult:
     """Reconcile exo's records with git, the multiplexer and process liveness; repair.
 
     Rebuilds the records of agents it finds without one (live windows on exo's tmux session,
@@ -515,8 +517,10 @@ def doctor(env: Env, *, dry_run: bool = False) -> DoctorResult:
     interrupted spawns, marks zombies dead, closes windows whose process exited (a live one
     is never killed), removes a worktree or empty folder in exo's worktree folder only when
     exo recorded creating it and nothing in it would be lost (never forced), reports live
-    agents whose worktree vanished, and prunes stale git worktree metadata. Exit 0 when
-    consistent or repaired, 5 otherwise.
+    agents whose worktree vanished, and prunes stale git worktree metadata. With hosts, each
+    `[hosts.NAME]` is checked too: ssh works, its clone has the same origin and store, its exo
+    speaks the same protocol (agents of other hosts are only ever checked by exo there). Exit 0
+    when consistent or repaired, 5 otherwise.
     """
     from exo_cli.adapters.files import state_lock
 
@@ -524,6 +528,13 @@ def doctor(env: Env, *, dry_run: bool = False) -> DoctorResult:
     with state_lock(env.state_dir, "doctor"):  # one doctor at a time: two would rebuild the same record
         checkup = Checkup(env)
         problems = [_settle(finding, dry_run=dry_run) for check in CHECKS for finding in check(checkup)]
+    if hosts:
+        from exo_cli.ops.hosts import hosts as list_hosts
+
+        for h in list_hosts(env).hosts:
+            if h.error or not h.reachable:
+                problems.append(Problem("host", h.name, h.error or "unreachable",
+                                        f"fix [hosts.{h.name}] or that host (see `exo hosts`)", False))
     repaired = sum(1 for p in problems if p.repaired)
     return DoctorResult(problems=problems, repaired=repaired, remaining=len(problems) - repaired,
                         consistent=not problems, dry_run=dry_run, kept=checkup.kept)

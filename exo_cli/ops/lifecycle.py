@@ -15,11 +15,12 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli.errors import InvalidInput, NotFound, StateError
+from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.ops.history import CURSOR_KEY, retire
 from exo_cli.records import DEAD, DONE, LIVE_STATUSES, ROOT, Agent
 from exo_cli.registry import Range, op
@@ -80,6 +81,7 @@ class KillResult:
     killed: list[str]
     already_dead: list[str]
     worktrees_kept: list[list[str]]
+    warnings: list[str] = field(default_factory=list)  # agents of other hosts that could not be stopped
 
 
 @op(
@@ -90,6 +92,7 @@ class KillResult:
     destructive=True,
     idempotent=True,
     help={"agent": "The agent to stop, with all its descendants."},
+    on_host="agent",
 )
 def kill(env: Env, *, agent: str) -> KillResult:
     """Kill an agent and all its descendants; their worktrees are kept.
@@ -112,8 +115,20 @@ def kill(env: Env, *, agent: str) -> KillResult:
     killed: list[str] = []
     dead: list[str] = []
     kept: list[list[str]] = []
+    warnings: list[str] = []
     for a in [*descendants(everyone, target.id), target]:
         a = env.store.agent(a.id) or a
+        if not env.runs_here(a):  # exo on its host stops it (and its own descendants there)
+            if a.id in killed or a.id in dead:
+                continue
+            from exo_cli.ops.remote import kill_there
+
+            got, why = kill_there(env, a)
+            killed += [i for i in got.killed if i not in killed] if got else []
+            dead += [i for i in got.already_dead if i not in dead] if got else []
+            kept += got.worktrees_kept if got else []
+            warnings += [why] if why else []
+            continue
         # Stops the agent's process group and its services; a done agent whose process still
         # runs is stopped too (its status stays done).
         was_alive = agentctl.stop_agent(env, a, reason="killed", settle_dependents=True)
@@ -124,7 +139,7 @@ def kill(env: Env, *, agent: str) -> KillResult:
         env.store.post("event", target.id, target.parent, f"[KILLED {target.id}] and {len(killed) - 1 if target.id in killed else len(killed)} descendant(s)",
                        data={"event": "killed", "agent": target.id, "killed": killed})
     release_runtime(env)
-    return KillResult(killed=killed, already_dead=dead, worktrees_kept=kept)
+    return KillResult(killed=killed, already_dead=dead, worktrees_kept=kept, warnings=warnings)
 
 
 def release_runtime(env: Env) -> bool:
@@ -158,6 +173,7 @@ class ReapResult:
     reaped: list[str]
     closed: list[str]
     kept: list[str]
+    unreached: list[str] = field(default_factory=list)  # finished agents of hosts that cannot be reached now
 
 
 REAPED_KEY = "reaped-worktrees"
@@ -206,8 +222,13 @@ def reap(env: Env) -> ReapResult:
     reaped: list[str] = []
     closed: list[str] = []
     kept: list[str] = []
+    elsewhere: dict[str, list[str]] = {}
+    unreached: list[str] = []
     for a in agents:
         if a.status not in (DEAD, DONE):
+            continue
+        if not env.runs_here(a):  # exo on its host reaps it (its windows and files are there)
+            elsewhere.setdefault(a.host, []).append(a.id)
             continue
         running = done.get(a.id)
         if running is not None and running.alive:
@@ -232,8 +253,17 @@ def reap(env: Env) -> ReapResult:
         env.store.event("reaped", a.id, {"worktree": a.worktree})
         retire(env, a)
         reaped.append(a.id)
+    if elsewhere:
+        from exo_cli.ops.remote import reap_there
+
+        for name, ids in sorted(elsewhere.items()):
+            got = reap_there(env, name)
+            if got is None:
+                unreached += ids  # that host cannot be reached now: its agents wait for the next reap
+            else:
+                reaped, closed, kept = reaped + got.reaped, closed + got.closed, kept + got.kept
     release_runtime(env)
-    return ReapResult(reaped=reaped, closed=closed, kept=kept)
+    return ReapResult(reaped=reaped, closed=closed, kept=kept, unreached=unreached)
 
 
 # --------------------------------------------------------------------------- attach
@@ -266,6 +296,14 @@ def attach(env: Env, *, agent: str) -> AttachResult:
     loc = agentctl.location(rec)
     if loc is None:
         raise StateError(f"Agent {rec.id} has not started yet ({rec.status_reason or rec.status})", agent=rec.id)
+    from exo_cli.ops.hosts import host_of
+    from exo_cli.ops.remote import attach_there
+
+    host = host_of(env, rec)
+    if host is not None:  # an ssh session into that host, where exo attaches to its multiplexer
+        mode, argv, hint = attach_there(env, host, rec)
+        return AttachResult(agent=rec.id, argv=argv, location=loc.to_dict(), mode=mode, command=shlex.join(argv),
+                            hint=hint)
     mux = agentctl.mux_for(env, loc.mux)
     mode, hint = ("log" if loc.mux == "headless" else "attach"), None
     from exo_cli.adapters.mux.tmux import Tmux
@@ -352,6 +390,7 @@ def _after_cursor(lines: list[str], tail: list[str]) -> list[str]:
     roles=("tl",),
     read_only=True,
     blocking=True,
+    on_host="agent",
     help={
         "agent": "The agent to read, or a list of agents to read in one call (then one result each).",
         "lines": "How many lines of the tail to return.",

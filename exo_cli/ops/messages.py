@@ -160,6 +160,10 @@ def find_agent(env: Env, ref: str) -> Agent:
 def _deliver(env: Env, msg_id: int, recipient: Agent) -> str:
     if recipient.id == ROOT or recipient.status not in AT_REST or not recipient.location:
         return "queued"
+    if not env.runs_here(recipient):  # typed into its pane by exo on its host
+        from exo_cli.ops.remote import deliver_there
+
+        return deliver_there(env, recipient, msg_id)
     from exo_cli.ops.delivery import deliver
 
     return deliver(env, msg_id, recipient)

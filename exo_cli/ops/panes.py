@@ -95,5 +95,7 @@ def alive_ids(env: Env, agents: Iterable[Agent]) -> set[str]:
     what changed is ``agentctl.refresh``'s.
     """
     agents = [a for a in agents if a.status not in (DEAD, DONE)]
-    observed = states(env, agents)
-    return {a.id for a in agents if location(a) is None or ((st := observed.get(a.id)) is not None and st.alive)}
+    elsewhere = {a.id for a in agents if not env.runs_here(a)}  # observed by exo there: live as recorded
+    observed = states(env, [a for a in agents if a.id not in elsewhere])
+    return elsewhere | {a.id for a in agents if location(a) is None or ((st := observed.get(a.id)) is not None
+                                                                       and st.alive)}

@@ -10,6 +10,7 @@ them (``rebase.rebase_onto_base``, local refs only).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from exo_cli import fault
 from exo_cli.adapters.git import Git
 from exo_cli.errors import InvalidInput, NotFound, StateError
-from exo_cli.ops.branches import base_branch
+from exo_cli.ops.branches import base_branch, base_ref
 from exo_cli.ops.diff import DiffResult
 from exo_cli.records import DONE, ROOT, PullRequest
 from exo_cli.registry import Choice, Range, Tool, op
@@ -150,16 +151,22 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     if base == head:
         raise StateError(f"{head} is its own base branch", hint="File from a task branch.", branch=head)
     git = Git(env.repo.root)
-    if not git.ref_exists(f"refs/heads/{base}"):
+    across = agent is not None and bool(agent.spec.get("base_ref"))  # its parent works on another host
+    if across and agent is not None:
+        from exo_cli.ops.hostgit import fetch_base
+
+        fetch_base(env, agent)  # when it cannot, the base as last fetched still tells the commits apart
+    bref = base_ref(agent, base)
+    if not git.ref_exists(bref):
         raise NotFound(f"Base branch {base} does not exist", branch=base)
-    commits = git.count(f"refs/heads/{base}..refs/heads/{head}")
+    commits = git.count(f"{bref}..refs/heads/{head}")
     if commits == 0:
         raise StateError(f"{head} has no commits that {base} lacks", hint="Commit your work, then file the PR.",
                          head=head, base=base)
     if title is None or not title.strip():
         title = git.subject(f"refs/heads/{head}")
     if body is None:
-        body = "\n".join(git.log(f"refs/heads/{base}..refs/heads/{head}", "- %s", reverse=True, check=True))
+        body = "\n".join(git.log(f"{bref}..refs/heads/{head}", "- %s", reverse=True, check=True))
     title = check_text(title, "title")
     body = check_text(body, "body") if body else ""
     author = agent.id if agent is not None else ROOT
@@ -167,6 +174,11 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     forge = forge_for(env, existing.forge if existing else None, runner=gh_runner(env))
     filed = forge.file(head=head, base=base, title=title, body=body, draft=draft, existing=existing,
                        worktree=worktree)
+    if across and forge.kind == "local":  # the parent's host fetches it from the shared remote to merge it
+        from exo_cli.ops.hostgit import push_head
+
+        push_head(env, head)
+        filed = dataclasses.replace(filed, pushed=True)
     if existing is not None:
         env.store.update_pr(existing.number, title=title, body=body, draft=int(draft), base=base,
                             url=filed.url or existing.url, remote_number=filed.remote_number or existing.remote_number)
@@ -230,6 +242,7 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         raise StateError(f"PR #{number} merges into {pr.base}, not into your branch {caller.branch}",
                          hint="Only the parent of the PR's branch merges it.", pr=number)
     author = env.store.agent(pr.author) if pr.author != ROOT else None
+    head_ref, across = f"refs/heads/{pr.head}", author is not None and not env.runs_here(author)
     if strategy is None:
         strategy = "merge" if author is not None and author.role == "tl" else "squash"
     if strategy not in STRATEGIES:
@@ -239,22 +252,33 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
     else:
         message = f"Merge PR #{number} from {pr.head}\n\n{pr.title}\n\n{pr.body}".rstrip() + "\n"
     forge = forge_for(env, pr.forge, runner=gh_runner(env))
+    if across and forge.kind == "local":  # the author works on another host: its branch comes from the shared remote
+        from exo_cli.ops.hostgit import fetch_head
+
+        head_ref = fetch_head(env, pr.head)
     with merge_lock(env, pr.base):
         # under the lock: another merge may have merged (or closed) this PR, or moved the base, meanwhile
         pr = _get(env, number)
         if pr.state != "open":
             raise StateError(f"PR #{number} is {pr.state}", pr=number, state=pr.state)
         refuse_paused(env, pr.base, number)
-        head_sha = Git(env.repo.root).rev(f"refs/heads/{pr.head}")
+        head_sha = Git(env.repo.root).rev(head_ref)
         fault.point("merge.locked", env.environ)
-        outcome = forge.merge(pr, strategy=strategy, message=message)
+        outcome = forge.merge(pr, strategy=strategy, message=message, head_ref=head_ref)
         fault.point("merge.moved", env.environ)
         env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
                             merged_at=time.time(), data={**pr.data, "head_sha": head_sha})
+    warnings = list(outcome.warnings)
+    if across and forge.kind == "local":  # the author's host sees the merge through the shared remote
+        from exo_cli.ops.hostgit import push_base
+
+        warnings += push_base(env, pr.base)
+        if head_sha:  # the copy fetched for the merge: the branch itself lives on its author's host
+            Git(env.repo.root).delete_ref(head_ref, head_sha)
     notified = notify_merged(env, _get(env, number), sender=env.caller.agent_id)
     return MergeResult(pr=view(_get(env, number)), strategy=strategy, merge_commit=outcome.merge_commit,
                        base_worktree=outcome.base_worktree, local_updated=outcome.local_updated,
-                       notified=notified, warnings=list(outcome.warnings))
+                       notified=notified, warnings=warnings)
 
 
 @contextlib.contextmanager

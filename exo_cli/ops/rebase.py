@@ -91,7 +91,9 @@ def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None
         base = None
     if not base:
         return RebaseResult("none", detail="no parent branch")
-    ref = base if base.startswith("refs/") else f"refs/heads/{base}"
+    from exo_cli.ops.branches import base_ref
+
+    ref = base_ref(agent, base)  # a parent on another host: its branch as last fetched from the shared remote
     known = ref_sha(wt, ref)
     if state is not None and known and state.get("base_ok") == known:
         return RebaseResult("up-to-date", base, known)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.adapters.git import Git
+from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.records import ROOT, Agent
 from exo_cli.registry import op
 
@@ -49,6 +50,7 @@ class AgentView(NamedTuple):
     turns: int
     tool_calls: int
     tokens: int
+    host: str = ""  # the host it runs on ("" for records made before hosts)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class AgentsResult:
     agents: list[AgentView]
     count: int
     by_status: dict[str, int]
+    this_host: str = ""  # this machine's name among exo's hosts
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
                     turns=a.turns,
                     tool_calls=a.tool_calls,
                     tokens=a.tokens,
+                    host=a.host,
                 )
             )
             walk(a.id, depth + 1)
@@ -152,7 +156,8 @@ def agents(env: Env, *, show_all: bool = False) -> AgentsResult:
     """
     env.repo  # noqa: B018 - fail early outside a repository
     views = _views(env, team_agents(env, history=show_all))
-    return AgentsResult(agents=views, count=len(views), by_status=dict(Counter(v.status for v in views)))
+    return AgentsResult(agents=views, count=len(views), by_status=dict(Counter(v.status for v in views)),
+                        this_host=env.host_name)
 
 
 @op(
@@ -162,6 +167,7 @@ def agents(env: Env, *, show_all: bool = False) -> AgentsResult:
     read_only=True,
     idempotent=True,
     help={"agent": "Show this agent instead of the caller (default: the calling agent, or the root)."},
+    on_host="agent",
 )
 def status(env: Env, *, agent: str | None = None) -> StatusResult:
     """Show the current task, git state and PR; at the root, a team summary.

@@ -38,7 +38,7 @@ def store_migrate(env: Env, *, to: str) -> MigrateResult:
     The old SQLite database is kept aside as `state.db.moved-<time>`; the old PostgreSQL rows
     are deleted once the copy is checked.
     """
-    from exo_cli.adapters.store import open_store, point_to
+    from exo_cli.adapters.store import open_store, point_to, pointed_team
 
     target_url = None if to.strip().lower() == SQLITE else to.strip()
     if target_url is not None and not target_url.startswith(("postgresql://", "postgres://")):
@@ -54,7 +54,8 @@ def store_migrate(env: Env, *, to: str) -> MigrateResult:
     if busy:
         raise StateError(f"Agents are mid-operation: {', '.join(busy)}",
                          hint="Run it again when they are idle (exo wait), or kill them.", agents=busy)
-    target = open_store(env.state_dir, lambda: env.runtime_dir, target_url)
+    team = pointed_team(env.state_path)  # a clone sharing another host's rows keeps sharing them
+    target = open_store(env.state_dir, lambda: env.runtime_dir, target_url, team)
     before = source.counts()
     target.load(source.dump())
     copied = target.counts()
@@ -62,6 +63,6 @@ def store_migrate(env: Env, *, to: str) -> MigrateResult:
         target.set_aside()
         raise StateError("The state changed during the copy (or the copy is incomplete); nothing moved",
                          hint="Run it again when the team is idle.", source=before, copied=copied)
-    point_to(env.state_dir, target_url)
+    point_to(env.state_dir, target_url, team)
     kept = source.set_aside()
     return MigrateResult(source=source_url or SQLITE, target=target_url or SQLITE, counts=copied, kept=kept)

@@ -20,7 +20,7 @@ SHORT_STATUS = {"waiting-permission": "permission", "blocked-on-dialog": "dialog
 NEEDS_TEXT = {"asking": "asks you", "permission": "waits for a permission", "dialog": "shows a dialog",
               "failed": "its turn failed",
               "pr-ready": "PR ready to merge", "dead": "dead"}
-NAME_W, STATUS_W, COUNT_W, PR_W, AGE_W = 12, 10, 10, 8, 5
+NAME_W, STATUS_W, COUNT_W, PR_W, AGE_W, HOST_W = 12, 10, 10, 8, 5, 8
 HEADER = ("", "AGENT", "STATUS", "TRN/TL/TOK", "PR", "AGE")
 
 
@@ -83,8 +83,10 @@ def line(row: Any, width: int = 80) -> str:
     pr = f"#{a.pr['number']} {PR_STATE.get(a.pr['state'], a.pr['state'])}" if a.pr else "-"
     counts = f"{a.turns}/{a.tool_calls}/{tokens(a.tokens)}"
     name = "  " * min(a.depth, 4) + clean(a.name)
-    head = " ".join([("!" if row.needs else " "), fit(name, NAME_W), fit(SHORT_STATUS.get(a.status, a.status), STATUS_W),
-                     fit(counts, COUNT_W), fit(pr, PR_W), fit(ago(a.age_seconds), AGE_W)])
+    host = [fit(clean(row.host), HOST_W)] if getattr(row, "host", "") else []  # a team on several hosts
+    head = " ".join([("!" if row.needs else " "), fit(name, NAME_W), *host,
+                     fit(SHORT_STATUS.get(a.status, a.status), STATUS_W), fit(counts, COUNT_W), fit(pr, PR_W),
+                     fit(ago(a.age_seconds), AGE_W)])
     room = width - len(head) - 1
     task, said = _rest(row, room)
     if room <= 0:
@@ -102,10 +104,10 @@ def line(row: Any, width: int = 80) -> str:
     return fit(head + " " + tail, width)
 
 
-def header(width: int = 80) -> str:
+def header(width: int = 80, *, hosts: bool = False) -> str:
     mark, name, status, counts, pr, age = HEADER
-    head = " ".join([fit(mark, 1), fit(name, NAME_W), fit(status, STATUS_W), fit(counts, COUNT_W), fit(pr, PR_W),
-                     fit(age, AGE_W)])
+    head = " ".join([fit(mark, 1), fit(name, NAME_W), *([fit("HOST", HOST_W)] if hosts else []), fit(status, STATUS_W),
+                     fit(counts, COUNT_W), fit(pr, PR_W), fit(age, AGE_W)])
     return fit(head + " TASK · LAST MESSAGE", width)
 
 
@@ -126,7 +128,7 @@ def summary(result: Any) -> str:
 
 def plain(result: Any, width: int = 80) -> list[str]:
     """The whole board as plain lines (``exo agents --watch``)."""
-    out = [summary(result), header(width).rstrip()]
+    out = [summary(result), header(width, hosts=any(getattr(r, "host", "") for r in result.rows)).rstrip()]
     out += [line(r, width).rstrip() for r in result.rows] or ["  No agents. Start one with `exo spawn`."]
     if result.inbox:
         out += ["", fit("INBOX", width).rstrip()]

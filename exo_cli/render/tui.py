@@ -105,6 +105,7 @@ class BoardApp(App[None]):
         self.snapshot: Any = None
         self.needs_seen: set[tuple[str, str]] | None = None
         self.width = 80
+        self.hosts = False
 
     # -- layout and updates ------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -157,10 +158,11 @@ class BoardApp(App[None]):
         self.query_one("#summary", Static).update(Text(fmt.summary(snap)))
         table = self.query_one("#agents", DataTable)
         selected = self._selected_id()
-        if width != self.width or not table.columns:
-            self.width = width
+        hosts = any(r.host for r in snap.rows)  # a team on several hosts: a HOST column
+        if width != self.width or not table.columns or hosts != self.hosts:
+            self.width, self.hosts = width, hosts
             table.clear(columns=True)
-            table.add_column(Text(fmt.header(width), style="bold"), width=width, key="line")
+            table.add_column(Text(fmt.header(width, hosts=hosts), style="bold"), width=width, key="line")
         table.clear()
         for row in snap.rows:
             table.add_row(Text(fmt.line(row, width), style=self._style(row.needs)), key=row.agent.id)

@@ -82,7 +82,7 @@ class Forge:
         """File (or, with ``existing``, update) the pull request of ``head`` into ``base``."""
         raise NotImplementedError
 
-    def merge(self, pr: PullRequest, *, strategy: str, message: str) -> MergeOutcome:
+    def merge(self, pr: PullRequest, *, strategy: str, message: str, head_ref: str | None = None) -> MergeOutcome:
         """Merge ``pr`` with ``strategy`` (squash | merge) and bring the local base up to date."""
         raise NotImplementedError
 

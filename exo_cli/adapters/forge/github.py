@@ -179,7 +179,7 @@ class GitHubForge(Forge):
             raise external("git push", proc, hint=f"The base branch {base} is not on {self.remote}; push it, then file again.")
         return True
 
-    def merge(self, pr: PullRequest, *, strategy: str, message: str) -> MergeOutcome:
+    def merge(self, pr: PullRequest, *, strategy: str, message: str, head_ref: str | None = None) -> MergeOutcome:
         if not pr.remote_number:
             raise StateError(f"PR #{pr.number} has no GitHub number", pr=pr.number)
         slug = self.slug()

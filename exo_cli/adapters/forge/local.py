@@ -28,9 +28,10 @@ class LocalForge(Forge):
              existing: PullRequest | None, worktree: str | None) -> Filed:
         return Filed()
 
-    def merge(self, pr: PullRequest, *, strategy: str, message: str) -> MergeOutcome:
+    def merge(self, pr: PullRequest, *, strategy: str, message: str, head_ref: str | None = None) -> MergeOutcome:
+        """Merge ``head_ref`` (default: the local branch ``pr.head``; a branch fetched from another host) into the base."""
         git = self.git
-        head_sha = git.rev(f"refs/heads/{pr.head}")
+        head_sha = git.rev(head_ref or f"refs/heads/{pr.head}")
         if head_sha is None:
             raise NotFound(f"Branch {pr.head} of PR #{pr.number} does not exist", branch=pr.head, pr=pr.number)
         base_sha = git.rev(f"refs/heads/{pr.base}")

@@ -28,17 +28,19 @@ TABLES = ("agents", "messages", "events", "prs", "kv")
 POINTER_FILE = "store-url"
 
 
-def open_store(state_dir: Path, runtime_dir: Path | Callable[[], Path], url: str | None = None) -> Store:
+def open_store(state_dir: Path, runtime_dir: Path | Callable[[], Path], url: str | None = None,
+               team: str | None = None) -> Store:
     """The store for one repository's state folder (nothing is opened until first use).
 
     ``runtime_dir`` is the short folder of the wake-up sockets, or a function returning it
     (called only when a wake-up is first needed, so reads never create it). With ``url``
-    (``postgresql://...``), the PostgreSQL store, its rows keyed by the state folder's path.
+    (``postgresql://...``), the PostgreSQL store, its rows keyed by ``team`` (the identity clones
+    on several hosts share), else by the state folder's path.
     """
     if url:
         from exo_cli.adapters.store.postgres import PostgresStore
 
-        return PostgresStore(url, repo_identity(state_dir))
+        return PostgresStore(url, team or repo_identity(state_dir))
     from exo_cli.adapters.store.sqlite import SqliteStore
 
     return SqliteStore(state_dir / DB_FILE, runtime_dir)
@@ -54,20 +56,35 @@ def has_state(state_dir: Path) -> bool:
     return (state_dir / DB_FILE).exists()
 
 
+def _pointer(state_dir: Path) -> list[str]:
+    try:
+        return (state_dir / POINTER_FILE).read_text().splitlines()
+    except OSError:
+        return []
+
+
 def pointed_url(state_dir: Path) -> str | None:
     """The store URL ``exo store migrate`` left in the state folder, if any (one failed open when none)."""
-    try:
-        return (state_dir / POINTER_FILE).read_text().strip() or None
-    except OSError:
-        return None
+    lines = _pointer(state_dir)
+    return (lines[0].strip() or None) if lines else None
 
 
-def point_to(state_dir: Path, url: str | None) -> None:
-    """Record in the state folder that the state lives at ``url`` (None: the SQLite database)."""
+def pointed_team(state_dir: Path) -> str | None:
+    """The identity of the team whose rows this clone shares (the pointer's second line), if any.
+
+    A clone on another host that an agent was spawned into carries the spawning clone's
+    identity, so both read and write the same rows of the shared database.
+    """
+    lines = _pointer(state_dir)
+    return (lines[1].strip() or None) if len(lines) > 1 else None
+
+
+def point_to(state_dir: Path, url: str | None, team: str | None = None) -> None:
+    """Record in the state folder that the state lives at ``url`` (None: the SQLite database), as ``team``."""
     from exo_cli.adapters.files import atomic_write
 
     path = state_dir / POINTER_FILE
     if url is None:
         path.unlink(missing_ok=True)
     else:
-        atomic_write(path, url + "\n", mode=0o600)
+        atomic_write(path, url + "\n" + (f"{team}\n" if team else ""), mode=0o600)

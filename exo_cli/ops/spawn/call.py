@@ -169,6 +169,31 @@ def agent_env(env: Env) -> dict[str, str]:
     return out
 
 
+def host_fields(env: Env) -> dict[str, Any]:
+    """What an agent's spec records of where it runs: its host, and when its parent is on another
+    host, that host and the ref of the parent's branch as fetched from the shared remote.
+
+    Only a shared store records hosts (with SQLite every agent runs here, whatever this machine
+    is called later), and the name it records is kept in the state folder (``host-name``), so a
+    renamed machine still knows its agents as its own.
+    """
+    if not env.store_url:
+        return {}
+    from exo_cli.env import HOST_NAME_FILE
+
+    name = env.host_name
+    path = env.state_dir / HOST_NAME_FILE
+    if not path.exists():
+        from exo_cli.adapters.files import atomic_write
+
+        atomic_write(path, name + "\n", mode=0o600)
+    out: dict[str, Any] = {"host": name}
+    if env.via_host is not None:
+        out["parent_host"] = env.via_host.get("from_host")
+        out["base_ref"] = env.via_host.get("base_ref")
+    return out
+
+
 def private_dir(path: Path) -> None:
     """Create ``path`` and its missing parents with mode 0700 (``mkdir(parents=True)`` would use the umask)."""
     if not path.parent.is_dir():

@@ -52,7 +52,7 @@ __all__ = ["BACKENDS", "COMMON", "MUXES", "SpawnResult", "SpawnedAgent", "Worker
 
 # What every spawn tool takes as it is, besides its own arguments (spawn_agents names the backend
 # ``backend``, the word its tool family uses; the others take ``agent``).
-COMMON = ("mux", "from_branch", "no_worktree", "repo", "skip_permissions", "after")
+COMMON = ("mux", "from_branch", "no_worktree", "repo", "skip_permissions", "after", "host")
 
 
 def _adapt_agents(*, bead_ids: list[str] | None = None, backend: Annotated[str, Choice(BACKENDS)] | None = None,
@@ -94,6 +94,7 @@ SPAWN_HELP = {
     "skip_permissions": "Let agents run tools without asking (default: agent.skip_permissions in exo.toml).",
     "after": "Start only when these agents are idle or done (their output can go in the prompt as {{A.output}}).",
     "demo_script": "Script file for the demo agent.",
+    "host": "Start the agents on this host of [hosts] (over ssh; needs a shared PostgreSQL store).",
 }
 
 
@@ -176,6 +177,7 @@ def spawn(
     skip_permissions: bool | None = None,
     after: list[str] | None = None,
     demo_script: str | None = None,
+    host: str | None = None,
 ) -> SpawnResult:
     """Start agents: one worktree, branch and agent per bead, worker or subtree.
 
@@ -184,9 +186,18 @@ def spawn(
     adds error objects, the recorded agents, workers spawned without a task, and warnings. A
     spawn interrupted at any step leaves a record that the same spawn again (or `exo doctor`)
     cleans up before starting over; spawning the same agent twice reports the live one as a
-    StateError.
+    StateError. With host, exo on that host makes the worktrees from the parent's branch as
+    pushed to the shared remote and starts the agents there.
     """
     prompts = read_prompts(env, list(prompt or []), prompt_file, edit=edit)
+    if host is not None and host != env.host_name:
+        from exo_cli.ops.remote import spawn_there
+
+        return spawn_there(env, host, dict(
+            beads=beads, worker=worker, prompt=prompts, subtree=subtree, task=task, branch=branch,
+            fork_session=fork_session, parent_session_id=parent_session_id, ready=ready, specs=specs, agent=agent,
+            mux=mux, from_branch=from_branch, no_worktree=no_worktree, repo=repo, skip_permissions=skip_permissions,
+            after=after, demo_script=demo_script))
     target = target_env(env, repo)
     backend = choose_backend(target, agent or (own_backend(env) if fork_session else None))
     if fork_session and backend not in FORKING:

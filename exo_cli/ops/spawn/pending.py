@@ -18,7 +18,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from exo_cli.errors import ExoError, NotFound, StateError
-from exo_cli.ops.spawn.call import PENDING, Call
+from exo_cli.ops.spawn.call import PENDING, Call, host_fields
 from exo_cli.ops.spawn.plan import common_from_spec, request_from_spec
 from exo_cli.ops.spawn.recovery import spawn_lock
 from exo_cli.ops.spawn.result import SpawnResult, run_tasks
@@ -69,7 +69,8 @@ def _record_pending(call: Call, req: Request, waits: list[str]) -> Agent:
             status=STARTING, backend=req.agent, mux=call.common.mux, task=req.task or req.prompt,
             bead=req.bead, base_branch=call.common.parent_branch, repo=str(env.repo.root),
             status_reason=f"waiting for {', '.join(waits)}", created_at=now, updated_at=now, status_at=now,
-            spec={"phase": PENDING, "request": asdict(req), "common": asdict(call.common), "after": waits},
+            spec={"phase": PENDING, "request": asdict(req), "common": asdict(call.common), "after": waits,
+                  **host_fields(env)},
         )  # fmt: skip
         env.store.insert_agent(rec)
         return rec

@@ -180,6 +180,10 @@ def caller_context(env: Env, *, from_branch: str | None, no_worktree: bool) -> d
 
     caller = env.caller
     record = env.caller_agent() if not caller.is_human else None
+    via = env.via_host
+    if via is not None:  # asked by another host's exo: the parent's branch as fetched from the shared remote
+        return {"parent": caller.agent_id, "parent_branch": via["base_branch"], "base": via["base_ref"],
+                "parent_cwd": None, "session_id": None}
     if record is not None and record.worktree:
         parent_cwd = record.worktree
         branch = record.branch or Git(record.worktree).current_branch()

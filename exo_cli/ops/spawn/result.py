@@ -41,6 +41,7 @@ class SpawnedAgent:
     base_branch: str | None
     worktree: str | None
     location: dict[str, Any]
+    host: str = ""  # the host it runs on
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def view(a: Agent) -> SpawnedAgent:
     return SpawnedAgent(
         id=a.id, name=a.name, role=a.role, parent=a.parent or ROOT, status=a.status,
         status_reason=a.status_reason, backend=a.backend, mux=a.mux, bead=a.bead, task=a.task,
-        branch=a.branch, base_branch=a.base_branch, worktree=a.worktree, location=dict(a.location),
+        branch=a.branch, base_branch=a.base_branch, worktree=a.worktree, location=dict(a.location), host=a.host,
     )  # fmt: skip
 
 

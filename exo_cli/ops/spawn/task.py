@@ -27,7 +27,7 @@ from exo_cli import fault
 from exo_cli.adapters import worktree as wt
 from exo_cli.env import PROOF_FIELD, PROOF_VAR, new_proof
 from exo_cli.errors import ExoError, InvalidInput, StateError, UsageError
-from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, private_dir
+from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, host_fields, private_dir
 from exo_cli.ops.spawn.context import context_text, first_prompt
 from exo_cli.ops.spawn.recovery import cleanup_partial, resume_started, spawn_lock
 from exo_cli.ops.spawn.result import SpawnResult, failed_call, run_tasks
@@ -119,6 +119,10 @@ def _clear_name(call: Call, req: Request, agent_id: str, *, launching: bool) -> 
     if launching and phase == PENDING:
         env.store.delete_agent(agent_id)
         return None
+    if phase not in ("spawned", PENDING) and not env.runs_here(existing):
+        raise StateError(f"Agent {agent_id} is being spawned on host {existing.host} (or its spawn there stopped "
+                         "midway)", hint=f"Spawn it again with --host {existing.host} (exo there finishes or cleans "
+                         "up the earlier spawn), or pick another name.", agent=agent_id, host=existing.host)
     if phase not in ("spawned", PENDING):  # an interrupted spawn (its lock is ours now)
         resumed = resume_started(call, req, existing)
         if resumed is not None:
@@ -235,6 +239,7 @@ def _record(call: Call, req: Request, agent_id: str, *, path: Path, branch: str 
         "agent_dir": str(agent_dir),
         "after": list(common.after),
         "spawner_pid": os.getpid(),
+        **host_fields(env),
     }
     return Agent(
         id=agent_id, name=agent_id, role="tl" if req.kind == "subtree" else "dev", parent=common.parent,

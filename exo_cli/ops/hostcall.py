@@ -1,0 +1,195 @@
+"""The answering side of another host's request (``exo host-call``): prove, join, run, answer.
+
+The caller's exo sends one JSON request on stdin (``ops.remote``): this clone joins the
+caller's shared store (as the caller's team) and learns its own host name on the first
+call, the caller is proven by the proof that came with the request, and the operation runs
+through the registry as any other call; its result or error goes back as one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
+from exo_cli.ops.hostgit import fetch_parent
+from exo_cli.ops.hosts import FORWARDED, PROOF_VARS, PROTOCOL, carried, is_local
+from exo_cli.records import Agent, to_jsonable
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+
+# --------------------------------------------------------------------------- the answering side
+
+
+def answer(raw: str, *, cwd: str, environ: Mapping[str, str]) -> tuple[dict[str, Any], int]:
+    """Serve one request from another host (``exo host-call``): the JSON answer and the exit status."""
+    try:
+        req = json.loads(raw)
+        if not isinstance(req, dict) or not isinstance(req.get("args", {}), dict):
+            raise ValueError("not an object")
+    except ValueError as exc:
+        err = InvalidInput(f"A host call must be one JSON object on stdin: {exc}")
+        return {"ok": False, "error": err.to_dict()["error"]}, err.exit_code
+    try:
+        result = _serve(req, cwd=cwd, environ=environ)
+    except ExoError as exc:
+        return {"ok": False, "error": exc.to_dict()["error"]}, exc.exit_code
+    return {"ok": True, "result": to_jsonable(result)}, 0
+
+
+def _serve(req: dict[str, Any], *, cwd: str, environ: Mapping[str, str]) -> Any:
+    from exo_cli import __version__
+    from exo_cli.env import Env
+
+    args = dict(req.get("args") or {})
+    if req.get("op") == "" and args.get("hello"):
+        return _hello(Env(cwd, environ), __version__)
+    if req.get("v") != PROTOCOL:
+        raise StateError(f"exo {__version__} here speaks host protocol {PROTOCOL}, the caller {req.get('v')!r}",
+                         hint="Install the same exo version on every host.", protocol=PROTOCOL)
+    name, extra = _checked(req)
+    here = Env(cwd, environ)
+    if not here.caller.is_human:  # over ssh nothing calls but the other host's exo (proven below, if an agent)
+        raise StateError(f"exo host-call answers other hosts' exo over ssh; {here.caller.agent_id} is an agent "
+                         "of this host", hint="Run the operation itself (exo read, exo kill, ...).",
+                         caller=here.caller.agent_id)
+    merged = {**environ, **extra, "EXO_HOST": name} if name else {**environ, **extra}
+    probe_env = Env(cwd, {k: v for k, v in merged.items() if k not in PROOF_VARS})
+    _join(probe_env, req.get("store") or {}, name)
+    env = Env(cwd, merged)
+    env.__dict__[FORWARDED] = True
+    if req.get("op") == "spawn" and isinstance(req.get("via"), dict):
+        env.via_host = fetch_parent(env, req["via"])
+    if req.get("op") == "":
+        ids = args.get("refresh")
+        if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
+            return _refresh_here(env, ids)
+        msg_id = args.get("deliver")
+        if isinstance(msg_id, int) and not isinstance(msg_id, bool) and isinstance(args.get("agent"), str):
+            return _deliver_here(env, msg_id, args["agent"])
+        raise InvalidInput("Unknown host request")
+    from exo_cli.registry import get, invoke
+
+    operation = str(req.get("op"))
+    try:
+        spec = get(operation)
+    except KeyError:
+        raise NotFound(f"exo {__version__} on this host has no operation {operation!r}", op=operation) from None
+    return invoke(operation, env, **_arguments(spec, args))
+
+
+def _checked(req: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The request's host name for this clone and the variables it carries, checked (InvalidInput otherwise).
+
+    A request carries the caller's proof and an agent's keys, never a variable that steers exo
+    or this process (its state folder, store, configuration, programs or home).
+    """
+    import re
+
+    from exo_cli.config import HOST_NAME
+
+    name = req.get("as_host") or ""
+    if not isinstance(name, str) or name and not re.fullmatch(HOST_NAME, name):
+        raise InvalidInput("A host call's as_host must be a host name", field="as_host")
+    for key in ("store", "via"):
+        if req.get(key) is not None and not isinstance(req[key], dict):
+            raise InvalidInput(f"A host call's {key} must be an object", field=key)
+    store = req.get("store") or {}
+    if not all(isinstance(store.get(k), str | None) for k in ("url", "team")):
+        raise InvalidInput("A host call's store must name a url and a team", field="store")
+    extra = req.get("env") or {}
+    if not isinstance(extra, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in extra.items()):
+        raise InvalidInput("A host call's env must map names to strings", field="env")
+    refused = sorted(k for k in extra if not carried(k))
+    if refused:
+        raise InvalidInput(f"A host call cannot set {', '.join(refused)}", hint="A request carries the caller's "
+                           "proof and the keys an agent needs, nothing that steers exo or this host.", field="env")
+    return name, extra
+
+
+def _arguments(spec: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """The operation's arguments checked against its parameters' types, as a tool call's are (UsageError)."""
+    from exo_cli.registry import Arg, resolve
+    from exo_cli.schema import check_arguments, input_schema
+
+    params = {p.name: p for p in spec.params()}
+    given = {k: v for k, v in args.items() if not (v is None and k in params and params[k].default is None)}
+    declared = [Arg(p.name, resolve(spec.func, p.annotation), p.default, "", p.name) for p in params.values()]
+    return check_arguments(spec.name, input_schema(declared), given)
+
+
+def _join(env: Env, store: Mapping[str, Any], name: str) -> None:
+    """Make this clone use the caller's shared store (as the caller's team) and know its own host name."""
+    from exo_cli.adapters.files import atomic_write
+    from exo_cli.adapters.store import has_state, point_to, pointed_team, pointed_url, repo_identity
+    from exo_cli.env import HOST_NAME_FILE
+
+    url, team = store.get("url"), store.get("team")
+    state = env.state_path
+    if url:
+        pointed = pointed_url(state)
+        if pointed is None:
+            if has_state(state):
+                raise StateError(f"This clone ({env.repo.root}) keeps exo state of its own in SQLite, so it cannot join "
+                                 f"the team in {url}", hint="Move it first (exo store migrate there), or use another "
+                                 "clone for [hosts] path.", store=url)
+            point_to(env.state_dir, url, team)
+        elif pointed != url:
+            raise StateError(f"This clone ({env.repo.root}) keeps its exo state in {pointed}, not in the caller's "
+                             f"store {url}", hint="Point [hosts] path at a clone of the same team.", store=pointed)
+        elif team and (pointed_team(state) or repo_identity(state)) != team:
+            raise StateError(f"This clone ({env.repo.root}) keeps a team of its own in {url}",
+                             hint="Point [hosts] path at another clone of the repository.", store=url)
+    if name:
+        path = state / HOST_NAME_FILE
+        try:
+            known = path.read_text().strip()
+        except OSError:
+            known = ""
+        if known and known != name:
+            raise StateError(f"This clone knows itself as host {known!r}, not {name!r}",
+                             hint=f"Name it {known} in [hosts], or remove {path}.", host=known)
+        if not known:
+            atomic_write(env.state_dir / HOST_NAME_FILE, name + "\n", mode=0o600)
+
+
+def _hello(env: Env, version: str) -> dict[str, Any]:
+    from exo_cli.adapters.git import Git
+    from exo_cli.adapters.store import pointed_team, pointed_url, repo_identity
+
+    out: dict[str, Any] = {"protocol": PROTOCOL, "version": version, "python": sys.version.split()[0]}
+    try:
+        state = env.state_path
+        out["store"] = pointed_url(state) or ("sqlite" if env.has_state() else None)
+        out["team"] = pointed_team(state) or (repo_identity(state) if pointed_url(state) else None)
+        out["host_name"] = env.host_name
+        out["origin"] = Git(env.repo.root).remote_url(str(env.config.get("forge.remote")))
+    except ExoError as exc:
+        out["error"] = exc.message
+    return out
+
+
+def _deliver_here(env: Env, msg_id: int, agent_id: str) -> str:
+    """Type message ``msg_id`` into the pane of this host's agent ``agent_id`` if it rests (as ``send`` does here)."""
+    from exo_cli.ops.delivery import deliver
+    from exo_cli.records import AT_REST
+
+    env.caller  # noqa: B018 - the caller is proven (its proof came with the request) before anything is typed
+    agent = env.store.agent(agent_id)
+    msg = env.store.message(msg_id) if agent is not None else None
+    if agent is None or msg is None or msg.recipient != agent.id or not is_local(env, agent):
+        raise NotFound(f"No message {msg_id} for agent {agent_id} on this host", agent=agent_id)
+    if agent.status not in AT_REST or not agent.location:
+        return "queued"
+    return deliver(env, msg_id, agent)
+
+
+def _refresh_here(env: Env, ids: list[str]) -> list[Agent]:
+    from exo_cli.ops import agentctl
+
+    agents = [a for a in (env.store.agent(i) for i in ids) if a is not None and is_local(env, a)]
+    return agentctl.refresh(env, agents)
+

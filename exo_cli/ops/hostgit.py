@@ -1,0 +1,102 @@
+"""Branches between hosts: through the shared git remote (``forge.remote``, usually ``origin``).
+
+An agent whose parent works on another host was made from the parent's branch as fetched
+(``base_ref``); its PR pushes its branch, the parent's merge fetches it and pushes the base
+back, and ``complete`` fetches the base first and deletes the pushed branch after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.adapters.git import Finished, Git
+from exo_cli.errors import StateError
+from exo_cli.validate import check_branch, visible
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
+    from exo_cli.records import Agent
+
+
+def _why(got: Finished) -> str:
+    """The last line git printed about a failure, safe for a terminal."""
+    return visible((got.stderr.strip().splitlines() or ["failed"])[-1])
+
+def fetch_base(env: Env, agent: Agent) -> str | None:
+    """Fetch the agent's parent branch from the shared remote into its ``base_ref``; a warning when it cannot."""
+
+    ref, base = agent.spec.get("base_ref"), agent.base_branch
+    if not isinstance(ref, str) or not base or not ref.startswith("refs/remotes/"):
+        return None
+    remote = ref[len("refs/remotes/"):].split("/", 1)[0]
+    got = Git(env.repo.root).fetch(remote, f"+refs/heads/{base}:{ref}")
+    if got.ok:
+        return None
+    return f"Cannot fetch {base} from {remote}: " + _why(got)
+
+
+def push_head(env: Env, head: str) -> None:
+    """Push an agent's branch to the shared remote (its own branch: forced, it may have been rebased)."""
+
+    remote = str(env.config.get("forge.remote"))
+    got = Git(env.repo.root).push_as_is(remote, head, force=True)
+    if not got.ok:
+        raise StateError(f"Cannot push {head} to {remote}: "
+                         + _why(got),
+                         hint=f"Your parent works on another host and merges from {remote}: check that this clone "
+                         "can push there.", branch=head)
+
+
+def fetch_head(env: Env, head: str) -> str:
+    """Fetch a PR's branch pushed by an agent of another host; the ref it is now under here."""
+
+    remote = str(env.config.get("forge.remote"))
+    ref = f"refs/remotes/{remote}/{head}"
+    got = Git(env.repo.root).fetch(remote, f"+refs/heads/{head}:{ref}")
+    if not got.ok:
+        raise StateError(f"Cannot fetch {head} from {remote}: "
+                         + _why(got),
+                         hint="Its author works on another host and pushes it when it files the PR: ask it to "
+                         "file again.", branch=head)
+    return ref
+
+
+def push_base(env: Env, base: str) -> list[str]:
+    """Push a base branch after a merge so other hosts see it; warnings when the remote refuses."""
+
+    remote = str(env.config.get("forge.remote"))
+    got = Git(env.repo.root).push_as_is(remote, base)
+    if got.ok:
+        return []
+    return [f"{base} was merged here but not pushed to {remote}: "
+            + _why(got)
+            + f"; agents on other hosts see the merge once {base} is pushed"]
+
+
+def unpush(env: Env, branch: str, sha: str) -> list[str]:
+    """Delete an agent's branch from the shared remote after ``complete`` (only while it is at ``sha``)."""
+
+    remote = str(env.config.get("forge.remote"))
+    git = Git(env.repo.root)
+    if not git.ref_exists(f"refs/remotes/{remote}/{branch}"):
+        return []
+    got = git.push_as_is(remote, branch, delete_at=sha)
+    if got.ok:
+        return []
+    return [f"branch {branch} is still on {remote}: " + _why(got)]
+
+
+def fetch_parent(env: Env, via: Mapping[str, Any]) -> dict[str, Any]:
+    """Fetch the parent's branch (and the start branch) from the shared remote: what a spawn here starts from."""
+    branch, start = str(via.get("base_branch") or ""), str(via.get("start") or via.get("base_branch") or "")
+    for b in dict.fromkeys([start, branch]):
+        check_branch(b, "parent branch")
+    remote = str(env.config.get("forge.remote"))
+    git = Git(env.repo.root)
+    for b in dict.fromkeys([start, branch]):
+        got = git.fetch(remote, f"+refs/heads/{b}:refs/remotes/{remote}/{b}")
+        if not got.ok:
+            raise StateError(f"Cannot fetch {b} from {remote}: " + _why(got),
+                             hint=f"Check that this clone's {remote} is the shared remote.", branch=b)
+    return {"base_branch": branch, "base_ref": f"refs/remotes/{remote}/{start}", "from_host": via.get("from_host")}

@@ -1,0 +1,290 @@
+"""Operations on another host's agents: the request over ssh, and the result or error it brings back.
+
+The request, the caller's proof and any secret go on the remote exo's stdin (``adapters.ssh``);
+exo there proves the caller against the shared store and runs the very same operation
+(``ops.hostcall``), and its answer comes back as the operation's own result class (or the
+same error).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from exo_cli import registry
+from exo_cli.errors import ExoError, InvalidInput, StateError
+from exo_cli.ops.hosts import (
+    AGENT_SECRETS,
+    FORWARDED,
+    PROOF_VARS,
+    PROTOCOL,
+    agent_for,
+    carried,
+    configured,
+    get_host,
+    host_of,
+    is_local,
+    shared_store,
+    team,
+)
+from exo_cli.records import UNREACHABLE, Agent, to_jsonable
+
+if TYPE_CHECKING:
+    from exo_cli.adapters.ssh import Host
+    from exo_cli.env import Env
+    from exo_cli.ops.spawn.result import SpawnResult
+
+# --------------------------------------------------------------------------- the calling side
+
+
+def request(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
+            secrets: Mapping[str, str] | None = None, via: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The request that runs ``operation`` with ``args`` on ``host`` for this caller."""
+    sent: dict[str, str] = {}
+    if not env.caller.is_human:
+        for var in PROOF_VARS:
+            if not env.environ.get(var):
+                raise StateError(f"{env.caller.agent_id} cannot act on host {host.name} without its proof",
+                                 hint="Run exo from the agent's own session (its pane, hooks or MCP server).",
+                                 host=host.name)
+            sent[var] = env.environ[var]
+    sent.update(secrets or {})
+    return {"v": PROTOCOL, "op": operation, "args": to_jsonable(dict(args)), "as_host": host.name,
+            "from_host": env.host_name, "store": {"url": env.store_url, "team": team(env)}, "env": sent,
+            **({"via": dict(via)} if via else {})}
+
+
+def call(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
+         secrets: Mapping[str, str] | None = None, timeout: float | None = None,
+         via: Mapping[str, Any] | None = None) -> Any:
+    """Run ``operation`` on ``host``; its JSON result, or the very error it raised there."""
+    from exo_cli.adapters.ssh import DEFAULT_TIMEOUT
+    from exo_cli.wire import error_from
+
+    if not shared_store(env):
+        raise StateError(f"Reaching host {host.name} needs a store both hosts share: this repository keeps its "
+                         "state in SQLite", hint="Move it to PostgreSQL first: exo store migrate --to postgresql://...",
+                         host=host.name)
+    answer = host.call(request(env, host, operation, args, secrets=secrets, via=via),
+                       timeout=timeout if timeout is not None else DEFAULT_TIMEOUT)
+    if not answer.get("ok"):
+        raise error_from(answer.get("error"), host=host.name)
+    return answer.get("result")
+
+
+def forward(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
+            secrets: Mapping[str, str] | None = None, via: Mapping[str, Any] | None = None) -> Any:
+    """Run the registered operation on ``host`` and return its result as this side's result class."""
+    from exo_cli.registry import get
+    from exo_cli.wire import from_jsonable
+
+    spec = get(operation)
+    timeout = None
+    if spec.blocking:  # a blocking operation's own timeout, plus time for the trip
+        raw = args.get("timeout")
+        timeout = float(raw) + 60.0 if isinstance(raw, int | float) and not isinstance(raw, bool) else 3600.0
+    result = call(env, host, operation, args, secrets=secrets, timeout=timeout, via=via)
+    return from_jsonable(spec.result_type(), result)
+
+
+def route(env: Env, operation: Any, kwargs: Mapping[str, Any]) -> tuple[Host | None, Any]:
+    """Where a call of ``operation`` runs: (None, None) here, else (host, the agent it is about).
+
+    Only operations that name the agent they act on (``Op.on_host``) travel, and only when the
+    state is in a shared store (with SQLite every agent runs here).
+    """
+    param = operation.on_host
+    if not param or env.__dict__.get(FORWARDED) or not shared_store(env):
+        return None, None
+    ref = kwargs.get(param)
+    refs = [ref] if isinstance(ref, str) else list(ref) if isinstance(ref, list | tuple) else []
+    agents = [a for a in (agent_for(env, r) for r in refs) if a is not None]
+    remote = {a.host for a in agents if not is_local(env, a)}
+    if not remote:
+        return None, None
+    if len(remote) > 1 or len(agents) != len(remote) and any(is_local(env, a) for a in agents):
+        raise InvalidInput(f"{operation.cli or operation.name} acts on agents of one host per call; these run on "
+                           f"{', '.join(sorted({a.host or env.host_name for a in agents}))}",
+                           hint="Call it once per host.", field=param)
+    return host_of(env, agents[0]), agents[0]
+
+
+def secrets_for(env: Env, host: Host) -> dict[str, str]:
+    """The variables a remote agent gets from its spawner: the agent CLIs' keys and ``[hosts.NAME] env``."""
+    from exo_cli.adapters.agents.claude import restore_api_key
+
+    source = dict(env.environ)
+    restore_api_key(source)
+    out = {k: source[k] for k in AGENT_SECRETS if source.get(k)}
+    for pattern in host.env:
+        for k, v in source.items():
+            if fnmatch.fnmatchcase(k, pattern) and carried(k) and k not in PROOF_VARS:
+                out[k] = v
+    return out
+
+
+# --------------------------------------------------------------------------- spawn on another host
+
+_NOT_WITH_HOST = {
+    "repo": "a host's agents work in that host's clone of this repository",
+    "fork_session": "a conversation cannot be forked across hosts",
+    "no_worktree": "a remote agent always works in a worktree of its own",
+    "after": "an agent on another host starts at once",
+}
+
+
+def spawn_there(env: Env, name: str, args: Mapping[str, Any]) -> SpawnResult:
+    """``spawn --host NAME``: push the parent's branch to the shared remote, then spawn through exo there.
+
+    The remote exo fetches that branch, makes the worktrees from it, starts the agents in its
+    own multiplexer and records them (with their host) in the shared store; the API keys the
+    agents need travel on ssh's stdin.
+    """
+    from exo_cli.adapters.git import Git
+    from exo_cli.errors import UsageError
+    from exo_cli.ops.spawn.plan import caller_context
+
+    host = get_host(env, name)
+    for key, why in _NOT_WITH_HOST.items():
+        if args.get(key):
+            raise UsageError(f"--{key.replace('_', '-')} cannot go with --host: {why}", field=key)
+    if not shared_store(env):
+        raise StateError(f"Spawning on host {host.name} needs a store both hosts share: this repository keeps its "
+                         "state in SQLite", hint="Move it to PostgreSQL first: exo store migrate --to postgresql://...",
+                         host=host.name)
+    info = caller_context(env, from_branch=args.get("from_branch"), no_worktree=False)
+    branch, start = info["parent_branch"], info["base"] or info["parent_branch"]
+    if not branch:
+        raise StateError("Cannot spawn on another host from a detached HEAD: there is no branch to share",
+                         hint="Check out a branch (or pass --from BRANCH).")
+    git = Git(env.repo.root)
+    remote = str(env.config.get("forge.remote"))
+    for b in dict.fromkeys([start, branch]):
+        if not git.ref_exists(f"refs/heads/{b}"):
+            raise InvalidInput(f"--from {b!r} with --host must name a branch: it reaches the other host through "
+                               f"{remote}", field="from_branch")
+        pushed = git.push_as_is(remote, b)
+        if not pushed.ok:
+            from exo_cli.validate import visible
+
+            raise StateError(f"Cannot push {b} to {remote} for host {host.name}: "
+                             f"{visible(pushed.stderr.strip().splitlines()[-1] if pushed.stderr.strip() else 'failed')}",
+                             hint=f"Bring {b} up to date with {remote}/{b} (git pull), then spawn again.", branch=b)
+    rest = {k: v for k, v in args.items() if k not in _NOT_WITH_HOST and k != "from_branch" and v not in (None, [], False)}
+    via = {"base_branch": branch, "start": start, "from_host": env.host_name}
+    result: SpawnResult = forward(env, host, "spawn", rest, secrets=secrets_for(env, host), via=via)
+    return result
+
+
+# --------------------------------------------------------------------------- liveness across hosts
+
+
+def refresh_remote(env: Env, agents: list[Agent]) -> dict[str, Agent]:
+    """The agents of other hosts as their hosts see them now (one call per host, in parallel).
+
+    An agent of a host that cannot be reached is shown ``unreachable`` (never recorded: it may
+    well be working); one of a host this machine does not know keeps its recorded status.
+    """
+    by_host: dict[str, list[Agent]] = {}
+    for a in agents:
+        if a.live:  # a finished one (done, dead) stays as recorded: there is nothing to observe
+            by_host.setdefault(a.host, []).append(a)
+    if not by_host:
+        return {}
+    hosts = configured(env)
+    out: dict[str, Agent] = {}
+
+    def one(name: str, group: list[Agent]) -> None:
+        host = hosts.get(name)
+        if host is None or env.__dict__.get(FORWARDED):
+            return
+        try:
+            seen = call(env, host, "", {"refresh": [a.id for a in group]}, timeout=60.0)
+        except ExoError as exc:
+            why = exc.message
+            for a in group:
+                out[a.id] = a._replace(status=UNREACHABLE, status_reason=why[:300])
+            return
+        from exo_cli.wire import from_jsonable
+
+        for raw in seen or []:
+            rec = from_jsonable(Agent, raw)
+            out[rec.id] = rec
+
+    if len(by_host) == 1:
+        [(name, group)] = by_host.items()
+        one(name, group)
+        return out
+    import threading
+
+    threads = [threading.Thread(target=one, args=item, daemon=True) for item in by_host.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def attach_there(env: Env, host: Host, agent: Agent) -> tuple[str, list[str], str | None]:
+    """How to show an agent of another host: (mode, argv, hint): ssh into it, where exo attaches.
+
+    Inside the user's own tmux the session opens in a popup (closing it comes back); elsewhere
+    the terminal becomes the ssh session. Nothing secret is on the command line: the
+    remote command is exo's own, with the agent's id.
+    """
+    import shlex
+
+    from exo_cli.adapters.ssh import interactive
+
+    argv = interactive(host, ["attach", agent.id])
+    hint = f"Detach (C-b d) to end the ssh session to {host.name}."
+    if env.environ.get("TMUX"):
+        return "popup", ["tmux", "display-popup", "-E", "-w", "90%", "-h", "90%", shlex.join(argv)], hint
+    return "ssh", argv, hint
+
+
+def kill_there(env: Env, agent: Agent) -> tuple[Any, str | None]:
+    """Stop an agent of another host through exo there: (its KillResult or None, why it could not)."""
+    try:
+        host = host_of(env, agent)
+        if host is None:
+            return None, None
+        return forward(env, host, "kill", {"agent": agent.id}), None
+    except ExoError as exc:
+        return None, f"{agent.id} on host {agent.host} was not stopped: {exc.message}"
+
+
+def reap_there(env: Env, name: str) -> Any:
+    """``reap`` by exo on host ``name`` (its own finished agents); None when it cannot be reached or asked."""
+    try:
+        return forward(env, get_host(env, name), "reap", {})
+    except ExoError:
+        return None
+
+
+def deliver_there(env: Env, agent: Agent, msg_id: int) -> str:
+    """Have exo on the agent's host type a stored message into its pane; "queued" when it cannot now.
+
+    The message is in the shared store already: whatever happens here, the agent's own hooks
+    hand it over at its next turn.
+    """
+    try:
+        host = host_of(env, agent)
+        if host is None:
+            return "queued"
+        got = call(env, host, "", {"deliver": int(msg_id), "agent": agent.id}, timeout=60.0)
+    except ExoError:
+        return "queued"
+    return str(got) if isinstance(got, str) else "queued"
+
+
+def _route_call(env: Env, operation: Any, kwargs: Mapping[str, Any]) -> Any:
+    """The registry's router: the call run on its agent's host, or ``registry.NOT_ROUTED`` to run it here."""
+    host, _agent = route(env, operation, kwargs)
+    if host is None:
+        return registry.NOT_ROUTED
+    return forward(env, host, operation.name, kwargs)
+
+
+registry.ROUTER = _route_call
