@@ -232,3 +232,27 @@ def test_a_record_without_a_host_runs_only_on_the_clone_that_made_it(repo: Path)
     env = Env(cwd=repo, environ={**os.environ, "EXO_HOST": "b"})
     assert env.joined and not env.runs_here(old) and env.runs_here(here)
     assert not Env(cwd=repo, environ={**os.environ, "EXO_HOST": "c"}).runs_here(here)
+
+
+def test_a_call_to_a_host_ends_when_the_client_cancels(tmp_path: Path) -> None:
+    """An MCP client cancelling a forwarded call closes its ssh session at once (no wait for the host)."""
+    import threading
+    import time
+
+    from exo_cli.adapters.ssh import Host
+    from exo_cli.errors import ExternalFailure
+
+    fake = tmp_path / "ssh"  # starts the "master" at once; every session then hangs as a stuck host would
+    fake.write_text("#!/bin/sh\ncase \"$*\" in *ControlMaster=yes*) exit 0;; esac\nexec sleep 300\n")
+    fake.chmod(0o755)
+    host = Host(name="b", dest="exo-b", path="/srv/clone", ssh=(str(fake),), control_dir=str(tmp_path / "run"))
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(ExternalFailure) as caught:
+        host.call({"v": 1}, timeout=600, cancelled=stop.is_set)
+    assert caught.value.data["reason"] == "cancelled"
+    assert time.monotonic() - t0 < 300  # long before the stuck session would have ended by itself
+    with pytest.raises(ExternalFailure) as caught:
+        host.call({"v": 1}, timeout=1)
+    assert caught.value.data["reason"] == "timeout"

@@ -20,7 +20,7 @@ import json
 import os
 import shlex
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,16 +126,35 @@ class Host:
 
     # -- calls ------------------------------------------------------------------------------------
     def run(self, args: Sequence[str], *, stdin: str = "", timeout: float | None = DEFAULT_TIMEOUT,
-            exo: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run exo ``args`` (or, without ``exo``, the words ``args``) on the host; stdin is the only input."""
+            exo: bool = True, cancelled: Callable[[], bool] | None = None) -> subprocess.CompletedProcess[str]:
+        """Run exo ``args`` (or, without ``exo``, the words ``args``) on the host; stdin is the only input.
+
+        ``cancelled`` is asked twice a second: when it says so (an MCP client cancelled the call),
+        the session is closed and ExternalFailure ``reason: "cancelled"`` raised.
+        """
+        import time
+
         self.ensure_master()
         argv = self.argv(args) if exo else self.shell_argv(args)
-        try:
-            proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False,
-                                  errors="replace")
-        except subprocess.TimeoutExpired as exc:
-            raise ExternalFailure(f"Host {self.name} did not answer within {timeout:g} s", host=self.name,
-                                  reason="timeout") from exc
+        deadline = None if timeout is None else time.monotonic() + timeout
+        child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, errors="replace")
+        given: str | None = stdin
+        while True:
+            try:
+                out, err = child.communicate(input=given, timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                given = None  # sent once: communicate keeps writing it
+                why = ("cancelled" if cancelled is not None and cancelled() else
+                       "timeout" if deadline is not None and time.monotonic() >= deadline else None)
+                if why is not None:
+                    child.kill()
+                    child.communicate()
+                    raise ExternalFailure(f"Host {self.name} did not answer within {timeout:g} s" if why == "timeout"
+                                          else f"The call to host {self.name} was cancelled", host=self.name,
+                                          reason=why) from None
+        proc = subprocess.CompletedProcess(argv, child.returncode, out, err)
         if "Control socket connect" in proc.stderr:  # a master that died left its socket: start anew next time
             with _quiet():
                 os.unlink(self.control_path)
@@ -144,9 +163,11 @@ class Host:
             raise self.unreachable(lines[-1] if lines else "ssh failed")
         return proc
 
-    def call(self, request: Mapping[str, Any], *, timeout: float | None = DEFAULT_TIMEOUT) -> dict[str, Any]:
+    def call(self, request: Mapping[str, Any], *, timeout: float | None = DEFAULT_TIMEOUT,
+             cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
         """Send one request to the host's exo (``host-call``) and return its JSON answer."""
-        proc = self.run([CALL], stdin=json.dumps(request, ensure_ascii=True) + "\n", timeout=timeout)
+        proc = self.run([CALL], stdin=json.dumps(request, ensure_ascii=True) + "\n", timeout=timeout,
+                        cancelled=cancelled)
         for line in reversed(proc.stdout.splitlines()):
             if line.startswith("{"):
                 try:

@@ -66,8 +66,10 @@ def call(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
         raise StateError(f"Reaching host {host.name} needs a store both hosts share: this repository keeps its "
                          "state in SQLite", hint="Move it to PostgreSQL first: exo store migrate --to postgresql://...",
                          host=host.name)
+    from exo_cli import cancel
+
     answer = host.call(request(env, host, operation, args, secrets=secrets, via=via),
-                       timeout=timeout if timeout is not None else DEFAULT_TIMEOUT)
+                       timeout=timeout if timeout is not None else DEFAULT_TIMEOUT, cancelled=cancel.cancelled)
     if not answer.get("ok"):
         raise error_from(answer.get("error"), host=host.name)
     return answer.get("result")
