@@ -60,6 +60,7 @@ def test_a_lead_on_a_runs_a_worker_on_b_from_spawn_to_complete(hosts: TwoHosts, 
                   "--demo-script", _script(tmp_path), "--json", env=tl))
     [w1] = res["agents"]
     assert (w1["host"], w1["parent"], w1["branch"], w1["base_branch"]) == ("b", "tl1", "main.tl1.w1", "main.tl1")
+    _ok(exo("spawn", "--host", "b", "--worker", "w1b", "--prompt", "a sibling", "--agent", "demo", "--json", env=tl))
     assert w1["worktree"].startswith(str(h.b))
     assert "main.tl1" in _remote_branches(h)  # the lead's branch went through origin
     # B's note wakes A's wait (PostgreSQL's NOTIFY), then its PR arrives
@@ -85,6 +86,7 @@ def test_a_lead_on_a_runs_a_worker_on_b_from_spawn_to_complete(hosts: TwoHosts, 
     assert git(h.a, "rev-parse", "refs/heads/main.tl1") == sha
     assert git(h.origin, "rev-parse", "refs/heads/main.tl1") == sha
     assert git(h.a, "for-each-ref", "refs/remotes/origin/main.tl1.w1") == ""  # the fetched copy is not kept
+    assert git(h.b, "rev-parse", "refs/remotes/origin/main.tl1") == sha  # the sibling on b rebases onto the merge
     lead_wt = Path(_agent(exo, "tl1")["worktree"])
     assert (lead_wt / "w1.txt").read_text() == "made on host b\n"
     # A completes B's agent: on B, with the same never-lose-work rules, after fetching the merge
@@ -92,7 +94,7 @@ def test_a_lead_on_a_runs_a_worker_on_b_from_spawn_to_complete(hosts: TwoHosts, 
     assert done["worktree_removed"] and done["branch_deleted"], done
     assert not Path(w1["worktree"]).exists()
     assert git(h.b, "branch", "--list", "main.tl1.w1") == ""
-    assert "main.tl1.w1" not in _remote_branches(h)
+    assert "main.tl1.w1" not in _remote_branches(h), done["warnings"]
     assert _agent(exo, "w1")["status"] == "done"
 
 

@@ -553,7 +553,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
             elif agent.spec.get("base_ref"):  # it went to the shared remote for a parent on another host
                 from exo_cli.ops.hostgit import unpush
 
-                warnings += unpush(env, agent.branch, sha)
+                warnings += unpush(env, agent, sha)
     # 6. Close the bead and mark the agent done.
     closed, warn = _close_bead(env, bead, agent) if bead else (False, None)
     if warn:

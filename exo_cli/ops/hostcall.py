@@ -67,6 +67,9 @@ def _serve(req: dict[str, Any], *, cwd: str, environ: Mapping[str, str]) -> Any:
         ids = args.get("refresh")
         if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
             return _refresh_here(env, ids)
+        fetch = args.get("fetch_base")
+        if isinstance(fetch, list) and all(isinstance(i, str) for i in fetch):
+            return _fetch_here(env, fetch)
         msg_id = args.get("deliver")
         if isinstance(msg_id, int) and not isinstance(msg_id, bool) and isinstance(args.get("agent"), str):
             return _deliver_here(env, msg_id, args["agent"])
@@ -185,6 +188,20 @@ def _deliver_here(env: Env, msg_id: int, agent_id: str) -> str:
     if agent.status not in AT_REST or not agent.location:
         return "queued"
     return deliver(env, msg_id, agent)
+
+
+def _fetch_here(env: Env, ids: list[str]) -> list[str]:
+    """Fetch the parent branch of this host's agents whose parent works elsewhere (a merge there moved it),
+    so their next stop rebases onto it; the warnings of those that could not."""
+    from exo_cli.ops.hostgit import fetch_base
+
+    out: list[str] = []
+    for agent in (env.store.agent(i) for i in ids):
+        if agent is not None and is_local(env, agent):
+            warning = fetch_base(env, agent)
+            if warning:
+                out.append(f"{agent.id}: {warning}")
+    return out
 
 
 def _refresh_here(env: Env, ids: list[str]) -> list[Agent]:

@@ -74,14 +74,24 @@ def push_base(env: Env, base: str) -> list[str]:
             + f"; agents on other hosts see the merge once {base} is pushed"]
 
 
-def unpush(env: Env, branch: str, sha: str) -> list[str]:
-    """Delete an agent's branch from the shared remote after ``complete`` (only while it is at ``sha``)."""
+def unpush(env: Env, agent: Agent, sha: str) -> list[str]:
+    """Delete the agent's branch from the shared remote after ``complete`` deleted it here (at ``sha``).
 
-    remote = str(env.config.get("forge.remote"))
+    Only the copy this clone pushed, and only while the remote still has exactly that commit
+    (a lease), and only when that copy is in the base or in what was just deleted here (checked
+    and kept or merged): a copy with anything else stays, with a warning.
+    """
+    branch, remote = str(agent.branch), str(env.config.get("forge.remote"))
     git = Git(env.repo.root)
-    if not git.ref_exists(f"refs/remotes/{remote}/{branch}"):
+    pushed = git.rev(f"refs/remotes/{remote}/{branch}")
+    if not pushed:
         return []
-    got = git.push_as_is(remote, branch, delete_at=sha)
+    base = agent.spec.get("base_ref")
+    safe = git.is_ancestor(pushed, sha) or (isinstance(base, str) and git.merged_by_content(pushed, base))
+    if not safe:
+        return [f"branch {branch} is still on {remote}: its commit there ({pushed[:12]}) is neither in "
+                f"{agent.base_branch} nor in the branch checked here"]
+    got = git.push_as_is(remote, branch, delete_at=pushed)
     if got.ok:
         return []
     return [f"branch {branch} is still on {remote}: " + _why(got)]

@@ -269,13 +269,19 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
                             merged_at=time.time(), data={**pr.data, "head_sha": head_sha})
     warnings = list(outcome.warnings)
-    if across and forge.kind == "local":  # the author's host sees the merge through the shared remote
-        from exo_cli.ops.hostgit import push_base
-
-        warnings += push_base(env, pr.base)
-        if head_sha:  # the copy fetched for the merge: the branch itself lives on its author's host
-            Git(env.repo.root).delete_ref(head_ref, head_sha)
     notified = notify_merged(env, _get(env, number), sender=env.caller.agent_id)
+    if forge.kind == "local":
+        elsewhere = [a for a in (env.store.agent(t) for t in notified) if a is not None and not env.runs_here(a)]
+        if across or elsewhere:  # agents on other hosts see the merge through the shared remote
+            from exo_cli.ops.hostgit import push_base
+            from exo_cli.ops.remote import fetch_bases_there
+
+            pushed = push_base(env, pr.base)
+            warnings += pushed
+            if head_sha and across:  # the copy fetched for the merge: the branch itself lives on its author's host
+                Git(env.repo.root).delete_ref(head_ref, head_sha)
+            if not pushed:  # so their next stop rebases onto it
+                warnings += fetch_bases_there(env, [a for a in elsewhere if a.id != pr.author])
     return MergeResult(pr=view(_get(env, number)), strategy=strategy, merge_commit=outcome.merge_commit,
                        base_worktree=outcome.base_worktree, local_updated=outcome.local_updated,
                        notified=notified, warnings=warnings)

@@ -265,6 +265,23 @@ def reap_there(env: Env, name: str) -> Any:
         return None
 
 
+def fetch_bases_there(env: Env, agents: list[Agent]) -> list[str]:
+    """Have each host of ``agents`` fetch their parent branch after a merge here (one call per host);
+    warnings for those that could not (their next fetch brings it: spawn, pr file, complete)."""
+    by_host: dict[str, list[str]] = {}
+    for a in agents:
+        if a.spec.get("base_ref"):
+            by_host.setdefault(a.host, []).append(a.id)
+    out: list[str] = []
+    for name, ids in sorted(by_host.items()):
+        try:
+            got = call(env, get_host(env, name), "", {"fetch_base": ids}, timeout=120.0)
+            out += [str(w) for w in got or []]
+        except ExoError as exc:
+            out.append(f"{', '.join(ids)} on host {name} will see the merge at their next fetch: {exc.message}")
+    return out
+
+
 def deliver_there(env: Env, agent: Agent, msg_id: int) -> str:
     """Have exo on the agent's host type a stored message into its pane; "queued" when it cannot now.
 
