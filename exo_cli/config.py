@@ -146,6 +146,18 @@ HOST_KEYS = ("ssh", "path", "exo", "env")
 HOST_NAME = r"[a-z0-9][a-z0-9_-]{0,31}"
 
 
+def _is_argv(v: Any) -> bool:
+    """A command exo splits into words itself (a string split as a shell would, or a list): at least one word."""
+    if isinstance(v, str):
+        import shlex
+
+        try:
+            return bool(shlex.split(v))
+        except ValueError:  # an unclosed quote
+            return False
+    return _is_str_list(v) and bool(v)
+
+
 def host_problem(name: Any, entry: Any) -> str | None:
     """What is wrong with one ``[hosts.NAME]`` entry, or None."""
     import re
@@ -164,8 +176,8 @@ def host_problem(name: Any, entry: Any) -> str | None:
     path = entry.get("path")
     if not isinstance(path, str) or not path.startswith("/") or any(ord(c) < 32 for c in path):
         return "path must be the absolute path of the repository's clone on that host"
-    if "exo" in entry and not (_is_cmd(entry["exo"]) and entry["exo"]):
-        return "exo must be a command (string or list of strings)"
+    if "exo" in entry and not _is_argv(entry["exo"]):
+        return "exo must be a command (a string split as a shell would, or a list of strings)"
     if "env" in entry and not _is_str_list(entry["env"]):
         return "env must be a list of variable names (or globs such as \"MY_*\")"
     return None
@@ -218,7 +230,8 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "store.url": (_is_store_url, "a postgresql:// URL without a password, or empty for SQLite"),
     "notify.command": (_is_str_list, "a command as a list of strings (it gets each event as JSON on stdin)"),
     "notify.desktop": (_is_bool, "true or false"),
-    "ssh.command": (lambda v: _is_cmd(v) and bool(v), "a command (string or list of strings), e.g. \"ssh -F ~/.ssh/exo\""),
+    "ssh.command": (_is_argv, "a command (a string split as a shell would, or a list of strings), e.g. "
+                    "\"ssh -F ~/.ssh/exo\""),
     "ssh.persist": (_is_seconds, "a whole number of seconds"),
     "hosts": (_is_hosts_table, "a table of host name -> { ssh = DESTINATION, path = CLONE, exo = COMMAND, env = [NAMES] }"),
 }

@@ -108,6 +108,17 @@ class Agent(NamedTuple):
 AGENT_JSON_FIELDS = ("location", "spec", "undo")
 
 
+def pick_agent(agents: list[Agent], ref: str) -> Agent | None:
+    """The agent ``ref`` names among ``agents``: by id, else by name, else by bead; a live one first, then
+    the newest."""
+    for attr in ("id", "name", "bead"):
+        hits = [a for a in agents if getattr(a, attr) == ref]
+        if hits:
+            live = [a for a in hits if a.live] or hits
+            return max(live, key=lambda a: a.created_at)
+    return None
+
+
 class AgentKey(NamedTuple):
     """What finding the caller needs of one agent (``Store.agent_keys``), without reading whole records.
 

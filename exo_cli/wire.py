@@ -85,7 +85,8 @@ def error_from(data: Any, *, host: str) -> errors.ExoError:
     if not isinstance(data, dict):
         return errors.ExternalFailure(f"exo on host {host} failed without saying why", host=host)
     cls = errors.BY_NAME.get(str(data.get("name")), errors.ExoError)
-    extra = dict(data["data"]) if isinstance(data.get("data"), dict) else {}
+    extra = {k: v for k, v in data["data"].items() if k not in ("hint", "message")} \
+        if isinstance(data.get("data"), dict) else {}  # those two are the error's own arguments
     extra.setdefault("host", host)
     hint = data.get("hint")
     message = visible(str(data.get("message") or "failed"))

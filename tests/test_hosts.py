@@ -39,6 +39,8 @@ def _config(home: Path, text: str) -> None:
     ('[hosts.b]\nssh = "x"\npath = "/p\\n"', "absolute path"),
     ('[hosts.b]\nssh = "x"\npath = "/p"\nport = 22', "unknown key"),
     ('[hosts.b]\nssh = "x"\npath = "/p"\nexo = 3', "exo must be a command"),
+    ('[hosts.b]\nssh = "x"\npath = "/p"\nexo = "env \'HOME=/x"', "exo must be a command"),
+    ('[hosts.b]\nssh = "x"\npath = "/p"\n[ssh]\ncommand = "ssh -F \'/x"', "ssh.command"),
     ('[hosts.b]\nssh = "x"\npath = "/p"\nenv = "KEY"', "env must be a list"),
     ("hosts = 3", "expected a table"),
 ])
@@ -133,6 +135,8 @@ def test_errors_come_back_with_their_class_code_and_data() -> None:
     assert back.data["agent"] == "w1" and back.data["host"] == "b"
     assert "\x1b" not in back.message and "on host b" in back.message
     assert error_from("garbage", host="b").exit_code == 6
+    odd = error_from({"name": "NotFound", "message": "gone", "data": {"hint": "x", "message": "y"}}, host="b")
+    assert odd.exit_code == 3 and odd.message == "gone (on host b)"  # no clash with the error's own arguments
 
 
 # -- the answering side ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ GitPython (a declared dependency) is deliberately not used: it costs ~90-140 ms 
 and exo's cold paths read a handful of objects per call, where a git process costs ~1-2 ms
 each (``bench/gitpython.py`` measures both).
 
-``add_exclude`` edits ``info/exclude`` (a file, no git process). ``git``, ``current_branch`` and
+``add_exclude`` (from ``gitdir``, re-exported) edits ``info/exclude`` (a file, no git process). ``git``, ``current_branch`` and
 ``ref_exists`` remain for callers not yet converted to the client; each is one line over it.
 """
 
@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from exo_cli.adapters.gitdir import add_exclude  # files beside git: info/exclude
 from exo_cli.adapters.gitformats import (
     MergeTree,
     RepoInfo,
@@ -624,26 +625,6 @@ class Git:
             raise StateError(f"Cannot {what}: git refused to update {wt}: {text.strip().splitlines()[-1:]}",
                              worktree=wt, stderr=text[-2000:], reason="git-refused")
         return wt
-
-
-# --------------------------------------------------------------------------- files beside git
-
-
-def add_exclude(common_dir: Path, pattern: str) -> bool:
-    """Add ``pattern`` to ``info/exclude`` once; return True when it was added."""
-    path = common_dir / "info" / "exclude"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        existing = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        existing = ""
-    if pattern in existing.splitlines():
-        return False
-    with open(path, "a", encoding="utf-8") as fh:
-        if existing and not existing.endswith("\n"):
-            fh.write("\n")
-        fh.write(pattern + "\n")
-    return True
 
 
 __all__ = ["NO_EDITOR", "Finished", "Git", "MergeTree", "RepoInfo", "Snapshot", "Worktree", "add_exclude",

@@ -208,3 +208,20 @@ def checkouts(common_dir: str | os.PathLike[str]) -> list[Checkout]:
 
 __all__ = ["HEAD_FILES", "STATE_DIRS", "STATE_FILES", "Checkout", "branches_concerned", "checkouts", "common_dir",
            "git_dir_of", "head_branch", "operations", "state_commits"]
+
+
+def add_exclude(common_dir: Path, pattern: str) -> bool:
+    """Add ``pattern`` to ``info/exclude`` once; return True when it was added."""
+    path = common_dir / "info" / "exclude"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        existing = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        existing = ""
+    if pattern in existing.splitlines():
+        return False
+    with open(path, "a", encoding="utf-8") as fh:
+        if existing and not existing.endswith("\n"):
+            fh.write("\n")
+        fh.write(pattern + "\n")
+    return True

@@ -16,6 +16,7 @@ reached (exo never exits 255).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -67,19 +68,7 @@ class Host:
         """The local argv that runs exo ``args`` on the host (``tty``: an interactive terminal, for attach)."""
         return [*self.ssh, *self.options(), *(["-t"] if tty else ["-T"]), "--", self.dest, self.command(args)]
 
-    def shell_argv(self, words: Sequence[str], *, tty: bool = False) -> list[str]:
-        """The local argv that runs ``words`` (no exo) on the host, in the clone."""
-        return [*self.ssh, *self.options(), *(["-t"] if tty else ["-T"]), "--", self.dest,
-                f"cd {shlex.quote(self.path)} && exec {shlex.join(list(words))}"]
-
     # -- the master connection -----------------------------------------------------------------
-    def master_running(self) -> bool:
-        if not os.path.exists(self.control_path):
-            return False
-        proc = subprocess.run([*self.ssh, *self.options(), "-O", "check", "--", self.dest],
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False)
-        return proc.returncode == 0
-
     def ensure_master(self) -> None:
         """Start the host's master connection unless one runs; Unreachable when it cannot connect."""
         if os.path.exists(self.control_path):
@@ -111,12 +100,6 @@ class Host:
                     why = []
                 raise self.unreachable(why[-1] if why else f"ssh exited with status {proc.returncode}")
 
-    def close(self) -> None:
-        """Stop the host's master connection (nothing when none runs)."""
-        if os.path.exists(self.control_path):
-            subprocess.run([*self.ssh, *self.options(), "-O", "exit", "--", self.dest], stdin=subprocess.DEVNULL,
-                           capture_output=True, timeout=30, check=False)
-
     def unreachable(self, why: str) -> Unreachable:
         from exo_cli.validate import visible
 
@@ -126,8 +109,8 @@ class Host:
 
     # -- calls ------------------------------------------------------------------------------------
     def run(self, args: Sequence[str], *, stdin: str = "", timeout: float | None = DEFAULT_TIMEOUT,
-            exo: bool = True, cancelled: Callable[[], bool] | None = None) -> subprocess.CompletedProcess[str]:
-        """Run exo ``args`` (or, without ``exo``, the words ``args``) on the host; stdin is the only input.
+            cancelled: Callable[[], bool] | None = None) -> subprocess.CompletedProcess[str]:
+        """Run exo ``args`` on the host; stdin is the only input.
 
         ``cancelled`` is asked twice a second: when it says so (an MCP client cancelled the call),
         the session is closed and ExternalFailure ``reason: "cancelled"`` raised.
@@ -135,7 +118,7 @@ class Host:
         import time
 
         self.ensure_master()
-        argv = self.argv(args) if exo else self.shell_argv(args)
+        argv = self.argv(args)
         deadline = None if timeout is None else time.monotonic() + timeout
         child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, errors="replace")
@@ -156,7 +139,7 @@ class Host:
                                           reason=why) from None
         proc = subprocess.CompletedProcess(argv, child.returncode, out, err)
         if "Control socket connect" in proc.stderr:  # a master that died left its socket: start anew next time
-            with _quiet():
+            with contextlib.suppress(OSError):
                 os.unlink(self.control_path)
         if proc.returncode == SSH_FAILED:
             lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
@@ -184,12 +167,6 @@ class Host:
                               + (f": {visible(tail)}" if tail else ""),
                               hint=f"Check [hosts.{self.name}] exo and path; `exo doctor --hosts` checks each host.",
                               host=self.name, returncode=proc.returncode)
-
-
-def _quiet() -> Any:
-    import contextlib
-
-    return contextlib.suppress(OSError)
 
 
 def interactive(host: Host, args: Sequence[str]) -> list[str]:

@@ -31,7 +31,7 @@ from exo_cli.adapters import keep
 from exo_cli.adapters.git import Finished, Git
 from exo_cli.errors import ExoError, NotFound, StateError, UsageError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
-from exo_cli.records import DEAD, DONE, ROOT, Agent
+from exo_cli.records import DEAD, DONE, ROOT, Agent, pick_agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -74,12 +74,9 @@ def _resolve(env: Env, target: str | None) -> tuple[Agent | None, str | None]:
         return agent, agent.bead
     _check_target(target)
     agents = [a for a in env.store.agents() if a.id != ROOT and not a.retired] if env.has_state() else []
-    for attr in ("id", "name", "bead"):  # an agent id first, then a name, then a bead
-        hits = [a for a in agents if getattr(a, attr) == target]
-        if hits:
-            live = [a for a in hits if a.live] or hits
-            agent = max(live, key=lambda a: a.created_at)
-            return agent, agent.bead
+    agent = pick_agent(agents, target)  # an agent id first, then a name, then a bead
+    if agent is not None:
+        return agent, agent.bead
     if _beads(env) is not None:
         return None, target
     raise NotFound(f"No agent or bead named {target!r}", hint="List agents with `exo agents`.", target=target)

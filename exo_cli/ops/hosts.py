@@ -8,19 +8,20 @@ the shared git remote (``ops.hostgit``).
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from exo_cli.errors import ExoError, NotFound, StateError
-from exo_cli.records import RETIRED_SEP, ROOT, Agent
+from exo_cli.records import RETIRED_SEP, ROOT, Agent, pick_agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
     from exo_cli.adapters.ssh import Host
     from exo_cli.env import Env
 
+T = TypeVar("T")
 PROTOCOL = 1
 # Variables an agent CLI needs that a remote agent gets from its spawner (besides [hosts.NAME] env).
 AGENT_SECRETS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL",
@@ -54,7 +55,7 @@ def configured(env: Env) -> dict[str, Host]:
     table = env.config.get("hosts") or {}
     if not table:
         return {}
-    ssh = split_command(env.environ.get("EXO_SSH_COMMAND") or env.config.get("ssh.command"))
+    ssh = split_command(env.config.get("ssh.command"))  # EXO_SSH_COMMAND is applied by the configuration
     persist = int(env.config.get("ssh.persist"))
     control = str(env.runtime_dir)
     return {name: Host(name=name, dest=entry["ssh"], path=entry["path"],
@@ -110,18 +111,20 @@ def agent_for(env: Env, ref: Any) -> Agent | None:
     if not isinstance(ref, str) or not ref or ref == ROOT or RETIRED_SEP in ref:
         return None
     try:
-        found = env.store.agent(ref)
-        if found is not None:
-            return found
-        agents = [a for a in env.store.agents() if a.id != ROOT and not a.retired]
+        return env.store.agent(ref) or pick_agent([a for a in env.store.agents() if a.id != ROOT and not a.retired], ref)
     except ExoError:
         return None
-    for attr in ("name", "bead"):
-        hits = [a for a in agents if getattr(a, attr) == ref]
-        if hits:
-            live = [a for a in hits if a.live] or hits
-            return max(live, key=lambda a: a.created_at)
-    return None
+
+
+def in_parallel(fn: Callable[[T], None], items: Iterable[T]) -> None:
+    """``fn`` on every item at once, one thread each (one ssh session per host), back when all are done."""
+    import threading
+
+    threads = [threading.Thread(target=fn, args=(item,), daemon=True) for item in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 # --------------------------------------------------------------------------- exo hosts
@@ -166,19 +169,15 @@ def probe(env: Env, host: Host) -> HostView:
         agents = sum(1 for a in env.store.agents() if a.host == host.name and a.id != ROOT and not a.retired)
     base: dict[str, Any] = {"name": host.name, "ssh": host.dest, "path": host.path, "agents": agents}
     try:
-        proc = host.run(["host-call"], stdin=json.dumps({"v": PROTOCOL, "op": "", "args": {"hello": True}}) + "\n",
-                        timeout=60.0)
-        line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), "")
-        answer = json.loads(line) if line else {}
-    except ExoError as exc:
-        return HostView(**base, reachable=False, error=exc.message)
-    except ValueError:
-        answer = {}
+        answer = host.call({"v": PROTOCOL, "op": "", "args": {"hello": True}}, timeout=60.0)
+    except ExoError as exc:  # unreachable, or no exo (or no answer) there
+        return HostView(**base, reachable=exc.data.get("reason") != "unreachable", error=exc.message)
     if not answer.get("ok"):
-        err = answer.get("error") or {}
+        err = answer.get("error")
+        from exo_cli.validate import visible
+
         why = err.get("message") if isinstance(err, dict) else None
-        return HostView(**base, reachable=True, error=why or f"exo did not answer there (exit status {proc.returncode}): "
-                        + (proc.stderr.strip().splitlines() or [""])[-1][:300])
+        return HostView(**base, reachable=True, error=visible(str(why or "exo there failed without saying why")))
     hello = answer.get("result") or {}
     theirs_store = hello.get("store")  # None: no exo state there yet (it joins this team at the first call)
     ours = env.store_url or "sqlite"
@@ -241,13 +240,7 @@ def hosts(env: Env, *, name: list[str] | None = None) -> HostsResult:
     def one(n: str) -> None:
         views[n] = probe(env, table[n])
 
-    import threading
-
-    threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in wanted]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_parallel(one, wanted)
     return HostsResult(this_host=env.host_name, hosts=[views[n] for n in wanted])
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from exo_cli import registry
-from exo_cli.errors import ExoError, InvalidInput, StateError
+from exo_cli.errors import ExoError, InvalidInput, StateError, UsageError
 from exo_cli.ops.hosts import (
     AGENT_SECRETS,
     FORWARDED,
@@ -24,6 +24,7 @@ from exo_cli.ops.hosts import (
     configured,
     get_host,
     host_of,
+    in_parallel,
     is_local,
     shared_store,
     team,
@@ -55,6 +56,14 @@ def request(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
             **({"via": dict(via)} if via else {})}
 
 
+def need_shared_store(env: Env, host: Host) -> None:
+    """StateError unless the state is in a store both hosts share (PostgreSQL)."""
+    if not shared_store(env):
+        raise StateError(f"Reaching host {host.name} needs a store both hosts share: this repository keeps its "
+                         "state in SQLite", hint="Move it to PostgreSQL first: exo store migrate --to postgresql://...",
+                         host=host.name)
+
+
 def call(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
          secrets: Mapping[str, str] | None = None, timeout: float | None = None,
          via: Mapping[str, Any] | None = None) -> Any:
@@ -62,10 +71,7 @@ def call(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
     from exo_cli.adapters.ssh import DEFAULT_TIMEOUT
     from exo_cli.wire import error_from
 
-    if not shared_store(env):
-        raise StateError(f"Reaching host {host.name} needs a store both hosts share: this repository keeps its "
-                         "state in SQLite", hint="Move it to PostgreSQL first: exo store migrate --to postgresql://...",
-                         host=host.name)
+    need_shared_store(env, host)
     from exo_cli import cancel
 
     answer = host.call(request(env, host, operation, args, secrets=secrets, via=via),
@@ -87,29 +93,41 @@ def forward(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
         raw = args.get("timeout")
         timeout = float(raw) + 60.0 if isinstance(raw, int | float) and not isinstance(raw, bool) else 3600.0
     result = call(env, host, operation, args, secrets=secrets, timeout=timeout, via=via)
-    return from_jsonable(spec.result_type(), result)
+    try:
+        return from_jsonable(spec.result_type(), result)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise unreadable(host, exc) from exc
 
 
-def route(env: Env, operation: Any, kwargs: Mapping[str, Any]) -> tuple[Host | None, Any]:
-    """Where a call of ``operation`` runs: (None, None) here, else (host, the agent it is about).
+def unreadable(host: Host, exc: Exception) -> ExoError:
+    """The error of an answer this exo cannot read (another version of exo there)."""
+    from exo_cli.errors import ExternalFailure
+
+    return ExternalFailure(f"exo on host {host.name} answered in a form this exo does not read ({type(exc).__name__})",
+                           hint="Install the same exo version on every host (`exo hosts` shows each one's).",
+                           host=host.name)
+
+
+def route(env: Env, operation: Any, kwargs: Mapping[str, Any]) -> Host | None:
+    """Where a call of ``operation`` runs: None here, else the host of the agent it is about.
 
     Only operations that name the agent they act on (``Op.on_host``) travel, and only when the
     state is in a shared store (with SQLite every agent runs here).
     """
     param = operation.on_host
     if not param or env.__dict__.get(FORWARDED) or not shared_store(env):
-        return None, None
+        return None
     ref = kwargs.get(param)
     refs = [ref] if isinstance(ref, str) else list(ref) if isinstance(ref, list | tuple) else []
     agents = [a for a in (agent_for(env, r) for r in refs) if a is not None]
     remote = {a.host for a in agents if not is_local(env, a)}
     if not remote:
-        return None, None
+        return None
     if len(remote) > 1 or len(agents) != len(remote) and any(is_local(env, a) for a in agents):
         raise InvalidInput(f"{operation.cli or operation.name} acts on agents of one host per call; these run on "
                            f"{', '.join(sorted({a.host or env.host_name for a in agents}))}",
                            hint="Call it once per host.", field=param)
-    return host_of(env, agents[0]), agents[0]
+    return host_of(env, agents[0])
 
 
 def secrets_for(env: Env, host: Host) -> dict[str, str]:
@@ -143,36 +161,21 @@ def spawn_there(env: Env, name: str, args: Mapping[str, Any]) -> SpawnResult:
     own multiplexer and records them (with their host) in the shared store; the API keys the
     agents need travel on ssh's stdin.
     """
-    from exo_cli.adapters.git import Git
-    from exo_cli.errors import UsageError
+    from exo_cli.ops.hostgit import share_branch
     from exo_cli.ops.spawn.plan import caller_context
 
     host = get_host(env, name)
     for key, why in _NOT_WITH_HOST.items():
         if args.get(key):
             raise UsageError(f"--{key.replace('_', '-')} cannot go with --host: {why}", field=key)
-    if not shared_store(env):
-        raise StateError(f"Spawning on host {host.name} needs a store both hosts share: this repository keeps its "
-                         "state in SQLite", hint="Move it to PostgreSQL first: exo store migrate --to postgresql://...",
-                         host=host.name)
+    need_shared_store(env, host)
     info = caller_context(env, from_branch=args.get("from_branch"), no_worktree=False)
     branch, start = info["parent_branch"], info["base"] or info["parent_branch"]
     if not branch:
         raise StateError("Cannot spawn on another host from a detached HEAD: there is no branch to share",
                          hint="Check out a branch (or pass --from BRANCH).")
-    git = Git(env.repo.root)
-    remote = str(env.config.get("forge.remote"))
     for b in dict.fromkeys([start, branch]):
-        if not git.ref_exists(f"refs/heads/{b}"):
-            raise InvalidInput(f"--from {b!r} with --host must name a branch: it reaches the other host through "
-                               f"{remote}", field="from_branch")
-        pushed = git.push_as_is(remote, b)
-        if not pushed.ok:
-            from exo_cli.validate import visible
-
-            raise StateError(f"Cannot push {b} to {remote} for host {host.name}: "
-                             f"{visible(pushed.stderr.strip().splitlines()[-1] if pushed.stderr.strip() else 'failed')}",
-                             hint=f"Bring {b} up to date with {remote}/{b} (git pull), then spawn again.", branch=b)
+        share_branch(env, b, host.name)
     rest = {k: v for k, v in args.items() if k not in _NOT_WITH_HOST and k != "from_branch" and v not in (None, [], False)}
     via = {"base_branch": branch, "start": start, "from_host": env.host_name}
     result: SpawnResult = forward(env, host, "spawn", rest, secrets=secrets_for(env, host), via=via)
@@ -210,21 +213,15 @@ def refresh_remote(env: Env, agents: list[Agent]) -> dict[str, Agent]:
             return
         from exo_cli.wire import from_jsonable
 
-        for raw in seen or []:
-            rec = from_jsonable(Agent, raw)
+        try:
+            records = [from_jsonable(Agent, raw) for raw in seen or []]
+        except (TypeError, ValueError, KeyError) as exc:  # shown as it is recorded, with the reason
+            why = unreadable(host, exc).message
+            records = [a._replace(status_reason=why[:300]) for a in group]
+        for rec in records:
             out[rec.id] = rec
 
-    if len(by_host) == 1:
-        [(name, group)] = by_host.items()
-        one(name, group)
-        return out
-    import threading
-
-    threads = [threading.Thread(target=one, args=item, daemon=True) for item in by_host.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_parallel(lambda item: one(*item), list(by_host.items()))
     return out
 
 
@@ -300,7 +297,7 @@ def deliver_there(env: Env, agent: Agent, msg_id: int) -> str:
 
 def _route_call(env: Env, operation: Any, kwargs: Mapping[str, Any]) -> Any:
     """The registry's router: the call run on its agent's host, or ``registry.NOT_ROUTED`` to run it here."""
-    host, _agent = route(env, operation, kwargs)
+    host = route(env, operation, kwargs)
     if host is None:
         return registry.NOT_ROUTED
     return forward(env, host, operation.name, kwargs)
