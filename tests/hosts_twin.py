@@ -50,6 +50,8 @@ class Sshd:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Sshd:
+        if os.geteuid() == 0 and not os.path.isdir("/run/sshd"):  # sshd's privilege separation folder
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         self.proc = subprocess.Popen([SSHD, "-D", "-f", str(self.dir / "sshd_config"), "-E", str(self.log)],
                                      start_new_session=True)
         deadline = time.monotonic() + 30
