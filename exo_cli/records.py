@@ -28,6 +28,7 @@ WAITING_PERMISSION = "waiting-permission"
 FAILED_TURN = "failed-turn"  # its last turn ended with an error (an API error); alive, takes new messages
 DONE = "done"
 DEAD = "dead"
+REMOVAL_DEFERRED = "completed by itself; removal deferred"  # the status reason of an agent that completed itself
 UNKNOWN = "unknown"
 UNREACHABLE = "unreachable"  # shown, never recorded: the agent's host cannot be reached just now
 LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, FAILED_TURN, UNKNOWN,

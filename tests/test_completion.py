@@ -25,23 +25,31 @@ from exo_cli.commands._complete import GROUPS, SPECS, answer
 from exo_cli.env import Env
 from exo_cli.main import cli
 from exo_cli.ops import completion as kinds
-from exo_cli.records import DEAD, IDLE, WORKING, Agent
+from exo_cli.records import ASKING, DEAD, DONE, IDLE, REMOVAL_DEFERRED, RETIRED_SEP, WORKING, Agent
 
-NAMES = ["alpha", "beta", "bob", "carol"]
+NAMES = ["alpha", "beta", "bob", "carol", "dora", "eve"]
 
 
-def _agent(env: Env, name: str, status: str, task: str) -> None:
+def _agent(env: Env, name: str, status: str, task: str, reason: str | None = None, *, id: str | None = None) -> None:
     now = time.time()
-    env.store.insert_agent(Agent(id=name, name=name, role="dev", parent="root", status=status, backend="custom",
-                                 mux="headless", task=task, created_at=now, updated_at=now, status_at=now))
+    env.store.insert_agent(Agent(id=id or name, name=name, role="dev", parent="root", status=status, backend="custom",
+                                 mux="headless", task=task, created_at=now, updated_at=now, status_at=now,
+                                 status_reason=reason))
 
 
 @pytest.fixture
 def team(repo: Path) -> Path:
-    """A repository with exo state: four agents, three PRs (two open), and a beads tracker."""
+    """A repository with exo state: six agents (one dead, one completed, one that completed itself and
+    waits for its parent to remove its worktree), two reaped ones, a pending question from carol and an
+    answered one from beta, three PRs (two open), and a beads tracker."""
     env = Env(cwd=repo)
-    for name, status in zip(NAMES, [WORKING, IDLE, DEAD, WORKING], strict=True):
-        _agent(env, name, status, f"task of {name}")
+    for name, status in zip(NAMES, [WORKING, IDLE, DEAD, ASKING, DONE, DONE], strict=True):
+        _agent(env, name, status, f"task of {name}", {"dora": "completed", "eve": REMOVAL_DEFERRED}.get(name))
+    for name in ("alpha", "wendy"):  # reaped, kept as history under <name>@<n>
+        _agent(env, name, DONE, f"old task of {name}", id=f"{name}-old")
+        env.store.retire_agent(f"{name}-old", f"{name}{RETIRED_SEP}1")
+    env.store.post("question", "carol", "root", "Which port?", state="pending")
+    env.store.post("question", "beta", "root", "Which branch?", state="answered")
     for title, state in (("Add a", "open"), ("Fix b", "merged"), ("Docs: c", "open")):
         env.store.insert_pr(forge="local", title=title, body="", head=f"main.{title[:3]}", base="main",
                             author="alpha", state=state)
@@ -63,15 +71,68 @@ def tab(cwd: Path, line: str, shell: str = "bash") -> list[str]:
 # -- what a TAB offers ------------------------------------------------------------------------------
 
 
-def test_agent_names_for_every_command_that_takes_an_agent(team: Path) -> None:
-    for command in ("attach", "read", "kill", "output", "status", "answer", "wait"):
+def test_each_command_offers_the_agents_it_can_act_on(team: Path) -> None:
+    # every agent not reaped, dead and done ones too: their pane, log, diff and output can be visited
+    for command in ("attach", "read", "output", "diff", "status", "wait", "conflicts"):
+        assert tab(team, f"exo {command} ") == [f"plain,{n}" for n in NAMES], command
         assert tab(team, f"exo {command} b") == ["plain,beta", "plain,bob"], command
-    assert tab(team, "exo complete b") == ["plain,beta", "plain,bob", "plain,b1"]  # and the open bead ex-b1
-    assert tab(team, "exo wait alpha c") == ["plain,carol"]
+        assert tab(team, f"exo {command} w") == [], command  # wendy was reaped
+    assert tab(team, "exo read alpha c") == ["plain,carol"]
     assert tab(team, "exo spawn --worker w --after a") == ["plain,alpha"]
-    assert tab(team, "exo send alpha,b") == ["plain,alpha,beta", "plain,alpha,bob"]
-    assert tab(team, "exo send alpha,beta,") == ["plain,alpha,beta,bob", "plain,alpha,beta,carol"]
-    assert tab(team, "exo answer alpha ") == []  # the message is free text
+    # live agents only: no dead or done one to stop or to message
+    assert tab(team, "exo kill ") == ["plain,alpha", "plain,beta", "plain,carol"]
+    assert tab(team, "exo send alpha,b") == ["plain,alpha,beta"]
+    assert tab(team, "exo send alpha,beta,") == ["plain,alpha,beta,carol"]
+    assert tab(team, "exo send d") == []
+    # a pending question only (beta's was answered)
+    assert tab(team, "exo answer ") == ["plain,carol"]
+    assert tab(team, "exo answer carol ") == []  # the message is free text
+    # not done (eve completed itself: its removal waits for `exo complete eve`), then the open beads
+    assert tab(team, "exo complete b") == ["plain,beta", "plain,bob", "plain,b1"]  # and the open bead ex-b1
+    assert tab(team, "exo complete ")[:5] == ["plain,alpha", "plain,beta", "plain,bob", "plain,carol", "plain,eve"]
+    assert tab(team, "exo complete d") == []
+
+
+def test_a_reaped_agent_is_no_longer_offered(team: Path) -> None:
+    """`exo reap` retires bob (dead) and dora (done): a TAB no longer offers them, and what it offers works."""
+    assert "plain,bob" in tab(team, "exo attach ")
+    r = Exo(team)("reap", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert sorted(r.json()["reaped"]) == ["bob", "dora", "eve"]  # type: ignore[index]
+    assert tab(team, "exo attach ") == ["plain,alpha", "plain,beta", "plain,carol"]
+    for line in tab(team, "exo output "):
+        r = Exo(team)("output", line.split(",", 1)[1], "--json")
+        assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
+def test_agents_and_prs_on_either_store(repo: Path, store_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On PostgreSQL, a TAB reads the store the state folder points to (no EXO_STORE_URL needed)."""
+    env = Env(cwd=repo)
+    _agent(env, "ada", WORKING, "task of ada")
+    _agent(env, "abe", DEAD, "task of abe")
+    _agent(env, "ada", DONE, "old task", id="old")
+    env.store.retire_agent("old", f"ada{RETIRED_SEP}1")
+    env.store.post("question", "abe", "root", "Which port?", state="pending")
+    env.store.insert_pr(forge="local", title="Add a", body="", head="main.a", base="main", author="ada", state="open")
+    env.store.insert_pr(forge="local", title="Fix b", body="", head="main.b", base="main", author="ada",
+                        state="merged")
+    monkeypatch.delenv("EXO_STORE_URL", raising=False)  # the shell of a user who never set it
+    assert tab(repo, "exo attach a") == ["plain,abe", "plain,ada"]
+    assert tab(repo, "exo kill a") == ["plain,ada"]
+    assert tab(repo, "exo answer ") == ["plain,abe"]
+    assert tab(repo, "exo pr merge ") == ["plain,1"]
+    assert tab(repo, "exo pr show ") == ["plain,1", "plain,2"]
+    assert (env.state_path / "state.db").exists() == (store_kind == "sqlite")
+
+
+def test_an_unreachable_postgresql_store_offers_nothing(repo: Path) -> None:
+    state = repo / ".git" / "exo"
+    state.mkdir()
+    (state / "store-url").write_text("postgresql://nobody@127.0.0.1:9/none\n")  # nothing listens on port 9
+    assert tab(repo, "exo attach ") == []
+    assert tab(repo, "exo pr show ") == []
+    assert sorted(p.name for p in state.iterdir()) == ["store-url"]
 
 
 def test_descriptions_for_zsh_and_fish(team: Path) -> None:
@@ -129,7 +190,22 @@ def test_a_tab_loads_no_command_module_and_nothing_heavy(team: Path) -> None:
              or m.startswith(("exo_cli.ops.spawn", "exo_cli.commands.lifecycle", "exo_cli.registry"))
              or m in ("exo_cli.env", "exo_cli.records", "exo_cli.adapters.git", "exo_cli.adapters.store.sqlite")]
     assert heavy == []
-    assert kinds.STATE_DIR_VAR == __import__("exo_cli.env").env.STATE_DIR_VAR
+
+
+def test_the_copies_a_tab_keeps_match_their_sources() -> None:
+    from exo_cli import records
+    from exo_cli.adapters import store
+    from exo_cli.adapters.store import peek
+    from exo_cli.env import STATE_DIR_VAR
+    from exo_cli.ops import delivery
+
+    assert kinds.STATE_DIR_VAR == STATE_DIR_VAR
+    assert (kinds.RETIRED_SEP, kinds.REMOVAL_DEFERRED) == (records.RETIRED_SEP, records.REMOVAL_DEFERRED)
+    statuses = {v for k, v in vars(records).items() if k.isupper() and isinstance(v, str) and v in
+                (*records.LIVE_STATUSES, records.DONE, records.DEAD)}
+    assert statuses - set(records.LIVE_STATUSES) == {kinds.DONE, kinds.DEAD}  # every other status is live
+    assert (peek.DB_FILE, peek.POINTER_FILE) == (store.DB_FILE, store.POINTER_FILE)
+    assert (peek.QUESTION, peek.PENDING) == (delivery.QUESTION, delivery.PENDING)
 
 
 # -- the fast path and Click agree --------------------------------------------------------------------
