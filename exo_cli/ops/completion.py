@@ -1,5 +1,4 @@
-"""Shell completion: the values a TAB offers (agents, PRs, beads, configuration keys), and the
-line ``exo completion --install`` adds to a shell's startup file.
+"""Shell completion: the values a TAB offers (agents, PRs, beads, configuration keys).
 
 Not an operation (no ``@op``): the CLI's completion calls these directly. A TAB must be fast
 and must never create anything, so every lookup first checks that the repository already has
@@ -12,9 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
-
-from exo_cli.errors import EnvironmentError_, UsageError
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from exo_cli.adapters.store import peek
@@ -170,75 +167,3 @@ def _config_keys(incomplete: str) -> list[Candidate]:
     from exo_cli.config import SCHEMA
 
     return [(k, SCHEMA[k][1]) for k in sorted(SCHEMA) if k.startswith(incomplete)]
-
-
-# --------------------------------------------------------------------------- exo completion --install
-
-SHELLS = ("bash", "zsh", "fish")
-MARKER = "# exo shell completion"
-LINES = {
-    "bash": 'command -v exo >/dev/null 2>&1 && eval "$(exo completion bash)"',
-    "zsh": "if (( $+commands[exo] )); then (( $+functions[compdef] )) || { autoload -Uz compinit && compinit; }; "
-           'eval "$(exo completion zsh)"; fi',
-    "fish": "command -q exo; and exo completion fish | source",
-}
-
-
-class Installed(NamedTuple):
-    """What ``exo completion --install`` did."""
-
-    shell: str
-    rc_file: str
-    line: str
-    added: bool  # False: the line was already there, nothing changed
-
-
-def detect_shell(environ: Mapping[str, str]) -> str:
-    """The user's shell from ``$SHELL`` (a UsageError when it is none exo supports)."""
-    name = os.path.basename(environ.get("SHELL", "")) or "(unset)"
-    if name not in SHELLS:
-        raise UsageError(f"Cannot tell which shell to install completion for: $SHELL is {name}",
-                         hint="Name it: exo completion --install bash|zsh|fish")
-    return name
-
-
-def rc_file(shell: str, environ: Mapping[str, str]) -> Path:
-    """The startup file an interactive ``shell`` reads."""
-    home = Path(environ.get("HOME") or os.path.expanduser("~"))
-    if shell == "zsh":
-        return Path(environ.get("ZDOTDIR") or home) / ".zshrc"
-    if shell == "fish":
-        return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "fish" / "config.fish"
-    return home / ".bashrc"
-
-
-def install(shell: str, *, environ: Mapping[str, str], rc: str | None = None) -> Installed:
-    """Add the completion line for ``shell`` to its startup file once (never twice).
-
-    The file must exist and be writable: exo never creates a shell's startup file, whose
-    absence usually means the shell reads another one. The line is appended in place, so a
-    startup file that is a symlink (a dotfiles repository) stays one.
-    """
-    path = Path(os.path.expanduser(rc)) if rc else rc_file(shell, environ)
-    line = f"{LINES[shell]}  {MARKER}"
-    by_hand = f"Add this line to your {shell} startup file yourself:\n  {line}"
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise EnvironmentError_(f"{path} does not exist; exo does not create a shell's startup file",
-                                hint=f"Create it, or name another with --rc FILE. {by_hand}",
-                                rc_file=str(path), line=line) from None
-    except OSError as exc:
-        raise EnvironmentError_(f"Cannot read {path}: {exc.strerror}", hint=by_hand, rc_file=str(path),
-                                line=line) from None
-    if MARKER in text:
-        return Installed(shell, str(path), next(x for x in text.splitlines() if MARKER in x), added=False)
-    if not os.access(path, os.W_OK):
-        raise EnvironmentError_(f"{path} is not writable", hint=by_hand, rc_file=str(path), line=line)
-    try:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(("" if not text or text.endswith("\n") else "\n") + line + "\n")
-    except OSError as exc:
-        raise EnvironmentError_(f"Cannot write {path}: {exc.strerror}", hint=by_hand, rc_file=str(path),
-                                line=line) from None
-    return Installed(shell, str(path), line, added=True)
