@@ -80,6 +80,20 @@ class Leftover:
         return f"pid {self.pid}: {self.argv[:200]} ({self.why})"
 
 
+def _helpers() -> set[int]:
+    """The helper processes Python's multiprocessing started for this process (its resource tracker, its
+    fork server): they are this process's own and end with it."""
+    import sys
+
+    pids = set()
+    for module, obj, attr in (("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
+                              ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid")):
+        pid = getattr(getattr(sys.modules.get(module), obj, None), attr, None)
+        if isinstance(pid, int):
+            pids.add(pid)
+    return pids
+
+
 def _stat(pid: int) -> tuple[str, int, str] | None:
     """(state, ppid, start time) of ``pid``, or None when it is gone."""
     try:
@@ -188,7 +202,7 @@ def finish(root: Path, basetemp: Path | None, token: str | None, *, grace: float
         report.append(f"tmux server on {sock}")
         subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, env=_tmux_env(), timeout=30)
     roots = [root] + ([basetemp] if basetemp is not None else [])
-    found = processes(roots, token)
+    found = processes(roots, token, skip=_helpers())
     deadline = time.monotonic() + grace
     while found and time.monotonic() < deadline:  # a background exo may be finishing: it may end by itself
         time.sleep(0.2)
