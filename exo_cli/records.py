@@ -28,6 +28,7 @@ WAITING_PERMISSION = "waiting-permission"
 FAILED_TURN = "failed-turn"  # its last turn ended with an error (an API error); alive, takes new messages
 DONE = "done"
 DEAD = "dead"
+REMOVAL_DEFERRED = "completed by itself; removal deferred"  # the status reason of an agent that completed itself
 UNKNOWN = "unknown"
 UNREACHABLE = "unreachable"  # shown, never recorded: the agent's host cannot be reached just now
 LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, FAILED_TURN, UNKNOWN,
@@ -39,6 +40,9 @@ AT_REST = (IDLE, FAILED_TURN)
 # the operations read these; kept here because this module is cheap, even on the hooks' path).
 AGENT_CLIS = ("claude", "gemini", "codex")  # the agent CLIs exo wires its hooks and MCP server into
 BACKENDS = (*AGENT_CLIS, "custom", "demo")
+# How to install each agent CLI (its npm package), for the hints of `exo init` and `exo spawn`.
+AGENT_CLI_INSTALL = {cli: f"npm install -g {package}" for cli, package in
+                     (("claude", "@anthropic-ai/claude-code"), ("gemini", "@google/gemini-cli"), ("codex", "@openai/codex"))}
 PANE_MUXES = ("tmux", "zellij")  # multiplexers that show an agent in a pane (a terminal to read and type into)
 MUXES = (*PANE_MUXES, "headless")
 # Other tool families' sets ``exo mcp --compat`` (and the ``mcp.compat`` key) can add to exo's own.

@@ -11,9 +11,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import leftovers
 import pytest
 from click.testing import CliRunner
 from hosts_harness import sshd, sshd_session, two_hosts  # noqa: F401 - the two-host fixtures (tests/hosts_harness.py)
+from leftovers import (  # noqa: F401 - the run's hygiene (tests/leftovers.py): its hooks and fixture are this conftest's
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+    pytest_unconfigure,
+    run_folders,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXO = [sys.executable, "-m", "exo_cli"]
@@ -22,6 +29,8 @@ EXO = [sys.executable, "-m", "exo_cli"]
 @pytest.fixture(autouse=True)
 def isolate(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Give every test its own HOME, config dir and git identity; no colour, fixed width."""
+    for var in leftovers.scrub(dict(os.environ)):  # what an earlier test may have set without monkeypatch
+        monkeypatch.delenv(var)
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("EXO_CONFIG_DIR", str(home / ".config" / "exo"))
@@ -35,11 +44,6 @@ def isolate(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n")
-    for var in ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "EXO_DEBUG", "EXO_FAULT", "TMUX",
-                "TMUX_PANE", "ZELLIJ", "ZELLIJ_SESSION_NAME", "HANGAR_ROOT", "EXO_AGENT_BACKEND", "EXO_MUX",
-                "EXO_FORGE", "EXO_MAX_AGENTS", "EXO_WORKTREE_ROOT", "EXO_BASE_BRANCH", "EXO_SKIP_PERMISSIONS",
-                "BEADS_DIR", "EXO_STORE_URL"):
-        monkeypatch.delenv(var, raising=False)
     return home
 
 
@@ -54,6 +58,7 @@ BOTH_STORES = {"test_store", "test_messages", "test_messages_helpers", "test_spa
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_only: a test about the SQLite store itself (not run on PostgreSQL)")
+    leftovers.pytest_configure(config)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -25,23 +25,31 @@ from exo_cli.commands._complete import GROUPS, SPECS, answer
 from exo_cli.env import Env
 from exo_cli.main import cli
 from exo_cli.ops import completion as kinds
-from exo_cli.records import DEAD, IDLE, WORKING, Agent
+from exo_cli.records import ASKING, DEAD, DONE, IDLE, REMOVAL_DEFERRED, RETIRED_SEP, WORKING, Agent
 
-NAMES = ["alpha", "beta", "bob", "carol"]
+NAMES = ["alpha", "beta", "bob", "carol", "dora", "eve"]
 
 
-def _agent(env: Env, name: str, status: str, task: str) -> None:
+def _agent(env: Env, name: str, status: str, task: str, reason: str | None = None, *, id: str | None = None) -> None:
     now = time.time()
-    env.store.insert_agent(Agent(id=name, name=name, role="dev", parent="root", status=status, backend="custom",
-                                 mux="headless", task=task, created_at=now, updated_at=now, status_at=now))
+    env.store.insert_agent(Agent(id=id or name, name=name, role="dev", parent="root", status=status, backend="custom",
+                                 mux="headless", task=task, created_at=now, updated_at=now, status_at=now,
+                                 status_reason=reason))
 
 
 @pytest.fixture
 def team(repo: Path) -> Path:
-    """A repository with exo state: four agents, three PRs (two open), and a beads tracker."""
+    """A repository with exo state: six agents (one dead, one completed, one that completed itself and
+    waits for its parent to remove its worktree), two reaped ones, a pending question from carol and an
+    answered one from beta, three PRs (two open), and a beads tracker."""
     env = Env(cwd=repo)
-    for name, status in zip(NAMES, [WORKING, IDLE, DEAD, WORKING], strict=True):
-        _agent(env, name, status, f"task of {name}")
+    for name, status in zip(NAMES, [WORKING, IDLE, DEAD, ASKING, DONE, DONE], strict=True):
+        _agent(env, name, status, f"task of {name}", {"dora": "completed", "eve": REMOVAL_DEFERRED}.get(name))
+    for name in ("alpha", "wendy"):  # reaped, kept as history under <name>@<n>
+        _agent(env, name, DONE, f"old task of {name}", id=f"{name}-old")
+        env.store.retire_agent(f"{name}-old", f"{name}{RETIRED_SEP}1")
+    env.store.post("question", "carol", "root", "Which port?", state="pending")
+    env.store.post("question", "beta", "root", "Which branch?", state="answered")
     for title, state in (("Add a", "open"), ("Fix b", "merged"), ("Docs: c", "open")):
         env.store.insert_pr(forge="local", title=title, body="", head=f"main.{title[:3]}", base="main",
                             author="alpha", state=state)
@@ -63,15 +71,68 @@ def tab(cwd: Path, line: str, shell: str = "bash") -> list[str]:
 # -- what a TAB offers ------------------------------------------------------------------------------
 
 
-def test_agent_names_for_every_command_that_takes_an_agent(team: Path) -> None:
-    for command in ("attach", "read", "kill", "output", "status", "answer", "wait"):
+def test_each_command_offers_the_agents_it_can_act_on(team: Path) -> None:
+    # every agent not reaped, dead and done ones too: their pane, log, diff and output can be visited
+    for command in ("attach", "read", "output", "diff", "status", "wait", "conflicts"):
+        assert tab(team, f"exo {command} ") == [f"plain,{n}" for n in NAMES], command
         assert tab(team, f"exo {command} b") == ["plain,beta", "plain,bob"], command
-    assert tab(team, "exo complete b") == ["plain,beta", "plain,bob", "plain,b1"]  # and the open bead ex-b1
-    assert tab(team, "exo wait alpha c") == ["plain,carol"]
+        assert tab(team, f"exo {command} w") == [], command  # wendy was reaped
+    assert tab(team, "exo read alpha c") == ["plain,carol"]
     assert tab(team, "exo spawn --worker w --after a") == ["plain,alpha"]
-    assert tab(team, "exo send alpha,b") == ["plain,alpha,beta", "plain,alpha,bob"]
-    assert tab(team, "exo send alpha,beta,") == ["plain,alpha,beta,bob", "plain,alpha,beta,carol"]
-    assert tab(team, "exo answer alpha ") == []  # the message is free text
+    # live agents only: no dead or done one to stop or to message
+    assert tab(team, "exo kill ") == ["plain,alpha", "plain,beta", "plain,carol"]
+    assert tab(team, "exo send alpha,b") == ["plain,alpha,beta"]
+    assert tab(team, "exo send alpha,beta,") == ["plain,alpha,beta,carol"]
+    assert tab(team, "exo send d") == []
+    # a pending question only (beta's was answered)
+    assert tab(team, "exo answer ") == ["plain,carol"]
+    assert tab(team, "exo answer carol ") == []  # the message is free text
+    # not done (eve completed itself: its removal waits for `exo complete eve`), then the open beads
+    assert tab(team, "exo complete b") == ["plain,beta", "plain,bob", "plain,b1"]  # and the open bead ex-b1
+    assert tab(team, "exo complete ")[:5] == ["plain,alpha", "plain,beta", "plain,bob", "plain,carol", "plain,eve"]
+    assert tab(team, "exo complete d") == []
+
+
+def test_a_reaped_agent_is_no_longer_offered(team: Path) -> None:
+    """`exo reap` retires bob (dead) and dora (done): a TAB no longer offers them, and what it offers works."""
+    assert "plain,bob" in tab(team, "exo attach ")
+    r = Exo(team)("reap", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert sorted(r.json()["reaped"]) == ["bob", "dora", "eve"]  # type: ignore[index]
+    assert tab(team, "exo attach ") == ["plain,alpha", "plain,beta", "plain,carol"]
+    for line in tab(team, "exo output "):
+        r = Exo(team)("output", line.split(",", 1)[1], "--json")
+        assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
+def test_agents_and_prs_on_either_store(repo: Path, store_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On PostgreSQL, a TAB reads the store the state folder points to (no EXO_STORE_URL needed)."""
+    env = Env(cwd=repo)
+    _agent(env, "ada", WORKING, "task of ada")
+    _agent(env, "abe", DEAD, "task of abe")
+    _agent(env, "ada", DONE, "old task", id="old")
+    env.store.retire_agent("old", f"ada{RETIRED_SEP}1")
+    env.store.post("question", "abe", "root", "Which port?", state="pending")
+    env.store.insert_pr(forge="local", title="Add a", body="", head="main.a", base="main", author="ada", state="open")
+    env.store.insert_pr(forge="local", title="Fix b", body="", head="main.b", base="main", author="ada",
+                        state="merged")
+    monkeypatch.delenv("EXO_STORE_URL", raising=False)  # the shell of a user who never set it
+    assert tab(repo, "exo attach a") == ["plain,abe", "plain,ada"]
+    assert tab(repo, "exo kill a") == ["plain,ada"]
+    assert tab(repo, "exo answer ") == ["plain,abe"]
+    assert tab(repo, "exo pr merge ") == ["plain,1"]
+    assert tab(repo, "exo pr show ") == ["plain,1", "plain,2"]
+    assert (env.state_path / "state.db").exists() == (store_kind == "sqlite")
+
+
+def test_an_unreachable_postgresql_store_offers_nothing(repo: Path) -> None:
+    state = repo / ".git" / "exo"
+    state.mkdir()
+    (state / "store-url").write_text("postgresql://nobody@127.0.0.1:9/none\n")  # nothing listens on port 9
+    assert tab(repo, "exo attach ") == []
+    assert tab(repo, "exo pr show ") == []
+    assert sorted(p.name for p in state.iterdir()) == ["store-url"]
 
 
 def test_descriptions_for_zsh_and_fish(team: Path) -> None:
@@ -129,7 +190,22 @@ def test_a_tab_loads_no_command_module_and_nothing_heavy(team: Path) -> None:
              or m.startswith(("exo_cli.ops.spawn", "exo_cli.commands.lifecycle", "exo_cli.registry"))
              or m in ("exo_cli.env", "exo_cli.records", "exo_cli.adapters.git", "exo_cli.adapters.store.sqlite")]
     assert heavy == []
-    assert kinds.STATE_DIR_VAR == __import__("exo_cli.env").env.STATE_DIR_VAR
+
+
+def test_the_copies_a_tab_keeps_match_their_sources() -> None:
+    from exo_cli import records
+    from exo_cli.adapters import store
+    from exo_cli.adapters.store import peek
+    from exo_cli.env import STATE_DIR_VAR
+    from exo_cli.ops import delivery
+
+    assert kinds.STATE_DIR_VAR == STATE_DIR_VAR
+    assert (kinds.RETIRED_SEP, kinds.REMOVAL_DEFERRED) == (records.RETIRED_SEP, records.REMOVAL_DEFERRED)
+    statuses = {v for k, v in vars(records).items() if k.isupper() and isinstance(v, str) and v in
+                (*records.LIVE_STATUSES, records.DONE, records.DEAD)}
+    assert statuses - set(records.LIVE_STATUSES) == {kinds.DONE, kinds.DEAD}  # every other status is live
+    assert (peek.DB_FILE, peek.POINTER_FILE) == (store.DB_FILE, store.POINTER_FILE)
+    assert (peek.QUESTION, peek.PENDING) == (delivery.QUESTION, delivery.PENDING)
 
 
 # -- the fast path and Click agree --------------------------------------------------------------------
@@ -193,80 +269,3 @@ def test_the_fast_table_matches_the_click_commands() -> None:
         assert options == dict(spec.options), path
     assert set(SPECS) <= set(commands)
     assert {k for s in SPECS.values() for k in (*s.args, *s.options.values()) if k} <= set(kinds.KINDS)
-
-
-# -- exo completion --install -------------------------------------------------------------------------
-
-
-def test_install_adds_one_line_once_and_says_so(repo: Path, tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    rc = home / ".bashrc"
-    rc.write_text("alias ll='ls -l'")  # no final newline
-    env = {"HOME": str(home), "SHELL": "/bin/bash"}
-    r = Exo(repo)("completion", "--install", env=env)
-    assert r.exit_code == 0, r.stderr
-    line = kinds.LINES["bash"] + "  " + kinds.MARKER
-    assert r.stdout == f"Added to {rc}:\n  {line}\nOpen a new shell to use it.\n"
-    assert rc.read_text() == f"alias ll='ls -l'\n{line}\n"
-    again = Exo(repo)("completion", "bash", "--install", env=env)
-    assert again.exit_code == 0
-    assert again.stdout == f"Already in {rc}, nothing changed:\n  {line}\n"
-    assert rc.read_text().count(kinds.MARKER) == 1
-
-
-def test_install_for_zsh_and_fish_and_through_a_symlink(repo: Path, tmp_path: Path) -> None:
-    zdot = tmp_path / "zdot"
-    zdot.mkdir()
-    (zdot / ".zshrc").write_text("autoload -Uz compinit && compinit\n")
-    r = Exo(repo)("completion", "--install", env={"SHELL": "/usr/bin/zsh", "ZDOTDIR": str(zdot)})
-    assert r.exit_code == 0 and kinds.LINES["zsh"] in (zdot / ".zshrc").read_text()
-    dotfiles = tmp_path / "dotfiles" / "config.fish"
-    dotfiles.parent.mkdir()
-    dotfiles.write_text("set -g fish_greeting\n")
-    conf = tmp_path / "xdg" / "fish" / "config.fish"
-    conf.parent.mkdir(parents=True)
-    conf.symlink_to(dotfiles)
-    r = Exo(repo)("completion", "fish", "--install", env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
-    assert r.exit_code == 0, r.stderr
-    assert conf.is_symlink() and kinds.LINES["fish"] in dotfiles.read_text()
-
-
-@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
-def test_installed_line_gives_bash_the_completion(repo: Path, tmp_path: Path) -> None:
-    rc = tmp_path / ".bashrc"
-    rc.write_text("")
-    assert Exo(repo)("completion", "bash", "--install", "--rc", str(rc)).exit_code == 0
-    shim = tmp_path / "bin" / "exo"
-    shim.parent.mkdir()
-    shim.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m exo_cli \"$@\"\n")
-    shim.chmod(0o755)
-    script = f"source {rc}; complete -p exo; COMP_WORDS=(exo sta); COMP_CWORD=1; _exo_completion exo; echo ${{COMPREPLY[*]}}"
-    env = {**os.environ, "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run(["bash", "--norc", "-c", script], cwd=repo, env=env, capture_output=True, text=True)
-    assert proc.stdout.splitlines() == ["complete -o nosort -F _exo_completion exo", "status"], proc.stderr
-
-
-def test_install_refuses_politely_without_a_writable_startup_file(repo: Path, tmp_path: Path) -> None:
-    missing = tmp_path / "nope" / ".bashrc"
-    r = Exo(repo)("completion", "bash", "--install", "--rc", str(missing))
-    assert r.exit_code == 7 and r.stdout == ""
-    assert r.stderr.startswith(f"Error: {missing} does not exist; exo does not create a shell's startup file\n")
-    assert kinds.LINES["bash"] in r.stderr and "Traceback" not in r.stderr
-    assert not missing.parent.exists()
-    locked = Path("/proc/version")  # not writable, even for root
-    if not locked.exists():
-        pytest.skip("no /proc")
-    r = Exo(repo)("completion", "bash", "--install", "--rc", str(locked))
-    assert r.exit_code == 7 and r.stderr.startswith(("Error: /proc/version is not writable\n",
-                                                      "Error: Cannot write /proc/version:"))
-    assert "Hint: Add this line to your bash startup file yourself:" in r.stderr
-
-
-def test_install_needs_a_known_shell_and_print_needs_a_shell(repo: Path) -> None:
-    r = Exo(repo)("completion", "--install", env={"SHELL": "/bin/tcsh"})
-    assert r.exit_code == 2 and "Cannot tell which shell" in r.stderr and "exo completion --install bash|zsh|fish" in r.stderr
-    r = Exo(repo)("completion")
-    assert r.exit_code == 2 and r.stderr.startswith("Error: Name the shell: exo completion bash|zsh|fish\n")
-    r = Exo(repo)("completion", "bash", "--rc", "x")
-    assert r.exit_code == 2

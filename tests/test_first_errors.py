@@ -4,13 +4,18 @@
   with the whole result still printed (the table of what did spawn on stdout, or the JSON);
 - `exo complete` with no argument at the root is a usage error (exit 2);
 - `exo pr file` when the remote cannot be reached says so, and does not suggest rebasing;
-- `exo send` to a dead agent keeps the message and says the agent is dead.
+- `exo send` to a dead agent keeps the message and says the agent is dead;
+- `exo init` names an installed agent CLI as the default agent, none when none is installed, and a
+  plain `exo spawn` without one says how to install it and that `--agent demo` needs nothing.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -48,12 +53,88 @@ def test_spawn_failures_are_errors_on_stderr_with_the_result_on_stdout(custom: P
     assert result["failed"][0][0] == "w1" and result["errors"][0]["name"] == "StateError"
 
 
-def test_spawn_with_a_missing_agent_cli(custom: Path) -> None:
+DEMO_HINT = ("or spawn another agent with --agent: --agent demo is exo's scripted agent, nothing to install. "
+             "agent.default in exo.toml sets the agent a plain `exo spawn` starts.")
+
+
+def test_spawn_with_a_missing_agent_cli(custom: Path, tmp_path: Path) -> None:
     r = Exo(custom)("spawn", "--worker", "g1", "--prompt", "x", "--agent", "gemini", "--mux", "headless",
-                    env={"PATH": "/usr/bin:/bin"})
+                    env={"PATH": _bin(tmp_path)})
     assert r.exit_code == 7
-    assert "Error: g1: gemini is not installed or not on PATH\nHint: " in r.stderr
+    assert r.stderr == ("Error: g1: gemini is not installed or not on PATH\nHint: Install it (npm install -g "
+                        f"@google/gemini-cli, then log in), {DEMO_HINT}\n")
     assert r.stdout.splitlines()[-1] == "0 of 1 task(s) spawned; failed: g1"
+
+
+def _bin(tmp_path: Path, *clis: str) -> str:
+    """A PATH with git and tmux, and stand-ins for the agent CLIs named (none other)."""
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    for tool in ("git", "tmux"):
+        found = shutil.which(tool)
+        if found and not (folder / tool).exists():
+            (folder / tool).symlink_to(found)
+    for cli in clis:
+        (folder / cli).write_text("#!/bin/sh\nexit 0\n")
+        (folder / cli).chmod(0o755)
+    return str(folder)
+
+
+def _init(repo: Path, path: str, *args: str) -> dict[str, object]:
+    r = Exo(repo)("init", *args, "--json", env={"PATH": path})
+    assert r.exit_code == 0, r.stdout + r.stderr
+    return r.json()  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(("clis", "args", "picked"), [
+    (("codex", "gemini", "claude"), (), "claude"),  # the first installed, in the order claude, gemini, codex
+    (("codex", "gemini"), (), "gemini"),
+    (("codex",), (), "codex"),
+    (("codex", "claude"), ("--agent", "codex"), "codex"),  # the one --agent wires, when installed
+    (("gemini",), ("--agent", "claude"), "gemini"),  # ... else the first installed
+])
+def test_init_names_an_installed_agent_cli_as_the_default(repo: Path, tmp_path: Path, clis: tuple[str, ...],
+                                                          args: tuple[str, ...], picked: str) -> None:
+    out = _init(repo, _bin(tmp_path, *clis), *args)
+    assert out["default_agent"] == picked
+    assert tomllib.loads((repo / "exo.toml").read_text())["agent"]["default"] == picked
+    assert not any("no agent CLI" in w for w in out["warnings"])  # type: ignore[attr-defined]
+    r = Exo(repo)("init", env={"PATH": _bin(tmp_path, *clis)})
+    assert f"Default agent: {picked} (agent.default; another with exo spawn --agent)" in r.stdout.splitlines()
+
+
+def test_without_an_agent_cli_init_names_no_default_and_spawn_points_to_demo(repo: Path, tmp_path: Path) -> None:
+    path = _bin(tmp_path)
+    out = _init(repo, path)
+    assert out["default_agent"] is None
+    assert "default" not in tomllib.loads((repo / "exo.toml").read_text())["agent"]
+    assert "# default = \"claude\"" in (repo / "exo.toml").read_text()
+    assert out["warnings"] == [  # type: ignore[comparison-overlap]
+        "no agent CLI found (claude, gemini, codex): exo.toml names no default agent. Try exo with its scripted "
+        "agent: exo spawn --agent demo ...; or install one: npm install -g @anthropic-ai/claude-code (claude); "
+        "npm install -g @google/gemini-cli (gemini); npm install -g @openai/codex (codex)"]
+    git(repo, "add", "exo.toml")
+    git(repo, "commit", "-q", "-m", "exo.toml")
+    try:
+        r = Exo(repo)("spawn", "--worker", "w1", "--prompt", "x", "--mux", "headless", env={"PATH": path})
+        assert r.exit_code == 7
+        assert r.stderr == ("Error: w1: claude is not installed or not on PATH\nHint: Install it (npm install -g "
+                            f"@anthropic-ai/claude-code, then log in), {DEMO_HINT}\n")
+        r = Exo(repo)("spawn", "--worker", "w1", "--prompt", "x", "--mux", "headless", "--agent", "demo",
+                      env={"PATH": f"{path}{os.pathsep}{os.environ['PATH']}"})
+        assert r.exit_code == 0, r.stderr
+    finally:
+        stop_repo_agents(repo, tmux=False)
+
+
+def test_init_warns_when_the_configured_default_agent_is_not_installed(repo: Path, tmp_path: Path) -> None:
+    (repo / "exo.toml").write_text('[agent]\ndefault = "claude"\n')
+    out = _init(repo, _bin(tmp_path, "codex"))
+    assert out["config_written"] is False and out["default_agent"] == "claude"
+    assert out["warnings"] == [  # type: ignore[comparison-overlap]
+        f"agent.default is claude ({repo / 'exo.toml'}), which is not installed: a plain `exo spawn` will fail. "
+        "Install it (npm install -g @anthropic-ai/claude-code), set agent.default to codex, or spawn with --agent"]
+    assert (repo / "exo.toml").read_text() == '[agent]\ndefault = "claude"\n'
 
 
 def test_complete_without_a_target_at_the_root_is_a_usage_error(repo: Path) -> None:

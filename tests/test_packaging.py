@@ -139,4 +139,30 @@ def test_fish_finds_its_vendor_completion(prefix: Path, tmp_path: Path) -> None:
                           text=True)
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.splitlines()
-    assert line.startswith("status\tShow the current task"), line  # fish cuts the description to fit
+    import click
+
+    from exo_cli.commands import COMMANDS
+
+    summary = click.Command("status", help=COMMANDS["status"].summary).get_short_help_str()
+    assert "," in summary and line == f"status\t{summary}", line  # whole, past its comma
+
+
+def test_completion_install_from_a_tool_prefix(prefix: Path, tmp_path: Path) -> None:
+    """As after `uv tool install .`: exo in a prefix where neither man nor the shell looks, linked from
+    ~/.local/bin. One `exo completion --install` makes `man exo` and the completion work."""
+    home = tmp_path / "home"
+    (home / ".local/bin").mkdir(parents=True)
+    (home / ".local/bin/exo").symlink_to(prefix / "bin/exo")
+    env = _env(prefix, HOME=str(home), SHELL="/bin/bash")
+    env["PATH"] = f"{home / '.local/bin'}{os.pathsep}{os.environ['PATH']}"  # not the prefix's bin
+    env.pop("MANPATH", None)
+    proc = subprocess.run(["exo", "completion", "--install"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    man1 = home / ".local/share/man/man1"
+    assert proc.stdout.splitlines()[2] == f"Man pages: {len(DATA['share/man/man1'])} written to {man1}"
+    assert "warning" not in proc.stdout
+    assert sorted(p.name for p in man1.iterdir()) == DATA["share/man/man1"]
+    assert (home / ".bashrc").read_text().startswith("command -v exo")
+    if shutil.which("man") is not None:
+        found = subprocess.run(["man", "-w", "exo-spawn"], env=env, capture_output=True, text=True)
+        assert found.stdout.strip() == str(man1 / "exo-spawn.1"), found.stderr

@@ -191,7 +191,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     repo = tmp_path_factory.mktemp("parity") / "repo"
     repo.mkdir()
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EXO_", "TMUX", "ZELLIJ")) and k != "BEADS_DIR"}
+    # The run's environment, the user's shell already taken out of it (tests/leftovers.py). Its TMUX_TMPDIR
+    # stays: the in-process CLI and the `exo mcp` processes must find the same tmux server.
+    env = dict(os.environ)
     env.update({"HOME": str(home), "EXO_CONFIG_DIR": str(home / "exo"), "XDG_CONFIG_HOME": str(home / ".config"),
                 "NO_COLOR": "1", "COLUMNS": "80", "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
                 "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "Exo Test", "GIT_AUTHOR_EMAIL": "exo@example.invalid",

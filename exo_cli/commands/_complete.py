@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
 from exo_cli.ops import completion as kinds
+
+if TYPE_CHECKING:
+    from click.shell_completion import ShellComplete
 
 
 class Spec(NamedTuple):
@@ -31,13 +34,13 @@ class Spec(NamedTuple):
 SPECS: dict[str, Spec] = {
     "attach": Spec((kinds.AGENT,)),
     "read": Spec((kinds.AGENT,), repeat=True),
-    "kill": Spec((kinds.AGENT,)),
+    "kill": Spec((kinds.LIVE_AGENT,)),
     "output": Spec((kinds.AGENT,)),
     "diff": Spec((kinds.AGENT,)),
     "conflicts": Spec((kinds.AGENT,)),
     "status": Spec((kinds.AGENT,)),
-    "answer": Spec((kinds.AGENT, None)),
-    "send": Spec((kinds.AGENTS, None)),
+    "answer": Spec((kinds.ASKING_AGENT, None)),
+    "send": Spec((kinds.LIVE_AGENTS, None)),
     "wait": Spec((kinds.AGENT,), repeat=True),
     "complete": Spec((kinds.AGENT_OR_BEAD,)),
     "spawn": Spec((kinds.READY_BEAD,), repeat=True, options={"--after": kinds.AGENT, "--host": kinds.HOST}),
@@ -48,6 +51,44 @@ SPECS: dict[str, Spec] = {
     "config": Spec((kinds.CONFIG_KEY,), repeat=True),
 }
 GROUPS = ("beads", "pr", "store")  # commands whose first word is a subcommand
+
+# Click's fish script splits each answer ("plain,VALUE<TAB>HELP") at every comma, which cuts a
+# description at its first comma and a value that holds one (`exo send a,b`): this one splits at
+# the first comma only. Otherwise it is Click's, word for word.
+FISH_SOURCE = """\
+function %(complete_func)s;
+    set -l response (env %(complete_var)s=fish_complete COMP_WORDS=(commandline -cp) COMP_CWORD=(commandline -t) %(prog_name)s);
+
+    for completion in $response;
+        set -l metadata (string split --max 1 "," -- $completion);
+
+        if test $metadata[1] = "dir";
+            __fish_complete_directories $metadata[2];
+        else if test $metadata[1] = "file";
+            __fish_complete_path $metadata[2];
+        else if test $metadata[1] = "plain";
+            echo $metadata[2];
+        end;
+    end;
+end;
+
+complete --no-files --command %(prog_name)s --arguments "(%(complete_func)s)";
+"""
+
+
+def completion_class(shell: str) -> type[ShellComplete] | None:
+    """Click's completion class for ``shell``; for fish, exo's (registered, so that Click's own
+    ``_EXO_COMPLETE=fish_source`` prints the same script)."""
+    from click.shell_completion import FishComplete, add_completion_class, get_completion_class
+
+    if not getattr(get_completion_class("fish"), "exo", False):
+
+        class ExoFishComplete(FishComplete):
+            exo = True
+            source_template = FISH_SOURCE
+
+        add_completion_class(ExoFishComplete)
+    return get_completion_class(shell)
 
 
 def _directory(ctx: click.Context | None) -> str | None:
@@ -113,10 +154,10 @@ def answer(args: list[str], incomplete: str) -> tuple[str | None, list[tuple[str
 
 def fast_complete(cli: click.Command, environ: Mapping[str, str]) -> bool:
     """Answer the shell's completion request without loading the commands; False: let Click do it."""
-    from click.shell_completion import CompletionItem, get_completion_class
+    from click.shell_completion import CompletionItem
 
     shell, _, instruction = environ.get("_EXO_COMPLETE", "").partition("_")
-    cls = get_completion_class(shell)
+    cls = completion_class(shell)
     if instruction != "complete" or cls is None:
         return False
     comp = cls(cli, {}, "exo", "_EXO_COMPLETE")

@@ -20,6 +20,8 @@ def render_init(out: Out, result: InitResult) -> None:
         out.line("Added /.exo/ to .git/info/exclude")
     out.line(f"State: {result.state_dir}")
     out.table(["TOOL", "PATH"], [[k, v or "not found"] for k, v in result.tools.items()])
+    if result.default_agent:
+        out.line(f"Default agent: {result.default_agent} (agent.default; another with exo spawn --agent)")
     if result.wiring is not None:
         w = result.wiring
         out.line(f"Wired {w.agent} as the root TL (MCP server: {' '.join(w.mcp_command)})")

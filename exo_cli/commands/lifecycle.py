@@ -58,7 +58,7 @@ def render_doctor(out: Out, result: DoctorResult) -> None:
 
 
 @click.command(help=op_help("kill") + "\n\n\b\nExamples:\n  exo kill auth\n  exo kill w1 --json")
-@click.argument("agent", shell_complete=completer(kinds.AGENT))
+@click.argument("agent", shell_complete=completer(kinds.LIVE_AGENT))
 @json_option
 @click.pass_obj
 def kill(env: Any, agent: str, as_json: bool) -> None:

@@ -91,7 +91,7 @@ def question(env: Any, message: str, timeout: float | None, as_json: bool) -> No
 
 
 @click.command(help=op_help("answer") + _examples('exo answer w1 "Use port 8080."'))
-@click.argument("agent", shell_complete=completer(kinds.AGENT))
+@click.argument("agent", shell_complete=completer(kinds.ASKING_AGENT))
 @click.argument("message")
 @json_option
 @click.pass_obj
@@ -101,7 +101,7 @@ def answer(env: Any, agent: str, message: str, as_json: bool) -> None:
 
 @click.command(help=op_help("send") + _examples('exo send w1 "rebase onto main, then continue"',
                                                 'exo send w1,w2 "stop and file your PRs"'))
-@click.argument("to", metavar="AGENT[,AGENT...]", shell_complete=completer(kinds.AGENTS))
+@click.argument("to", metavar="AGENT[,AGENT...]", shell_complete=completer(kinds.LIVE_AGENTS))
 @click.argument("message")
 @json_option
 @click.pass_obj

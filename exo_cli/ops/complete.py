@@ -31,7 +31,7 @@ from exo_cli.adapters import keep
 from exo_cli.adapters.git import Finished, Git
 from exo_cli.errors import ExoError, NotFound, StateError, UsageError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
-from exo_cli.records import DEAD, DONE, ROOT, Agent, pick_agent
+from exo_cli.records import DEAD, DONE, REMOVAL_DEFERRED, ROOT, Agent, pick_agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -474,7 +474,7 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
     self_complete = env.caller.agent_id == agent.id and env.caller.via in ("ancestry", "env")
     if self_complete:
         closed, warn = _close_bead(env, bead, agent) if bead else (False, None)
-        env.store.update_agent(agent.id, status=DONE, status_reason="completed by itself; removal deferred",
+        env.store.update_agent(agent.id, status=DONE, status_reason=REMOVAL_DEFERRED,
                                completed_at=time.time())
         env.store.event("completed", agent.id, {"removal": "deferred"})
         if agent.parent:

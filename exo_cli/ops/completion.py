@@ -1,5 +1,4 @@
-"""Shell completion: the values a TAB offers (agents, PRs, beads, configuration keys), and the
-line ``exo completion --install`` adds to a shell's startup file.
+"""Shell completion: the values a TAB offers (agents, PRs, beads, configuration keys).
 
 Not an operation (no ``@op``): the CLI's completion calls these directly. A TAB must be fast
 and must never create anything, so every lookup first checks that the repository already has
@@ -12,25 +11,33 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
-from exo_cli.errors import EnvironmentError_, UsageError
+if TYPE_CHECKING:
+    from exo_cli.adapters.store import peek
 
-# What a TAB can complete: the kind of value an argument or option takes.
-AGENT = "agent"  # a recorded agent, by name
-AGENTS = "agents"  # several agents separated by commas (exo send)
-AGENT_OR_BEAD = "agent-or-bead"  # exo complete
+# What a TAB can complete: the kind of value an argument or option takes. Each command offers
+# what it can act on.
+AGENT = "agent"  # an agent not reaped, dead ones too (their pane, diff and output can still be visited)
+LIVE_AGENT = "live-agent"  # a running agent (exo kill)
+LIVE_AGENTS = "live-agents"  # several running agents separated by commas (exo send)
+ASKING_AGENT = "asking-agent"  # an agent whose question waits for its answer (exo answer)
+AGENT_OR_BEAD = "agent-or-bead"  # an agent not done (or done by itself, its removal left to its parent), or an open bead
 BEAD = "bead"  # any bead of the tracker (exo beads show)
 READY_BEAD = "ready-bead"  # a bead that can be spawned now (exo spawn)
 PR = "pr"  # any pull request number
 OPEN_PR = "open-pr"  # an open pull request number (exo pr merge)
 CONFIG_KEY = "config-key"
 HOST = "host"  # a configured [hosts.NAME]
-KINDS = (AGENT, AGENTS, AGENT_OR_BEAD, BEAD, READY_BEAD, PR, OPEN_PR, CONFIG_KEY, HOST)
+KINDS = (AGENT, LIVE_AGENT, LIVE_AGENTS, ASKING_AGENT, AGENT_OR_BEAD, BEAD, READY_BEAD, PR, OPEN_PR, CONFIG_KEY, HOST)
 
 Candidate = tuple[str, str]  # (value, short description)
-# env.STATE_DIR_VAR, not imported from there: a TAB does without env's imports (records, json)
+# Copies of names of env.py and records.py (tests/test_completion.py holds them equal): a TAB does
+# without those modules' imports.
 STATE_DIR_VAR = "EXO_STATE_DIR"
+RETIRED_SEP = "@"  # in the id of a reaped agent, kept as history
+DONE, DEAD = "done", "dead"  # the statuses of an agent that no longer runs; every other one is live
+REMOVAL_DEFERRED = "completed by itself; removal deferred"  # a done agent whose worktree its parent removes
 
 
 def candidates(kind: str, incomplete: str, *, cwd: str | None = None,
@@ -45,19 +52,19 @@ def candidates(kind: str, incomplete: str, *, cwd: str | None = None,
             return _config_keys(incomplete)
         if kind == HOST:
             return _hosts(cwd, environ, incomplete)
-        if kind == AGENTS:
+        if kind == LIVE_AGENTS:
             head, _, last = incomplete.rpartition(",")
             prefix = head + "," if head else ""
             taken = set(head.split(",")) if head else set()
-            return [(prefix + v, h) for v, h in _agents(cwd, environ, last) if v not in taken]
-        if kind == AGENT:
-            return _agents(cwd, environ, incomplete)
+            return [(prefix + v, h) for v, h in _agents(cwd, environ, last, kind) if v not in taken]
+        if kind in (AGENT, LIVE_AGENT, ASKING_AGENT):
+            return _agents(cwd, environ, incomplete, kind)
         if kind in (PR, OPEN_PR):
             return _prs(cwd, environ, incomplete, open_only=kind == OPEN_PR)
         if kind in (BEAD, READY_BEAD):
             return _beads(cwd, environ, incomplete, ready_only=kind == READY_BEAD)
         if kind == AGENT_OR_BEAD:
-            agents = _agents(cwd, environ, incomplete)
+            agents = _agents(cwd, environ, incomplete, kind)
             named = {v for v, _ in agents}
             beads = _beads(cwd, environ, incomplete, ready_only=False, open_only=True)
             return agents + [c for c in beads if c[0] not in named]
@@ -79,10 +86,10 @@ def _short(text: str | None, n: int = 50) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def _state_db(cwd: str | None, environ: Mapping[str, str]) -> Path | None:
-    """The state database of the repository around ``cwd``, when it exists (found without running git)."""
+def _where(cwd: str | None, environ: Mapping[str, str]) -> peek.Where | None:
+    """Where the state of the repository around ``cwd`` is, when it has any (found without running git)."""
     from exo_cli.adapters.gitdir import common_dir
-    from exo_cli.adapters.store import DB_FILE
+    from exo_cli.adapters.store import peek
 
     if environ.get(STATE_DIR_VAR):
         state = Path(environ[STATE_DIR_VAR])
@@ -91,27 +98,43 @@ def _state_db(cwd: str | None, environ: Mapping[str, str]) -> Path | None:
         if common is None:
             return None
         state = common / "exo"
-    db = state / DB_FILE
-    return db if db.is_file() else None
+    return peek.locate(state)
 
 
-def _agents(cwd: str | None, environ: Mapping[str, str], incomplete: str) -> list[Candidate]:
+def _acts_on(kind: str, agent: peek.AgentRow, asking: set[str]) -> bool:
+    """Whether a command completing ``kind`` can act on ``agent`` (never a reaped one)."""
+    if RETIRED_SEP in agent.id:
+        return False
+    if kind in (LIVE_AGENT, LIVE_AGENTS):
+        return agent.status not in (DONE, DEAD)
+    if kind == ASKING_AGENT:
+        return agent.id in asking
+    if kind == AGENT_OR_BEAD:
+        return agent.status != DONE or agent.status_reason == REMOVAL_DEFERRED
+    return True
+
+
+def _agents(cwd: str | None, environ: Mapping[str, str], incomplete: str, kind: str) -> list[Candidate]:
     from exo_cli.adapters.store import peek
 
-    db = _state_db(cwd, environ)
-    if db is None:
+    where = _where(cwd, environ)
+    if where is None:
         return []
-    return [(a.name, _short(f"{a.status} {a.role}: {a.task}".rstrip(": "))) for a in peek.agents(db)
-            if a.name.startswith(incomplete)]
+    asking = peek.asking(where) if kind == ASKING_AGENT else set()
+    out: dict[str, str] = {}
+    for a in peek.agents(where):
+        if a.name.startswith(incomplete) and a.name not in out and _acts_on(kind, a, asking):
+            out[a.name] = _short(f"{a.status} {a.role}: {a.task}".rstrip(": "))
+    return list(out.items())
 
 
 def _prs(cwd: str | None, environ: Mapping[str, str], incomplete: str, *, open_only: bool) -> list[Candidate]:
     from exo_cli.adapters.store import peek
 
-    db = _state_db(cwd, environ)
-    if db is None:
+    where = _where(cwd, environ)
+    if where is None:
         return []
-    return [(str(p.number), _short(f"{p.state}: {p.title}")) for p in peek.prs(db, open_only=open_only)
+    return [(str(p.number), _short(f"{p.state}: {p.title}")) for p in peek.prs(where, open_only=open_only)
             if str(p.number).startswith(incomplete)]
 
 
@@ -144,75 +167,3 @@ def _config_keys(incomplete: str) -> list[Candidate]:
     from exo_cli.config import SCHEMA
 
     return [(k, SCHEMA[k][1]) for k in sorted(SCHEMA) if k.startswith(incomplete)]
-
-
-# --------------------------------------------------------------------------- exo completion --install
-
-SHELLS = ("bash", "zsh", "fish")
-MARKER = "# exo shell completion"
-LINES = {
-    "bash": 'command -v exo >/dev/null 2>&1 && eval "$(exo completion bash)"',
-    "zsh": "if (( $+commands[exo] )); then (( $+functions[compdef] )) || { autoload -Uz compinit && compinit; }; "
-           'eval "$(exo completion zsh)"; fi',
-    "fish": "command -q exo; and exo completion fish | source",
-}
-
-
-class Installed(NamedTuple):
-    """What ``exo completion --install`` did."""
-
-    shell: str
-    rc_file: str
-    line: str
-    added: bool  # False: the line was already there, nothing changed
-
-
-def detect_shell(environ: Mapping[str, str]) -> str:
-    """The user's shell from ``$SHELL`` (a UsageError when it is none exo supports)."""
-    name = os.path.basename(environ.get("SHELL", "")) or "(unset)"
-    if name not in SHELLS:
-        raise UsageError(f"Cannot tell which shell to install completion for: $SHELL is {name}",
-                         hint="Name it: exo completion --install bash|zsh|fish")
-    return name
-
-
-def rc_file(shell: str, environ: Mapping[str, str]) -> Path:
-    """The startup file an interactive ``shell`` reads."""
-    home = Path(environ.get("HOME") or os.path.expanduser("~"))
-    if shell == "zsh":
-        return Path(environ.get("ZDOTDIR") or home) / ".zshrc"
-    if shell == "fish":
-        return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "fish" / "config.fish"
-    return home / ".bashrc"
-
-
-def install(shell: str, *, environ: Mapping[str, str], rc: str | None = None) -> Installed:
-    """Add the completion line for ``shell`` to its startup file once (never twice).
-
-    The file must exist and be writable: exo never creates a shell's startup file, whose
-    absence usually means the shell reads another one. The line is appended in place, so a
-    startup file that is a symlink (a dotfiles repository) stays one.
-    """
-    path = Path(os.path.expanduser(rc)) if rc else rc_file(shell, environ)
-    line = f"{LINES[shell]}  {MARKER}"
-    by_hand = f"Add this line to your {shell} startup file yourself:\n  {line}"
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise EnvironmentError_(f"{path} does not exist; exo does not create a shell's startup file",
-                                hint=f"Create it, or name another with --rc FILE. {by_hand}",
-                                rc_file=str(path), line=line) from None
-    except OSError as exc:
-        raise EnvironmentError_(f"Cannot read {path}: {exc.strerror}", hint=by_hand, rc_file=str(path),
-                                line=line) from None
-    if MARKER in text:
-        return Installed(shell, str(path), next(x for x in text.splitlines() if MARKER in x), added=False)
-    if not os.access(path, os.W_OK):
-        raise EnvironmentError_(f"{path} is not writable", hint=by_hand, rc_file=str(path), line=line)
-    try:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(("" if not text or text.endswith("\n") else "\n") + line + "\n")
-    except OSError as exc:
-        raise EnvironmentError_(f"Cannot write {path}: {exc.strerror}", hint=by_hand, rc_file=str(path),
-                                line=line) from None
-    return Installed(shell, str(path), line, added=True)

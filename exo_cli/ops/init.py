@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 from exo_cli.adapters.git import add_exclude
-from exo_cli.records import AGENT_CLIS, PANE_MUXES
+from exo_cli.records import AGENT_CLI_INSTALL, AGENT_CLIS, PANE_MUXES
 from exo_cli.registry import Choice, op
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ EXO_TOML = """\
 # exo configuration for this repository (see `exo --help`). Every key is optional.
 
 [agent]
-default = "claude"          # claude | gemini | codex | custom | demo
+{agent}
 skip_permissions = false    # start agents with their CLI's "run tools without asking" flag
 
 [mux]
@@ -40,6 +40,28 @@ kind = "auto"               # auto | local | github
 max_agents = 0              # 0 = no limit
 on_limit = "fail"           # fail | wait
 """
+AGENT_LINE = 'default = "{name}"'.ljust(28) + "# claude | gemini | codex | custom | demo"
+NO_AGENT_LINES = """\
+# default = "claude"        # claude | gemini | codex | custom | demo: none of the agent CLIs was
+                            # installed when exo init ran; until one is, spawn with --agent demo"""
+
+
+def exo_toml(agent: str | None) -> str:
+    """The exo.toml `exo init` writes, with ``agent`` as the default agent (None: no default)."""
+    return EXO_TOML.format(agent=AGENT_LINE.format(name=agent) if agent else NO_AGENT_LINES)
+
+
+def install_hints() -> str:
+    """How to install each agent CLI, as one line."""
+    return "; ".join(f"{AGENT_CLI_INSTALL[c]} ({c})" for c in AGENT_CLIS)
+
+
+def pick_agent(tools: dict[str, str | None], wanted: str | None = None) -> str | None:
+    """The agent CLI to write as the default: ``wanted`` (the one `--agent` wires) when it is
+    installed, else the first installed in the order claude, gemini, codex; None when none is."""
+    if wanted and tools.get(wanted):
+        return wanted
+    return next((c for c in AGENT_CLIS if tools.get(c)), None)
 
 
 @dataclass(frozen=True)
@@ -52,6 +74,9 @@ class InitResult:
     tools: dict[str, str | None]
     warnings: list[str]
     wiring: AgentWiring | None = None
+    # the agent a plain `exo spawn` starts: agent.default as written, or as configured when exo.toml was
+    # kept; None: exo init wrote none, no agent CLI being installed
+    default_agent: str | None = None
 
 
 @op(
@@ -68,7 +93,9 @@ class InitResult:
 def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CLIS)] | None = None) -> InitResult:
     """Set up exo in this repository.
 
-    Writes `exo.toml` with commented defaults (unless it exists), hides exo's own
+    Writes `exo.toml` with commented defaults (unless it exists), the default agent
+    being the agent CLI `agent` names when it is installed, else the first installed of
+    claude, gemini and codex (none written when none is), hides exo's own
     `.exo/` folder through `.git/info/exclude` (never a committed file), creates the
     state folder and reports which of git, tmux, gh and the agent CLIs are installed.
     With `agent`, also wires that agent CLI's project settings (`.mcp.json` and
@@ -88,28 +115,38 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
     if not force:
         env.config  # noqa: B018 - an existing bad exo.toml is reported, naming the key
     path = repo.root / "exo.toml"
+    path_env = env.environ.get("PATH")
+    tools = {name: shutil.which(name, path=path_env) for name in TOOLS}
     written = False
     if force or not path.exists():
         from exo_cli.adapters.files import atomic_write
 
-        atomic_write(path, EXO_TOML)
+        default_agent = pick_agent(tools, agent)
+        atomic_write(path, exo_toml(default_agent))
         written = True
+    else:
+        default_agent = str(env.config.get("agent.default"))
     excluded = add_exclude(repo.common_dir, "/.exo/")
     env.store.kv_set("initialized", "1")
-    path_env = env.environ.get("PATH")
-    tools = {name: shutil.which(name, path=path_env) for name in TOOLS}
     warnings = []
     if not tools["tmux"]:
         warnings.append("tmux is not installed: agents will run headless (install tmux to watch them in panes)")
     if not any(tools[c] for c in AGENT_CLIS):
-        warnings.append("no agent CLI found (claude, gemini, codex): only the demo and custom backends will work")
+        warnings.append("no agent CLI found (claude, gemini, codex)" + (": exo.toml names no default agent" if written else "")
+                        + f". Try exo with its scripted agent: exo spawn --agent demo ...; or install one: {install_hints()}")
+    elif not written and default_agent in AGENT_CLIS and not tools[default_agent]:
+        where = env.config.origin("agent.default")
+        warnings.append(f"agent.default is {default_agent} ({where}), which is not installed: a plain `exo spawn` "
+                        f"will fail. Install it ({AGENT_CLI_INSTALL[default_agent]}), set "
+                        f"agent.default to {pick_agent(tools)}, or spawn with --agent")
     wiring = None
     if agent is not None:
         from exo_cli.ops.rootwire import wire_agent
 
         wiring = wire_agent(repo, agent)
         if not tools.get(agent):
-            warnings.append(f"{agent} is not installed: the wiring is written and takes effect once it is")
+            warnings.append(f"{agent} is not installed: the wiring is written and takes effect once it is "
+                            f"({AGENT_CLI_INSTALL[agent]})")
     return InitResult(
         repo=str(repo.root),
         config_file=str(path),
@@ -119,4 +156,5 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
         tools=tools,
         warnings=warnings,
         wiring=wiring,
+        default_agent=default_agent,
     )

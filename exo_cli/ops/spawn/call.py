@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import EnvironmentError_, InvalidInput
 from exo_cli.ops.spawn.starter import Starter
-from exo_cli.records import ROOT, STARTING, WORKING, Agent
+from exo_cli.records import AGENT_CLI_INSTALL, ROOT, STARTING, WORKING, Agent
 
 if TYPE_CHECKING:
     from exo_cli.adapters.beads import BeadsSource
@@ -149,9 +149,13 @@ def check_backend(env: Env, name: str) -> None:
             raise EnvironmentError_(f"{prog} is not installed or not on PATH", hint="Fix agent.command in exo.toml.")
         return
     if backends.available(name, env.environ.get("PATH")) is None:
+        install = AGENT_CLI_INSTALL.get(name)
         raise EnvironmentError_(
             f"{name} is not installed or not on PATH",
-            hint=f"Install the {name} CLI, or choose another backend with --agent.",
+            hint=(f"Install it ({install}, then log in), or" if install else "Install it, or")
+            + " spawn another agent with "
+            "--agent: --agent demo is exo's scripted agent, nothing to install. agent.default in exo.toml sets "
+            "the agent a plain `exo spawn` starts.",
             binary=name,
         )
 
