@@ -78,14 +78,11 @@ def board(env: Env) -> BoardResult:
     views = listed.agents
     spans = any(v.host not in ("", listed.this_host) for v in views)
     live = {v.id for v in views if v.status not in (DEAD, DONE)}
+    foreseen = foresight.foreseen(env, live) if env.has_state() else {}
     rows: list[BoardRow] = []
     for v in views:
-        found = []
-        if v.id in live:
-            for other, c in foresight.recorded(env, v.id).items():
-                if other == "base" or other in live:
-                    where = f"base {c.get('other_branch')}" if other == "base" else other
-                    found.append(f"{where}: {', '.join(c.get('paths') or [])}")
+        found = [f"{f'base {c.other_branch}' if c.other == 'base' else c.other}: {', '.join(c.paths)}"
+                 for c in foreseen.get(v.id, [])]
         rows.append(BoardRow(agent=v, needs=needs_of(v), conflicts=found,
                              host=(v.host or listed.this_host) if spans else ""))
     order = {n: i for i, n in enumerate(NEEDS)}
