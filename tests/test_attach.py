@@ -183,6 +183,45 @@ def test_odd_names_and_paths_start_in_the_right_folder_and_run_no_format(odd_tea
     assert not list(tmp_path.rglob("PWNED"))  # `#(touch PWNED)` in the path ran nothing
 
 
+def test_the_board_opens_each_odd_agent_in_a_popup_on_its_own_window(odd_team: Path, user_tmux: Path) -> None:
+    """From the board (inside the user's tmux): select each agent, press a; the popup's client on exo's
+    server shows exactly that agent's window; closing the popup comes back."""
+    import asyncio
+
+    from exo_cli.render.tui import BoardApp
+
+    repo = odd_team
+    env = env_for(repo)
+    env.environ["TMUX"] = f"{user_tmux},1,0"  # the board runs inside the user's tmux
+    exo_sock = agent_server(repo)
+    client = tm(user_tmux, "list-clients", "-F", "#{client_name}")
+
+    async def scenario() -> None:
+        app = BoardApp(env, fallback=5.0)
+        async with app.run_test(size=(120, 30), notifications=True) as pilot:
+            table = app.query_one("#agents")
+            deadline = asyncio.get_running_loop().time() + 60
+            while table.row_count < len(ODD_NAMES):
+                assert asyncio.get_running_loop().time() < deadline, "the board's rows"
+                await pilot.pause(0.05)
+            for name in ODD_NAMES:
+                window = env.store.agent(name).location["window"]
+                table.move_cursor(row=table.get_row_index(name))
+                await pilot.press("a")
+                await asyncio.to_thread(wait_for, lambda w=window: tm(exo_sock, "list-clients", "-F", "#{window_id}",
+                                                                      check=False) == w,
+                                        timeout=30, what=f"the popup on {name}'s window")
+                assert tm(exo_sock, "show-options", "-w", "-v", "-t", window, "window-size") == "manual"
+                tm(user_tmux, "display-popup", "-C", "-c", client)
+                await asyncio.to_thread(wait_for, lambda: tm(exo_sock, "list-clients", "-F", "#{client_name}",
+                                                             check=False) == "", timeout=30, what="the popup closed")
+            assert tm(user_tmux, "list-windows", "-a", "-F", "#{window_id}").count("\n") == 0  # popups only
+            await pilot.press("q")
+        assert app.failure is None
+
+    asyncio.run(scenario())
+
+
 def test_attach_typed_in_the_users_pane_under_an_odd_path(odd_team: Path, user_tmux: Path) -> None:
     """`exo attach 0` typed in the user's shell, from the odd repository folder: a popup on agent 0's window."""
     repo = odd_team

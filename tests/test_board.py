@@ -146,6 +146,12 @@ def test_board_in_an_80x24_tmux_pane(team: Path, tmp_path: Path) -> None:
             colours = re.findall(r"\x1b\[([0-9;]*)m", screen(escapes=True))
             coloured = [c for c in colours if re.search(r"(^|;)(3[0-7]|38|4[0-7]|48|9[0-7]|10[0-7])(;|$)", c)]
             assert (coloured == []) == no_color, colours[:20]
+            # the selected agent (the first row, w2) stands out without colour too: reverse video
+            raw = screen(escapes=True).splitlines()
+            reversed_rows = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in raw
+                             if re.search(r"\x1b\[([0-9;]*;)?7(;[0-9;]*)?m", ln)]
+            if no_color:
+                assert any("asks you" in ln for ln in reversed_rows), raw
             subprocess.run(["tmux", "-S", str(sock), "send-keys", "-t", "b", "q"], check=True, env=environ)
             wait_for(lambda: subprocess.run(["tmux", "-S", str(sock), "has-session", "-t", "b"], capture_output=True,
                                             env=environ).returncode != 0, what="the board to quit")
@@ -189,7 +195,7 @@ def test_board_snapshot_needs_first_inbox_and_conflicts(repo: Path) -> None:
                                                              ("w2", None)]
     assert r.needs_you == 2 and r.rows[2].conflicts == ["w2: x.py"]
     assert r.rows[3].conflicts == ["w1: x.py"]  # recorded by w1's check only: w2's row shows it too
-    assert [(i.kind, i.pending) for i in r.inbox] == [("note", False), ("question", True)]
+    assert [(i.kind, i.pending) for i in r.inbox] == [("question", True), ("note", False)]  # questions first
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
