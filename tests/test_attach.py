@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_messages_helpers import ROOT, env_for, git, make_agent
 
-from conftest import wait_for
+from conftest import Exo, wait_for
 from exo_cli import registry
 from exo_cli.adapters.mux.tmux_attach import parse_version, plan
 from exo_cli.ops import agentctl
@@ -233,3 +233,17 @@ def test_attach_typed_in_the_users_pane_under_an_odd_path(odd_team: Path, user_t
     tm(user_tmux, "send-keys", "-t", "me", "Enter")
     wait_for(lambda: tm(exo_sock, "list-clients", "-F", "#{window_id}", check=False) == window, timeout=30,
              what="a client of exo's server on agent 0's window")
+
+
+@pytest.mark.parametrize("name", ["-t", "%1", ":0", "=exo:", "@1", "w1;kill-server", "a b", "{last}"])
+def test_names_that_are_tmux_options_or_targets_never_reach_tmux(agent_repo: Path, name: str) -> None:
+    """Such a name is refused before any tmux call, by `exo attach` (exit 4, InvalidInput) and by the
+    multiplexer itself; exo's server and the agent's window are untouched."""
+    from exo_cli.errors import InvalidInput
+
+    r = Exo(agent_repo)("attach", "--json", "--", name)
+    assert r.exit_code == 4 and r.json()["error"]["name"] == "InvalidInput", r.stdout  # type: ignore[index]
+    mux = agentctl.mux_for(env_for(agent_repo), "tmux")
+    with pytest.raises(InvalidInput):
+        mux.start(name, ["sleep", "1"], cwd=agent_repo, env=dict(os.environ))
+    assert tm(agent_server(agent_repo), "list-windows", "-a", "-F", "#{window_name}").split("\n") == ["_exo", "w1"]
