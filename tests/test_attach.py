@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_messages_helpers import ROOT, env_for, git, make_agent
 
-from conftest import wait_for
+from conftest import Exo, wait_for
 from exo_cli import registry
 from exo_cli.adapters.mux.tmux_attach import parse_version, plan
 from exo_cli.ops import agentctl
@@ -132,3 +132,118 @@ def test_spawn_says_how_to_watch_attach_and_read(repo: Path) -> None:
         assert "exo agents --watch" in hint and "exo attach w1" in hint and "exo read w1" in hint
     finally:
         stop_repo_agents(repo, tmux=False)
+
+
+# Agent names that read as tmux targets (a window index, the session's own name, window.pane, a
+# placeholder-like name) and a repository path with every character a shell or tmux would act on:
+# spaces, quotes, $, ;, unicode, tmux formats (#{...} and #(command): tmux expands formats in a
+# window's start folder), and very long.
+ODD_NAMES = ["0", "1", "exo", "w1.0", "main"]
+ODD_DIR = "sp ace 'q\"uote $HOME ;semi ü 日本 #{pane_id} #(touch PWNED) " + "long-" * 30
+
+
+@pytest.fixture
+def odd_team(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Agents with ODD_NAMES in windows of exo's tmux server, for a repository under ODD_DIR, exo's
+    tmux socket under an odd TMUX_TMPDIR; the tmux server runs from ``tmp_path`` (where a format
+    expanded by mistake would run ``touch PWNED``)."""
+    monkeypatch.chdir(tmp_path)
+    short = Path(os.path.realpath("/tmp")) / f"exo-odd-{os.getpid()}-{tmp_path.name[-6:]}"
+    tmpdir = short / "t $x;'\"ü"
+    tmpdir.mkdir(parents=True)
+    monkeypatch.setenv("TMUX_TMPDIR", str(tmpdir))
+    repo = tmp_path / ODD_DIR / "repo"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("# odd\n")
+    git(repo, "add", "README.md")
+    git(repo, "commit", "-q", "-m", "initial")
+    env = env_for(repo)
+    mux = agentctl.mux_for(env, "tmux")
+    for name in ODD_NAMES:
+        wt = repo / ".exo" / "worktrees" / f"{name} ünï $;'\"#{{x}}"
+        git(repo, "worktree", "add", "-q", "-b", f"main.{name}", str(wt), "main")
+        make_agent(repo, name, status="idle", worktree=str(wt), branch=f"main.{name}", base_branch="main",
+                   mux="tmux")
+        loc = mux.start(name, ["sleep", "600"], cwd=wt, env=dict(os.environ))
+        env.store.update_agent(name, location=loc.to_dict())
+    yield repo
+    mux.kill_server()
+    shutil.rmtree(short, ignore_errors=True)
+
+
+def test_odd_names_and_paths_start_in_the_right_folder_and_run_no_format(odd_team: Path, tmp_path: Path) -> None:
+    env = env_for(odd_team)
+    sock = Path(agentctl.mux_for(env, "tmux").socket_path())
+    assert sock.exists() and "t $x;'\"ü" in str(sock)
+    for name in ODD_NAMES:
+        rec = env.store.agent(name)
+        shown = tm(sock, "display-message", "-p", "-t", rec.location["pane"], "#{window_name}\t#{pane_current_path}")
+        assert shown == f"{name}\t{rec.worktree}"  # tmux took the folder and the name literally
+    assert not list(tmp_path.rglob("PWNED"))  # `#(touch PWNED)` in the path ran nothing
+
+
+def test_the_board_opens_each_odd_agent_in_a_popup_on_its_own_window(odd_team: Path, user_tmux: Path) -> None:
+    """From the board (inside the user's tmux): select each agent, press a; the popup's client on exo's
+    server shows exactly that agent's window; closing the popup comes back."""
+    import asyncio
+
+    from exo_cli.render.tui import BoardApp
+
+    repo = odd_team
+    env = env_for(repo)
+    env.environ["TMUX"] = f"{user_tmux},1,0"  # the board runs inside the user's tmux
+    exo_sock = agent_server(repo)
+    client = tm(user_tmux, "list-clients", "-F", "#{client_name}")
+
+    async def scenario() -> None:
+        app = BoardApp(env, fallback=5.0)
+        async with app.run_test(size=(120, 30), notifications=True) as pilot:
+            table = app.query_one("#agents")
+            deadline = asyncio.get_running_loop().time() + 60
+            while table.row_count < len(ODD_NAMES):
+                assert asyncio.get_running_loop().time() < deadline, "the board's rows"
+                await pilot.pause(0.05)
+            for name in ODD_NAMES:
+                window = env.store.agent(name).location["window"]
+                table.move_cursor(row=table.get_row_index(name))
+                await pilot.press("a")
+                await asyncio.to_thread(wait_for, lambda w=window: tm(exo_sock, "list-clients", "-F", "#{window_id}",
+                                                                      check=False) == w,
+                                        timeout=30, what=f"the popup on {name}'s window")
+                assert tm(exo_sock, "show-options", "-w", "-v", "-t", window, "window-size") == "manual"
+                tm(user_tmux, "display-popup", "-C", "-c", client)
+                await asyncio.to_thread(wait_for, lambda: tm(exo_sock, "list-clients", "-F", "#{client_name}",
+                                                             check=False) == "", timeout=30, what="the popup closed")
+            assert tm(user_tmux, "list-windows", "-a", "-F", "#{window_id}").count("\n") == 0  # popups only
+            await pilot.press("q")
+        assert app.failure is None
+
+    asyncio.run(scenario())
+
+
+def test_attach_typed_in_the_users_pane_under_an_odd_path(odd_team: Path, user_tmux: Path) -> None:
+    """`exo attach 0` typed in the user's shell, from the odd repository folder: a popup on agent 0's window."""
+    repo = odd_team
+    exo_sock = agent_server(repo)
+    window = env_for(repo).store.agent("0").location["window"]
+    line = (f"export TMUX_TMPDIR={shlex.quote(os.environ['TMUX_TMPDIR'])}; cd {shlex.quote(str(repo))} && "
+            f"PYTHONPATH={shlex.quote(str(ROOT))} {shlex.quote(sys.executable)} -m exo_cli attach 0")
+    tm(user_tmux, "send-keys", "-t", "me", "-l", line)
+    tm(user_tmux, "send-keys", "-t", "me", "Enter")
+    wait_for(lambda: tm(exo_sock, "list-clients", "-F", "#{window_id}", check=False) == window, timeout=30,
+             what="a client of exo's server on agent 0's window")
+
+
+@pytest.mark.parametrize("name", ["-t", "%1", ":0", "=exo:", "@1", "w1;kill-server", "a b", "{last}"])
+def test_names_that_are_tmux_options_or_targets_never_reach_tmux(agent_repo: Path, name: str) -> None:
+    """Such a name is refused before any tmux call, by `exo attach` (exit 4, InvalidInput) and by the
+    multiplexer itself; exo's server and the agent's window are untouched."""
+    from exo_cli.errors import InvalidInput
+
+    r = Exo(agent_repo)("attach", "--json", "--", name)
+    assert r.exit_code == 4 and r.json()["error"]["name"] == "InvalidInput", r.stdout  # type: ignore[index]
+    mux = agentctl.mux_for(env_for(agent_repo), "tmux")
+    with pytest.raises(InvalidInput):
+        mux.start(name, ["sleep", "1"], cwd=agent_repo, env=dict(os.environ))
+    assert tm(agent_server(agent_repo), "list-windows", "-a", "-F", "#{window_name}").split("\n") == ["_exo", "w1"]

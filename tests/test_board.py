@@ -24,7 +24,7 @@ import pytest
 from test_demo_agent import start_demo
 from test_messages_helpers import ROOT, env_for, make_agent
 
-from conftest import wait_for
+from conftest import Exo, wait_for
 from exo_cli import registry
 from exo_cli.ops import agentctl
 from exo_cli.render import teamboard as fmt
@@ -125,8 +125,10 @@ def test_board_in_an_80x24_tmux_pane(team: Path, tmp_path: Path) -> None:
     try:
         for no_color in (False, True):
             env = {**environ, **({"NO_COLOR": "1"} if no_color else {})}
+            # NO_COLOR given to the pane itself: a server still ending from the last round would start the
+            # session with its own environment, not this client's
             subprocess.run(["tmux", "-S", str(sock), "-f", str(conf), "new-session", "-d", "-x", "80", "-y", "24",
-                            "-s", "b", cmd], check=True, env=env)
+                            *(["-e", "NO_COLOR=1"] if no_color else []), "-s", "b", cmd], check=True, env=env)
 
             def screen(escapes: bool = False) -> str:
                 return subprocess.run(["tmux", "-S", str(sock), "capture-pane", "-p", *(["-e"] if escapes else []),
@@ -144,6 +146,12 @@ def test_board_in_an_80x24_tmux_pane(team: Path, tmp_path: Path) -> None:
             colours = re.findall(r"\x1b\[([0-9;]*)m", screen(escapes=True))
             coloured = [c for c in colours if re.search(r"(^|;)(3[0-7]|38|4[0-7]|48|9[0-7]|10[0-7])(;|$)", c)]
             assert (coloured == []) == no_color, colours[:20]
+            # the selected agent (the first row, w2) stands out without colour too: reverse video
+            raw = screen(escapes=True).splitlines()
+            reversed_rows = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in raw
+                             if re.search(r"\x1b\[([0-9;]*;)?7(;[0-9;]*)?m", ln)]
+            if no_color:
+                assert any("asks you" in ln for ln in reversed_rows), raw
             subprocess.run(["tmux", "-S", str(sock), "send-keys", "-t", "b", "q"], check=True, env=environ)
             wait_for(lambda: subprocess.run(["tmux", "-S", str(sock), "has-session", "-t", "b"], capture_output=True,
                                             env=environ).returncode != 0, what="the board to quit")
@@ -186,7 +194,8 @@ def test_board_snapshot_needs_first_inbox_and_conflicts(repo: Path) -> None:
     assert [(row.agent.id, row.needs) for row in r.rows] == [("w3", "permission"), ("w4", "dead"), ("w1", None),
                                                              ("w2", None)]
     assert r.needs_you == 2 and r.rows[2].conflicts == ["w2: x.py"]
-    assert [(i.kind, i.pending) for i in r.inbox] == [("note", False), ("question", True)]
+    assert r.rows[3].conflicts == ["w1: x.py"]  # recorded by w1's check only: w2's row shows it too
+    assert [(i.kind, i.pending) for i in r.inbox] == [("question", True), ("note", False)]  # questions first
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
@@ -273,3 +282,45 @@ def test_the_boards_text_views_never_pass_agent_escapes_to_the_terminal() -> Non
     text = asyncio.run(scenario())
     assert "\x1b" not in text and "\x07" not in text
     assert "^[]0;PWNED^G" in text and "^[]52;c;ZXZpbA==^G" in text and "^[[2Jw1" in text
+
+
+def test_each_row_shows_what_its_own_agent_said_never_a_notice_sent_by_it(repo: Path) -> None:
+    """A message's row follows who said it. Notices exo posts from whichever process noticed something
+    (a foreseen conflict found by cx2's check, a PR merged by tl1, a completion done by top) are not
+    the sender's words: cx2's row never shows the heads-up sent to cx1 (nor its own copy), tl1's never
+    "Your PR was merged", top's never "g1 was completed". Both siblings of the conflict show it."""
+    import pr_helpers as ph
+
+    from exo_cli.ops import foresight
+
+    ph.commit(repo, "src/api.py", "one\ntwo\n", "api")
+    top = ph.make_agent(repo, "top", role="tl")
+    tl1 = ph.make_agent(repo, "tl1", role="tl", parent="top", base="main.top")
+    cx1 = ph.make_agent(repo, "cx1", parent="tl1", base="main.top.tl1")
+    cx2 = ph.make_agent(repo, "cx2", parent="tl1", base="main.top.tl1")
+    ph.make_agent(repo, "g1", parent="tl1", base="main.top.tl1")
+    for agent in (top, tl1, cx1, cx2):
+        registry.invoke("note", ph.env_for(agent.worktree, agent.id), message=f"{agent.id}'s own words")
+    ph.commit(cx1.worktree, "src/api.py", "one\ncx1\n", "cx1")
+    ph.commit(cx2.worktree, "src/api.py", "one\ncx2\n", "cx2")
+    env = ph.env_for(repo)
+    found, told = foresight.run_check(env, env.store.agent("cx2"))
+    assert list(found) == ["cx1"] and sorted(told) == ["cx1", "cx2"]
+    # tl1 merges cx1's PR: notices to cx1 and its siblings, posted by tl1
+    n = registry.invoke("pr_file", ph.env_for(cx1.worktree, "cx1"), title="cx1's work").pr.number
+    registry.invoke("pr_merge", ph.env_for(tl1.worktree, "tl1"), number=n)
+    assert [m.sender for m in env.store.messages(kinds=["pr-merged"])] == ["tl1"] * 3
+    # top completes its grandchild g1 (nothing to lose): tl1, g1's parent, is told
+    registry.invoke("complete", ph.env_for(top.worktree, "top"), target="g1")
+    told_tl1 = env.store.messages(recipient="tl1", kinds=["completed"])
+    assert [m.body for m in told_tl1] == ["g1 was completed by top (removed)."]
+    rows = {r.agent.id: r for r in registry.invoke("board", env).rows}
+    said = {aid: r.agent.last_message for aid, r in rows.items()}
+    assert said["cx2"] == "cx2's own words"  # not "Heads-up: your branch main.top.tl1.cx1 conflicts..."
+    assert said["tl1"] == "tl1's own words"  # not "Your PR #1 ... was merged" nor "PR #1 ... was merged"
+    assert said["top"] == "top's own words"  # not "g1 was completed"
+    assert said["cx1"].startswith("PR #1 filed")  # what cx1 itself said last
+    listed = {a["id"]: a["last_message"] for a in Exo(repo)("agents", "--json").json()["agents"]}
+    assert listed["cx2"] == "cx2's own words" and listed["tl1"] == "tl1's own words"
+    # the conflict was found by cx2's check only, and shows on both rows
+    assert rows["cx2"].conflicts == ["cx1: src/api.py"] and rows["cx1"].conflicts == ["cx2: src/api.py"]

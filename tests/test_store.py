@@ -302,6 +302,11 @@ def test_last_message_by_sender(tmp_path: Path) -> None:
     for sender, body in [("a1", "one"), ("a2", "two"), ("a1", "three"), ("root", "four")]:
         store.post("note", sender, "x", body)
     assert store.last_message_by_sender() == {"a1": "three", "a2": "two", "root": "four"}
+    # a notice posted from a1's process to a2 (a foreseen conflict, a merged PR) is nobody's words
+    store.post("event", "a1", "a2", "Heads-up: your branch conflicts", data={"notice": True})
+    store.post("event", "a3", "a3", "told about itself", data={"notice": True})
+    store.post("note", "a2", "x", "five", data={"notice": False, "paths": ['"notice": true']})
+    assert store.last_message_by_sender() == {"a1": "three", "a2": "five", "root": "four"}
 
 
 def test_kv_claim_sets_only_an_absent_key(tmp_path: Path) -> None:

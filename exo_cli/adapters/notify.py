@@ -65,7 +65,9 @@ def tmux_message(text: str, environ: Mapping[str, str]) -> bool:
     binary = which("tmux", environ.get("PATH"))
     if binary is None:
         return False
-    return start_detached([binary, "display-message", "-d", "5000", text.replace("#", "##")], environ=environ)
+    from exo_cli.adapters.mux.tmux import literal
+
+    return start_detached([binary, "display-message", "-d", "5000", literal(text)], environ=environ)
 
 
 def bell(stream_fd: int = 1) -> None:

@@ -14,7 +14,8 @@ from exo_cli.render import emit
 
 
 @click.command(help=op_help("board") + "\n\n\b\nKeys: enter/a attach, r read, d diff, s send, w answer, m merge,"
-               " c complete, k kill, q quit; tab moves to the inbox.\n\n\b\nExamples:\n  exo board\n"
+               " c complete, k kill, e events, q quit;\ntab moves to the inbox (enter: the message in full)."
+               "\n\n\b\nExamples:\n  exo board\n"
                "  exo board --json\n  exo agents --watch")
 @json_option
 @click.pass_obj

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 NEEDS = ("asking", "permission", "dialog", "failed", "pr-ready", "dead")
 _BY_STATUS = {ASKING: "asking", WAITING_PERMISSION: "permission", BLOCKED_ON_DIALOG: "dialog", FAILED_TURN: "failed",
               DEAD: "dead"}
-INBOX_MAX = 50
+INBOX_MAX = 50  # notes and the like, and as many lifecycle events, newest first (pending questions: all)
+# Lifecycle events (spawned, idle, dead, killed, completed...): what happened rather than what an
+# agent said; the board folds them into one line so that they never crowd out what needs you.
+LIFECYCLE = ("event", "completed")
 
 
 @dataclass(frozen=True)
@@ -42,12 +45,15 @@ class InboxItem:
     body: str
     created_at: float
     pending: bool  # a question still waiting for its answer
+    # the lifecycle event it reports (spawned, idle, dead, killed, completed...), "" for what an agent
+    # said (a note, a question, its output, a PR): the board folds the events into one line
+    event: str = ""
 
 
 @dataclass(frozen=True)
 class BoardResult:
     rows: list[BoardRow]  # agents that need the human first, then the tree in order
-    inbox: list[InboxItem]  # newest first
+    inbox: list[InboxItem]  # pending questions first (oldest first), then the rest newest first
     needs_you: int
     count: int
 
@@ -67,8 +73,9 @@ def board(env: Env) -> BoardResult:
 
     One line per agent (status, task, turns/tools/tokens, PR, last message, age, foreseen
     conflicts); agents asking a question, waiting for a permission, blocked on a dialog,
-    with a PR ready for you to merge, or dead come first. Beside it, your inbox: pending
-    questions and the latest notes and events. Keys attach, read, diff, send, answer, merge,
+    with a PR ready for you to merge, or dead come first. Under it, your inbox: the questions
+    waiting for you first, the latest notes, the lifecycle events folded into one line. Keys
+    attach, read, diff, send, answer, merge,
     complete and kill call the same operations as the commands. `--json` prints one snapshot.
     """
     from exo_cli.ops import foresight
@@ -78,29 +85,26 @@ def board(env: Env) -> BoardResult:
     views = listed.agents
     spans = any(v.host not in ("", listed.this_host) for v in views)
     live = {v.id for v in views if v.status not in (DEAD, DONE)}
+    foreseen = foresight.foreseen(env, live) if env.has_state() else {}
     rows: list[BoardRow] = []
     for v in views:
-        found = []
-        if v.id in live:
-            for other, c in foresight.recorded(env, v.id).items():
-                if other == "base" or other in live:
-                    where = f"base {c.get('other_branch')}" if other == "base" else other
-                    found.append(f"{where}: {', '.join(c.get('paths') or [])}")
+        found = [f"{f'base {c.other_branch}' if c.other == 'base' else c.other}: {', '.join(c.paths)}"
+                 for c in foreseen.get(v.id, [])]
         rows.append(BoardRow(agent=v, needs=needs_of(v), conflicts=found,
                              host=(v.host or listed.this_host) if spans else ""))
     order = {n: i for i, n in enumerate(NEEDS)}
     rows.sort(key=lambda r: order.get(r.needs or "", len(NEEDS)))  # stable: the tree order within each group
     items: list[InboxItem] = []
     if env.has_state():
-        seen: set[int] = set()
         questions = [m for m in env.store.messages(recipient=ROOT, kinds=["question"]) if m.state == "pending"]
-        unread = env.store.messages(recipient=ROOT, unconsumed=True)
-        for m in sorted([*questions, *unread], key=lambda m: -m.id):
-            if m.id in seen:
-                continue
-            seen.add(m.id)
+        asked = {m.id for m in questions}
+        unread = sorted((m for m in env.store.messages(recipient=ROOT, unconsumed=True) if m.id not in asked),
+                        key=lambda m: -m.id)
+        said = [m for m in unread if m.kind not in LIFECYCLE][:INBOX_MAX]
+        events = [m for m in unread if m.kind in LIFECYCLE][:INBOX_MAX]
+        # the questions waiting for you first (in the order they were asked), then the rest newest first
+        for m in [*questions, *sorted([*said, *events], key=lambda m: -m.id)]:
             items.append(InboxItem(id=m.id, kind=m.kind, sender=m.sender, name=str(m.data.get("from_name") or m.sender),
-                                   body=m.body, created_at=m.created_at, pending=m.kind == "question"
-                                   and m.state == "pending"))
-        items = items[:INBOX_MAX]
+                                   body=m.body, created_at=m.created_at, pending=m.id in asked,
+                                   event=str(m.data.get("event") or m.kind) if m.kind in LIFECYCLE else ""))
     return BoardResult(rows=rows, inbox=items, needs_you=sum(1 for r in rows if r.needs), count=len(rows))

@@ -566,7 +566,10 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
     release_runtime(env)  # the last agent gone: its runtime folder too
     env.store.event("completed", agent.id, {"removal": removal, "archived": refs})
     if agent.parent and env.caller.agent_id != agent.parent:
-        env.store.post("completed", env.caller.agent_id, agent.parent, f"{agent.name} was completed ({removal}).",
+        # from the agent it is about (as when it completes itself), not the caller: the caller's row
+        # on the board must not show "w1 was completed" as its own last message
+        env.store.post("completed", agent.id, agent.parent,
+                       f"{agent.name} was completed by {env.caller.agent_id} ({removal}).",
                        data={"agent": agent.id, "bead": bead, "removal": removal})
     return CompleteResult(**base, bead_closed=closed, stopped=stopped, status=DONE, removal=removal,
                           worktree_removed=wt_removed, branch_deleted=branch_deleted, archived=refs,

@@ -76,6 +76,16 @@ def post(env: Env, kind: str, sender: str, recipient: str, body: str, **kw: Any)
     return env.store.post(kind, sender, recipient, body, data=data, **kw)
 
 
+def post_notice(env: Env, kind: str, sender: str, recipient: str, body: str, **kw: Any) -> int:
+    """Store exo's notice to ``recipient`` about itself (a foreseen conflict, a merged PR).
+
+    ``sender`` is whoever noticed it; the notice is not their words, so it is marked
+    (``data["notice"]``) and never shown as the sender's last message (``agents``, the board).
+    """
+    data = {**dict(kw.pop("data", None) or {}), "notice": True}
+    return post(env, kind, sender, recipient, body, data=data, **kw)
+
+
 def claim_pending(env: Env, agent_id: str) -> list[Message]:
     """Take the agent's undelivered, unconsumed messages (delivered + consumed now), oldest first."""
     return env.store.claim_pending(agent_id)

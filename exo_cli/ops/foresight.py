@@ -127,7 +127,7 @@ def run_check(env: Env, agent: Agent) -> tuple[dict[str, Any], list[str]]:
         listed = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
         for me, them, mine, theirs in ((agent, sibling, agent.branch, other_branch),
                                        (sibling, agent, other_branch, agent.branch)):
-            msgs.post(env, msgs.EVENT, agent.id, me.id,
+            msgs.post_notice(env, msgs.EVENT, agent.id, me.id,
                       f"Heads-up: your branch {mine} conflicts with {them.name}'s branch {theirs} in: {listed}. "
                       f"Whoever merges second will have to resolve it: agree with {them.name} "
                       f"(`exo send {them.id} ...`) who changes what, or ask your parent.",
@@ -142,6 +142,25 @@ def _rows(agent_id: str, data: dict[str, Any], live: set[str]) -> list[Conflict]
     return [Conflict(agent=agent_id, other=other, branch=str(v.get("branch")), other_branch=str(v.get("other_branch")),
                      paths=list(v.get("paths") or []), since=float(v.get("since") or 0))
             for other, v in data.items() if other == "base" or other in live]
+
+
+def foreseen(env: Env, live: set[str]) -> dict[str, list[Conflict]]:
+    """Each live agent's foreseen conflicts, a conflict between two siblings on both sides.
+
+    The check of one agent records a conflict under that agent only (``conflicts:<agent>``)
+    until the sibling's own check runs; here the sibling gets the mirrored entry too
+    (``agent`` it, ``other`` the one that found it), so neither side of a pair looks clear.
+    An agent's own record comes first; a pair both recorded shows once per side.
+    """
+    own = {aid: _rows(aid, recorded(env, aid), live) for aid in sorted(live)}
+    out: dict[str, dict[str, Conflict]] = {aid: {c.other: c for c in rows} for aid, rows in own.items()}
+    for aid, rows in own.items():
+        for c in rows:
+            if c.other != "base":
+                mirror = Conflict(agent=c.other, other=aid, branch=c.other_branch, other_branch=c.branch,
+                                  paths=c.paths, since=c.since)
+                out.setdefault(c.other, {}).setdefault(aid, mirror)
+    return {aid: list(found.values()) for aid, found in out.items() if found}
 
 
 @op(

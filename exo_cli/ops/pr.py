@@ -331,6 +331,8 @@ def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
         targets += [a.id for a in env.store.agents()
                     if a.parent == author.parent and a.id != author.id and a.id != ROOT and a.status != DONE
                     and not a.retired]
+    from exo_cli.ops.delivery import post_notice
+
     sha = (pr.merge_commit or "")[:12]
     for target in targets:
         mine = target == pr.author
@@ -338,7 +340,7 @@ def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
                 if mine else
                 f"PR #{pr.number} ({pr.head}) was merged into {pr.base} as {sha}; "
                 f"your branch will be rebased onto {pr.base} at your next stop.")
-        env.store.post("pr-merged", sender, target, body, data={**data, "yours": mine})
+        post_notice(env, "pr-merged", sender, target, body, data={**data, "yours": mine})
     return targets
 
 

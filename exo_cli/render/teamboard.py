@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from exo_cli.render.text import ago
 
@@ -115,8 +115,44 @@ def inbox_line(item: Any, width: int = 80, now: float | None = None) -> str:
     """One inbox entry: age, who, kind (``?`` marks a pending question), the text."""
     now = time.time() if now is None else now
     mark = "?" if item.pending else " "
-    head = f"{mark} {fit(ago(now - item.created_at), AGE_W)} {fit(clean(item.name), NAME_W)} {fit(item.kind, 9)}"
+    kind = getattr(item, "event", "") or item.kind
+    head = f"{mark} {fit(ago(now - item.created_at), AGE_W)} {fit(clean(item.name), NAME_W)} {fit(clean(kind), 9)}"
     return fit(head + " " + clean(item.body), width)
+
+
+FOLD = "events"  # the key of the line that stands for the folded lifecycle events
+
+
+class InboxLine(NamedTuple):
+    key: str  # the message's id, or FOLD
+    text: str  # exactly the width asked for
+    item: Any  # the InboxItem; None for the FOLD line
+    pending: bool  # a question waiting for its answer
+
+
+def fold_text(events: list[Any], *, expanded: bool) -> str:
+    """The one line that stands for the lifecycle events: how many of each, newest kind first."""
+    counts: dict[str, int] = {}
+    for e in events:
+        name = clean(getattr(e, "event", "") or e.kind)
+        counts[name] = counts.get(name, 0) + 1
+    what = ", ".join(f"{n} {name}" for name, n in counts.items())
+    return f"{'-' if expanded else '+'} {len(events)} event(s): {what}  ({'e: fold' if expanded else 'e: show'})"
+
+
+def inbox_lines(items: list[Any], width: int = 80, now: float | None = None, *,
+                expanded: bool = False) -> list[InboxLine]:
+    """The inbox as lines: questions waiting for you and what agents said (in the snapshot's order:
+    pending questions first), then one line for the lifecycle events, each of them under it when
+    ``expanded``."""
+    said = [i for i in items if not getattr(i, "event", "")]
+    events = [i for i in items if getattr(i, "event", "")]
+    out = [InboxLine(str(i.id), inbox_line(i, width, now), i, bool(i.pending)) for i in said]
+    if events:
+        out.append(InboxLine(FOLD, fit("  " + fold_text(events, expanded=expanded), width), None, False))
+        if expanded:
+            out += [InboxLine(str(i.id), inbox_line(i, width, now), i, False) for i in events]
+    return out
 
 
 def summary(result: Any) -> str:
@@ -126,13 +162,20 @@ def summary(result: Any) -> str:
     return f"exo board: {result.count} agent(s){needs}{asks}"
 
 
+INBOX_PLAIN = 10  # inbox lines of ``exo agents --watch`` (every pending question is shown, even beyond)
+
+
 def plain(result: Any, width: int = 80) -> list[str]:
     """The whole board as plain lines (``exo agents --watch``)."""
     out = [summary(result), header(width, hosts=any(getattr(r, "host", "") for r in result.rows)).rstrip()]
     out += [line(r, width).rstrip() for r in result.rows] or ["  No agents. Start one with `exo spawn`."]
     if result.inbox:
+        lines = inbox_lines(result.inbox, width)  # folded: what was said, then the events' one line
+        fold = [ln for ln in lines if ln.key == FOLD]
+        room = INBOX_PLAIN - len(fold)
+        shown = [ln for n, ln in enumerate(lines) if ln.key != FOLD and (n < room or ln.pending)] + fold
         out += ["", fit("INBOX", width).rstrip()]
-        out += [inbox_line(i, width).rstrip() for i in result.inbox[:10]]
+        out += [ln.text.rstrip() for ln in shown]
     return out
 
 

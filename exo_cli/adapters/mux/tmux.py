@@ -87,6 +87,12 @@ class _Pending(NamedTuple):
     args: list[str]
 
 
+def literal(text: str) -> str:
+    """``text`` for an argument tmux expands as a format (a window's start folder and name, a message):
+    ``#`` doubled, so that ``#{...}`` stays text and ``#(command)`` runs nothing."""
+    return text.replace("#", "##")
+
+
 def _tmux_arg(arg: str) -> str:
     """Protect an argument ending in ``;`` (tmux would take it as a command separator)."""
     return arg[:-1] + "\\;" if arg.endswith(";") else arg
@@ -373,7 +379,7 @@ class Tmux:
         make_fifo(fifo)
         args = [
             "new-window", "-d", "-P", "-F", "#{pane_id} #{pane_pid} #{window_id}",
-            "-n", req.name, "-t", f"={self.session}:", "-c", cwd, "--", *command,
+            "-n", literal(req.name), "-t", f"={self.session}:", "-c", literal(cwd), "--", *command,
         ]  # fmt: skip
         return _Pending(index, req.name, fifo, payload, [_tmux_arg(a) for a in args])
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from exo_cli.adapters.mux.base import Location
-from exo_cli.adapters.mux.tmux import Tmux
+from exo_cli.adapters.mux.tmux import Tmux, literal
 
 POPUP_MIN = (3, 2)  # display-popup appeared in tmux 3.2
 
@@ -78,6 +78,6 @@ def plan(mux: Tmux, loc: Location, *, name: str, environ: Mapping[str, str],
         return AttachPlan("popup", [mux.binary, "display-popup", "-E", "-w", "90%", "-h", "90%", inner],
                           f"Opening {name} in a popup; detach with your prefix then d (C-b d) to come back.")
     name = f"exo:{name}"
-    return AttachPlan("window", [mux.binary, "new-window", "-n", name, inner],
+    return AttachPlan("window", [mux.binary, "new-window", "-n", literal(name), inner],
                       f"Opened {name} in a new window ({name}) of your tmux session; your tmux is older than "
                       "3.2 (no popups), so press your prefix twice then d (C-b C-b d) to come back.")

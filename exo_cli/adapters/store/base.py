@@ -150,7 +150,12 @@ class Store(Protocol):
         ...
 
     def last_message_by_sender(self) -> dict[str, str]:
-        """The body of each sender's newest message, by sender id."""
+        """The body of the newest message each sender said, by sender id.
+
+        A notice (``data["notice"]`` true: exo telling its recipient something, such as a foreseen
+        conflict or a merged PR, posted from whichever process noticed it) is nobody's words and is
+        left out, so it never shows as the sender's last message.
+        """
         ...
 
     def mark_messages(self, ids: Iterable[int], **changes: Any) -> int:

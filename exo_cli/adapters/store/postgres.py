@@ -481,6 +481,7 @@ class PostgresStore(Store):
 
     def last_message_by_sender(self) -> dict[str, str]:
         rows = self.query("SELECT DISTINCT ON (sender) sender, body FROM exo.messages WHERE repo = %s"
+                          " AND (data::jsonb -> 'notice') IS DISTINCT FROM 'true'::jsonb"
                           " ORDER BY sender, id DESC", (self.repo,))
         return {r["sender"]: r["body"] for r in rows}
 

@@ -457,7 +457,8 @@ class SqliteStore(Store):
 
     def last_message_by_sender(self) -> dict[str, str]:
         rows = self.query(
-            "SELECT sender, body FROM messages WHERE id IN (SELECT MAX(id) FROM messages GROUP BY sender)"
+            "SELECT sender, body FROM messages WHERE id IN (SELECT MAX(id) FROM messages"
+            " WHERE json_extract(data, '$.notice') IS NOT 1 GROUP BY sender)"
         )
         return {r["sender"]: r["body"] for r in rows}
 
