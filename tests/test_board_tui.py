@@ -23,7 +23,7 @@ from pr_helpers import commit, env_for, make_agent
 from test_messages_helpers import ROOT
 from test_messages_helpers import make_agent as record_agent
 
-from conftest import wait_for
+from conftest import stop_repo_agents, wait_for
 
 # Textual's markup would make the first an action (a click quits the board) and the second a
 # broken closing tag (MarkupError: the board crashed, and exited 0)
@@ -88,7 +88,7 @@ def hostile_team(repo: Path) -> None:
                    data={"from_name": "w3[/i]", "event": "spawned"})
 
 
-def test_hostile_text_is_plain_text_in_every_place_of_the_board(repo: Path) -> None:
+def test_hostile_text_is_plain_text_in_every_place_of_the_board(repo: Path, request: pytest.FixtureRequest) -> None:
     """Rows, the inbox, a message's details, the answer prompt, the diff, the pane's tail, a refused
     `complete` (the toast names the hostile files), titles: all literal text, nothing clickable,
     and the board still running at the end."""
@@ -96,6 +96,7 @@ def test_hostile_text_is_plain_text_in_every_place_of_the_board(repo: Path) -> N
 
     hostile_team(repo)
     env = env_for(repo)
+    request.addfinalizer(lambda: stop_repo_agents(repo, tmux=False))  # w1's headless process
 
     async def scenario() -> None:
         app = BoardApp(env, fallback=2.0)
