@@ -145,6 +145,10 @@ class Op(NamedTuple):
     compat: tuple[Tool, ...] = ()
     # the parameter naming the agent the operation acts on: the call runs on that agent's host
     on_host: str | None = None
+    # parameters naming a file or folder: the broker refuses any outside the calling agent's own folders
+    paths: tuple[str, ...] = ()
+    # file parameter -> the parameter its text goes to: an agent's relay reads the file and sends the text
+    reads: Mapping[str, str] = {}  # noqa: RUF012 - never mutated
 
     @property
     def summary(self) -> str:
@@ -296,8 +300,11 @@ def op(
     no_tools: str | None = None,
     names: Mapping[str, str] | None = None,
     on_host: str | None = None,
+    paths: tuple[str, ...] = (),
+    reads: Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare ``fn`` as the operation ``name`` (``on_host``: the parameter naming the agent whose host runs it)."""
+    """Declare ``fn`` as the operation ``name`` (``on_host``: the parameter naming the agent whose host runs it;
+    ``paths``: parameters naming files or folders; ``reads``: file parameter -> the parameter its text fills)."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         declared = dict(help or {})
@@ -320,6 +327,8 @@ def op(
             no_tools=no_tools,
             names=dict(names or {}),
             on_host=on_host,
+            paths=tuple(paths),
+            reads=dict(reads or {}),
         )
         return fn
 

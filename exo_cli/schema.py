@@ -23,6 +23,9 @@ from typing import Any
 from exo_cli.errors import UsageError
 from exo_cli.registry import Arg, Choice, Range
 
+if typing.TYPE_CHECKING:
+    from exo_cli.registry import Op
+
 JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
 
@@ -237,3 +240,17 @@ def check_arguments(tool: str, schema: Mapping[str, Any], arguments: Any) -> dic
         )  # fmt: skip
     return typing.cast(dict[str, Any], value)
 
+
+
+def check_call(operation: Op, args: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's arguments (from a wire: another host, the broker) checked against the operation's parameters.
+
+    Checked as a tool call's are (``check_arguments``): an unknown name or a wrong type is a UsageError
+    naming it. A None for a parameter whose default is None counts as not given.
+    """
+    from exo_cli.registry import resolve
+
+    params = {p.name: p for p in operation.params()}
+    given = {k: v for k, v in args.items() if not (v is None and k in params and params[k].default is None)}
+    declared = [Arg(p.name, resolve(operation.func, p.annotation), p.default, "", p.name) for p in params.values()]
+    return check_arguments(operation.name, input_schema(declared), given)

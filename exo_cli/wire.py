@@ -84,12 +84,12 @@ def error_from(data: Any, *, host: str) -> errors.ExoError:
 
     if not isinstance(data, dict):
         return errors.ExternalFailure(f"exo on host {host} failed without saying why", host=host)
-    cls = errors.BY_NAME.get(str(data.get("name")), errors.ExoError)
-    extra = {k: v for k, v in data["data"].items() if k not in ("hint", "message")} \
-        if isinstance(data.get("data"), dict) else {}  # those two are the error's own arguments
-    extra.setdefault("host", host)
-    hint = data.get("hint")
-    message = visible(str(data.get("message") or "failed"))
+    exc = errors.rebuild(data)
+    exc.data.setdefault("host", host)
+    message = visible(exc.message)
     if f"host {host}" not in message:
         message += f" (on host {host})"
-    return cls(message, hint=visible(hint) if isinstance(hint, str) else None, **extra)
+    exc.message = message
+    exc.args = (message,)
+    exc.hint = visible(exc.hint) if exc.hint is not None else None
+    return exc

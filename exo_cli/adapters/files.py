@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from exo_cli.errors import EnvironmentError_
+from exo_cli.errors import EnvironmentError_, InvalidInput, NotFound
 
 TYPE_CHECKING = False
 
@@ -37,6 +37,24 @@ def ensure_private_dir(path: Path, *, parents: bool = False) -> Path:
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
     return path
+
+
+def read_named_text(name: str, cwd: Path, *, field: str, what: str) -> str:
+    """The UTF-8 text of the file a user named (``~`` expanded, relative to ``cwd``).
+
+    NotFound when it cannot be read, InvalidInput for a name the OS refuses (a NUL) or a file that
+    is not UTF-8 text. Used for file arguments (``--prompt-file``): read where the caller runs, by
+    the caller (an agent's relay sends the text, never the path, to the broker).
+    """
+    path = Path(name)
+    try:
+        path = Path(os.path.expanduser(name))  # ValueError for a NUL after "~"
+        path = path if path.is_absolute() else cwd / path
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise NotFound(f"Cannot read {what} {path}: {exc.strerror}", path=str(path)) from exc
+    except ValueError as exc:  # a NUL in the path, or a file that is not UTF-8 text
+        raise InvalidInput(f"Cannot read {what} {name!r}: {exc}", field=field) from exc
 
 
 def sha256_hex(data: bytes) -> str:

@@ -471,7 +471,7 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
                               warnings=[warn] if warn else [])
     _check_permission(env, agent)
     base: dict[str, Any] = dict(agent=agent.id, bead=bead, worktree=agent.worktree, branch=agent.branch)
-    self_complete = env.caller.agent_id == agent.id and env.caller.via in ("ancestry", "env")
+    self_complete = env.caller.agent_id == agent.id and env.caller.via in ("ancestry", "env", "socket")
     if self_complete:
         closed, warn = _close_bead(env, bead, agent) if bead else (False, None)
         env.store.update_agent(agent.id, status=DONE, status_reason=REMOVAL_DEFERRED,

@@ -1,0 +1,241 @@
+"""The team broker from the operations' side: which agents have a socket, starting it, status and stop.
+
+The broker (``exo broker serve``, the front end in ``exo_cli/broker/``) is one exo process per
+repository and host that serves every agent's calls, hooks and MCP session on that agent's own
+socket. Spawn asks it for the socket of each new agent (``register``); any exo call of the
+human, the agents' relays and launchers start it when it is not running (``ensure``); it exits
+by itself once the last of its agents is gone. ``exo broker status`` shows it, ``exo broker
+stop`` stops it (the relays of live agents start it again), ``exo doctor`` repairs leftovers.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from exo_cli import __version__
+from exo_cli.adapters import broker as adapter
+from exo_cli.errors import ExoError, StateError
+from exo_cli.registry import op
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from exo_cli.env import Env
+    from exo_cli.records import Agent
+
+# The agent's record keeps its socket's folder name here (``adapters.broker.socket_key``).
+KEY_FIELD = "socket_key"
+# What the broker's environment never carries from whoever started it: exo's identity markers (an
+# agent's relay or launcher may start it) and the variables that only make sense in that process.
+BROKER_DROP = ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_SOCKET", "EXO_FAULT", "TMUX",
+               "TMUX_PANE", "EXO_ANTHROPIC_API_KEY")
+
+
+def enabled(env: Env) -> bool:
+    """Whether new agents get a socket (``[broker] enabled``, ``EXO_BROKER``; default on)."""
+    try:
+        return bool(env.config.get("broker.enabled"))
+    except ExoError:
+        return True
+
+
+def paths(env: Env) -> adapter.Paths:
+    """The broker's files in the repository's runtime folder."""
+    from exo_cli.adapters.files import runtime_dir_for
+
+    return adapter.Paths(runtime_dir_for(str(env.state_dir.resolve()), create=False))
+
+
+def broker_environ(environ: Mapping[str, str], state_dir: str) -> dict[str, str]:
+    """The broker's environment: its starter's minus exo's markers, with the state folder it serves.
+
+    A Claude agent's own environment hides its API key under another name (the Claude backend):
+    the broker gets it back under its usual name, as the human has it.
+    """
+    out = {k: v for k, v in environ.items() if k not in BROKER_DROP}
+    hidden = environ.get("EXO_ANTHROPIC_API_KEY")
+    if hidden and not out.get("ANTHROPIC_API_KEY"):
+        out["ANTHROPIC_API_KEY"] = hidden
+    out["EXO_STATE_DIR"] = state_dir
+    return out
+
+
+def serve_argv(env: Env) -> list[str]:
+    """The command that runs this repository's broker (``adapters.broker.start`` adds ``--ready-fd``)."""
+    from exo_cli.selfcmd import exo_command
+
+    return [*exo_command(), "-C", str(env.repo.root), "broker", "serve"]
+
+
+def ensure(env: Env) -> dict[str, Any]:
+    """The running broker's facts, started first when none answers (EnvironmentError_ when it cannot start)."""
+    return adapter.ensure(paths(env), argv=serve_argv(env), version=__version__,
+                          environ=broker_environ(env.environ, str(env.state_dir.resolve())))
+
+
+def new_key(agent_id: str) -> str:
+    """A fresh socket folder name for ``agent_id`` (random: a restarted broker finds it in the record)."""
+    return adapter.socket_key(agent_id, secrets.token_hex(16))
+
+
+def socket_path(env: Env, key: str) -> str:
+    return str(paths(env).agent_socket(key))
+
+
+def register(env: Env, agent_id: str) -> str:
+    """Have the broker (started first if need be) open the socket of recorded agent ``agent_id``; its path.
+
+    StateError with a hint when the running broker is another exo's version still serving agents
+    (it keeps serving them; the new agent then works without a socket).
+    """
+    last: ExoError | None = None
+    for _ in range(3):  # a broker that was just exiting: start it again
+        info = ensure(env)
+        if info.get("exo") != __version__:
+            raise StateError(
+                f"exo's broker for this repository runs exo {info.get('exo')} (this is exo {__version__}) and "
+                f"still serves {info.get('agents')} agent(s)",
+                hint="It keeps serving them until they end; new agents work without it meanwhile. Once they are "
+                "done, `exo broker stop` (or any exo command) lets this version start its own.",
+                broker_exo=info.get("exo"))
+        try:
+            answer = adapter.ctl(paths(env), "register", __version__, agent=agent_id)
+        except adapter.Unreachable as exc:
+            last = exc
+            continue
+        return str(answer["socket"])
+    assert last is not None
+    raise last
+
+
+def socket_agents(env: Env) -> list[Agent]:
+    """The agents of this host recorded with a socket (history and other hosts' agents aside)."""
+    return [a for a in env.store.agents() if a.spec.get(KEY_FIELD) and not a.retired and env.runs_here(a)]
+
+
+def gone_ids(env: Env, agents: list[Agent]) -> set[str]:
+    """The ids of ``agents`` whose process is gone (their socket can go once their last hooks ran).
+
+    The recorded process (pane process, headless runner, Zellij launcher) with its start time,
+    read from /proc; a location without a pid asks its multiplexer (one call). An agent still
+    being spawned (no location yet) lives as long as the process spawning it.
+    """
+    from exo_cli.adapters.proc import pid_alive
+
+    gone: set[str] = set()
+    ask: list[Agent] = []
+    for a in agents:
+        loc = a.location or {}
+        pid = loc.get("pid")
+        if not loc:
+            spawner = a.spec.get("spawner_pid")
+            if not (isinstance(spawner, int) and spawner > 1 and pid_alive(spawner, reap_child=False)):
+                gone.add(a.id)
+        elif isinstance(pid, int) and not isinstance(pid, bool) and pid > 1:
+            start = loc.get("start_time")
+            if not pid_alive(pid, start if isinstance(start, int) else None, reap_child=False):
+                gone.add(a.id)
+        else:
+            ask.append(a)
+    if ask:
+        from exo_cli.ops import panes
+
+        running = panes.alive_ids(env, ask)
+        gone |= {a.id for a in ask if a.id not in running}
+    return gone
+
+
+# --------------------------------------------------------------------------- exo broker status / stop
+
+
+@dataclass(frozen=True)
+class BrokerSocket:
+    """One agent's socket as the broker serves it."""
+
+    agent: str
+    socket: str
+    present: bool  # the socket file exists
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """The repository's broker: whether it runs, its process and version, and its agents' sockets."""
+
+    running: bool
+    enabled: bool
+    pid: int | None = None
+    exo: str | None = None
+    protocol: int | None = None
+    connections: int | None = None
+    log: str | None = None
+    sockets: list[BrokerSocket] = field(default_factory=list)
+
+
+@op(
+    "broker_status",
+    cli="broker status",
+    roles=("human",),
+    read_only=True,
+    idempotent=True,
+    help={},
+)
+def broker_status(env: Env) -> BrokerStatus:
+    """Show the team broker: its process, version and agents' sockets.
+
+    The broker serves every agent's calls, hooks and MCP session on the agent's own socket; it
+    runs while agents with a socket live. Nothing is started or changed.
+    """
+    p = paths(env)
+    info = adapter.ping(p, __version__) if p.ctl.exists() else None
+    pid_info = adapter.read_pid(p) or {}
+    sockets: list[BrokerSocket] = []
+    if env.has_state():
+        for a in socket_agents(env):
+            path = p.agent_socket(str(a.spec[KEY_FIELD]))
+            if a.live or path.exists():
+                sockets.append(BrokerSocket(a.id, str(path), path.exists()))
+    if info is None:
+        return BrokerStatus(running=False, enabled=enabled(env), log=_log(env, pid_info), sockets=sockets)
+    return BrokerStatus(running=True, enabled=enabled(env), pid=info.get("pid"), exo=info.get("exo"),
+                        protocol=info.get("protocol"), connections=info.get("connections"),
+                        log=_log(env, pid_info), sockets=sockets)
+
+
+def _log(env: Env, pid_info: dict[str, Any]) -> str:
+    return str(pid_info.get("log") or env.state_dir / "broker.log")
+
+
+@dataclass(frozen=True)
+class BrokerStopResult:
+    """Whether a broker was running and is stopped now, and how many agents it served."""
+
+    stopped: bool
+    agents: int
+
+
+@op(
+    "broker_stop",
+    cli="broker stop",
+    roles=("human",),
+    destructive=False,
+    idempotent=True,
+    help={},
+)
+def broker_stop(env: Env) -> BrokerStopResult:
+    """Stop the team broker (live agents' relays start it again).
+
+    Use it to let a newer exo start its own broker once the agents of the old one are done. An
+    agent mid-call loses nothing: its relay reconnects and sends the call again. Nothing to stop
+    is no error.
+    """
+    p = paths(env)
+    info = adapter.ping(p, __version__)
+    stopped = adapter.stop(p, __version__)
+    if not stopped and os.path.lexists(p.ctl):
+        from exo_cli.adapters.brokerio import unlink_stale
+
+        unlink_stale(str(p.ctl))
+    return BrokerStopResult(stopped=stopped, agents=int((info or {}).get("agents") or 0))
