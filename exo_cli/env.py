@@ -235,6 +235,10 @@ class Env:
 
     @cached_property
     def store(self) -> Store:
+        if self.relayed:
+            raise StateError("An agent reaches exo's state through its broker, never directly",
+                             hint=f"Run exo from the agent's own session: ${SOCKET_VAR} names its socket.",
+                             socket=self.relayed)
         from exo_cli.adapters.store import open_store, point_to, pointed_team, pointed_url
 
         url = self.store_url
@@ -288,6 +292,11 @@ class Env:
 
     @cached_property
     def caller(self) -> Caller:
+        if self.relayed:  # its broker knows which agent this socket belongs to
+            from exo_cli.relay import whoami
+
+            agent_id, role = whoami(self.environ)
+            return Caller(agent_id, role, "socket")
         return identify(self)
 
     @property

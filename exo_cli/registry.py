@@ -345,15 +345,19 @@ def extend(name: str, *tools: Tool) -> None:
 
 
 _loaded = False
+# Imported before the rest, as ``exo mcp`` has always imported them: the order operations register
+# in is the order their tools are listed in (``tests/snapshots/``), so every server (``exo mcp``, the
+# broker's sessions) loads the registry this way before any other operation module.
+FIRST = ("exo_cli.ops.watch",)
 
 
 def load_all() -> dict[str, Op]:
-    """Import every module under ``ops/`` once; each ``@op`` fills ``OPS``."""
+    """Import every module under ``ops/`` once (``FIRST`` first); each ``@op`` fills ``OPS``."""
     global _loaded
     if not _loaded:
         import importlib
 
-        for mod in op_modules():
+        for mod in (*FIRST, *op_modules()):
             importlib.import_module(mod)
         _loaded = True
     return OPS
@@ -392,6 +396,10 @@ def check_role(operation: Op, env: Env) -> None:
 def invoke(name: str, env: Env, /, **kwargs: Any) -> Any:
     """Call operation ``name`` for the caller in ``env`` after checking its role."""
     operation = get(name)
+    if env.relayed:  # an agent with a socket: its broker runs the call, as that agent
+        from exo_cli.relay import call
+
+        return call(env, operation, kwargs)
     env.follow_store()
     check_role(operation, env)
     if operation.on_host is not None and ROUTER is not None:

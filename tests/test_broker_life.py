@@ -75,9 +75,10 @@ def test_started_on_demand_private_and_gone_when_idle(team: Path) -> None:
     st = os.lstat(p.ctl)
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
     assert adapter.read_pid(p)["pid"] == info["pid"]
-    # no agent: it leaves by itself after broker.idle_exit, and takes its files along (never the lock file)
+    # no agent: it leaves by itself after broker.idle_exit, and takes its files along (the runtime folder too,
+    # since no agent runs and nobody waits on a doorbell)
     wait_for(lambda: not _alive(info["pid"]), what="the idle broker to exit")
-    assert not p.ctl.exists() and not p.pid_file.exists() and p.lock.exists()
+    assert not p.ctl.exists() and not p.pid_file.exists() and not p.runtime.exists()
     log = (env.state_dir / "broker.log").read_text()
     assert "no agent left: exiting" in log
     # the environment it ran with carried no marker of whoever started it

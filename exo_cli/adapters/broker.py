@@ -38,6 +38,10 @@ PROTOCOL = 1  # the broker's wire protocol: a relay and a broker of different pr
 HELLO_TIMEOUT = 10.0  # seconds to connect and get the hello's answer
 START_TIMEOUT = 60.0  # seconds a starting broker has to say it listens (a loaded machine is slow)
 KINDS = ("call", "hook", "mcp", "ctl")
+# What the broker's environment never carries from whoever started it: exo's identity markers (an
+# agent's relay may start it) and the variables that only make sense in that process.
+BROKER_DROP = ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_SOCKET", "EXO_FAULT", "TMUX",
+               "TMUX_PANE", "EXO_ANTHROPIC_API_KEY")
 
 
 class Paths:
@@ -88,32 +92,41 @@ class Unreachable(EnvironmentError_):
     """Nobody answers on the broker's socket (it is not running, or its socket is stale)."""
 
 
-def hello(path: str | os.PathLike[str], kind: str, version: str, *, timeout: float = HELLO_TIMEOUT,
+class Lost(EnvironmentError_):
+    """The connection broke before the broker's answer (a broker killed mid-request): send it again."""
+
+
+def hello(path: str | os.PathLike[str], kind: str, version: str, *, timeout: float | None = HELLO_TIMEOUT,
           **fields: Any) -> tuple[Any, dict[str, Any]]:
     """Connect to ``path`` and say hello; (the connected socket, the broker's answer).
 
-    Unreachable when nobody listens there; the broker's refusal as the ExoError it sent; an
-    EnvironmentError_ when it stops answering.
+    ``timeout`` bounds the wait for the answer (None: a blocking call's answer comes when it
+    comes). Unreachable when nobody listens there; Lost when the connection breaks before the
+    answer; the broker's refusal, or the failure of what it ran, as the ExoError it sent.
     """
     target = os.fspath(path)
     try:
-        sock = brokerio.connect(target, timeout)
+        sock = brokerio.connect(target, HELLO_TIMEOUT if timeout is None else min(timeout, HELLO_TIMEOUT))
     except OSError as exc:
         if exc.errno in brokerio.GONE:
             raise Unreachable(f"exo's broker is not running (nothing answers on {target})", path=target) from exc
         raise EnvironmentError_(f"Cannot reach exo's broker on {target}: {exc.strerror or exc}", path=target) from exc
     try:
         brokerio.send(sock, {"hello": PROTOCOL, "exo": version, "kind": kind, "pid": os.getpid(), **fields})
+        sock.settimeout(timeout)
         answer = brokerio.recv(sock)
+    except ExoError:
+        sock.close()
+        raise
     except (OSError, ValueError) as exc:
         sock.close()
-        raise EnvironmentError_(f"exo's broker on {target} did not answer: {exc}", path=target) from exc
+        raise Lost(f"exo's broker on {target} did not answer: {exc}", path=target) from exc
     except BaseException:
         sock.close()
         raise
     if answer is None:
         sock.close()
-        raise Unreachable(f"exo's broker on {target} closed the connection", path=target)
+        raise Lost(f"exo's broker on {target} closed the connection before answering", path=target)
     if not answer.get("ok"):
         sock.close()
         raise rebuild(answer.get("error"), default="exo's broker refused the connection")
@@ -141,7 +154,7 @@ def ping(paths: Paths, version: str, *, timeout: float = HELLO_TIMEOUT) -> dict[
     """The running broker's facts (pid, exo version, protocol, agents), or None when none answers."""
     try:
         return ctl(paths, "ping", version, timeout=timeout)
-    except Unreachable:
+    except (Unreachable, Lost):  # not running, or exiting right now
         return None
 
 
@@ -157,6 +170,20 @@ def read_pid(paths: Paths) -> dict[str, Any] | None:
 
 
 # --------------------------------------------------------------------------- starting it
+
+
+def broker_environ(environ: Mapping[str, str], state_dir: str) -> dict[str, str]:
+    """The broker's environment: its starter's minus exo's markers, with the state folder it serves.
+
+    A Claude agent's own environment hides its API key under another name (the Claude backend):
+    the broker gets it back under its usual name, as the human has it.
+    """
+    out = {k: v for k, v in environ.items() if k not in BROKER_DROP}
+    hidden = environ.get("EXO_ANTHROPIC_API_KEY")
+    if hidden and not out.get("ANTHROPIC_API_KEY"):
+        out["ANTHROPIC_API_KEY"] = hidden
+    out["EXO_STATE_DIR"] = state_dir
+    return out
 
 
 def ensure(paths: Paths, *, argv: Sequence[str], environ: Mapping[str, str], version: str,
@@ -267,7 +294,7 @@ def stop(paths: Paths, version: str, *, timeout: float = 30.0) -> bool:
     try:
         ctl(paths, "stop", version)
         running = True
-    except Unreachable:
+    except (Unreachable, Lost):
         pass
     except ExoError:
         running = True

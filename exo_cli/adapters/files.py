@@ -119,7 +119,8 @@ def release_runtime_dir(path: Path) -> bool:
     """Remove exo's runtime folder ``path`` unless a process still waits on one of its doorbells.
 
     A doorbell socket somebody has bound (a ``wait`` or ``question`` under way) keeps the
-    folder; sockets left by processes that are gone do not. Only a folder of ours named
+    folder, and so does a broker that answers on its control socket (it removes its own files
+    when it leaves); sockets left by processes that are gone do not. Only a folder of ours named
     ``exo-...`` is removed. Returns True when the folder is gone.
     """
     import shutil
@@ -132,6 +133,10 @@ def release_runtime_dir(path: Path) -> bool:
     except FileNotFoundError:
         return True
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    from exo_cli.adapters.brokerio import answers
+
+    if answers(str(path / "broker" / "ctl")):
         return False
     try:
         names = os.listdir(path / "bell")

@@ -36,7 +36,10 @@ def agent_env(broker: Broker, slot: Slot, peer: Peer, req: dict[str, Any]) -> En
     cwd = guard.checked_cwd(agent, req.get("cwd"), bool(req.get("cwd_given")), broker.repo_root)
     environ = guard.request_environ(req.get("environ"), agent, state_dir=str(broker.state_dir), socket=slot.path,
                                     proof=peer.proof, repo_root=broker.repo_root)
-    return Env(cwd, environ, caller=Caller(agent.id, agent.role, "socket"),
+    fault = broker.env.environ.get("EXO_FAULT")
+    if fault:  # the broker's own fault points (a reliability test started it so), never an agent's
+        environ["EXO_FAULT"] = fault
+    return Env(cwd, environ, caller=Caller(agent.id, agent.role, "socket"), pid=peer.pid,
                shared={"state_path": broker.env.state_path, "store": broker.env.store})
 
 
@@ -82,6 +85,9 @@ def serve_call(broker: Broker, conn: socket.socket, slot: Slot, peer: Peer, req:
     from exo_cli.schema import check_call
 
     name = req.get("op")
+    if name == "":  # who am I: the relay's Env.caller
+        return {"ok": True, "exo": __version__, "protocol": adapter.PROTOCOL, "result": None,
+                "agent": peer.agent.id, "role": peer.agent.role}
     try:
         try:
             spec = registry.get(str(name))
@@ -90,8 +96,12 @@ def serve_call(broker: Broker, conn: socket.socket, slot: Slot, peer: Peer, req:
         given = req.get("args")
         args = check_call(spec, given if isinstance(given, dict) else {})
         env = agent_env(broker, slot, peer, req)
-        guard.check_args(spec, args, cwd=str(env.cwd), allowed=guard.roots(peer.agent, broker.repo_root),
-                         agent=peer.agent.id)
+        registry.check_role(spec, env)  # a role's refusal first: it says more than a path's
+        allowed = guard.roots(peer.agent, broker.repo_root)
+        guard.check_args(spec, args, cwd=str(env.cwd), allowed=allowed, agent=peer.agent.id)
+        if spec.name == "hook":  # a hook sent as a call: its payload is checked all the same
+            guard.check_payload(args.get("payload"), allowed=allowed,
+                                transcripts=guard.transcript_roots(broker.env.environ), agent=peer.agent.id)
         key = req.get("key") if isinstance(req.get("key"), str) else None
         result = _run(conn, lambda: registry.invoke(spec.name, env, **args), blocking=spec.blocking,
                       key=f"{peer.agent.id}:{key}" if key else None)

@@ -48,6 +48,7 @@ class Peer(NamedTuple):
     agent: Agent
     how: str  # "ancestry" | "proof"
     proof: str | None
+    pid: int  # the connecting process (SO_PEERCRED): the Env's pid, as if the call ran there
 
 
 def identify(store: Store, agent_id: str, *, pid: int, uid: int, proof: str | None,
@@ -64,9 +65,9 @@ def identify(store: Store, agent_id: str, *, pid: int, uid: int, proof: str | No
             raise StateError(f"Agent {agent_id} is no longer recorded", agent=agent_id)
         digest = agent.spec.get(PROOF_FIELD)
         if proof and isinstance(digest, str) and proof_matches(proof, digest):
-            return Peer(agent, "proof", proof)
+            return Peer(agent, "proof", proof, pid)
         if pid > 1 and descends(pid, agent):
-            return Peer(agent, "ancestry", None)
+            return Peer(agent, "ancestry", None, pid)
         if agent.location or time.monotonic() > deadline:
             raise StateError(
                 f"The process on {agent_id}'s socket (pid {pid}) is not {agent_id} nor one of its processes",

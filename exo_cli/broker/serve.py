@@ -43,10 +43,11 @@ LOG_MAX = 1 << 20  # bytes of log kept from earlier runs
 class Slot:
     """One agent's listening socket."""
 
-    __slots__ = ("agent", "gone_since", "inode", "key", "path", "sock")
+    __slots__ = ("agent", "gone_since", "inode", "key", "path", "record", "sock")
 
-    def __init__(self, agent: str, key: str, path: str, sock: socket.socket, inode: int) -> None:
-        self.agent = agent
+    def __init__(self, record: Agent, key: str, path: str, sock: socket.socket, inode: int) -> None:
+        self.agent = record.id
+        self.record = record  # the last record read: its process is watched even while the store is unreachable
         self.key = key
         self.path = path
         self.sock = sock
@@ -73,6 +74,7 @@ class Broker:
         os.set_blocking(self.wake_w, False)
         self.state_dir = env.state_dir.resolve()
         self.repo_root = env.repo.root
+        self.store_down = False
 
     # ------------------------------------------------------------------ logging
 
@@ -154,7 +156,7 @@ class Broker:
             self.stop()
             return
         if not brokerio.owns(str(self.paths.ctl), self.ctl_inode):
-            self.log("another broker took over the control socket: stopping")
+            self.log("the control socket was removed or taken over by another broker: stopping")
             self.ctl_inode = 0  # never remove the other broker's socket
             self.stop()
             return
@@ -241,7 +243,7 @@ class Broker:
         folder = ensure_private_dir(self.paths.agent_dir(key))
         path = str(folder / "sock")
         sock, inode = brokerio.listen(path)
-        slot = Slot(agent.id, key, path, sock, inode)
+        slot = Slot(agent, key, path, sock, inode)
         self.slots[key] = slot
         self.sel.register(sock, selectors.EVENT_READ, slot)
         self.idle_since = None
@@ -268,9 +270,16 @@ class Broker:
 
         try:
             agents = socket_agents(self.env)
-        except ExoError as exc:
-            self.log(f"cannot read the agents: {exc.message}")
-            return
+        except ExoError as exc:  # the store is unreachable: watch the processes of the records we have
+            if not self.store_down:
+                self.log(f"cannot read the agents (watching their processes meanwhile): {exc.message}")
+            self.store_down = True
+            with self.lock:
+                agents = [s.record for s in self.slots.values()]
+        else:
+            if self.store_down:
+                self.log("the store answers again")
+            self.store_down = False
         gone = gone_ids(self.env, agents) if agents else set()
         wanted = {str(a.spec[KEY_FIELD]): a for a in agents if a.id not in gone}
         now = time.monotonic()
@@ -287,6 +296,7 @@ class Broker:
                         self._close_slot(slot)
                 else:
                     slot.gone_since = None
+                    slot.record = wanted[key]
             for key, agent in wanted.items():
                 if key not in self.slots:
                     try:
@@ -334,9 +344,11 @@ def _say(ready_fd: int | None, text: str) -> None:
 
 def serve(env: Env, *, ready_fd: int | None) -> int:
     """Run the broker of ``env``'s repository until it is idle (the exit status of the process)."""
+    from exo_cli import registry
     from exo_cli.env import HUMAN, Env
     from exo_cli.ops import broker as ops
 
+    registry.load_all()  # first: its sessions list the tools in `exo mcp`'s order (registry.FIRST)
     try:
         base = Env(env.cwd, env.environ, caller=HUMAN)  # the broker acts for the human when it acts on its own
         paths = ops.paths(base)
@@ -369,7 +381,18 @@ def serve(env: Env, *, ready_fd: int | None) -> int:
     finally:
         broker.shutdown()
         broker.log("stopped")
+    _release(broker)
     return 0
+
+
+def _release(broker: Broker) -> None:
+    """The runtime folder goes too once nothing uses it (no live agent, nobody waiting on a doorbell)."""
+    from exo_cli.ops.lifecycle import release_runtime
+
+    try:
+        release_runtime(broker.env)
+    except (ExoError, OSError) as exc:
+        broker.log(f"runtime folder kept: {exc}")
 
 
 def _start_background(broker: Broker) -> None:

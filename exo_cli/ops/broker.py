@@ -21,17 +21,12 @@ from exo_cli.errors import ExoError, StateError
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from exo_cli.env import Env
     from exo_cli.records import Agent
 
 # The agent's record keeps its socket's folder name here (``adapters.broker.socket_key``).
 KEY_FIELD = "socket_key"
-# What the broker's environment never carries from whoever started it: exo's identity markers (an
-# agent's relay or launcher may start it) and the variables that only make sense in that process.
-BROKER_DROP = ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_SOCKET", "EXO_FAULT", "TMUX",
-               "TMUX_PANE", "EXO_ANTHROPIC_API_KEY")
+
 
 
 def enabled(env: Env) -> bool:
@@ -49,20 +44,6 @@ def paths(env: Env) -> adapter.Paths:
     return adapter.Paths(runtime_dir_for(str(env.state_dir.resolve()), create=False))
 
 
-def broker_environ(environ: Mapping[str, str], state_dir: str) -> dict[str, str]:
-    """The broker's environment: its starter's minus exo's markers, with the state folder it serves.
-
-    A Claude agent's own environment hides its API key under another name (the Claude backend):
-    the broker gets it back under its usual name, as the human has it.
-    """
-    out = {k: v for k, v in environ.items() if k not in BROKER_DROP}
-    hidden = environ.get("EXO_ANTHROPIC_API_KEY")
-    if hidden and not out.get("ANTHROPIC_API_KEY"):
-        out["ANTHROPIC_API_KEY"] = hidden
-    out["EXO_STATE_DIR"] = state_dir
-    return out
-
-
 def serve_argv(env: Env) -> list[str]:
     """The command that runs this repository's broker (``adapters.broker.start`` adds ``--ready-fd``)."""
     from exo_cli.selfcmd import exo_command
@@ -73,7 +54,7 @@ def serve_argv(env: Env) -> list[str]:
 def ensure(env: Env) -> dict[str, Any]:
     """The running broker's facts, started first when none answers (EnvironmentError_ when it cannot start)."""
     return adapter.ensure(paths(env), argv=serve_argv(env), version=__version__,
-                          environ=broker_environ(env.environ, str(env.state_dir.resolve())))
+                          environ=adapter.broker_environ(env.environ, str(env.state_dir.resolve())))
 
 
 def new_key(agent_id: str) -> str:
@@ -103,7 +84,7 @@ def register(env: Env, agent_id: str) -> str:
                 broker_exo=info.get("exo"))
         try:
             answer = adapter.ctl(paths(env), "register", __version__, agent=agent_id)
-        except adapter.Unreachable as exc:
+        except (adapter.Unreachable, adapter.Lost) as exc:
             last = exc
             continue
         return str(answer["socket"])
@@ -142,8 +123,10 @@ def gone_ids(env: Env, agents: list[Agent]) -> set[str]:
             ask.append(a)
     if ask:
         from exo_cli.ops import panes
+        from exo_cli.records import WORKING
 
-        running = panes.alive_ids(env, ask)
+        # the process counts, not the status: an agent that completed itself still runs its last hooks
+        running = panes.alive_ids(env, [a._replace(status=WORKING) for a in ask])
         gone |= {a.id for a in ask if a.id not in running}
     return gone
 

@@ -190,10 +190,11 @@ def unpushed_commits(env: Env, branch: str) -> list[str]:
     return git.log(f"{up}..refs/heads/{branch}", "%h %s")
 
 
-def _own_pids() -> set[int]:
+def _own_pids(env: Env) -> set[int]:
+    """This process and its ancestors, and the caller's (in the broker: the agent's relay and its own)."""
     from exo_cli.adapters.proc import ancestors
 
-    return set(ancestors(os.getpid()))
+    return set(ancestors(os.getpid())) | set(ancestors(env.pid))
 
 
 def _locations(agent: Agent) -> list[dict[str, Any]]:
@@ -210,7 +211,7 @@ def _agent_groups(agent: Agent) -> set[int]:
     return out
 
 
-def _processes(agent: Agent, worktree: str, *, settle: float) -> list[dict[str, Any]]:
+def _processes(env: Env, agent: Agent, worktree: str, *, settle: float) -> list[dict[str, Any]]:
     """Processes inside the worktree other than exo itself.
 
     With ``settle`` 0 (the agent may still run), the agent's own processes are not counted;
@@ -221,7 +222,7 @@ def _processes(agent: Agent, worktree: str, *, settle: float) -> list[dict[str, 
     groups = _agent_groups(agent)
     deadline = time.monotonic() + settle
     while True:
-        found = processes_inside(worktree, exclude=_own_pids())
+        found = processes_inside(worktree, exclude=_own_pids(env))
         agents_own = [p for p in found if p["pgid"] in groups or p["sid"] in groups]
         if not settle:
             return [p for p in found if p not in agents_own]
@@ -281,7 +282,7 @@ def blockers(env: Env, agent: Agent, *, settle: float = 3.0) -> dict[str, list[A
     out: dict[str, list[Any]] = {}
     wt = agent.worktree
     if wt and os.path.isdir(wt) and _worktree_created(agent):
-        procs = _processes(agent, wt, settle=settle)
+        procs = _processes(env, agent, wt, settle=settle)
         if procs:
             out["processes"] = procs
     if agent.branch and _branch_created(agent):

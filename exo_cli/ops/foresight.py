@@ -71,14 +71,12 @@ _AFTER_EXIT = ('cd / || exit 1; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -l
 
 
 def start_check(env: Env, agent: Agent) -> bool:
-    """Start ``exo conflicts AGENT --check`` in the background (working in /), once this process has exited."""
-    import os
-
+    """Start ``exo conflicts AGENT --check`` in the background (working in /), once the hook's process has exited."""
     from exo_cli.adapters.proc import spawn_detached
     from exo_cli.selfcmd import exo_command
 
     root = str(env.repo.root)
-    argv = ["/bin/sh", "-c", _AFTER_EXIT, "sh", str(os.getpid()),
+    argv = ["/bin/sh", "-c", _AFTER_EXIT, "sh", str(env.pid),  # the hook's process (in the broker: its relay)
             *exo_command(), "-C", root, "conflicts", agent.id, "--check"]
     return spawn_detached(argv, env.environ) is not None
 

@@ -254,9 +254,18 @@ def mcp_ready_key(agent_id: str) -> str:
 
 
 def mark_mcp_ready(env: Env, agent_id: str) -> None:
-    """Record (for ``wait_mcp_ready``) that this MCP server answered tools/list: its parent's pid."""
+    """Record (for ``wait_mcp_ready``) that this MCP server answered tools/list: its parent's pid.
+
+    The server is ``env.pid`` (in the broker: the agent's ``exo mcp`` relay), its parent the agent CLI.
+    """
     key = mcp_ready_key(agent_id)
-    env.store.kv_set(key, str(os.getppid()))
+    parent = os.getppid()
+    if env.pid != os.getpid():
+        from exo_cli.adapters.proc import ancestors
+
+        chain = ancestors(env.pid)
+        parent = chain[1] if len(chain) > 1 else 0
+    env.store.kv_set(key, str(parent))
     env.store.bell.ring(key)
 
 
@@ -281,7 +290,7 @@ def wait_mcp_ready(env: Env, agent_id: str, timeout: float) -> bool:
     """
     from exo_cli.adapters.proc import ancestors
 
-    mine = set(ancestors(os.getpid()))
+    mine = set(ancestors(env.pid))  # the hook's process (in the broker: the agent's hook relay)
     key = mcp_ready_key(agent_id)
     deadline = time.monotonic() + timeout
     with env.store.bell.listen([key]) as waiter:
