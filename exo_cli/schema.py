@@ -248,9 +248,22 @@ def check_call(operation: Op, args: Mapping[str, Any]) -> dict[str, Any]:
     Checked as a tool call's are (``check_arguments``): an unknown name or a wrong type is a UsageError
     naming it. A None for a parameter whose default is None counts as not given.
     """
-    from exo_cli.registry import resolve
+    schema, none_defaults = _call_schema(operation)
+    given = {k: v for k, v in args.items() if not (v is None and k in none_defaults)}
+    return check_arguments(operation.name, schema, given)
 
-    params = {p.name: p for p in operation.params()}
-    given = {k: v for k, v in args.items() if not (v is None and k in params and params[k].default is None)}
-    declared = [Arg(p.name, resolve(operation.func, p.annotation), p.default, "", p.name) for p in params.values()]
-    return check_arguments(operation.name, input_schema(declared), given)
+
+_CALL_SCHEMAS: dict[Any, tuple[dict[str, Any], frozenset[str]]] = {}
+
+
+def _call_schema(operation: Op) -> tuple[dict[str, Any], frozenset[str]]:
+    """The input schema of all of ``operation``'s parameters, and those defaulting to None (made once per function)."""
+    found = _CALL_SCHEMAS.get(operation.func)
+    if found is None:
+        from exo_cli.registry import resolve
+
+        params = operation.params()
+        declared = [Arg(p.name, resolve(operation.func, p.annotation), p.default, "", p.name) for p in params]
+        found = (input_schema(declared), frozenset(p.name for p in params if p.default is None))
+        _CALL_SCHEMAS[operation.func] = found
+    return found

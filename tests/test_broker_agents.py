@@ -384,3 +384,49 @@ def test_the_socket_goes_once_the_agents_process_is_gone(team: Team) -> None:
     assert Exo(team.repo)("kill", "w1").exit_code == 0
     wait_for(lambda: not path.exists() and not path.parent.exists(), what="w1's socket to go")
     wait_for(lambda: not brokers_of(team.repo), what="the broker to leave after its last agent")
+
+
+# --------------------------------------------------------------------------- the human's exo and doctor
+
+
+def _kill_broker(repo: Path) -> int:
+    info = adapter.ping(ops.paths(Env(cwd=repo)), __version__)
+    assert info is not None
+    os.kill(info["pid"], signal.SIGKILL)
+    wait_for(lambda: info["pid"] not in brokers_of(repo), what="the killed broker to be gone")
+    return int(info["pid"])
+
+
+def test_the_humans_look_at_the_team_starts_a_broker_its_agents_lost(team: Team) -> None:
+    team.spawn("w1")
+    old = _kill_broker(team.repo)
+    assert team.exo("agents", "--json").exit_code == 0
+    info = adapter.ping(ops.paths(Env(cwd=team.repo)), __version__)
+    assert info is not None and info["pid"] != old and info["agents"] == 1
+
+
+def test_doctor_shows_the_broker_and_repairs_its_leftovers(team: Team) -> None:
+    import socket as socketmod
+
+    team.spawn("w1")
+    env = Env(cwd=team.repo)
+    p = ops.paths(env)
+    _kill_broker(team.repo)
+    gone = p.sockets / "0123456789ab"  # the socket of an agent that is gone, left by the killed broker
+    gone.mkdir(mode=0o700)
+    s = socketmod.socket(socketmod.AF_UNIX, socketmod.SOCK_STREAM)
+    s.bind(str(gone / "sock"))
+    s.close()
+    r = team.exo("doctor", "--dry-run", "--json")
+    found = {(x["kind"], x["subject"]) for x in r.json()["problems"]}  # type: ignore[index]
+    assert {("broker-down", "broker"), ("stale-socket", str(gone))} <= found, r.stdout
+    assert r.exit_code == 5 and r.json()["broker"]["running"] is False  # type: ignore[index]
+    r = team.exo("doctor", "--json")
+    doc = r.json()
+    assert all(x["repaired"] for x in doc["problems"] if x["kind"] in ("broker-down", "stale-socket")), doc  # type: ignore[index]
+    assert not gone.exists()
+    assert doc["broker"]["running"] is True  # type: ignore[index]
+    assert [(s["agent"], s["present"]) for s in doc["broker"]["sockets"]] == [("w1", True)]  # type: ignore[index]
+    r = team.run("w1", "note", "after doctor")
+    assert r["rc"] == 0, r
+    assert team.exo("doctor").stdout.splitlines()[-1].startswith("broker: running (pid ")

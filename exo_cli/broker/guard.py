@@ -97,17 +97,31 @@ def descends(pid: int, agent: Agent) -> bool:
 # --------------------------------------------------------------------------- paths
 
 
+_RESOLVED: dict[str, str] = {}
+
+
+def _resolved(folder: str) -> str:
+    """``os.path.realpath(folder)`` for a folder of a record (resolved once: a record's folders never move)."""
+    found = _RESOLVED.get(folder)
+    if found is None:
+        if len(_RESOLVED) > 4096:
+            _RESOLVED.clear()
+        found = _RESOLVED[folder] = os.path.realpath(folder)
+    return found
+
+
 def roots(agent: Agent, repo_root: Path) -> list[str]:
     """The folders an agent may name: its checkout, its private folder, the repository (resolved)."""
-    out = []
-    for folder in (agent.worktree, agent.spec.get("agent_dir"), str(repo_root)):
-        if isinstance(folder, str) and folder:
-            out.append(os.path.realpath(folder))
-    return out
+    folders = (agent.worktree, agent.spec.get("agent_dir"), str(repo_root))
+    return [_resolved(f) for f in folders if isinstance(f, str) and f]
 
 
 def inside(path: str, allowed: list[str]) -> bool:
-    real = os.path.realpath(path)
+    """Whether ``path`` (symbolic links resolved) lies in one of the resolved folders ``allowed``."""
+    return _within(os.path.realpath(path), allowed)
+
+
+def _within(real: str, allowed: list[str]) -> bool:
     return any(real == r or real.startswith(r.rstrip("/") + "/") for r in allowed)
 
 
@@ -121,9 +135,10 @@ def checked_cwd(agent: Agent, cwd: Any, given: bool, repo_root: Path) -> str:
     if not isinstance(cwd, str) or not cwd or "\0" in cwd or not os.path.isabs(cwd):
         return home
     allowed = roots(agent, repo_root)
-    private = agent.spec.get("agent_dir")
-    if inside(cwd, allowed) and os.path.isdir(cwd):
-        if isinstance(private, str) and private and inside(cwd, [os.path.realpath(private)]):
+    real = os.path.realpath(cwd)
+    if _within(real, allowed) and os.path.isdir(real):
+        private = agent.spec.get("agent_dir")
+        if isinstance(private, str) and private and _within(real, [_resolved(private)]):
             return home  # the private folder is under the state folder: no repository around it
         return cwd
     if given:

@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from exo_cli.records import Agent
 
 TICK = 1.0  # seconds between reaper passes
+MAX_THREADS = 1024  # connections served at once (an MCP session or a blocking wait holds one for its length)
 REAP_GRACE = 3.0  # seconds an agent's socket stays once its process is gone
 LOG_MAX = 1 << 20  # bytes of log kept from earlier runs
 
@@ -70,6 +72,9 @@ class Broker:
         self.stopping = threading.Event()
         self.ctl: socket.socket | None = None
         self.ctl_inode = 0
+        # Connections run on a pool: its idle threads are reused, and with them their store connection
+        # (the SQLite store keeps one per thread), so a hook does not open the database again.
+        self.pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="exo-conn")
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         self.state_dir = env.state_dir.resolve()
@@ -148,7 +153,7 @@ class Broker:
                     with self.lock:
                         self.connections -= 1
 
-        threading.Thread(target=run, name=f"exo-conn-{slot.agent if slot else 'ctl'}", daemon=True).start()
+        self.pool.submit(run)
 
     def tick(self) -> None:
         if not self.state_dir.is_dir():

@@ -131,6 +131,85 @@ def gone_ids(env: Env, agents: list[Agent]) -> set[str]:
     return gone
 
 
+def revive(env: Env, agents: list[Agent]) -> bool:
+    """Start the broker again when live agents of this host have a socket and nothing answers on it.
+
+    For the human's exo commands that read the team anyway (``exo agents``, ``exo status``): one
+    connect when such agents exist, nothing otherwise. Best effort: False when it cannot start.
+    """
+    from exo_cli.adapters.brokerio import answers
+
+    if not any(a.live and a.spec.get(KEY_FIELD) and env.runs_here(a) for a in agents):
+        return False
+    if answers(str(paths(env).ctl)):
+        return False
+    try:
+        ensure(env)
+    except ExoError:
+        return False
+    return True
+
+
+def leftovers(env: Env, agents: list[Agent]) -> list[tuple[str, str, str, str, Any]]:
+    """What ``exo doctor`` finds wrong with the broker: (kind, subject, detail, action, repair or None).
+
+    A broker that does not answer while live agents have a socket is started again; socket files
+    nobody answers on (a broker killed with ``kill -9``: its control socket, the sockets of agents
+    that are gone) and a pid file naming no live broker are removed. A socket that answers, and the
+    socket of a live agent, are never touched.
+    """
+    from exo_cli.adapters import brokerio
+
+    p = paths(env)
+    live_keys = {str(a.spec[KEY_FIELD]) for a in agents if a.spec.get(KEY_FIELD) and a.live}
+    out: list[tuple[str, str, str, str, Any]] = []
+    running = brokerio.answers(str(p.ctl))
+    if live_keys and not running:
+        out.append(("broker-down", "broker", f"{len(live_keys)} live agent(s) have a socket and no broker answers",
+                    "start the broker", lambda: bool(ensure(env))))
+    elif not running and os.path.lexists(p.ctl):
+        out.append(("stale-socket", str(p.ctl), "the broker's control socket answers no more",
+                    "remove it", lambda: brokerio.unlink_stale(str(p.ctl))))
+    if not running and p.pid_file.exists() and not adapter.alive(p):
+        out.append(("stale-file", str(p.pid_file), "names a broker that is gone", "remove it",
+                    lambda: _unlink(p.pid_file)))
+    try:
+        keys = sorted(os.listdir(p.sockets))
+    except OSError:
+        keys = []
+    for key in keys:
+        if key in live_keys:
+            continue
+        sock = p.sockets / key / "sock"
+        if brokerio.answers(str(sock)):
+            continue  # a broker still serves it (an agent gone a moment ago): it closes it itself
+        out.append(("stale-socket", str(sock.parent), "the socket of an agent that is gone", "remove it",
+                    lambda folder=sock.parent: _remove_socket_folder(folder)))
+    return out
+
+
+def _unlink(path: Any) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return True
+
+
+def _remove_socket_folder(folder: Any) -> bool:
+    """Remove an agent's socket folder holding nothing but a socket nobody answers on."""
+    from exo_cli.adapters import brokerio
+
+    sock = folder / "sock"
+    if os.path.lexists(sock) and not brokerio.unlink_stale(str(sock)):
+        return False
+    try:
+        os.rmdir(folder)
+    except FileNotFoundError:
+        pass
+    return True
+
+
 # --------------------------------------------------------------------------- exo broker status / stop
 
 

@@ -18,7 +18,9 @@ repaired, and nothing that holds work or runs is ever removed or killed:
   lose nothing (``adapters.keep.survey``: files, ignored files, nested repositories,
   operations in progress, commits only its HEAD reaches); its branch is kept;
 - an empty folder there is removed only when exo recorded creating it (the ledger
-  ``Worktrees.create`` writes); stale git metadata is pruned.
+  ``Worktrees.create`` writes); stale git metadata is pruned;
+- the team broker is started again when live agents with a socket lost it, and the socket files
+  nobody answers on (a broker killed with ``kill -9``, agents that are gone) are removed.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from exo_cli.registry import op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
+    from exo_cli.ops.broker import BrokerStatus
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class DoctorResult:
     consistent: bool
     dry_run: bool
     kept: list[str]
+    broker: BrokerStatus | None = None  # the team broker after the repairs (None outside a repository's state)
 
 
 class Finding(NamedTuple):
@@ -491,6 +495,14 @@ def stale_metadata(c: Checkup) -> Iterator[Finding]:
         yield Finding("stale-metadata", "git worktree", "; ".join(stale[:5]), "git worktree prune", prune)
 
 
+def broker_files(c: Checkup) -> Iterator[Finding]:
+    """The team broker: started again for live agents with a socket; its stale sockets and files removed."""
+    from exo_cli.ops import broker
+
+    for kind, subject, detail, action, repair in broker.leftovers(c.env, c.records):
+        yield Finding(kind, subject, detail, action, repair)
+
+
 CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
     lost_records,
     interrupted_spawns,
@@ -501,6 +513,7 @@ CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
     orphan_worktrees,
     stray_folders,
     stale_metadata,
+    broker_files,
 )
 
 
@@ -536,8 +549,11 @@ def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorRes
                 problems.append(Problem("host", h.name, h.error or "unreachable",
                                         f"fix [hosts.{h.name}] or that host (see `exo hosts`)", False))
     repaired = sum(1 for p in problems if p.repaired)
+    from exo_cli.ops.broker import broker_status
+
     return DoctorResult(problems=problems, repaired=repaired, remaining=len(problems) - repaired,
-                        consistent=not problems, dry_run=dry_run, kept=checkup.kept)
+                        consistent=not problems, dry_run=dry_run, kept=checkup.kept,
+                        broker=broker_status(env) if env.has_state() else None)
 
 
 def _settle(finding: Finding, *, dry_run: bool) -> Problem:

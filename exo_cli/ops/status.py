@@ -134,7 +134,12 @@ def team_agents(env: Env, *, history: bool = False) -> list[Agent]:
     agents = [a for a in env.store.agents() if a.id != ROOT and (history or not a.retired)]
     from exo_cli.ops import agentctl
 
-    return agentctl.refresh(env, agents)
+    agents = agentctl.refresh(env, agents)
+    if env.caller.is_human:  # the human's look at the team starts a broker its live agents lost
+        from exo_cli.ops import broker
+
+        broker.revive(env, agents)
+    return agents
 
 
 @op(
