@@ -146,13 +146,17 @@ def ended(env: Env, agent: Agent, st: PaneState | None) -> Agent:
     return env.store.agent(agent.id) or agent
 
 
-def died(env: Env, agent: Agent, reason: str, *, tell_parent: bool = True) -> None:
-    """After an agent was marked dead: the event, its parent told, the agents waiting for it failed."""
+def died(env: Env, agent: Agent, reason: str, *, tell_parent: bool = True, **data: Any) -> None:
+    """After an agent was marked dead: the event, its parent told, the agents waiting for it failed, the human told.
+
+    Every path that marks an agent dead ends here (or tells the same itself, as the
+    session-end hook does), so each death raises exactly one attention event.
+    """
     from exo_cli.ops import attention
     from exo_cli.ops.delivery import fail_dependents, notify_parent
 
     if tell_parent:
-        notify_parent(env, agent, "dead", f"{agent.name} is dead: {reason}", reason=reason)
+        notify_parent(env, agent, "dead", f"{agent.name} is dead: {reason}", reason=reason, **data)
     fail_dependents(env, agent, f"{agent.name} is dead ({reason})")
     attention.signal(env, "dead", agent, reason, reason=reason)
 

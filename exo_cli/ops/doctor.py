@@ -357,8 +357,9 @@ def zombies(c: Checkup) -> Iterator[Finding]:
             reason = "pane gone" if st is None else f"process exited ({st.dead_status})"
 
             def mark_dead(a: Agent = a, reason: str = reason) -> bool:
-                env.store.update_agent(a.id, status=DEAD, status_reason=reason)
-                env.store.event("dead", a.id, {"reason": reason, "by": "doctor"})
+                if not env.store.update_agent(a.id, if_status=a.status, status=DEAD, status_reason=reason):
+                    return False  # a hook or a watcher recorded something else meanwhile
+                agentctl.died(env, a, reason, by="doctor")  # as a watcher would: parent, dependents, the human told
                 return True
 
             yield Finding("zombie", a.id, f"recorded {a.status} but its {reason}", "mark it dead", mark_dead)
