@@ -64,6 +64,11 @@ class DoctorResult:
     dry_run: bool
     kept: list[str]
 
+    @property
+    def exit_code(self) -> int:
+        """5 (a state error) when problems remain unrepaired, else 0."""
+        return 5 if self.remaining else 0
+
 
 class Finding(NamedTuple):
     """One problem a check found, and the repair that fixes it (None: left for the human)."""
