@@ -528,3 +528,35 @@ def test_every_command_that_exits_non_zero_on_a_result_says_so_to_its_tools_too(
             if isinstance(getattr(cls, "exit_code", None), property) and op.all_tools():
                 assert isinstance(getattr(cls, "tool_error", None), property), f"{cls.__name__} has no tool_error"
     assert inspect.isfunction(registry.tool_error)
+
+
+def test_termtile_wait_for_idle_waits_through_a_note_until_the_agent_is_idle(repo: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """wait_for_idle (termtile) returns when the agent is idle, not at the note it sends on the way; the note
+    stays for wait. `exo wait AGENT --until-idle` is the same call."""
+    from conftest import ROOT, stop_repo_agents
+
+    script = tmp_path / "steps.json"
+    script.write_text(json.dumps([{"note": {"message": "halfway"}}, {"sleep": {"seconds": 3}},
+                                  {"turn": {"message": "all done"}}]))
+    (repo / "exo.toml").write_text('[agent]\ndefault = "demo"\n[mux]\ndefault = "headless"\n')
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    try:
+        for name, call in (("t1", "tool"), ("t2", "cli")):
+            r = Exo(repo)("spawn", "--worker", name, "--prompt", "go", "--demo-script", str(script), "--json")
+            assert r.exit_code == 0, r.stdout
+            if call == "tool":
+                res = _call(repo, "wait_for_idle", {"slot": name, "timeout": 120}, ("termtile",))
+                got = res.structured_content
+                assert not res.is_error and got["is_idle"] and got["output"] == "all done", got
+                assert got["results"][0]["status"] == "idle" and not got["timed_out"], got
+            else:
+                r = Exo(repo)("wait", name, "--until-idle", "--timeout", "120", "--json")
+                got = json.loads(r.stdout)["results"][0]
+                assert r.exit_code == 0 and (got["status"], got["message"]) == ("idle", "all done"), r.stdout
+            r = Exo(repo)("wait", name, "--timeout", "0", "--json")  # the note was left for wait
+            assert json.loads(r.stdout)["results"][0]["message"] == "halfway", r.stdout
+        r = Exo(repo)("wait", "--until-idle", "--json")
+        assert r.exit_code == 2 and json.loads(r.stdout)["error"]["name"] == "UsageError", r.stdout
+    finally:
+        stop_repo_agents(repo)

@@ -379,7 +379,7 @@ def case_wait(w: World) -> list[Pair]:
     w.record("x3", output="all done")
     w.record("x4", output="all done")
     return [Pair(["wait", "x1", "--timeout", "0"], "wait", {"from_agents": ["x2"], "timeout": 0}, names={"x1": "x2"}),
-            Pair(["wait", "x3", "--timeout", "5"], "wait_for_idle", {"slot": "x4", "timeout": 5}, compat=True,
+            Pair(["wait", "x3", "--timeout", "5", "--until-idle"], "wait_for_idle", {"slot": "x4", "timeout": 5}, compat=True,
                  names={"x3": "x4"})]
 
 
