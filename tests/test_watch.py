@@ -167,3 +167,21 @@ def test_watch_hands_each_change_over_as_it_happens(repo: Path) -> None:
     r = registry.invoke("watch", env, once=False, interval_pending=1, interval_idle=1)
     assert r.stopped_by == "interrupt" and [c.kind for c in r.changes] == ["pr-review"]
     assert seen == [("pr-review", 0)] and rounds == [0, 1]  # printed before the second round, not at the end
+
+
+def test_watch_on_the_local_forge_says_at_once_there_is_nothing_to_poll(repo: Path) -> None:
+    """It printed nothing and polled nothing until Ctrl-C. A GitHub PR still open from before the forge changed
+    is still polled."""
+    from conftest import run_exo
+
+    (repo / "exo.toml").write_text('[forge]\nkind = "local"\n')
+    r = run_exo("watch", cwd=repo, timeout=60)
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert r.stdout.startswith("Nothing to poll: this repository's forge is local"), r.stdout
+    r = run_exo("watch", "--json", cwd=repo, timeout=60)
+    assert r.returncode == 0 and [json.loads(line) for line in r.stdout.splitlines()] == [
+        {"rounds": 0, "changes": [], "stopped_by": "nothing-to-poll"}], r.stdout
+    assert watch.start_poller(env_for(repo)) is None  # nor does the root TL's server start a poller
+    _setup(repo)
+    (repo / "exo.toml").write_text('[forge]\nkind = "local"\n')  # the forge changed; its GitHub PR is still open
+    assert watch.pollable(env_for(repo))

@@ -19,6 +19,10 @@ def change_line(c: Change) -> str:
 
 
 def render_watch(out: Out, r: WatchResult) -> None:
+    if r.stopped_by == "nothing-to-poll":
+        out.line("Nothing to poll: this repository's forge is local (forge.kind), and exo tells each agent of its "
+                 "PRs' changes itself; exo watch polls GitHub PRs.")
+        return
     out.line(f"{r.rounds} round(s), {len(r.changes)} change(s); stopped by {r.stopped_by}")
 
 

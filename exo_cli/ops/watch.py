@@ -55,7 +55,7 @@ class PollResult:
 class WatchResult:
     rounds: int
     changes: list[Change]
-    stopped_by: str  # once | interrupt | cancel
+    stopped_by: str  # once | interrupt | cancel | nothing-to-poll
 
 
 class PollerLock:
@@ -184,6 +184,17 @@ def run_loop(env: Env, stop: threading.Event, *, interval_pending: float = 30, i
     return rounds
 
 
+def pollable(env: Env) -> bool:
+    """Whether the poller has anything to poll: the repository's forge keeps PRs remotely (GitHub), or an open
+    GitHub PR is still tracked (filed before the forge changed). The local forge's PRs change only through exo,
+    which tells their agents at once."""
+    from exo_cli.ops.pr import forge_for
+
+    if env.has_state() and any(p.forge == "github" and p.remote_number for p in env.store.prs(state="open")):
+        return True
+    return forge_for(env).kind == "github"
+
+
 def start_poller(env: Env, *, interval_pending: float = 30, interval_idle: float = 300,
                  runner: GhRunner | None = None) -> threading.Event | None:
     """Run the poller in a daemon thread when no other runs for this repository.
@@ -193,9 +204,7 @@ def start_poller(env: Env, *, interval_pending: float = 30, interval_idle: float
     lock or the repository's forge is not GitHub. For ``exo_cli.mcp_server.BACKGROUND``.
     """
     try:
-        from exo_cli.ops.pr import forge_for
-
-        if forge_for(env).kind != "github":
+        if not pollable(env):
             return None
     except Exception:
         return None
@@ -240,11 +249,15 @@ def watch(env: Env, *, once: bool = False, interval_pending: Annotated[int, Rang
     `--interval-idle` seconds otherwise. Changes go to the owning agent as a message and an
     event, and are printed as they happen (`--json`: one JSON object per line). After a
     merge on GitHub the local base branch is fetched and fast-forwarded. Stops on Ctrl-C.
-    Only one poller runs per repository.
+    Only one poller runs per repository. With the local forge and no GitHub PR tracked there
+    is nothing to poll: it says so at once (stopped_by nothing-to-poll) and exits 0.
     """
     from exo_cli import cancel
     from exo_cli.ops.pr import gh_runner
 
+    env.repo  # noqa: B018 - EnvironmentError_ outside a repository
+    if not pollable(env):
+        return WatchResult(0, [], "nothing-to-poll")
     observer = getattr(env, "watch_observer", None)  # set by the command: prints each change at once
 
     lock = PollerLock(env)
