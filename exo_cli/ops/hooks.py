@@ -331,12 +331,17 @@ def on_notification(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> H
     text = str(data.get("message") or "")
     if not (kind in PERMISSION_TYPES or (kind is None and "permission" in text.lower())):
         return HookResult("notification", cli, agent.id, {}, [])
-    if agent.status in (DONE, DEAD):
-        return HookResult("notification", cli, agent.id, {}, [])
-    if not env.store.update_agent(agent.id, if_status=agent.status, status=WAITING_PERMISSION,
+    before: Agent | None = agent
+    for _ in range(5):  # compare-and-set: whoever changes the status meanwhile, the wait is recorded once
+        if before is None or before.status in (DONE, DEAD):
+            return HookResult("notification", cli, agent.id, {}, [])
+        if env.store.update_agent(agent.id, if_status=before.status, status=WAITING_PERMISSION,
                                   status_reason=text[:200] or "permission prompt"):
-        return HookResult("notification", cli, agent.id, {}, [])  # changed meanwhile: that change stands
-    if agent.status == WAITING_PERMISSION:  # the same wait told again: the human was told once already
+            break
+        before = env.store.agent(agent.id)
+    else:
+        return HookResult("notification", cli, agent.id, {}, [], warning="the agent's status kept changing")
+    if before.status == WAITING_PERMISSION:  # the same wait told again: the human was told once already
         return HookResult("notification", cli, agent.id, {}, [WAITING_PERMISSION])
     msgs.notify_parent(env, agent, WAITING_PERMISSION,
                        f"{agent.name} is waiting for permission: {text or 'a tool needs approval'}", message=text)
