@@ -254,6 +254,22 @@ def call_tool(operation: Op, tool: Tool, env: Env, args: Mapping[str, Any]) -> A
     return tool.result(full, results)
 
 
+def exit_code(result: Any) -> int:
+    """The CLI's exit status for a result an operation returned (not raised): its ``exit_code``, else 0.
+
+    A result that can report failure in itself (a spawn whose tasks failed, a read whose pattern
+    never appeared) defines ``exit_code`` and, when the operation has tools, ``tool_error``.
+    """
+    return int(getattr(result, "exit_code", 0) or 0)
+
+
+def tool_error(result: Any) -> bool:
+    """Whether an MCP tool answers ``result`` with ``isError: true`` (its ``tool_error``; the result stays the
+    structured content): nothing of what was asked was done. A partial success is no error: the result says
+    what failed."""
+    return bool(getattr(result, "tool_error", False))
+
+
 def served_tools(operation: Op, compat: tuple[str, ...] | list[str] = ()) -> list[Tool]:
     """The tools a server with the ``compat`` sets serves for ``operation``.
 

@@ -111,16 +111,18 @@ def send(env: Any, to: str, message: str, as_json: bool) -> None:
 
 
 @click.command(help=op_help("wait") + _examples("exo wait", "exo wait --timeout 0", "exo wait --max 10",
-                                                "exo wait w1 w2 --timeout 600"))
+                                                "exo wait w1 w2 --timeout 600", "exo wait w1 --until-idle"))
 @click.argument("agents", nargs=-1, metavar="[AGENT...]", shell_complete=completer(kinds.AGENT))
 @op_option("wait", "timeout", "--timeout", type=Seconds(), default=None, metavar="S")
 @op_option("wait", "max_messages", "--max", type=click.IntRange(1, _messages.WAIT_MAX_LIMIT),
            default=_messages.WAIT_MAX, show_default=True, metavar="N")
+@op_option("wait", "until_idle", "--until-idle", is_flag=True)
 @json_option
 @click.pass_obj
-def wait(env: Any, agents: tuple[str, ...], timeout: float | None, max_messages: int, as_json: bool) -> None:
-    emit(invoke("wait", env, agents=list(agents), timeout=timeout, max_messages=max_messages), as_json=as_json,
-         human=render_wait)
+def wait(env: Any, agents: tuple[str, ...], timeout: float | None, max_messages: int, until_idle: bool,
+         as_json: bool) -> None:
+    emit(invoke("wait", env, agents=list(agents), timeout=timeout, max_messages=max_messages, until_idle=until_idle),
+         as_json=as_json, human=render_wait)
 
 
 @click.command(help=op_help("output") + _examples("exo output w1", "exo output w1 --json"))

@@ -1,13 +1,18 @@
 """Attention signals: when an agent needs the human, tell them (the ``[notify]`` configuration).
 
-``signal`` is called exactly once per event, where the event happens: a question to the
-root (``question``), an agent waiting for a permission (the notification hook), a startup
-dialog (``agentctl.check_dialogs``), a PR filed to the root (``pr file``), an agent dead
-(session end, or its pane or process found gone) or done (``exo done``). With
-``notify.command`` set, that command gets the event as one JSON object on its standard input;
-with ``notify.desktop``, ``notify-send`` shows it. Both are off by default; the board rings
-the terminal bell and uses tmux's status line itself. Nothing here may slow the caller:
-the programs are started detached and never waited for, and any failure is ignored.
+``NEEDS_HUMAN`` is the one rule of which statuses need the human (``exo board`` flags exactly
+those agents, plus a PR ready for the human to merge): each is entered through ``signal``,
+called exactly once per entry, where it happens: a question to the root (``question``, and the
+stop hook's question about a rebase it cannot do), an agent waiting for a permission (the
+notification hook), a startup dialog (``agentctl.check_dialogs``), a turn that failed
+(``hooks.turn_failed``), an agent dead (session end, its pane or process found gone, ``exo
+kill``, ``exo doctor``, ``exo complete`` refusing after it stopped it, an ``--after`` agent
+whose dependency died); and, besides, a PR filed to the root (``pr file``) and an agent done
+(``exo done``, a custom agent that exited 0). With ``notify.command`` set, that command gets
+the event as one JSON object on its standard input; with ``notify.desktop``, ``notify-send``
+shows it. Both are off by default; the board rings the terminal bell and uses tmux's status
+line itself. Nothing here may slow the caller: the programs are started detached and never
+waited for, and any failure is ignored.
 """
 
 from __future__ import annotations
@@ -16,12 +21,28 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from exo_cli.records import ASKING, BLOCKED_ON_DIALOG, DEAD, FAILED_TURN, ROOT, WAITING_PERMISSION
+
 if TYPE_CHECKING:
     from exo_cli.env import Env
     from exo_cli.records import Agent
 
-KINDS = ("question", "waiting-permission", "blocked-on-dialog", "pr-filed", "dead", "done")
+# The statuses in which an agent needs the human, and the event raised once when it enters one.
+NEEDS_HUMAN = {ASKING: "question", WAITING_PERMISSION: "waiting-permission", BLOCKED_ON_DIALOG: "blocked-on-dialog",
+               FAILED_TURN: "failed-turn", DEAD: "dead"}
+KINDS = ("question", "waiting-permission", "blocked-on-dialog", "failed-turn", "pr-filed", "dead", "done")
 TEXT_MAX = 4000
+
+
+def needs_human(status: str, parent: str | None) -> str | None:
+    """The event of ``status`` when an agent in it (under ``parent``) needs the human; None when it needs nobody.
+
+    A question needs the human only when it goes to the root: a TL agent answers its own children's.
+    """
+    kind = NEEDS_HUMAN.get(status)
+    if kind == "question" and (parent or ROOT) != ROOT:
+        return None
+    return kind
 
 
 def event(kind: str, agent: Agent, text: str, **data: Any) -> dict[str, Any]:
@@ -34,9 +55,11 @@ def event(kind: str, agent: Agent, text: str, **data: Any) -> dict[str, Any]:
 def summary(ev: dict[str, Any]) -> str:
     """One line for a status bar or a desktop notification."""
     what = {"question": "asks", "waiting-permission": "waits for a permission", "blocked-on-dialog": "shows a dialog",
-            "pr-filed": "filed a PR", "dead": "died", "done": "is done"}.get(ev["event"], ev["event"])
+            "failed-turn": "'s turn failed", "pr-filed": "filed a PR", "dead": "died",
+            "done": "is done"}.get(ev["event"], ev["event"])
     text = " ".join(str(ev.get("text") or "").split())
-    return f"exo: {ev['name']} {what}" + (f": {text[:120]}" if text else "")
+    sep = "" if what.startswith("'") else " "
+    return f"exo: {ev['name']}{sep}{what}" + (f": {text[:120]}" if text else "")
 
 
 def signal(env: Env, kind: str, agent: Agent, text: str, **data: Any) -> None:

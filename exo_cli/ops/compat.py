@@ -186,7 +186,7 @@ class IdleResult(messages.WaitResult):
 
 
 def _wait_for_idle(*, slot: str, timeout: Annotated[float, Range(0)] | None = None) -> dict[str, Any]:
-    return {"agents": [slot], "timeout": timeout}
+    return {"agents": [slot], "timeout": timeout, "until_idle": True}  # a note on the way does not end it
 
 
 def _idle_result(args: dict[str, Any], results: list[messages.WaitResult]) -> IdleResult:
@@ -291,8 +291,9 @@ registry.extend(
 registry.extend(
     "wait",
     Tool("wait_for_idle", compat="termtile", adapt=_wait_for_idle, result=_idle_result, result_type=IdleResult,
-         description=("Block until an agent is idle or done (its output in output), dead, or has a message for "
-                      "you, or the timeout passes. Use it before reading an agent's result."),
+         description=("Block until an agent is idle or done (its output in output), its turn failed, or it is "
+                      "dead, or the timeout passes; the notes it sends meanwhile stay for wait. Use it before "
+                      "reading an agent's result."),
          help={"slot": _SLOT, "timeout": registry.get("wait").help["timeout"]}),
 )
 registry.extend(

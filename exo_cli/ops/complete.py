@@ -509,7 +509,12 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
         check = _check(env, agent, settle=3.0)
         refusal = _refusal(agent, check, force=force, stopped=True, running=False, base=base)
         if refusal is not None:
-            env.store.update_agent(agent.id, status_reason="stopped by exo complete, which refused: " + refusal.message[:300])
+            reason = "stopped by exo complete, which refused: " + refusal.message[:300]
+            env.store.update_agent(agent.id, status_reason=reason)
+            if agent.status == DEAD:  # stopped, not done: it needs someone now, as any agent that died
+                from exo_cli.ops import agentctl
+
+                agentctl.died(env, agent, reason)
             raise refusal
     # 4. Archive what would be lost.
     kept: keep.Kept | None = None

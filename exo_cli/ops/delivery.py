@@ -174,10 +174,13 @@ def fail_dependents(env: Env, agent: Agent, why: str) -> list[str]:
 
 
 def fail_pending(env: Env, pending: Agent, why: str) -> bool:
-    """Mark one agent waiting ``--after`` dead (``not started: <why>``) and tell its parent; once."""
+    """Mark one agent waiting ``--after`` dead (``not started: <why>``) and tell its parent and the human; once."""
     if not env.store.update_agent(pending.id, if_status=STARTING, status=DEAD, status_reason=f"not started: {why}"):
         return False
     notify_parent(env, pending, "after-failed", f"{pending.name} will not start: {why}", reason=why)
+    from exo_cli.ops import attention
+
+    attention.signal(env, DEAD, pending, f"not started: {why}", reason=f"not started: {why}")
     return True
 
 

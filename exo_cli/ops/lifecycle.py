@@ -331,12 +331,31 @@ class ReadResult:
     pattern: str | None
     matched: bool | None
 
+    @property
+    def exit_code(self) -> int:
+        """5 (a state error) when the pattern waited for never appeared, else 0."""
+        return 5 if self.matched is False else 0
+
+    @property
+    def tool_error(self) -> bool:
+        return self.matched is False
+
 
 @dataclass(frozen=True)
 class ReadManyResult:
     """``read`` of several agents: one result each, in the order asked, captured together."""
 
     results: list[ReadResult]
+
+    @property
+    def exit_code(self) -> int:
+        """5 when the pattern waited for is missing from any screen, else 0."""
+        return max((r.exit_code for r in self.results), default=0)
+
+    @property
+    def tool_error(self) -> bool:
+        """The pattern appeared in none of the screens (some: the result says which)."""
+        return bool(self.results) and all(r.tool_error for r in self.results)
 
 
 _CURSOR_LINES = 5

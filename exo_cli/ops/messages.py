@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli import cancel
-from exo_cli.errors import InvalidInput, NotFound, StateError
+from exo_cli.errors import InvalidInput, NotFound, StateError, UsageError
 from exo_cli.ops.delivery import (
     ANSWER,
     ANSWERED,
@@ -33,7 +33,19 @@ from exo_cli.ops.delivery import (
     agent_name,
     post,
 )
-from exo_cli.records import ASKING, AT_REST, DEAD, DONE, FAILED_TURN, IDLE, ROOT, WORKING, Agent, Message
+from exo_cli.records import (
+    ASKING,
+    AT_REST,
+    DEAD,
+    DONE,
+    FAILED_TURN,
+    IDLE,
+    ROOT,
+    TEAM_BELL,
+    WORKING,
+    Agent,
+    Message,
+)
 from exo_cli.registry import Range, Tool, op
 from exo_cli.validate import check_name, check_text, check_timeout
 
@@ -419,9 +431,10 @@ WAIT_MAX_LIMIT = 1000
 
 
 def _wait_tool(*, timeout: Annotated[float, Range(0)] | None = None, from_agents: list[str] | None = None,
-               max: Annotated[int, Range(1, WAIT_MAX_LIMIT)] = WAIT_MAX) -> dict[str, Any]:
-    """Map the ``wait`` tool's ``timeout``, ``from_agents`` and ``max`` onto the operation (the same default timeout)."""
-    return {"timeout": timeout, "agents": from_agents, "max_messages": max}
+               max: Annotated[int, Range(1, WAIT_MAX_LIMIT)] = WAIT_MAX, until_idle: bool = False) -> dict[str, Any]:
+    """Map the ``wait`` tool's ``timeout``, ``from_agents``, ``max`` and ``until_idle`` onto the operation (the same
+    default timeout)."""
+    return {"timeout": timeout, "agents": from_agents, "max_messages": max, "until_idle": until_idle}
 
 
 def _bound(value: int) -> int:
@@ -471,10 +484,12 @@ def _watched(env: Env, me: str, targets: list[Agent], settled: dict[str, WaitEnt
         "timeout": "Seconds to wait; 0 checks without blocking (default: timeouts.wait in exo.toml, 600).",
         "max_messages": f"Without agents: the most messages one call returns (1-{WAIT_MAX_LIMIT}, default {WAIT_MAX}); "
         "the rest wait for the next call.",
+        "until_idle": "With agents (from_agents): wait until each is idle or done (its output as its message), its "
+        "turn failed, or it is dead, whatever it sends meanwhile; its messages stay for a later wait.",
     },
 )
 def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float, Range(0)] | None = None,
-         max_messages: Annotated[int, Range(1, WAIT_MAX_LIMIT)] = WAIT_MAX) -> WaitResult:
+         max_messages: Annotated[int, Range(1, WAIT_MAX_LIMIT)] = WAIT_MAX, until_idle: bool = False) -> WaitResult:
     """Wait for messages: every pending one from anyone, or fan in on several agents.
 
     Without agents: return every unconsumed message to you from anyone, oldest first, at
@@ -482,7 +497,9 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
     one arrives (`--timeout 0` checks without blocking). With agents: wait until each has
     a message for you (`received`), or is `idle`, `failed` (its turn ended with an error)
     or `dead`, or the timeout passes; return one entry per agent with its status
-    (received, running, idle, failed, dead) and message. Messages returned are consumed,
+    (received, running, idle, failed, dead) and message. With `--until-idle` (MCP:
+    `until_idle`), a message from an agent does not end its wait: only idle, failed or
+    dead do, and its messages stay for a later wait. Messages returned are consumed,
     each by exactly one wait. Without a timeout it waits `timeouts.wait` seconds (600 by
     default), on the command line and over MCP alike. While it waits, it watches the agents
     it waits for (or all of your live children) every few seconds: an agent that died,
@@ -495,12 +512,15 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
     bound = _bound(max_messages)
     me = env.caller.agent_id
     refs = _targets(list(agents or []))
+    if until_idle and not refs:
+        raise UsageError("--until-idle waits for agents: name them", hint="exo wait w1 w2 --until-idle")
     targets = [find_agent(env, r) for r in refs]
     store = env.store
     settled: dict[str, WaitEntry] = {}
     deadline = None if timeout is None else time.monotonic() + timeout
     next_live = time.monotonic() + LIVENESS_EVERY
-    with store.bell.listen([me]) as waiter:
+    # until idle: any change of an agent wakes it (its status is the answer, not a message to me)
+    with store.bell.listen([me, TEAM_BELL] if until_idle else [me]) as waiter:
         if timeout != 0:  # watch once before the first look: a resting agent may still have a message queued
             _refresh(env, _watched(env, me, targets, settled))
         while True:
@@ -513,20 +533,8 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
                     if t.id in settled and settled[t.id].status == "received":
                         continue
                     settled.pop(t.id, None)
-                    events: list[int] = []
-                    got: Message | None = None
-                    for m in store.messages(recipient=me, sender=t.id, unconsumed=True):
-                        if m.kind == EVENT:
-                            events.append(m.id)
-                            continue
-                        got = m
-                        break
-                    if got is not None:
-                        if got.id in _take(env, [*events, got.id]):
-                            settled[t.id] = WaitEntry(t.id, t.name, "received", got.body, got.kind)
-                            continue
-                    elif events:
-                        _take(env, events)
+                    if not until_idle and _received(env, me, t, settled):
+                        continue
                     rec = store.agent(t.id)
                     status = _entry_status(rec)
                     if status != "running":
@@ -543,6 +551,25 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
                 _refresh(env, _watched(env, me, targets, settled))
             slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
             waiter.wait(max(slice_, 0.0))
+
+
+def _received(env: Env, me: str, target: Agent, settled: dict[str, WaitEntry]) -> bool:
+    """Take ``target``'s first message to me (its lifecycle events before it consumed on the way) into ``settled``."""
+    events: list[int] = []
+    got: Message | None = None
+    for m in env.store.messages(recipient=me, sender=target.id, unconsumed=True):
+        if m.kind == EVENT:
+            events.append(m.id)
+            continue
+        got = m
+        break
+    if got is not None:
+        if got.id in _take(env, [*events, got.id]):
+            settled[target.id] = WaitEntry(target.id, target.name, "received", got.body, got.kind)
+            return True
+    elif events:
+        _take(env, events)
+    return False
 
 
 def _take_batch(env: Env, me: str, bound: int) -> WaitResult | None:

@@ -35,6 +35,7 @@ class AgentView(NamedTuple):
     parent: str | None
     depth: int
     status: str
+    status_reason: str | None
     backend: str
     mux: str
     task: str | None
@@ -103,6 +104,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
                     parent=a.parent,
                     depth=depth,
                     status=a.status,
+                    status_reason=a.status_reason,
                     backend=a.backend,
                     mux=a.mux,
                     task=a.task,

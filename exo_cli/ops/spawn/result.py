@@ -64,6 +64,11 @@ class SpawnResult:
         cls = BY_NAME.get(str(self.errors[0].get("name")))
         return cls.exit_code if cls else 70
 
+    @property
+    def tool_error(self) -> bool:
+        """Every task failed (no agent recorded): the MCP tool answers ``isError: true`` with this result."""
+        return bool(self.errors) and not self.agents
+
 
 def view(a: Agent) -> SpawnedAgent:
     """The public view of an agent record in a spawn result."""
