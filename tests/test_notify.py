@@ -114,3 +114,87 @@ def test_an_agent_with_a_huge_task_still_reaches_the_notifier(repo: Path, tmp_pa
     got = wait_for(lambda: events(out), what="the done event")
     assert [e["event"] for e in got] == ["done"] and got[0]["task"].startswith("任务任务")
     assert len(json.dumps(got[0], ensure_ascii=False).encode()) < 60000
+
+
+# A notifier that records what it was given: its environment, its folder, its ancestry (pid, pgid, sid and
+# command line of each ancestor) and what `exo wait --timeout 0` answers it.
+PROBE = r'''
+import json, os, subprocess, sys
+def stat(pid):
+    raw = open(f"/proc/{pid}/stat", "rb").read()
+    rest = raw[raw.rfind(b")") + 2:].split()
+    return int(rest[1]), int(rest[2]), int(rest[3])
+chain, pid = [], os.getpid()
+while pid > 1:
+    ppid, pgid, sid = stat(pid)
+    chain.append({"pid": pid, "pgid": pgid, "sid": sid, "cmd": open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")})
+    pid = ppid
+event = sys.stdin.read()
+waited = subprocess.run([sys.argv[2], "wait", "--timeout", "0", "--json"], capture_output=True, text=True, timeout=120)
+json.dump({"env": dict(os.environ), "cwd": os.getcwd(), "chain": chain, "event": event,
+           "wait": [waited.returncode, waited.stdout, waited.stderr]}, open(sys.argv[1] + ".tmp", "w"))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+'''
+
+
+def test_the_notifier_runs_as_the_human_never_as_the_agent_that_raised_the_event(repo: Path, tmp_path: Path) -> None:
+    """An agent's event (its own `exo done`, a child of its process) starts the notify command: the notifier
+    gets none of the agent's identity or keys, only the human's session variables, starts in the
+    repository, descends from no agent process, and an `exo wait` it runs is the human's (a TL's tool)."""
+    from conftest import agent_vars
+    from exo_cli.ops import attention
+    from exo_cli.ops.agentctl import mux_for
+
+    exo_bin = str(Path(sys.executable).parent / "exo")
+    out = tmp_path / "probe.json"
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    (repo / "exo.toml").write_text(f"[notify]\ncommand = {json.dumps([sys.executable, str(probe), str(out), exo_bin])}\n")
+    # The human ran exo with their session (and a key that must not be written anywhere nor reach the notifier).
+    attention.remember_human(env_for(repo, extra={"DISPLAY": ":7", "HUMAN_API_KEY": "human-canary"}))
+    a = make_agent(repo, "w1")
+    agent_env = {**os.environ, **agent_vars(repo, "w1"), "EXO_PARENT": "root", "EXO_ROLE": "dev",
+                 "EXO_STATE_DIR": str(repo / ".git" / "exo"), "ANTHROPIC_API_KEY": "agent-canary",
+                 "DISPLAY": ":99", "PYTHONPATH": str(tmp_path / "agent-owned")}
+    script = f"import subprocess, time; subprocess.run([{exo_bin!r}, 'done', '--output', 'finished']); time.sleep(600)"
+    env = env_for(repo)
+    loc = mux_for(env, "headless").start("w1", [sys.executable, "-c", script], cwd=a.worktree, env=agent_env)
+    env.store.update_agent("w1", location=loc.to_dict())
+    try:
+        seen = wait_for(lambda: out.exists() and json.loads(out.read_text()), what="the notifier's report")
+        agent_pids = {p for p in (loc.pid, loc.pgid) if p}
+        agent_chain = set(agent_pids)
+        for p in list(agent_pids):  # the agent's process and its descendants, as far as they still run
+            agent_chain.update(int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()
+                               if Path(f"/proc/{p}").exists())
+    finally:
+        mux_for(env_for(repo), "headless").kill(loc, grace=0.5)
+    assert json.loads(seen["event"])["event"] == "done"
+    got_env = seen["env"]
+    assert not [k for k in got_env if k.startswith("EXO_") and k != "EXO_CONFIG_DIR"], got_env
+    assert "agent-canary" not in json.dumps(got_env) and "human-canary" not in json.dumps(got_env)
+    assert "PYTHONPATH" not in got_env and got_env["DISPLAY"] == ":7" and got_env["PATH"] == os.environ["PATH"]
+    assert "human-canary" not in (repo / ".git" / "exo" / "human-env.json").read_text()
+    assert seen["cwd"] == str(repo)
+    chain = seen["chain"]
+    assert not {c["pid"] for c in chain[1:]} & agent_chain, chain
+    assert not any("done" in c["cmd"].split("\0") for c in chain[1:]), chain  # not the `exo done` that raised it
+    assert chain[0]["sid"] == chain[0]["pid"] and chain[0]["sid"] not in agent_pids and chain[0]["pgid"] not in agent_pids
+    code, stdout, stderr = seen["wait"]
+    assert code == 0, (stdout, stderr)
+    assert "results" in json.loads(stdout), stdout  # the root's inbox: as the human, not refused as w1
+
+
+def test_the_notifier_of_an_unrecorded_human_gets_the_account_and_a_default_path(repo: Path, tmp_path: Path) -> None:
+    """Before the human ever ran exo here, an agent's event still reaches the notifier, with HOME, USER and
+    SHELL from the user database and the system's default PATH, never the agent's variables."""
+    import pwd
+
+    out = tmp_path / "env.json"
+    code = f"import json, os, sys; sys.stdin.read(); json.dump(dict(os.environ), open({str(out)!r}, 'w'))"
+    (repo / "exo.toml").write_text(f"[notify]\ncommand = {json.dumps([sys.executable, '-c', code])}\n")
+    a = make_agent(repo, "w1")
+    registry.invoke("done", env_for(a.worktree, "w1", extra={"OPENAI_API_KEY": "agent-canary"}), output="x")
+    got = wait_for(lambda: out.exists() and out.stat().st_size and json.loads(out.read_text()), what="the notifier")
+    assert got["HOME"] == pwd.getpwuid(os.getuid()).pw_dir and got["PATH"] == os.defpath
+    assert "OPENAI_API_KEY" not in got and not [k for k in got if k.startswith("EXO_")]
