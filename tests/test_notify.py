@@ -198,3 +198,27 @@ def test_the_notifier_of_an_unrecorded_human_gets_the_account_and_a_default_path
     got = wait_for(lambda: out.exists() and out.stat().st_size and json.loads(out.read_text()), what="the notifier")
     assert got["HOME"] == pwd.getpwuid(os.getuid()).pw_dir and got["PATH"] == os.defpath
     assert "OPENAI_API_KEY" not in got and not [k for k in got if k.startswith("EXO_")]
+
+
+def test_a_hostile_record_of_the_humans_session_passes_only_allow_listed_variables(repo: Path, tmp_path: Path) -> None:
+    """The record is a file any process of the user can write: what it says beyond the allow-list is dropped, and
+    a link (to a device that never ends, say) or a fifo is not read at all."""
+    from exo_cli.adapters import notify
+
+    out = tmp_path / "env.json"
+    code = f"import json, os, sys; sys.stdin.read(); json.dump(dict(os.environ), open({str(out)!r}, 'w'))"
+    (repo / "exo.toml").write_text(f"[notify]\ncommand = {json.dumps([sys.executable, '-c', code])}\n")
+    a = make_agent(repo, "w1")
+    record = repo / ".git" / "exo" / notify.HUMAN_FILE
+    record.write_text(json.dumps({"PATH": os.environ["PATH"], "LD_PRELOAD": "/tmp/evil.so", "EXO_AGENT": "w1",
+                                  "PYTHONPATH": "/tmp/evil", "LC_ALL": "C.UTF-8", "DISPLAY": ":3\u0000x"}))
+    registry.invoke("done", env_for(a.worktree, "w1"), output="x")
+    got = wait_for(lambda: out.exists() and out.stat().st_size and json.loads(out.read_text()), what="the notifier")
+    assert got["LC_ALL"] == "C.UTF-8" and "DISPLAY" not in got
+    assert not {"LD_PRELOAD", "EXO_AGENT", "PYTHONPATH"} & set(got)
+    record.unlink()
+    record.symlink_to("/dev/zero")
+    assert notify.recall(record.parent) is None
+    record.unlink()
+    os.mkfifo(record)
+    assert notify.recall(record.parent) is None  # no writer: a read would block forever

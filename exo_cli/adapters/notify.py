@@ -51,8 +51,15 @@ def remember(state_dir: Path, variables: Mapping[str, str]) -> None:
 
 def recall(state_dir: Path) -> dict[str, str] | None:
     """The human's session variables ``remember`` kept, or None."""
-    try:
-        data = json.loads((state_dir / HUMAN_FILE).read_text(encoding="utf-8"))
+    import stat
+
+    try:  # never through a link, never a fifo or a device, never more than a small file's worth
+        fd = os.open(state_dir / HUMAN_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            raw = os.read(fd, 1 << 16) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+        data = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
