@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -222,3 +223,41 @@ def test_a_hostile_record_of_the_humans_session_passes_only_allow_listed_variabl
     record.unlink()
     os.mkfifo(record)
     assert notify.recall(record.parent) is None  # no writer: a read would block forever
+
+
+def test_a_started_notifier_descends_from_no_process_of_its_starter(tmp_path: Path) -> None:
+    """notify.start_detached from a process that lives on (a hook of a long-running agent, here a Python process
+    that sleeps after starting it): the notifier's parent is not that process, nor any of its ancestors, and it
+    leads a session of its own."""
+    out = tmp_path / "chain.json"
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import json, os, sys\n"
+        "data = sys.stdin.read()\n"
+        "chain, pid = [], os.getpid()\n"
+        "while pid > 1:\n"
+        "    raw = open(f'/proc/{pid}/stat', 'rb').read()\n"
+        "    rest = raw[raw.rfind(b')') + 2:].split()\n"
+        "    chain.append([pid, int(rest[2]), int(rest[3])])\n"
+        "    pid = int(rest[1])\n"
+        f"json.dump({{'chain': chain, 'stdin': data, 'cwd': os.getcwd()}}, open({str(out)!r} + '.tmp', 'w'))\n"
+        f"os.replace({str(out)!r} + '.tmp', {str(out)!r})\n")
+    starter = ("import sys, time\nfrom exo_cli.adapters import notify\n"
+               f"ok = notify.start_detached([sys.executable, {str(probe)!r}], stdin=b'payload', "
+               f"environ={{'PATH': '/usr/bin:/bin'}}, cwd={str(tmp_path)!r})\n"
+               "print(ok, flush=True)\ntime.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "True"
+        seen = wait_for(lambda: out.exists() and json.loads(out.read_text()), what="the notifier's chain")
+        assert proc.poll() is None  # the starter still runs: reparenting did not wait for it to end
+    finally:
+        proc.kill()
+        proc.wait()
+    me = os.getpid()
+    pids = [c[0] for c in seen["chain"]]
+    assert proc.pid not in pids and me not in pids, seen
+    pid, pgid, sid = seen["chain"][0]
+    assert sid == pid and pgid == pid
+    assert seen["stdin"] == "payload" and seen["cwd"] == str(tmp_path)
