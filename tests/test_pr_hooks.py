@@ -284,3 +284,27 @@ def test_an_lfs_repository_without_git_lfs_is_refused_before_pushing(repo: Path,
     (bindir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
     with pytest.raises(EnvironmentError_, match="git-lfs is not installed"):
         Git(repo, environ={**os.environ, "PATH": str(bindir)}).push("origin", "main")
+
+
+def test_exos_empty_hooks_folder_with_something_in_it_is_refused(repo: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Something put a hook into the folder exo names as core.hooksPath: git is not run (EnvironmentError, exit 7,
+    naming the folder), never with that hook; once it is removed, exo makes the folder again."""
+    from exo_cli.adapters import files
+    from exo_cli.errors import EnvironmentError_
+
+    folder = tmp_path / "exo-empty"
+    monkeypatch.setattr(files, "empty_path", lambda: folder)
+    monkeypatch.setattr(files, "_EMPTY", None)
+    assert Git(repo).run(["update-ref", "refs/heads/one", "HEAD"]).ok
+    assert folder.is_dir() and oct(folder.stat().st_mode & 0o777) == "0o500" and not list(folder.iterdir())
+    marker = tmp_path / "ran.txt"
+    folder.chmod(0o700)
+    hostile_hooks(folder, marker)
+    with pytest.raises(EnvironmentError_, match="must be an empty folder") as err:
+        Git(repo).run(["update-ref", "refs/heads/two", "HEAD"])
+    assert err.value.exit_code == 7 and err.value.data["path"] == str(folder)
+    assert ran(marker) == []
+    shutil.rmtree(folder)
+    assert not Git(repo).rev("refs/heads/two")  # the refused call did nothing
+    assert Git(repo).run(["update-ref", "refs/heads/three", "HEAD"]).ok

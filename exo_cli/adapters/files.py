@@ -113,8 +113,7 @@ def empty_dir() -> Path:
             pass
         _EMPTY = None
     uid = os.getuid()
-    user_run = Path(f"/run/user/{uid}")
-    path = user_run / "exo-empty" if _private_folder(user_run, uid) else Path(f"/tmp/exo-{uid}-empty")
+    path = empty_path()
     try:
         os.mkdir(path, 0o500)
     except FileExistsError:
@@ -133,6 +132,13 @@ def empty_dir() -> Path:
 
 
 _EMPTY: Path | None = None  # ``empty_dir`` once checked in this process
+
+
+def empty_path() -> Path:
+    """Where ``empty_dir`` is: ``/run/user/<uid>/exo-empty`` when that folder is private, else ``/tmp/exo-<uid>-empty``."""
+    uid = os.getuid()
+    user_run = Path(f"/run/user/{uid}")
+    return user_run / "exo-empty" if _private_folder(user_run, uid) else Path(f"/tmp/exo-{uid}-empty")
 
 
 def release_runtime_dir(path: Path) -> bool:
