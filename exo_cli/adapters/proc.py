@@ -519,8 +519,9 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` and return the finished process; raise ExternalFailure on failure.
 
-    The program runs in a session of its own: at the ``timeout`` that whole session ends with it
-    (``procrun.end_session``), so nothing it started is left running.
+    The program runs in a process group of its own, in the caller's session (so stopping an agent,
+    which ends its session, still ends what it runs): at the ``timeout`` that whole group ends with
+    it, and every process carrying its token (``end_session``), so nothing it started is left running.
     """
     import subprocess
 
@@ -529,7 +530,7 @@ def run(
         child = subprocess.Popen(
             list(argv), cwd=cwd, env={**(os.environ if env is None else env), TOKEN_VAR: token}, text=True,
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0,
         )
     except FileNotFoundError as exc:
         raise EnvironmentError_(
