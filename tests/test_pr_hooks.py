@@ -308,3 +308,24 @@ def test_exos_empty_hooks_folder_with_something_in_it_is_refused(repo: Path, tmp
     shutil.rmtree(folder)
     assert not Git(repo).rev("refs/heads/two")  # the refused call did nothing
     assert Git(repo).run(["update-ref", "refs/heads/three", "HEAD"]).ok
+
+
+def test_stopping_an_agent_ends_the_git_calls_its_exo_started(repo: Path, tmp_path: Path) -> None:
+    """git runs in a session of its own, yet stopping the agent whose exo started it (its pane's session, or its
+    headless group) ends that git and what git started: the call carries its starter's session in its token."""
+    from exo_cli.adapters.proc import TOKEN_VAR, carrying
+    from exo_cli.ops.agentctl import mux_for
+
+    pids = slow_filter(repo, tmp_path, ignore_term=False)
+    snippet = (f"from exo_cli.adapters.git import Git\nGit({str(repo)!r}, timeout=3000).run(['add', 'x.slow'], "
+               "check=False)\n")
+    env = env_for(repo)
+    loc = mux_for(env, "headless").start("w9", [sys.executable, "-c", snippet], cwd=str(repo),
+                                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    started = wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2 and
+                       [int(p) for p in pids.read_text().split()], what="git's filter and its helper")
+    calls = carrying(TOKEN_VAR, f"{loc.pgid}-", prefix=True)  # git, the filter and its helper
+    assert calls and all(os.getsid(p) != loc.pgid for p in calls)  # in sessions of their own
+    mux_for(env, "headless").kill(loc, grace=1.0)
+    wait_for(lambda: not [p for p in [*started, *calls] if alive(p)], 30, "git, the filter and its helper ended")
+    assert not (repo / ".git" / "index.lock").exists()

@@ -328,9 +328,20 @@ def open_files(pids: Iterable[int], suffix: str) -> dict[str, int]:
     return found
 
 
-def carrying(name: str, value: str) -> list[int]:
-    """The live processes whose environment has ``name=value`` (a token exo gave a process it started:
-    its descendants keep it even when they leave its session). Empty where /proc is missing."""
+def run_token() -> str:
+    """A fresh token for one call exo runs with a deadline (``TOKEN_VAR``): the caller's session id, then random
+    digits, so stopping that session (an agent) also finds the calls its processes started (``kill_group``)."""
+    try:
+        sid = os.getsid(0)
+    except OSError:
+        sid = 0
+    return f"{sid}-{os.urandom(8).hex()}"
+
+
+def carrying(name: str, value: str, *, prefix: bool = False) -> list[int]:
+    """The live processes whose environment has ``name=value`` (with ``prefix``: a value starting so), a token
+    exo gave a process it started: its descendants keep it even when they leave its session. Empty where
+    /proc is missing."""
     needle = f"{name}={value}".encode()
     out = []
     for pid in _pids():
@@ -339,7 +350,8 @@ def carrying(name: str, value: str) -> list[int]:
                 data = fh.read()
         except OSError:
             continue
-        if needle in data.split(b"\0"):
+        entries = data.split(b"\0")
+        if any(e.startswith(needle) for e in entries) if prefix else needle in entries:
             st = proc_stat(pid)
             if st is not None and st.state not in ("Z", "X"):
                 out.append(pid)
@@ -361,24 +373,37 @@ def kill_group(pgid: int, *, grace: float = 3.0, leader_start_time: int | None =
         st = proc_stat(pgid)
         if st and st.state not in ("Z", "X") and st.start_time != leader_start_time:
             return False
-    if not group_members(pgid):
+    # the calls with a deadline the group's processes started (git in a session of its own): they go too
+    calls = set(carrying(TOKEN_VAR, f"{pgid}-", prefix=True)) - {os.getpid()}
+
+    def left() -> bool:
+        reap(pgid)
+        return bool(group_members(pgid)) or any(pid_alive(p, reap_child=False) for p in calls)
+
+    if not group_members(pgid) and not calls:
         return False
     for sig in (signal.SIGTERM, signal.SIGCONT):
         _signal_group(pgid, sig)
+        _signal_each(calls, sig)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        reap(pgid)
-        if not group_members(pgid):
+        if not left():
             return True
         time.sleep(0.02)
     _signal_group(pgid, signal.SIGKILL)
+    _signal_each(calls, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
-        reap(pgid)
-        if not group_members(pgid):
+        if not left():
             break
         time.sleep(0.02)
     return True
+
+
+def _signal_each(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
 
 
 def _members(leader: int, token: str | None) -> set[int]:
@@ -525,7 +550,7 @@ def run(
     """
     import subprocess
 
-    token = os.urandom(8).hex()
+    token = run_token()
     try:
         child = subprocess.Popen(
             list(argv), cwd=cwd, env={**(os.environ if env is None else env), TOKEN_VAR: token}, text=True,

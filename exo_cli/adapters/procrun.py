@@ -22,7 +22,7 @@ import select
 import sys
 import time
 
-from exo_cli.adapters.proc import TOKEN_VAR, end_session
+from exo_cli.adapters.proc import TOKEN_VAR, end_session, run_token
 from exo_cli.lite import NamedTuple
 
 TYPE_CHECKING = False
@@ -49,7 +49,7 @@ def run_captured(argv: list[str], env: Mapping[str, str], timeout: float,
     At the deadline the whole session is ended (``end_session``). Once the program has exited,
     the output already in the pipes is read and the call returns.
     """
-    token = os.urandom(8).hex()
+    token = run_token()
     env = {**env, TOKEN_VAR: token}
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
