@@ -284,18 +284,21 @@ class Zellij:
         log_path: str | os.PathLike[str] | None = None,
         services_argv: Sequence[str] | None = None,
         services_log: str | os.PathLike[str] | None = None,
+        services_env: Mapping[str, str] | None = None,
     ) -> Location:
         """Open tab ``name`` with the agent layout running ``argv`` in ``cwd`` with exactly ``env``.
 
         Zellij adds only TERM, ZELLIJ, ZELLIJ_SESSION_NAME and ZELLIJ_PANE_ID. With
         ``services_argv`` (or the constructor's ``services``), process-compose and a
         ``tail -F`` of ``services_log`` run in the tab's side panes, through the launcher
-        too (same environment; their pids are recorded, see ``service_locations``). ``log_path`` is
+        too (with ``services_env``, by default the agent's; their pids are recorded, see
+        ``service_locations``). ``log_path`` is
         not used (the pane's scrollback is the log).
         """
         check_name(name, "tab name")
         argv = check_argv(argv)
         env = check_env(env)
+        side_env = check_env(services_env) if services_env is not None else env
         cwd = os.fspath(cwd)
         if not os.path.isdir(cwd):
             raise InvalidInput(f"Working folder {cwd} does not exist", field="cwd")
@@ -327,7 +330,8 @@ class Zellij:
         try:
             self._action("new-tab", "--layout", str(layout), "--cwd", cwd, "--name", name)
             for pane, pane_argv in panes:
-                spec = {"argv": pane_argv, "env": env, "cwd": cwd if pane != "logs" else "/",
+                spec = {"argv": pane_argv, "env": env if pane == "agent" or services_env is None else side_env,
+                        "cwd": cwd if pane != "logs" else "/",
                         "keep": list(PANE_VARS), "pid_file": str(pid_files[pane])}
                 if pane == "agent":
                     spec["exit_file"] = str(exit_file)

@@ -20,6 +20,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli.errors import ExoError, UsageError
+from exo_cli.ops import attention
 from exo_cli.ops.spawn import pending
 from exo_cli.ops.spawn.call import Call
 from exo_cli.ops.spawn.plan import (
@@ -189,6 +190,7 @@ def spawn(
     StateError. With host, exo on that host makes the worktrees from the parent's branch as
     pushed to the shared remote and starts the agents there.
     """
+    attention.remember_human(env)  # what the notifier gets when these agents' events reach the human
     prompts = read_prompts(env, list(prompt or []), prompt_file, edit=edit)
     if host is not None and host != env.host_name:
         from exo_cli.ops.remote import spawn_there
