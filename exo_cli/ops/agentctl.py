@@ -228,6 +228,15 @@ def _quiet_key(agent_id: str) -> str:
     return f"quiet:{agent_id}"
 
 
+def setting(env: Env, agent: Agent, key: str) -> Any:
+    """The agent's setting ``key``: the one it was spawned with from another host (its record's ``settings``),
+    else this clone's configuration."""
+    carried = agent.spec.get("settings")
+    if isinstance(carried, dict) and key in carried:
+        return carried[key]
+    return env.config.get(key)
+
+
 def watch_custom(env: Env, agent: Agent, st: PaneState) -> Agent:
     """Let a custom agent (no hooks) go idle by its output by tiers (a fence or pattern at once, else quiet output with no child process); back to working when it prints.
 
@@ -265,7 +274,7 @@ def watch_custom(env: Env, agent: Agent, st: PaneState) -> Agent:
         _save(env, key, raw, state)
         return agent
     quiet = now - since
-    limit = float(env.config.get("agent.idle_quiet_seconds") or 0)
+    limit = float(setting(env, agent, "agent.idle_quiet_seconds") or 0)
     output: str | None = None
     reason = ""
     if quiet >= min(SETTLE, limit) and state.get("read") != fingerprint:
@@ -301,7 +310,7 @@ def _rest_signal(env: Env, agent: Agent) -> tuple[str | None, str]:
     last = rows[-1] if rows else ""
     if last.rstrip().endswith(FENCE_CLOSE):
         return fenced(text), "fence"
-    pattern = str(env.config.get("agent.idle_pattern") or "")
+    pattern = str(setting(env, agent, "agent.idle_pattern") or "")
     if pattern:
         try:
             if re.search(pattern, last):
@@ -389,12 +398,11 @@ def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState |
     ]  # fmt: skip
     if not candidates:
         return agents
-    configured = env.config.get("agent.start_timeout")
-    timeout = float(60 if configured is None else configured)
     now = time.time()
     changed: dict[str, Agent] = {}
     for a in candidates:
-        if now - (a.status_at or a.created_at) < timeout:
+        configured = setting(env, a, "agent.start_timeout")
+        if now - (a.status_at or a.created_at) < float(60 if configured is None else configured):
             continue
         loc = location(a)
         if loc is None:

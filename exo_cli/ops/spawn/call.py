@@ -210,6 +210,8 @@ def host_fields(env: Env) -> dict[str, Any]:
     if env.via_host is not None:
         out["parent_host"] = env.via_host.get("from_host")
         out["base_ref"] = env.via_host.get("base_ref")
+        if env.via_host.get("settings"):  # the spawning host's choices stay with the agent (``agentctl.setting``)
+            out["settings"] = dict(env.via_host["settings"])
     return out
 
 
