@@ -173,13 +173,13 @@ class Env:
         contradicts where the state is (a URL while the SQLite database holds the state, or
         another URL than the pointer's) is a StateError that says to migrate.
         """
-        from exo_cli.adapters.store import has_state, pointed_url
+        from exo_cli.adapters.store import has_state, pointed_url, same_store
 
         state = self.state_path
         pointed = pointed_url(state)
         chosen = self._chosen_url()
         if pointed is not None:
-            if chosen is not None and chosen != pointed:
+            if chosen is not None and chosen != pointed and not same_store(chosen, pointed):
                 raise _store_moved(f"exo's state for this repository is in {pointed}, but {chosen or 'SQLite'} "
                                    "is configured", pointed)
             return pointed

@@ -216,6 +216,27 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
                 os.close(dfd)
 
 
+def command_folder(folder: Path, name: str, argv: list[str]) -> Path:
+    """A private folder holding one program, ``name``, that runs ``argv`` (a two-line sh script); the folder.
+
+    For a PATH entry that adds exactly one command: the folder a program is installed in may
+    hold others (a virtual environment's python and pip) that must not shadow the user's.
+    Written atomically, and only when it changed.
+    """
+    import shlex
+
+    script = f"#!/bin/sh\nexec {shlex.join(argv)} \"$@\"\n"
+    target = folder / name
+    try:
+        if target.read_text(encoding="utf-8") == script:
+            return folder
+    except (OSError, UnicodeDecodeError):
+        pass
+    ensure_private_dir(folder, parents=True)
+    atomic_write(target, script, mode=0o700)
+    return folder
+
+
 class FileLock:
     """An exclusive ``flock`` on one file: the lock every exo lock is made of.
 

@@ -287,6 +287,15 @@ def _resumed(env: Env, agent: Agent, state: dict[str, Any], changed: bool, reaso
     return agent
 
 
+def setting(env: Env, agent: Agent, key: str) -> Any:
+    """The agent's setting ``key``: the one it was spawned with from another host (its record's ``settings``),
+    else this clone's configuration."""
+    carried = agent.spec.get("settings")
+    if isinstance(carried, dict) and key in carried:
+        return carried[key]
+    return env.config.get(key)
+
+
 def watch_custom(env: Env, agent: Agent, st: PaneState) -> Agent:
     """Let a custom agent (no hooks) go idle by its output by tiers (a fence or pattern at once, else quiet output with no child process); back to working when it prints.
 
@@ -308,7 +317,7 @@ def watch_custom(env: Env, agent: Agent, st: PaneState) -> Agent:
         agent = _resumed(env, agent, state, changed, "output resumed")
         _save(env, key, raw, state)
         return agent
-    limit = quiet_limit(env)
+    limit = quiet_limit(env, agent)
     output: str | None = None
     reason = ""
     if quiet >= min(SETTLE, limit) and state.get("read") != fingerprint:
@@ -344,7 +353,7 @@ def _rest_signal(env: Env, agent: Agent) -> tuple[str | None, str]:
     last = rows[-1] if rows else ""
     if last.rstrip().endswith(FENCE_CLOSE):
         return fenced(text), "fence"
-    pattern = str(env.config.get("agent.idle_pattern") or "")
+    pattern = str(setting(env, agent, "agent.idle_pattern") or "")
     if pattern:
         try:
             if re.search(pattern, last):
@@ -392,9 +401,10 @@ def went_idle(env: Env, agent: Agent, output: str | None, reason: str) -> Agent:
 REBUILT = "record rebuilt by exo doctor"  # how a rebuilt agent's status_reason starts until its hooks report
 
 
-def quiet_limit(env: Env) -> float:
-    """``agent.idle_quiet_seconds``: how long an agent's output must stay quiet before it counts as idle."""
-    return float(env.config.get("agent.idle_quiet_seconds") or 0)
+def quiet_limit(env: Env, agent: Agent) -> float:
+    """``agent.idle_quiet_seconds`` (the agent's own setting, see ``setting``): how long its output must stay
+    quiet before it counts as idle."""
+    return float(setting(env, agent, "agent.idle_quiet_seconds") or 0)
 
 
 def rest_by_output(env: Env, agent: Agent, st: PaneState, quiet: float | None) -> tuple[str, str]:
@@ -413,7 +423,7 @@ def rest_by_output(env: Env, agent: Agent, st: PaneState, quiet: float | None) -
             return (IDLE, "waiting between turns") if runner["state"] == "waiting" else (WORKING, "in a turn")
     if quiet is None:
         return WORKING, "output not measured yet"
-    if quiet >= quiet_limit(env) and not (agent.backend == "custom" and _busy(agent, st)):
+    if quiet >= quiet_limit(env, agent) and not (agent.backend == "custom" and _busy(agent, st)):
         return IDLE, f"quiet for {int(quiet)}s"
     return WORKING, f"output {int(quiet)}s ago"
 
@@ -500,12 +510,11 @@ def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState |
     ]  # fmt: skip
     if not candidates:
         return agents
-    configured = env.config.get("agent.start_timeout")
-    timeout = float(60 if configured is None else configured)
     now = time.time()
     changed: dict[str, Agent] = {}
     for a in candidates:
-        if now - (a.status_at or a.created_at) < timeout:
+        configured = setting(env, a, "agent.start_timeout")
+        if now - (a.status_at or a.created_at) < float(60 if configured is None else configured):
             continue
         loc = location(a)
         if loc is None:

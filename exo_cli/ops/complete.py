@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from exo_cli import fault
 from exo_cli.adapters import keep
 from exo_cli.adapters.git import Finished, Git
-from exo_cli.errors import ExoError, NotFound, StateError, UsageError
+from exo_cli.errors import EnvironmentError_, ExoError, NotFound, StateError, UsageError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.records import DEAD, DONE, REMOVAL_DEFERRED, ROOT, Agent, pick_agent
 from exo_cli.registry import op
@@ -491,6 +491,20 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
         return _complete(env, agent, bead, force=force, base=base)
 
 
+def _go_on(env: Env, agent: Agent, *, stopped: bool) -> None:
+    """Stop here, before anything is removed, when the caller went away (``cancel``: another host's exo
+    whose connection was cut); the agent stays resumable (stopped: dead, never done)."""
+    from exo_cli import cancel
+
+    if not cancel.cancelled():
+        return
+    why = "the call was cancelled (its caller went away) before anything was removed"
+    if stopped:
+        env.store.update_agent(agent.id, status_reason=f"stopped by exo complete; {why}; resumable")
+    raise EnvironmentError_(f"Not completing {agent.name}: {why}", hint="Run `exo complete` again.",
+                            agent=agent.id, reason="cancelled", stopped=stopped)
+
+
 def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: dict[str, Any]) -> CompleteResult:
     warnings: list[str] = []
     running = _running(env, agent)
@@ -500,6 +514,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
     if refusal is not None:
         raise refusal
     fault.point("complete.checked", env.environ)
+    _go_on(env, agent, stopped=False)
     # 2. Stop it (its services too), then 3. check again: it may have written something on its way out.
     stopped = False
     if running:
@@ -516,6 +531,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
 
                 agentctl.died(env, agent, reason)
             raise refusal
+        _go_on(env, agent, stopped=True)
     # 4. Archive what would be lost.
     kept: keep.Kept | None = None
     if check.losses:
@@ -523,6 +539,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
         env.store.update_agent(agent.id, spec={**agent.spec, "archive": keep.describe_kept(kept)})
         warnings += kept.notes
         fault.point("complete.archived", env.environ)
+    _go_on(env, agent, stopped=stopped)  # the last look: from here on it finishes (each step repeatable)
     refs, restore, folder = _restore_of(agent, kept, check.inventory is not None)
     # 5. Undo what the backend wrote, remove the worktree, delete the branch (each step repeatable).
     undone, warn = _undo(env, agent)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from exo_cli.adapters.git import Git
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
@@ -23,6 +23,22 @@ class GitState(NamedTuple):
     parent_branch: str | None
     ahead: int | None
     behind: int | None
+
+
+class PrBrief(TypedDict):
+    """An agent's pull request as its row shows it."""
+
+    number: int
+    state: str
+    base: str
+
+
+class TeamSummary(TypedDict):
+    """The team at a glance (``exo status`` at the root)."""
+
+    agents: int
+    by_status: dict[str, int]
+    open_prs: int
 
 
 class AgentView(NamedTuple):
@@ -44,7 +60,7 @@ class AgentView(NamedTuple):
     base_branch: str | None
     worktree: str | None
     location: dict[str, Any]
-    pr: dict[str, Any] | None
+    pr: PrBrief | None
     last_message: str | None
     age_seconds: float
     status_age_seconds: float
@@ -74,14 +90,14 @@ class StatusResult:
     task: str | None
     bead: str | None
     git: GitState
-    pr: dict[str, Any] | None
-    team: dict[str, Any] | None = field(default=None)
+    pr: PrBrief | None
+    team: TeamSummary | None = field(default=None)
 
 
 def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
     """Agents as a depth-first tree under root, with their PR and last message."""
     now = time.time()
-    prs: dict[str, dict[str, Any]] = {}
+    prs: dict[str, PrBrief] = {}
     last: dict[str, str] = {}
     if env.has_state():
         for pr in env.store.prs():
@@ -203,7 +219,7 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
             ahead, behind = counts
     views = _views(env, team_agents(env)) if (record is None) else []
     view = None
-    pr = None
+    pr: PrBrief | None = None
     if record is not None:
         view = _views(env, [record])[0]
         pr = view.pr
@@ -211,7 +227,7 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
         found = env.store.prs(head=branch)
         if found:
             pr = {"number": found[-1].number, "state": found[-1].state, "base": found[-1].base}
-    team = None
+    team: TeamSummary | None = None
     if record is None:
         team = {
             "agents": len(views),

@@ -88,3 +88,50 @@ def point_to(state_dir: Path, url: str | None, team: str | None = None) -> None:
         path.unlink(missing_ok=True)
     else:
         atomic_write(path, url + "\n" + (f"{team}\n" if team else ""), mode=0o600)
+
+
+def same_store(a: str | None, b: str | None) -> bool:
+    """Whether two store URLs name the same database (two spellings of one URL do; SQLite is no shared store).
+
+    Compared as the connection parameters libpq reads from them, without the password, with
+    the defaults filled in (port 5432, the database named after the user), host names in
+    lower case and socket folders normalised.
+    """
+    if not a or not b:
+        return False
+    return a.strip() == b.strip() or _store_key(a) == _store_key(b)
+
+
+def _store_key(url: str) -> tuple[tuple[str, str], ...]:
+    import os
+
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = {k: str(v) for k, v in conninfo_to_dict(url.strip()).items() if v is not None and str(v) != ""}
+    except Exception:  # not a connection string (or no psycopg): only the very same text is the same store
+        return (("url", url.strip()),)
+    for k in ("password", "passfile", "application_name", "connect_timeout", "fallback_application_name"):
+        params.pop(k, None)
+    params.setdefault("port", "5432")
+    if "user" in params:
+        params.setdefault("dbname", params["user"])
+    if "host" in params:
+        params["host"] = ",".join(os.path.normpath(h) if h.startswith("/") else h.lower()
+                                  for h in params["host"].split(","))
+    return tuple(sorted(params.items()))
+
+
+def holds_work(url: str, team: str) -> bool:
+    """Whether ``team``'s rows in the store at ``url`` hold an agent, a message or a pull request (a clone
+    whose exo only looked, with ``[store] url`` in its configuration, holds none)."""
+    from exo_cli.adapters.store.postgres import PostgresStore
+
+    store = PostgresStore(url, team)
+    try:
+        if not store.exists():
+            return False
+        counts = store.counts()
+        return any(counts.get(t) for t in ("agents", "messages", "prs"))
+    finally:
+        store.close()
