@@ -7,9 +7,8 @@ spawns ``git -C <path> ...`` with ``os.posix_spawn`` (``proc.run_captured``): th
 ``exo status`` run git on every call, and importing ``subprocess`` costs more than the git call
 itself.
 
-GitPython (a declared dependency) is deliberately not used: it costs ~90-140 ms to import,
-and exo's cold paths read a handful of objects per call, where a git process costs ~1-2 ms
-each (``bench/gitpython.py`` measures both).
+No git library is used (GitPython was measured slower on every path exo has; see
+docs/architecture.md, "Why exo runs the git binary").
 
 ``add_exclude`` (from ``gitdir``, re-exported) edits ``info/exclude`` (a file, no git process). ``git``, ``current_branch`` and
 ``ref_exists`` remain for callers not yet converted to the client; each is one line over it.
