@@ -16,9 +16,7 @@ from exo_cli.render.text import Out
 
 
 def render_complete(out: Out, r: CompleteResult) -> None:
-    who = r.agent or r.bead or "-"
-    out.line(f"Completed {who}: bead {'closed' if r.bead_closed else 'not closed' if r.bead else 'none'}, "
-             f"agent {'stopped' if r.stopped else 'not running'}, removal {r.removal}")
+    out.line(f"Completed {r.agent or r.bead}: {r.outcome()}.")
     if r.worktree_removed:
         out.line(f"Removed worktree {r.worktree}")
     if r.branch_deleted:

@@ -19,7 +19,8 @@ def change_line(c: dict[str, Any]) -> str:
 
 
 def render_watch(out: Out, r: WatchResult) -> None:
-    out.line(f"{r.rounds} round(s), {len(r.changes)} change(s); stopped by {r.stopped_by}")
+    why = {"once": "polled once (--once)", "interrupt": "stopped by Ctrl-C", "cancel": "cancelled"}
+    out.line(f"{r.rounds} round(s), {len(r.changes)} change(s); {why.get(r.stopped_by, r.stopped_by)}")
 
 
 @click.command(help=op_help("watch") + "\n\n\b\nExamples:\n  exo watch\n  exo watch --once --json"

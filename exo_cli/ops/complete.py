@@ -62,6 +62,23 @@ class CompleteResult:
     kept_ignored: list[str] = field(default_factory=list)  # ignored files and folders copied there
     kept_nested: list[str] = field(default_factory=list)  # nested repositories copied (and bundled) there
 
+    def outcome(self) -> str:
+        """What happened, in words (the human view and the parent's message): never an internal value."""
+        parts: list[str] = []
+        if self.bead:
+            parts.append(f"bead {self.bead} closed" if self.bead_closed else f"bead {self.bead} left open")
+        if self.agent is None:
+            parts.append("no agent worked on it")
+        elif self.removal == "deferred":
+            parts.append("marked done; its parent removes its worktree and branch once its session has ended")
+        else:
+            parts.append("agent stopped" if self.stopped else "agent was not running")
+            if self.worktree:
+                parts.append("worktree removed" if self.worktree_removed else "worktree kept")
+            if self.branch:
+                parts.append("branch deleted" if self.branch_deleted else "branch kept")
+        return ", ".join(parts)
+
 
 # -- finding the target ------------------------------------------------------------------------
 def _resolve(env: Env, target: str | None) -> tuple[Agent | None, str | None]:
@@ -565,14 +582,15 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
 
     release_runtime(env)  # the last agent gone: its runtime folder too
     env.store.event("completed", agent.id, {"removal": removal, "archived": refs})
+    result = CompleteResult(**base, bead_closed=closed, stopped=stopped, status=DONE, removal=removal,
+                            worktree_removed=wt_removed, branch_deleted=branch_deleted, archived=refs,
+                            restore=restore, undone=undone, warnings=warnings, archive_folder=folder,
+                            kept_ignored=list(kept.ignored) if kept else [],
+                            kept_nested=list(kept.nested) if kept else [])
     if agent.parent and env.caller.agent_id != agent.parent:
-        env.store.post("completed", env.caller.agent_id, agent.parent, f"{agent.name} was completed ({removal}).",
+        env.store.post("completed", env.caller.agent_id, agent.parent, f"{agent.name} was completed: {result.outcome()}.",
                        data={"agent": agent.id, "bead": bead, "removal": removal})
-    return CompleteResult(**base, bead_closed=closed, stopped=stopped, status=DONE, removal=removal,
-                          worktree_removed=wt_removed, branch_deleted=branch_deleted, archived=refs,
-                          restore=restore, undone=undone, warnings=warnings, archive_folder=folder,
-                          kept_ignored=list(kept.ignored) if kept else [],
-                          kept_nested=list(kept.nested) if kept else [])
+    return result
 
 
 __all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "exo_owned", "survey", "unmerged_commits"]

@@ -149,7 +149,9 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
             raise StateError("You are not on a branch (detached HEAD)", hint="Check out your branch first.")
     base = base_branch(env, agent, head)
     if base == head:
-        raise StateError(f"{head} is its own base branch", hint="File from a task branch.", branch=head)
+        raise StateError(f"{head} is the base branch itself: a pull request goes from a task branch into it",
+                         hint="Work on a task branch (spawn an agent, or git switch -c NAME) and file from there.",
+                         branch=head)
     git = Git(env.repo.root)
     across = agent is not None and bool(agent.spec.get("base_ref"))  # its parent works on another host
     if across and agent is not None:

@@ -36,7 +36,7 @@ from exo_cli.ops.spawn.plan import (
     read_prompts,
     target_env,
 )
-from exo_cli.ops.spawn.result import SpawnedAgent, SpawnResult, failed_call
+from exo_cli.ops.spawn.result import WHOLE_CALL, SpawnedAgent, SpawnResult, failed_call
 from exo_cli.ops.spawn.task import start_all
 from exo_cli.records import AGENT_CLIS, BACKENDS, MUXES
 from exo_cli.registry import Choice, Range, Tool, op
@@ -44,7 +44,7 @@ from exo_cli.registry import Choice, Range, Tool, op
 if TYPE_CHECKING:
     from exo_cli.env import Env
 
-__all__ = ["BACKENDS", "COMMON", "MUXES", "SpawnResult", "SpawnedAgent", "WorkerSpec", "first_failure_exit",
+__all__ = ["BACKENDS", "COMMON", "MUXES", "WHOLE_CALL", "SpawnResult", "SpawnedAgent", "WorkerSpec", "first_failure_exit",
            "spawn", "worker_specs"]
 
 
