@@ -22,7 +22,7 @@ def render_init(out: Out, result: InitResult) -> None:
     out.table(["TOOL", "PATH"], [[k, v or "not found"] for k, v in result.tools.items()])
     if result.wiring is not None:
         w = result.wiring
-        out.line(f"Wired {w.agent} as the root TL (MCP server: {' '.join(w.mcp_command)})")
+        out.line(f"Wired {w.agent} as the team lead at the root (MCP server: {' '.join(w.mcp_command)})")
         for f in w.files:
             out.line(f"  {'updated' if f in w.changed else 'unchanged'}: {f}")
         for note in w.notes:

@@ -123,7 +123,7 @@ def send(env: Any, to: str, message: str, as_json: bool) -> None:
 @click.argument("agents", nargs=-1, metavar="[AGENT...]", shell_complete=completer(kinds.AGENT))
 @op_option("wait", "timeout", "--timeout", type=Seconds(), default=None, metavar="S")
 @op_option("wait", "max_messages", "--max", type=click.IntRange(1, _messages.WAIT_MAX_LIMIT),
-           default=_messages.WAIT_MAX, show_default=True, metavar="N")
+           default=_messages.WAIT_MAX, metavar="N")
 @json_option
 @click.pass_obj
 def wait(env: Any, agents: tuple[str, ...], timeout: float | None, max_messages: int, as_json: bool) -> None:

@@ -263,8 +263,8 @@ registry.extend(
                "depends_on": "Agents (names) that must be idle or done before this one starts."}),
     Tool("fork", compat="ikigai", adapt=_fork, result_type=SpawnResult,
          description=("Create a child agent that starts from your own conversation (claude --fork-session) with "
-                      "this prompt, on branch <your branch>.<name>. A CLI that cannot fork a conversation is a "
-                      "UsageError; the child can fork, send, wait and kill too."),
+                      "this prompt, on branch <your branch>.<name>. A CLI that cannot fork a conversation is "
+                      "refused; the child can fork, send, wait and kill too."),
          help={"name": "Short name of the child (its branch suffix and how you address it).",
                "prompt": "What the child must do."}),
 )

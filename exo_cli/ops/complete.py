@@ -471,12 +471,12 @@ def _complete_lock(env: Env, agent_id: str) -> Iterator[None]:
 def complete(env: Env, *, target: str | None = None, force: bool = False) -> CompleteResult:
     """Close the bead, stop the agent, and remove its worktree and branch if nothing would be lost.
 
-    Refuses (StateError listing what would be lost) on uncommitted, untracked or ignored files
+    Refuses, listing what would be lost, on uncommitted, untracked or ignored files
     (bar regenerable ones), nested repositories, an operation in progress, commits off the
     branch, or branch commits whose content is not in the base (a squash merge counts as
     merged); and always when another process works inside the worktree or the branch is
     checked out elsewhere. It checks before stopping the agent and again after: a refusal
-    leaves the agent running, or stopped but resumable (dead, not done). `--force` first
+    leaves the agent running, or stopped but resumable (dead, not done). {--force} first
     archives everything and prints how to restore it. An agent completing its own task is
     marked done; its worktree is removed later by its parent.
     """

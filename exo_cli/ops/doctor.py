@@ -517,7 +517,7 @@ def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorRes
     interrupted spawns, marks zombies dead, closes windows whose process exited (a live one
     is never killed), removes a worktree or empty folder in exo's worktree folder only when
     exo recorded creating it and nothing in it would be lost (never forced), reports live
-    agents whose worktree vanished, and prunes stale git worktree metadata. With hosts, each
+    agents whose worktree vanished, and prunes stale git worktree metadata. With {--hosts}, each
     `[hosts.NAME]` is checked too: ssh works, its clone has the same origin and store, its exo
     speaks the same protocol (agents of other hosts are only ever checked by exo there). Exit 0
     when consistent or repaired, 5 otherwise.

@@ -61,8 +61,8 @@ class InitResult:
     idempotent=True,
     help={
         "force": "Overwrite an existing exo.toml with the defaults.",
-        "agent": "Wire your own agent session (claude, gemini or codex) as the root TL: the exo MCP "
-        "server and exo's hooks in that CLI's project settings, merged into what is there.",
+        "agent": "Wire your own agent session (claude, gemini or codex) as the team lead at the root of the "
+        "tree: the exo MCP server and exo's hooks in that CLI's project settings, merged into what is there.",
     },
 )
 def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CLIS)] | None = None) -> InitResult:
@@ -71,11 +71,12 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
     Writes `exo.toml` with commented defaults (unless it exists), hides exo's own
     `.exo/` folder through `.git/info/exclude` (never a committed file), creates the
     state folder and reports which of git, tmux, gh and the agent CLIs are installed.
-    With `agent`, also wires that agent CLI's project settings (`.mcp.json` and
+    With {--agent}, also wires that agent CLI's project settings (`.mcp.json` and
     `.claude/settings.local.json`, `.gemini/settings.json`, or `.codex/config.toml`
-    and `.codex/hooks.json`) so the human's own session is the root TL; the user's
-    own keys are kept and a re-run changes nothing. Raises InvalidInput for an unknown
-    agent or a settings file that does not parse (it is never overwritten).
+    and `.codex/hooks.json`) so the human's own session is the team lead at the root of
+    the tree (it spawns, answers and merges); the user's own keys are kept and a re-run
+    changes nothing. A settings file that does not parse is an error, and is never
+    overwritten.
     """
     if agent is not None:
         from exo_cli.ops.rootwire import AGENTS

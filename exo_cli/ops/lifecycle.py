@@ -100,8 +100,8 @@ def kill(env: Env, *, agent: str) -> KillResult:
     Each process group gets SIGTERM, then SIGKILL after a grace period, and so do the
     services exo started for it; panes stay readable (remain-on-exit) until `exo reap`. Records
     stay, with status dead (a done agent whose process still ran stays done); branches and
-    worktrees are never touched. Agents waiting `--after` a killed one will not start: they
-    are marked dead and their parent is told. The root cannot be killed, and a team lead may
+    worktrees are never touched. Agents spawned to start after a killed one (`exo spawn
+    --after`) will not start: they are marked dead and their parent is told. The root cannot be killed, and a team lead may
     only kill its own subtree.
     """
     from exo_cli.ops import agentctl
@@ -405,11 +405,11 @@ def read(env: Env, *, agent: str | list[str], lines: Annotated[int, Range(1)] = 
          clean: bool = False) -> ReadResult | ReadManyResult:
     """Read the tail of an agent's pane, or its log when headless.
 
-    With since_last, only the lines that appeared since the caller's previous read of that
-    agent (a cursor per reader). With wait_for, poll the screen until the regular expression
-    matches or the timeout passes (matched false); a client's cancellation stops the wait.
-    Several agents are read together (one capture call per multiplexer), each with its own
-    result; with wait_for, until every one matches.
+    With {--since_last}, only the lines that appeared since the caller's previous read of that
+    agent (a cursor per reader). With {--wait_for}, poll the screen until the regular
+    expression matches or {--timeout} passes (matched false); a client's cancellation stops
+    the wait. Several agents are read together (one capture call per multiplexer), each with
+    its own result; with {--wait_for}, until every one matches.
     """
     from exo_cli import cancel
     from exo_cli.ops import agentctl

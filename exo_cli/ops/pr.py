@@ -355,8 +355,9 @@ def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
 def list_prs(env: Env, *, state: Annotated[str, Choice(STATES)] = "all") -> PrList:
     """List the team's pull requests with review and check state.
 
-    Review and check state come from the forge (GitHub, kept current by `exo watch` or the
-    root TL's MCP server); the local forge has neither, so both are null there.
+    Review and check state come from the forge (GitHub, kept current by `exo watch` or by
+    the MCP server of the team lead at the root); the local forge has neither, so both are
+    null there.
     """
     if state not in STATES:
         raise InvalidInput(f"Unknown PR state {state!r}", hint="Use one of: " + ", ".join(STATES), state=state)

@@ -203,7 +203,7 @@ def wire_agent(repo: RepoInfo, agent: str) -> AgentWiring:
             changed.append(local)
         notes.append(f"Start `claude` in {root}: it loads the exo server from .mcp.json (approved in "
                      ".claude/settings.local.json) and exo's hooks once you trust the folder; your session "
-                     "is then the root TL of the tree.")
+                     "is then the team lead at the root of the tree.")
     elif agent == "gemini":
         settings = track(".gemini/settings.json")
 
@@ -219,7 +219,7 @@ def wire_agent(repo: RepoInfo, agent: str) -> AgentWiring:
         if _json_file(settings, gemini_settings):
             changed.append(settings)
         notes.append(f"Start `gemini` in {root}: Gemini reads .gemini/settings.json only in a trusted folder "
-                     "(trust it when asked); your session is then the root TL of the tree.")
+                     "(trust it when asked); your session is then the team lead at the root of the tree.")
     else:
         config = track(".codex/config.toml")
         if _codex_config(config, entry):
