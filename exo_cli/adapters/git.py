@@ -10,7 +10,7 @@ itself.
 No git library is used (GitPython was measured slower on every path exo has; see
 docs/architecture.md, "Why exo runs the git binary").
 
-``add_exclude`` (from ``gitdir``, re-exported) edits ``info/exclude`` (a file, no git process). ``git``, ``current_branch`` and
+``add_exclude`` and ``remove_exclude`` (from ``gitdir``, re-exported) edit ``info/exclude`` (a file, no git process). ``git``, ``current_branch`` and
 ``ref_exists`` remain for callers not yet converted to the client; each is one line over it.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from exo_cli.adapters.gitdir import add_exclude  # files beside git: info/exclude
+from exo_cli.adapters.gitdir import add_exclude, remove_exclude  # files beside git: info/exclude
 from exo_cli.adapters.gitformats import (
     MergeTree,
     RepoInfo,
@@ -157,6 +157,11 @@ class Git:
     def upstream(self, branch: str) -> str | None:
         """The upstream of ``branch`` (``origin/x``), or None without one."""
         return self._maybe(["rev-parse", "--abbrev-ref", f"{branch}@{{upstream}}"])
+
+    def refs_under(self, prefix: str) -> list[tuple[str, str]]:
+        """(ref, commit) of every ref under ``prefix`` (``refs/exo/archive/``)."""
+        out = self.run(["for-each-ref", "--format=%(refname) %(objectname)", prefix]).stdout
+        return [(ref, sha) for ref, _, sha in (line.partition(" ") for line in _lines(out))]
 
     def branches(self) -> list[str]:
         """Every local branch name."""
@@ -627,4 +632,5 @@ class Git:
 
 
 __all__ = ["NO_EDITOR", "Finished", "Git", "MergeTree", "RepoInfo", "Snapshot", "Worktree", "add_exclude",
+           "remove_exclude",
            "parse_status", "parse_worktrees"]

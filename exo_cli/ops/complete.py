@@ -35,6 +35,8 @@ from exo_cli.records import DEAD, DONE, ROOT, Agent, pick_agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from exo_cli.env import Env
 
 ARCHIVE = keep.ARCHIVE_REFS
@@ -265,7 +267,7 @@ def exo_owned(env: Env, agent: Agent) -> set[str]:
 def survey(env: Env, agent: Agent) -> keep.Inventory | None:
     """What removing the agent's worktree would lose (None: exo did not create it, or it is gone)."""
     wt = agent.worktree
-    if not (_worktree_created(agent) and wt and os.path.isdir(wt)):
+    if not (made_worktree(agent) and wt and os.path.isdir(wt)):
         return None
     regenerable, limit = _policy(env)
     inv = keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
@@ -283,7 +285,7 @@ def assess(env: Env, agent: Agent, inventory: keep.Inventory | None = None) -> d
     inv = inventory if inventory is not None else survey(env, agent)
     if inv is not None:
         losses.update(inv.losses())
-    if agent.branch and _branch_created(agent):
+    if agent.branch and made_branch(agent):
         commits = unmerged_commits(env, agent.branch, _base_of(env, agent))
         if commits:
             losses["unmerged_commits"] = commits
@@ -297,11 +299,11 @@ def blockers(env: Env, agent: Agent, *, settle: float = 3.0) -> dict[str, list[A
     """What stops removal even with --force: other processes inside, the branch checked out elsewhere."""
     out: dict[str, list[Any]] = {}
     wt = agent.worktree
-    if wt and os.path.isdir(wt) and _worktree_created(agent):
+    if wt and os.path.isdir(wt) and made_worktree(agent):
         procs = _processes(agent, wt, settle=settle)
         if procs:
             out["processes"] = procs
-    if agent.branch and _branch_created(agent):
+    if agent.branch and made_branch(agent):
         mine = os.path.realpath(wt) if wt else None
         elsewhere = [w.path for w in Git(env.repo.root).worktrees()
                      if w.branch == f"refs/heads/{agent.branch}" and os.path.realpath(w.path) != mine]
@@ -310,11 +312,13 @@ def blockers(env: Env, agent: Agent, *, settle: float = 3.0) -> dict[str, list[A
     return out
 
 
-def _worktree_created(agent: Agent) -> bool:
+def made_worktree(agent: Agent) -> bool:
+    """Whether exo made the agent's worktree (not ``--no-worktree``, not someone else's folder)."""
     return bool(agent.worktree) and bool(agent.spec.get("worktree_created", True))
 
 
-def _branch_created(agent: Agent) -> bool:
+def made_branch(agent: Agent) -> bool:
+    """Whether exo made the agent's branch."""
     return bool(agent.branch) and bool(agent.spec.get("branch_created", agent.spec.get("worktree_created", True)))
 
 
@@ -366,18 +370,20 @@ def _refusal(agent: Agent, check: Check, *, force: bool, stopped: bool, running:
 
 
 # -- archiving -----------------------------------------------------------------------------------
-def archive(env: Env, agent: Agent, inventory: keep.Inventory | None = None) -> keep.Kept:
-    """Keep the branch and everything ``inventory`` lists (``keep.keep``); the refs, folder and restore commands."""
+def archive(env: Env, agent: Agent, inventory: keep.Inventory | None = None, *, root: Path | None = None,
+            command: str = "exo complete --force") -> keep.Kept:
+    """Keep the branch and everything ``inventory`` lists (``keep.keep``, its files under ``root``: by default
+    exo's state folder); the refs, folder and restore commands."""
     inv = inventory if inventory is not None else survey(env, agent)
     if inv is None:
         inv = keep.Inventory(worktree=agent.worktree or "")
-    branch = agent.branch if _branch_created(agent) else None
+    branch = agent.branch if made_branch(agent) else None
     try:
-        return keep.keep(inv, main=Git(env.repo.root), archive_root=env.state_dir / "archive",
-                         label=agent.branch or agent.name, branch=branch, reason="exo complete --force")
+        return keep.keep(inv, main=Git(env.repo.root), archive_root=root or env.state_dir / "archive",
+                         label=agent.branch or agent.name, branch=branch, reason=command)
     except OSError as exc:  # an unreadable file, a full disk: nothing is removed without its copy
         raise StateError(f"Could not archive {agent.name}'s work, so nothing was removed: {exc}",
-                         hint="Fix what stopped the copy (permissions, disk space), then run `exo complete --force` "
+                         hint=f"Fix what stopped the copy (permissions, disk space), then run `{command}` "
                          "again.", agent=agent.id, worktree=agent.worktree, reason="archive-failed") from exc
 
 
@@ -556,7 +562,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
                            "Look at it, then remove it yourself.", archived=refs, restore=restore)
         wt_removed = True
         fault.point("complete.removed", env.environ)
-    if agent.branch and _branch_created(agent):
+    if agent.branch and made_branch(agent):
         sha = git.rev(f"refs/heads/{agent.branch}")
         if sha:
             # delete only the commit we checked (or archived): a compare-and-delete
@@ -593,4 +599,5 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
     return result
 
 
-__all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "exo_owned", "survey", "unmerged_commits"]
+__all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "exo_owned", "made_branch", "made_worktree",
+           "survey", "unmerged_commits"]

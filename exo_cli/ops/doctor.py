@@ -535,6 +535,10 @@ def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorRes
             if h.error or not h.reachable:
                 problems.append(Problem("host", h.name, h.error or "unreachable",
                                         f"fix [hosts.{h.name}] or that host (see `exo hosts`)", False))
+    if not dry_run:
+        from exo_cli.ops.lifecycle import release_runtime
+
+        release_runtime(env)  # nothing of the team left running or on screen: its tmux server stops too
     repaired = sum(1 for p in problems if p.repaired)
     return DoctorResult(problems=problems, repaired=repaired, remaining=len(problems) - repaired,
                         consistent=not problems, dry_run=dry_run, kept=checkup.kept)

@@ -42,6 +42,21 @@ on_limit = "fail"           # fail | wait
 """
 
 
+def _record(env: Env, toml_written: str | None, excluded: str | None) -> None:
+    """Note what init put here (``footprint``), so that ``exo deinit`` takes exactly that out again."""
+    if toml_written is None and excluded is None:
+        return
+    from exo_cli.ops import footprint
+
+    def change(data: dict[str, object]) -> None:
+        if toml_written is not None:
+            data["exo_toml"] = footprint.digest(toml_written)
+        if excluded is not None:
+            footprint.add_excluded(data, excluded)
+
+    footprint.update(env.state_dir, change)
+
+
 @dataclass(frozen=True)
 class InitResult:
     repo: str
@@ -97,6 +112,7 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
         written = True
     excluded = add_exclude(repo.common_dir, "/.exo/")
     env.store.kv_set("initialized", "1")
+    _record(env, EXO_TOML if written else None, "/.exo/" if excluded else None)
     path_env = env.environ.get("PATH")
     tools = {name: shutil.which(name, path=path_env) for name in TOOLS}
     warnings = []
@@ -108,7 +124,7 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
     if agent is not None:
         from exo_cli.ops.rootwire import wire_agent
 
-        wiring = wire_agent(repo, agent)
+        wiring = wire_agent(repo, agent, record=env.state_dir)
         if not tools.get(agent):
             warnings.append(f"{agent} is not installed: the wiring is written and takes effect once it is")
     return InitResult(
