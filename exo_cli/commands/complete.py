@@ -29,11 +29,16 @@ def render_complete(out: Out, r: CompleteResult) -> None:
         out.line(f"Kept ignored files: {', '.join(r.kept_ignored)}")
     if r.kept_nested:
         out.line(f"Kept nested repositories (whole, plus a bundle of every ref): {', '.join(r.kept_nested)}")
-    if r.restore:
+    render_restore(out, r.restore, r.warnings)
+
+
+def render_restore(out: Out, restore: list[str], warnings: list[str]) -> None:
+    """The commands that restore what a --force archived, then the warnings (complete and deinit)."""
+    if restore:
         out.line("Restore with:")
-        for cmd in r.restore:
+        for cmd in restore:
             out.line(f"  {cmd}")
-    for w in r.warnings:
+    for w in warnings:
         out.line(f"warning: {w}")
 
 

@@ -7,35 +7,30 @@ from typing import Any
 import click
 
 from exo_cli.commands._options import json_option, op_help, op_option
+from exo_cli.commands.complete import render_restore
 from exo_cli.ops.deinit import DeinitResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out
 
 
+def _section(out: Out, title: str, items: list[str]) -> None:
+    if items:
+        out.line(title)
+        for item in items:
+            out.line(f"  {item}")
+
+
 def render_deinit(out: Out, r: DeinitResult) -> None:
     if r.dry_run:
         for kind, items in {**r.blocked, **r.holds}.items():
-            out.line(f"{'In the way' if kind in r.blocked else 'Holds work'} ({kind.replace('_', ' ')}):")
-            for item in items:
-                out.line(f"  {item}")
+            _section(out, f"{'In the way' if kind in r.blocked else 'Holds work'} ({kind.replace('_', ' ')}):", items)
     if not r.removed and not r.kept:
         out.line("Nothing of exo is left in this repository.")
         return
-    if r.removed:
-        out.line("Would remove:" if r.dry_run else "Removed:")
-        for item in r.removed:
-            out.line(f"  {item}")
-    if r.kept:
-        out.line("Would keep:" if r.dry_run else "Kept:")
-        for item in r.kept:
-            out.line(f"  {item}")
-    if r.restore:
-        out.line("Restore the archived work with:")
-        for cmd in r.restore:
-            out.line(f"  {cmd}")
-    for w in r.warnings:
-        out.line(f"warning: {w}")
+    _section(out, "Would remove:" if r.dry_run else "Removed:", r.removed)
+    _section(out, "Would keep:" if r.dry_run else "Kept:", r.kept)
+    render_restore(out, r.restore, r.warnings)
 
 
 @click.command(help=op_help("deinit") + "\n\n\b\nExamples:\n  exo deinit --dry-run\n  exo deinit\n"
