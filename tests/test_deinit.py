@@ -392,3 +392,27 @@ def test_a_state_folder_named_elsewhere_loses_only_exos_files(repo: Path, home: 
     assert sorted(p.name for p in state.iterdir()) == ["notes.txt"]
     assert f"{state}: it holds files exo did not make (EXO_STATE_DIR names it), so the folder is kept" in \
         r.json()["kept"]  # type: ignore[index]
+
+
+def test_an_agent_whose_process_is_gone_is_not_live(team: Path, home: Path) -> None:
+    import signal
+
+    exo = Exo(team)
+    assert exo("init").exit_code == 0
+    spawn(exo, "w1")
+    record = Env(cwd=team).store.agent("w1")
+    assert record is not None and record.status not in ("dead", "done")
+    os.killpg(int(record.location["pgid"]), signal.SIGKILL)  # gone behind exo's back: its record still says live
+
+    def gone() -> bool:  # exited (a zombie until its parent, this test's process, reaps it) or reaped
+        try:
+            return Path(f"/proc/{record.location['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    from conftest import wait_for
+
+    wait_for(gone, what="the agent's process group to go")
+    r = exo("deinit", "--json")
+    assert r.exit_code == 0, r.stdout
+    assert not (team / ".git" / "exo").exists()

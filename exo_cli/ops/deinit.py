@@ -105,7 +105,7 @@ def deinit(env: Env, *, force: bool = False, dry_run: bool = False, config: bool
     """
     repo = env.repo
     has_state = env.has_state()
-    s = _survey(env, record=not dry_run) if has_state else Survey([], [], [], [], [], [], [], [])
+    s = _survey(env) if has_state else Survey([], [], [], [], [], [], [], [])
     holds, blocked = _holds(s), _blocked(s)
     common: dict[str, Any] = dict(repo=str(repo.root), holds=holds, blocked=blocked)
     if dry_run:
@@ -136,20 +136,16 @@ def deinit(env: Env, *, force: bool = False, dry_run: bool = False, config: bool
 # --------------------------------------------------------------------------- the survey
 
 
-def _survey(env: Env, *, settle: float = 0.0, record: bool = True) -> Survey:
-    """What exo has here and what of it holds work. With ``record``, an agent whose pane or process is
-    gone is recorded dead (as ``exo agents`` does); without, it only counts as dead (nothing is written)."""
-    from exo_cli.ops import agentctl, panes
+def _survey(env: Env, *, settle: float = 0.0) -> Survey:
+    """What exo has here and what of it holds work. It only looks: an agent whose pane or process is
+    gone counts as dead (``exo agents`` would record it so, and start or type to others: not here)."""
+    from exo_cli.ops import panes
 
     records = [a for a in env.store.agents() if a.id != ROOT]
-    mine = [a for a in records if not a.retired and env.runs_here(a)]
-    gone: set[str] = set()
-    if record:
-        agentctl.refresh(env, mine)
-        records = [env.store.agent(a.id) or a for a in records]
-    else:
-        seen = panes.states(env, [a for a in mine if a.status in LIVE_STATUSES])  # one listing call
-        gone = {i for i, st in seen.items() if st is not None and not st.alive}
+    mine = [a for a in records if not a.retired and env.runs_here(a) and a.status in LIVE_STATUSES]
+    seen = panes.states(env, mine)  # one listing call per multiplexer
+    started = {a.id for a in mine if panes.location(a) is not None}  # the others have no process yet (--after)
+    gone = {i for i, st in seen.items() if i in started and (st is None or not st.alive)}
     local = [a for a in records if env.runs_here(a)]
     live = [a for a in local if not a.retired and a.status in LIVE_STATUSES and a.id not in gone]
     elsewhere = [a for a in records if not a.retired and not env.runs_here(a) and a.status in LIVE_STATUSES]
