@@ -416,3 +416,25 @@ def test_an_agent_whose_process_is_gone_is_not_live(team: Path, home: Path) -> N
     r = exo("deinit", "--json")
     assert r.exit_code == 0, r.stdout
     assert not (team / ".git" / "exo").exists()
+
+
+def test_a_forged_record_cannot_aim_deinit_at_other_files(repo: Path, home: Path, tmp_path: Path) -> None:
+    """The record sits in .git/exo: a process that wrote it still only reaches exo's own files and lines."""
+    from exo_cli.ops import footprint
+
+    assert Exo(repo)("init").exit_code == 0
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (repo / ".git" / "info" / "exclude").write_text("# mine\n*.log\n/.exo/\n")
+
+    def forge(data: dict[str, object]) -> None:
+        data["files"] = {"../victim.txt": {"existed": True, "original": "pwned\n",
+                                           "written": footprint.digest("precious\n")}}
+        data["dirs"] = ["..", ".git"]
+        data["exclude"] = ["*.log"]
+
+    footprint.update(repo / ".git" / "exo", forge)
+    r = Exo(repo)("deinit", "--json")
+    assert r.exit_code == 0, r.stdout
+    assert victim.read_text() == "precious\n" and (repo / ".git").is_dir()
+    assert (repo / ".git" / "info" / "exclude").read_text() == "# mine\n*.log\n"

@@ -332,7 +332,8 @@ def _steps(env: Env, s: Survey, *, config: bool, apply: bool) -> tuple[list[str]
     removed += rootwire.unwire(env.repo.root, record, exclude, apply=apply, kept=kept,
                                committed=lambda rel: _committed(git, rel))
     _fault(apply, "deinit.unwired", env)
-    for line in dict.fromkeys([EXO_EXCLUDE, *record.get("exclude", [])]):
+    lines = [EXO_EXCLUDE, *(x for x in record.get("exclude") or [] if x in rootwire.EXCLUDED)]
+    for line in dict.fromkeys(lines):
         if line in exclude:
             removed.append(f"{common / 'info' / 'exclude'}: the line {line}")
             if apply:

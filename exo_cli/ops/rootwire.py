@@ -266,9 +266,11 @@ def wire_agent(repo: RepoInfo, agent: str, *, record: Path | None = None) -> Age
 
 # --------------------------------------------------------------------------- the record, and unwiring
 
-# The project files ``wire_agent`` writes, by the agent CLI whose format they hold.
+# The project files ``wire_agent`` writes, by the agent CLI whose format they hold, and their folders.
 FILES = {".mcp.json": "claude", ".claude/settings.local.json": "claude", ".gemini/settings.json": "gemini",
          ".codex/config.toml": "codex", ".codex/hooks.json": "codex"}
+WIRED_DIRS = (".claude", ".gemini", ".codex")
+EXCLUDED = tuple("/" + rel for rel in FILES)  # the info/exclude lines wire_agent may add
 
 
 def _note(state_dir: Path, root: Path, files: dict[Path, bool], before: dict[Path, str | None],
@@ -386,7 +388,7 @@ def unwire(root: Path, record: dict[str, Any], excluded: list[str], *, apply: bo
     known: dict[str, Any] = record.get("files") or {}
     done: list[str] = []
     gone: set[Path] = set()
-    for rel in dict.fromkeys([*known, *FILES]):
+    for rel in FILES:  # only these: a record naming other paths (written by someone else) names nothing
         path = root / rel
         try:
             text = path.read_text(encoding="utf-8")
@@ -428,7 +430,7 @@ def unwire(root: Path, record: dict[str, Any], excluded: list[str], *, apply: bo
     for path in gone:
         if apply:
             path.unlink(missing_ok=True)
-    dirs = [root / d for d in record.get("dirs") or [] if isinstance(d, str)]
+    dirs = [root / d for d in record.get("dirs") or [] if d in WIRED_DIRS]
     dirs += [p.parent for p in gone if p.parent != root and p.parent not in dirs and not record]
     for folder in sorted(set(dirs), key=lambda p: len(p.parts), reverse=True):
         try:
