@@ -184,7 +184,9 @@ def test_refuses_while_an_agent_is_live(team: Path, home: Path) -> None:
     r = exo("deinit")
     assert r.exit_code == 5
     assert r.stderr.startswith("Error: exo holds work in this repository: live agents: w1 (")
-    assert "exo deinit --force" in r.stderr
+    assert r.stderr.endswith("\nHint: Stop the agents (exo kill, or exo complete when their work is merged). Or run "
+                             "`exo deinit --force`, which stops the agents and keeps all of it (it says where); nothing "
+                             "was changed.\n")
     assert list(refused(team, home)) == ["live_agents"]
 
 

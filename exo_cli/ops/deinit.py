@@ -42,6 +42,17 @@ CHECKPOINT_REFS = "refs/exo/checkpoints/"
 EXO_EXCLUDE = "/.exo/"
 
 
+# What to do about each kind of work exo holds, for the refusal's hint.
+ADVICE = {
+    "live_agents": "Stop the agents (exo kill, or exo complete when their work is merged).",
+    "work": "Commit the work, file and merge it (exo pr file, exo pr merge), then exo complete.",
+    "archives": f"Restore what you need from the archives (each RESTORE.txt, or git branch NAME REF) and delete "
+                f"them (git update-ref -d REF for refs under {keep.ARCHIVE_REFS}).",
+    "checkpoints": f"Delete the checkpoints you no longer need (git update-ref -d REF under {CHECKPOINT_REFS}).",
+    "open_prs": "Merge the open pull requests (exo pr merge N) or close them on their forge.",
+}
+
+
 class Tree(NamedTuple):
     """A worktree and branch exo made for an agent, and what removing them would lose or disturb."""
 
@@ -117,8 +128,8 @@ def deinit(env: Env, *, force: bool = False, dry_run: bool = False, config: bool
                               "run exo deinit again; nothing was changed.", **common)
     if holds and not force:
         raise StateError(f"exo holds work in this repository: {_listed(holds)}",
-                         hint="Finish it first (exo complete, exo pr merge, exo kill), or run `exo deinit --force` to "
-                              "stop the agents and archive the work; nothing was changed.", **common)
+                         hint=" ".join(ADVICE[k] for k in holds) + " Or run `exo deinit --force`, which stops the "
+                              "agents and keeps all of it (it says where); nothing was changed.", **common)
     archived: dict[str, str] = {}
     restore: list[str] = []
     folder: str | None = None
