@@ -1,6 +1,6 @@
 """Configuration: defaults < user < repo ``exo.toml`` < local ``.exo/config.toml`` < ``EXO_*`` < flags.
 
-Files are read with ``tomllib``; ``tomli_w`` is imported only by writers. Every key is
+Files are read with ``tomllib``; writers use ``tomlkit``, imported only by them. Every key is
 declared in ``SCHEMA`` with its type and allowed values, so a bad value is an error that
 names the key path and the file it came from.
 """

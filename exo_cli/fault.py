@@ -6,7 +6,8 @@ like to a parent shell), without running ``finally`` blocks or flushing anything
 the state a killed ``exo`` leaves behind. Points used by spawn: ``spawn.recorded``,
 ``spawn.worktree``, ``spawn.prepared``, ``spawn.started``; by complete: ``complete.checked``,
 ``complete.stopped``, ``complete.archived``, ``complete.removed``; by pr merge:
-``merge.locked``, ``merge.moved``.
+``merge.locked``, ``merge.moved``; by deinit: ``deinit.archived``, ``deinit.agents``,
+``deinit.trees``, ``deinit.stopped``, ``deinit.unwired``, ``deinit.files``, ``deinit.rows``.
 
 With ``EXO_FAULT_PAUSE`` naming a folder, an armed point pauses instead: it writes a file
 named after the point there (holding its pid) and waits until that file is removed (for at

@@ -94,7 +94,7 @@ def lists_tool(op: Op, tool: Tool, role: str) -> bool:
 
 def tool_description(op: Op, tool: Tool) -> str:
     """The tool's description: its own (tools named after another family's), else the operation's, else its docstring."""
-    return tool.description or op.description or op.doc
+    return op.tool_text(tool.description or op.description or op.doc, tool)
 
 
 def tool_output_type(op: Op, tool: Tool) -> Any:

@@ -9,11 +9,10 @@ itself. Every call runs with git's hooks off, a deadline that ends every process
 no lock file of its own left behind (see ``gitrun``); push, fetch and ls-remote are in
 ``gitremote``, whose push uploads Git LFS objects first.
 
-GitPython (a declared dependency) is deliberately not used: it costs ~90-140 ms to import,
-and exo's cold paths read a handful of objects per call, where a git process costs ~1-2 ms
-each (``bench/gitpython.py`` measures both).
+No git library is used (GitPython was measured slower on every path exo has; see
+docs/architecture.md, "Why exo runs the git binary").
 
-``add_exclude`` (from ``gitdir``, re-exported) edits ``info/exclude`` (a file, no git process). ``git``, ``current_branch`` and
+``add_exclude`` and ``remove_exclude`` (from ``gitdir``, re-exported) edit ``info/exclude`` (a file, no git process). ``git``, ``current_branch`` and
 ``ref_exists`` remain for callers not yet converted to the client; each is one line over it.
 """
 
@@ -23,7 +22,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from exo_cli.adapters.gitdir import add_exclude  # files beside git: info/exclude
+from exo_cli.adapters.gitdir import add_exclude, remove_exclude  # files beside git: info/exclude
 from exo_cli.adapters.gitformats import (
     MergeTree,
     RepoInfo,
@@ -131,6 +130,11 @@ class Git(Remotes):
     def upstream(self, branch: str) -> str | None:
         """The upstream of ``branch`` (``origin/x``), or None without one."""
         return self._maybe(["rev-parse", "--abbrev-ref", f"{branch}@{{upstream}}"])
+
+    def refs_under(self, prefix: str) -> list[tuple[str, str]]:
+        """(ref, commit) of every ref under ``prefix`` (``refs/exo/archive/``)."""
+        out = self.run(["for-each-ref", "--format=%(refname) %(objectname)", prefix]).stdout
+        return [(ref, sha) for ref, _, sha in (line.partition(" ") for line in _lines(out))]
 
     def branches(self) -> list[str]:
         """Every local branch name."""
@@ -578,4 +582,5 @@ class Git(Remotes):
 
 
 __all__ = ["NO_EDITOR", "Finished", "Git", "MergeTree", "RepoInfo", "Snapshot", "Worktree", "add_exclude",
+           "remove_exclude",
            "parse_status", "parse_worktrees"]

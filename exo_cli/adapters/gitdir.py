@@ -313,3 +313,20 @@ def add_exclude(common_dir: Path, pattern: str) -> bool:
             fh.write("\n")
         fh.write(pattern + "\n")
     return True
+
+
+def remove_exclude(common_dir: Path, pattern: str) -> bool:
+    """Take every ``pattern`` line out of ``info/exclude`` (the rest byte for byte); True when one was there."""
+    path = common_dir / "info" / "exclude"
+    try:
+        existing = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    lines = existing.splitlines(keepends=True)
+    kept = [line for line in lines if line.rstrip("\r\n") != pattern]
+    if len(kept) == len(lines):
+        return False
+    from exo_cli.adapters.files import atomic_write
+
+    atomic_write(path, "".join(kept))
+    return True

@@ -23,7 +23,8 @@ def render_watch(out: Out, r: WatchResult) -> None:
         out.line("Nothing to poll: this repository's forge is local (forge.kind), and exo tells each agent of its "
                  "PRs' changes itself; exo watch polls GitHub PRs.")
         return
-    out.line(f"{r.rounds} round(s), {len(r.changes)} change(s); stopped by {r.stopped_by}")
+    why = {"once": "polled once (--once)", "interrupt": "stopped by Ctrl-C", "cancel": "cancelled"}
+    out.line(f"{r.rounds} round(s), {len(r.changes)} change(s); {why.get(r.stopped_by, r.stopped_by)}")
 
 
 @click.command(help=op_help("watch") + "\n\n\b\nExamples:\n  exo watch\n  exo watch --once --json"

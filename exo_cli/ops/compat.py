@@ -28,7 +28,7 @@ from exo_cli import registry
 from exo_cli.errors import ExoError, UsageError
 from exo_cli.ops import messages, status
 from exo_cli.ops.spawn import op as spawn_op
-from exo_cli.ops.spawn.result import SpawnedAgent, SpawnResult, error_obj
+from exo_cli.ops.spawn.result import WHOLE_CALL, SpawnedAgent, SpawnResult, error_obj
 from exo_cli.records import BACKENDS, DONE, IDLE
 from exo_cli.registry import Choice, Range, Tool
 
@@ -101,8 +101,8 @@ def merged(results: Sequence[SpawnResult | ExoError]) -> dict[str, Any]:
     warnings: list[str] = []
     for r in results:
         if isinstance(r, ExoError):
-            out["failed"].append(["*", r.message])
-            out["errors"].append(error_obj("*", r))
+            out["failed"].append([WHOLE_CALL, r.message])
+            out["errors"].append(error_obj(WHOLE_CALL, r))
             continue
         for f in out:
             out[f] += list(getattr(r, f))
@@ -263,8 +263,8 @@ registry.extend(
                "depends_on": "Agents (names) that must be idle or done before this one starts."}),
     Tool("fork", compat="ikigai", adapt=_fork, result_type=SpawnResult,
          description=("Create a child agent that starts from your own conversation (claude --fork-session) with "
-                      "this prompt, on branch <your branch>.<name>. A CLI that cannot fork a conversation is a "
-                      "UsageError; the child can fork, send, wait and kill too."),
+                      "this prompt, on branch <your branch>.<name>. A CLI that cannot fork a conversation is "
+                      "refused; the child can fork, send, wait and kill too."),
          help={"name": "Short name of the child (its branch suffix and how you address it).",
                "prompt": "What the child must do."}),
 )

@@ -549,7 +549,7 @@ def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorRes
     interrupted spawns, marks zombies dead, closes windows whose process exited (a live one
     is never killed), removes a worktree or empty folder in exo's worktree folder only when
     exo recorded creating it and nothing in it would be lost (never forced), reports live
-    agents whose worktree vanished, and prunes stale git worktree metadata. With hosts, each
+    agents whose worktree vanished, and prunes stale git worktree metadata. With {--hosts}, each
     `[hosts.NAME]` is checked too: ssh works, its clone has the same origin and store, its exo
     speaks the same protocol (agents of other hosts are only ever checked by exo there). Exit 0
     when consistent or repaired, 5 otherwise.
@@ -567,6 +567,10 @@ def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorRes
             if h.error or not h.reachable:
                 problems.append(Problem("host", h.name, h.error or "unreachable",
                                         f"fix [hosts.{h.name}] or that host (see `exo hosts`)", False))
+    if not dry_run:
+        from exo_cli.ops.lifecycle import release_runtime
+
+        release_runtime(env)  # nothing of the team left running or on screen: its tmux server stops too
     repaired = sum(1 for p in problems if p.repaired)
     return DoctorResult(problems=problems, repaired=repaired, remaining=len(problems) - repaired,
                         consistent=not problems, dry_run=dry_run, kept=checkup.kept)

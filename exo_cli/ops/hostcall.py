@@ -58,7 +58,8 @@ def _serve(req: dict[str, Any], *, cwd: str, environ: Mapping[str, str]) -> Any:
     if req.get("op") == "" and args.get("hello"):
         return _hello(Env(cwd, environ), __version__)
     if req.get("v") != PROTOCOL:
-        raise StateError(f"exo {__version__} here speaks host protocol {PROTOCOL}, the caller {req.get('v')!r}",
+        theirs = f"protocol {req['v']}" if isinstance(req.get("v"), int) else "no protocol version exo knows"
+        raise StateError(f"exo {__version__} here speaks host protocol {PROTOCOL}, the caller {theirs}",
                          hint="Install the same exo version on every host.", protocol=PROTOCOL)
     name, extra = _checked(req)
     merged = {**environ, **extra, "EXO_HOST": name} if name else {**environ, **extra}

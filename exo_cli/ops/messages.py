@@ -470,6 +470,7 @@ def _watched(env: Env, me: str, targets: list[Agent], settled: dict[str, WaitEnt
         Tool(
             "wait",
             adapt=_wait_tool,
+            names={"max_messages": "max", "agents": "from_agents"},
             help={
                 "from_agents": "Agents (ids or names) to fan in on; omit to take every pending message from anyone.",
                 "max": f"Without from_agents: the most messages one call returns (1-{WAIT_MAX_LIMIT}, default "
@@ -479,6 +480,7 @@ def _watched(env: Env, me: str, targets: list[Agent], settled: dict[str, WaitEnt
     ],
     roles=("tl",),
     blocking=True,
+    flags={"max_messages": "--max"},
     help={
         "agents": "Agents to wait for (fan-in); none: every pending message from anyone.",
         "timeout": "Seconds to wait; 0 checks without blocking (default: timeouts.wait in exo.toml, 600).",
@@ -493,8 +495,8 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
     """Wait for messages: every pending one from anyone, or fan in on several agents.
 
     Without agents: return every unconsumed message to you from anyone, oldest first, at
-    most `--max` (default 50; `more` says others are waiting), blocking until at least
-    one arrives (`--timeout 0` checks without blocking). With agents: wait until each has
+    most {--max_messages} of them (default 50; `more` says others are waiting), blocking until at
+    least one arrives ({--timeout} 0 checks without blocking). With agents: wait until each has
     a message for you (`received`), or is `idle`, `failed` (its turn ended with an error)
     or `dead`, or the timeout passes; return one entry per agent with its status
     (received, running, idle, failed, dead) and message. With `--until-idle` (MCP:

@@ -149,7 +149,9 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
             raise StateError("You are not on a branch (detached HEAD)", hint="Check out your branch first.")
     base = base_branch(env, agent, head)
     if base == head:
-        raise StateError(f"{head} is its own base branch", hint="File from a task branch.", branch=head)
+        raise StateError(f"{head} is the base branch itself: a pull request goes from a task branch into it",
+                         hint="Work on a task branch (spawn an agent, or git switch -c NAME) and file from there.",
+                         branch=head)
     git = Git(env.repo.root)
     across = agent is not None and bool(agent.spec.get("base_ref"))  # its parent works on another host
     if across and agent is not None:
@@ -355,8 +357,9 @@ def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
 def list_prs(env: Env, *, state: Annotated[str, Choice(STATES)] = "all") -> PrList:
     """List the team's pull requests with review and check state.
 
-    Review and check state come from the forge (GitHub, kept current by `exo watch` or the
-    root TL's MCP server); the local forge has neither, so both are null there.
+    Review and check state come from the forge (GitHub, kept current by `exo watch` or by
+    the MCP server of the team lead at the root); the local forge has neither, so both are
+    null there.
     """
     if state not in STATES:
         raise InvalidInput(f"Unknown PR state {state!r}", hint="Use one of: " + ", ".join(STATES), state=state)

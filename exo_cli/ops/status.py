@@ -161,6 +161,7 @@ def team_agents(env: Env, *, history: bool = False) -> list[Agent]:
     tools=["list_agents"],
     read_only=True,
     idempotent=True,
+    flags={"show_all": "--all"},
     help={"show_all": "Also list the history: finished agents that were reaped or completed and whose "
                       "name was used again (their id is <name>@<n>)."},
 )
@@ -169,7 +170,7 @@ def agents(env: Env, *, show_all: bool = False) -> AgentsResult:
 
     Status comes from the agents' hooks first and from pane or process liveness second;
     an agent whose pane or process is gone shows as `dead`. One batched multiplexer
-    call per refresh, whatever the number of agents. With `--all`, the agents kept as
+    call per refresh, whatever the number of agents. With {--show_all}, the agents kept as
     history are listed too.
     """
     env.repo  # noqa: B018 - fail early outside a repository
@@ -191,8 +192,9 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
     """Show the current task, git state and PR; at the root, a team summary.
 
     For an agent: its task or bead, its branch with commits ahead of and behind its parent
-    branch, its dirty files and its PR. At the root (the human, or a root TL), the same for
-    the current checkout plus counts of the team's agents by status.
+    branch, its dirty files and its PR. At the root (the human, or the team lead whose session
+    the human wired with `exo init --agent`), the same for the current checkout plus counts
+    of the team's agents by status.
     """
     from exo_cli.errors import NotFound
 

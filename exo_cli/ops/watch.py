@@ -245,8 +245,8 @@ def watch(env: Env, *, once: bool = False, interval_pending: Annotated[int, Rang
     """Poll the forge for review, check and merge changes and deliver them as events.
 
     Watches every open GitHub PR exo tracks with `gh pr view --json`: every
-    `--interval-pending` seconds while a review or check is pending, every
-    `--interval-idle` seconds otherwise. Changes go to the owning agent as a message and an
+    {--interval_pending} seconds while a review or check is pending, every
+    {--interval_idle} seconds otherwise. Changes go to the owning agent as a message and an
     event, and are printed as they happen (`--json`: one JSON object per line). After a
     merge on GitHub the local base branch is fetched and fast-forwarded. Stops on Ctrl-C.
     Only one poller runs per repository. With the local forge and no GitHub PR tracked there

@@ -222,6 +222,20 @@ class Tmux:
         except OSError:
             pass
 
+    def stop_if_idle(self) -> bool:
+        """Stop the private server when it holds nothing but the placeholder window: no agent runs in
+        it and no dead agent's screen waits to be read (``exo reap`` closes those). True when no
+        server runs afterwards. The caller makes sure no spawn is adding a window meanwhile."""
+        if not os.path.exists(self.socket_path()):
+            return True  # no server (tmux makes the socket first): not even a tmux call
+        proc = self._exec("list-windows", "-a", "-F", "#{window_name}", check=False)
+        if proc.returncode != 0:
+            return self._no_server(proc)
+        if any(name != PLACEHOLDER for name in proc.stdout.splitlines()):
+            return False
+        self.kill_server()
+        return not self.server_running()
+
     def ensure_session(self) -> None:
         """Create the detached session (with a quiet placeholder window) and set its options.
 

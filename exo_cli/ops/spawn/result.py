@@ -94,9 +94,13 @@ def error_obj(key: str, exc: ExoError) -> SpawnError:
     return {"id": key, "code": exc.rpc_code, "name": exc.name, "message": exc.message, "hint": exc.hint}
 
 
+# The id of a failure of the whole call in ``failed`` and ``errors`` (public JSON; never shown to a human).
+WHOLE_CALL = "*"
+
+
 def failed_call(call: Call, exc: ExoError) -> SpawnResult:
     """The result of a call that failed as a whole (no multiplexer, an unknown ``after`` agent)."""
-    return SpawnResult([], [], [["*", exc.message]], [error_obj("*", exc)], [], [], call.warnings)
+    return SpawnResult([], [], [[WHOLE_CALL, exc.message]], [error_obj(WHOLE_CALL, exc)], [], [], call.warnings)
 
 
 def run_tasks(call: Call, reqs: list[Request], step: Callable[[Request], Agent], *,

@@ -216,6 +216,18 @@ def _place(call: Call, req: Request, agent_id: str, bead: _Bead | None) -> tuple
     return path, branch
 
 
+def _no_base(base: str | None, parent_branch: str | None) -> StateError:
+    """The error for a base that names no commit: a bad ``--from``/``worktree.base``, or a branch with no commit yet."""
+    if base:
+        return StateError(f"The base {base} does not name a commit",
+                          hint="Pass an existing branch or commit with --from, or fix worktree.base in exo.toml.",
+                          base=base)
+    what = f"Branch {parent_branch}" if parent_branch else "This repository"
+    return StateError(f"{what} has no commit yet, and an agent's worktree starts from a commit",
+                      hint="Make a first commit (git commit --allow-empty -m 'Initial commit'), then spawn again; "
+                           "or spawn with --no-worktree.", branch=parent_branch)
+
+
 def _record(call: Call, req: Request, agent_id: str, *, path: Path, branch: str | None,
             bead: _Bead | None) -> Agent:
     """The agent's record, phase ``recorded``, with the whole request and the base commit (not stored yet)."""
@@ -225,7 +237,7 @@ def _record(call: Call, req: Request, agent_id: str, *, path: Path, branch: str 
     if not common.no_worktree:
         base_commit = call.commit(common.base or common.parent_branch or "HEAD")
         if base_commit is None:
-            raise StateError(f"Base {common.base!r} does not name a commit", hint="Pass a branch with --from.")
+            raise _no_base(common.base, common.parent_branch)
     agent_dir = env.state_dir / "agents" / agent_id
     now = time.time()
     spec: dict[str, Any] = {
