@@ -544,9 +544,12 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` and return the finished process; raise ExternalFailure on failure.
 
-    The program runs in a process group of its own, in the caller's session (so stopping an agent,
-    which ends its session, still ends what it runs): at the ``timeout`` that whole group ends with
-    it, and every process carrying its token (``end_session``), so nothing it started is left running.
+    With a ``timeout``, the program runs in a process group of its own, in the caller's session (so
+    stopping an agent, which ends its session, still ends what it runs): at the ``timeout`` that whole
+    group ends with it, and every process carrying its token (``end_session``), so nothing it started
+    is left running. Without one it stays in the caller's process group: what ends the caller (a
+    terminal's hangup reaches the foreground group only) ends it too, and nothing outlives an agent
+    whose pane was closed.
     """
     import subprocess
 
@@ -555,7 +558,7 @@ def run(
         child = subprocess.Popen(
             list(argv), cwd=cwd, env={**(os.environ if env is None else env), TOKEN_VAR: token}, text=True,
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0 if timeout is not None else None,
         )
     except FileNotFoundError as exc:
         raise EnvironmentError_(

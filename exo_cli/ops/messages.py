@@ -486,7 +486,7 @@ def _watched(env: Env, me: str, targets: list[Agent], settled: dict[str, WaitEnt
         "timeout": "Seconds to wait; 0 checks without blocking (default: timeouts.wait in exo.toml, 600).",
         "max_messages": f"Without agents: the most messages one call returns (1-{WAIT_MAX_LIMIT}, default {WAIT_MAX}); "
         "the rest wait for the next call.",
-        "until_idle": "With agents (from_agents): wait until each is idle or done (its output as its message), its "
+        "until_idle": "With agents: wait until each is idle or done (its output as its message), its "
         "turn failed, or it is dead, whatever it sends meanwhile; its messages stay for a later wait.",
     },
 )
@@ -499,9 +499,9 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
     least one arrives ({--timeout} 0 checks without blocking). With agents: wait until each has
     a message for you (`received`), or is `idle`, `failed` (its turn ended with an error)
     or `dead`, or the timeout passes; return one entry per agent with its status
-    (received, running, idle, failed, dead) and message. With `--until-idle` (MCP:
-    `until_idle`), a message from an agent does not end its wait: only idle, failed or
-    dead do, and its messages stay for a later wait. Messages returned are consumed,
+    (received, running, idle, failed, dead) and message. With {--until_idle}, a message
+    from an agent does not end its wait: only idle, failed or dead do, and its messages
+    stay for a later wait. Messages returned are consumed,
     each by exactly one wait. Without a timeout it waits `timeouts.wait` seconds (600 by
     default), on the command line and over MCP alike. While it waits, it watches the agents
     it waits for (or all of your live children) every few seconds: an agent that died,
