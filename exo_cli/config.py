@@ -46,6 +46,7 @@ class EnvVars:
         "EXO_WORKTREE_ROOT": "worktree.root",
         "EXO_BASE_BRANCH": "worktree.base",
         "EXO_STORE_URL": "store.url",
+        "EXO_STORE_TIMEOUT": "timeouts.store",
         "EXO_SSH_COMMAND": "ssh.command",
     }
     HOST = "EXO_HOST"  # this machine's name among exo's hosts (else the state folder's host-name, else hostname)
@@ -83,7 +84,7 @@ DEFAULTS: dict[str, Any] = {
                         ".ruff_cache/"],
         "max_keep_mb": 512,  # the most `exo complete --force` copies into an archive (ignored files, nested repos)
     },
-    "timeouts": {"question": 3600, "wait": 600},
+    "timeouts": {"question": 3600, "wait": 600, "store": 30},
     "demo": {"script": []},
     "store": {"url": ""},
     "notify": {"command": [], "desktop": False},
@@ -226,6 +227,7 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "cleanup.max_keep_mb": (_is_int, "a whole number of MiB"),
     "timeouts.question": (_is_seconds, "a whole number of seconds"),
     "timeouts.wait": (_is_seconds, "a whole number of seconds"),
+    "timeouts.store": (_is_seconds, "a whole number of seconds"),
     "demo.script": (lambda v: isinstance(v, list), "a list of demo steps"),
     "store.url": (_is_store_url, "a postgresql:// URL without a password, or empty for SQLite"),
     "notify.command": (_is_str_list, "a command as a list of strings (it gets each event as JSON on stdin)"),
@@ -328,7 +330,7 @@ def _parse_env_value(key: str, raw: str) -> Any:
         if low in ("0", "false", "no", "off", ""):
             return False
         return raw
-    if check is _is_int:
+    if check in (_is_int, _is_seconds):
         try:
             return int(raw)
         except ValueError:

@@ -209,7 +209,9 @@ class Env:
         if "store_url" in self.__dict__:
             was = self.__dict__.pop("store_url")
             if self.store_url != was:
-                self.__dict__.pop("store", None)
+                old = self.__dict__.pop("store", None)
+                if old is not None:
+                    old.close()
 
     def _config_files(self) -> list[Path]:
         from exo_cli.config_paths import config_files
@@ -226,7 +228,8 @@ class Env:
 
         url = self.store_url
         team = pointed_team(self.state_path) if url else None
-        store = open_store(self.state_path if url else self.state_dir, lambda: self.runtime_dir, url, team)
+        patience = float(self.config.get("timeouts.store")) if url else None
+        store = open_store(self.state_path if url else self.state_dir, lambda: self.runtime_dir, url, team, patience)
         if url and pointed_url(self.state_path) is None:  # after open_store checked the URL (no password)
             point_to(self.state_dir, url)  # agents' processes follow the state there
         return store
