@@ -77,7 +77,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "services": {},
     "forge": {"kind": "auto", "remote": "origin"},
-    "limits": {"max_agents": 0, "on_limit": "fail"},
+    "limits": {"max_agents": 0, "on_limit": "fail", "max_depth": 10},
     "cleanup": {
         # ignored files that come back by themselves: never kept, never a reason to refuse a removal
         "regenerable": ["__pycache__/", "*.pyc", "node_modules/", ".venv/", ".pytest_cache/", ".mypy_cache/",
@@ -223,6 +223,7 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "forge.remote": (_is_str, "a remote name"),
     "limits.max_agents": (_is_int, "a whole number (0 = no limit)"),
     "limits.on_limit": (_choice("fail", "wait"), "fail or wait"),
+    "limits.max_depth": (_is_int, "a whole number (0 = no limit)"),
     "cleanup.regenerable": (_is_str_list, "a list of patterns (name/, *.ext, path/from/top)"),
     "cleanup.max_keep_mb": (_is_int, "a whole number of MiB"),
     "timeouts.question": (_is_seconds, "a whole number of seconds"),
