@@ -6,7 +6,8 @@ like to a parent shell), without running ``finally`` blocks or flushing anything
 the state a killed ``exo`` leaves behind. Points used by spawn: ``spawn.recorded``,
 ``spawn.worktree``, ``spawn.prepared``, ``spawn.started``; by complete: ``complete.checked``,
 ``complete.stopped``, ``complete.archived``, ``complete.removed``; by pr merge:
-``merge.locked``, ``merge.moved``.
+``merge.locked``, ``merge.moved``; by store migrate: ``migrate.held``, ``migrate.loaded``,
+``migrate.marked``, ``migrate.committed``, ``migrate.settled``, ``migrate.pointed``.
 """
 
 from __future__ import annotations

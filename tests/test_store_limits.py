@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,13 @@ time.sleep(600)
 '''
 
 
+@pytest.fixture
+def grow(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``grow(depth=, pad=, max_depth=)``: the tree of ``_tree``; every agent of it stopped afterwards."""
+    yield lambda **kw: _tree(repo, tmp_path, monkeypatch, **kw)
+    stop_repo_agents(repo, tmux=False)
+
+
 def _tree(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, depth: int, pad: str = "",
           max_depth: int | None = None) -> dict[str, dict[str, Any]]:
     """Start level 1 from the human; each level spawns the next; return every level's record once a level
@@ -224,53 +232,44 @@ def _tree(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, depth:
 
 
 @pytest.mark.slow
-def test_a_tree_30_deep_grows_to_the_depth_limit_and_the_next_level_is_refused(
-        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    try:
-        records = _tree(repo, tmp_path, monkeypatch, depth=30)
-        assert [r["code"] for r in records.values()] == [0] * 9 + [4]  # levels 2..10 spawned by their parents
-        refused = records["l10"]
-        error = _error(refused["out"])
-        assert error["name"] == "InvalidInput" and "limits.max_depth is 10" in error["message"]
-        assert error["data"] == {"field": "depth", "depth": 11, "limit": 10}
-        store = Env(cwd=repo).store
-        assert store.agent("l10") is not None and store.agent("l11") is None
-        assert not (repo / ".exo" / "worktrees" / "l11").exists()
-        assert git(repo, "branch", "--list", "*.l11") == ""
-        assert git(repo, "rev-parse", "--verify", "refs/heads/main." + ".".join(f"l{i}" for i in range(1, 11)))
-    finally:
-        stop_repo_agents(repo, tmux=False)
+@pytest.mark.timeout(1200)
+def test_a_tree_30_deep_grows_to_the_depth_limit_and_the_next_level_is_refused(repo: Path, grow: Any) -> None:
+    records = grow(depth=30)
+    assert [r["code"] for r in records.values()] == [0] * 9 + [4]  # levels 2..10 spawned by their parents
+    refused = records["l10"]
+    error = _error(refused["out"])
+    assert error["name"] == "InvalidInput" and "limits.max_depth is 10" in error["message"]
+    assert error["data"] == {"field": "depth", "depth": 11, "limit": 10}
+    store = Env(cwd=repo).store
+    assert store.agent("l10") is not None and store.agent("l11") is None
+    assert not (repo / ".exo" / "worktrees" / "l11").exists()
+    assert git(repo, "branch", "--list", "*.l11") == ""
+    assert git(repo, "rev-parse", "--verify", "refs/heads/main." + ".".join(f"l{i}" for i in range(1, 11)))
 
 
 @pytest.mark.slow
-def test_without_a_depth_limit_a_tree_30_deep_spawns(repo: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    try:
-        records = _tree(repo, tmp_path, monkeypatch, depth=30, max_depth=0)
-        assert [r.get("code") for r in records.values()] == [0] * 29 + [None]  # l30 spawns nothing
-        assert list(records) == [f"l{i}" for i in range(1, 31)]
-        branch = "main." + ".".join(f"l{i}" for i in range(1, 31))
-        assert git(repo, "rev-parse", "--verify", f"refs/heads/{branch}")
-        assert (repo / ".exo" / "worktrees" / "l30").is_dir()
-        assert Env(cwd=repo).store.agent("l30").branch == branch  # type: ignore[union-attr]
-    finally:
-        stop_repo_agents(repo, tmux=False)
+@pytest.mark.timeout(1200)
+def test_without_a_depth_limit_a_tree_30_deep_spawns(repo: Path, grow: Any) -> None:
+    records = grow(depth=30, max_depth=0)
+    assert [r.get("code") for r in records.values()] == [0] * 29 + [None]  # l30 spawns nothing
+    assert list(records) == [f"l{i}" for i in range(1, 31)]
+    branch = "main." + ".".join(f"l{i}" for i in range(1, 31))
+    assert git(repo, "rev-parse", "--verify", f"refs/heads/{branch}")
+    assert (repo / ".exo" / "worktrees" / "l30").is_dir()
+    assert Env(cwd=repo).store.agent("l30").branch == branch  # type: ignore[union-attr]
 
 
 @pytest.mark.slow
-def test_long_names_reach_the_branch_limit_before_git_does(repo: Path, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.timeout(1200)
+def test_long_names_reach_the_branch_limit_before_git_does(repo: Path, grow: Any) -> None:
     pad = "x" * 37  # names of 39-40 characters: each level adds 41 bytes to the branch
-    try:
-        records = _tree(repo, tmp_path, monkeypatch, depth=30, pad=pad, max_depth=0)
-        codes = [r["code"] for r in records.values()]
-        assert codes == [0] * (len(codes) - 1) + [4] and len(codes) == 4  # main + 4 levels fit in 200 bytes
-        result = json.loads(records[f"{pad}l4"]["out"])  # a task of the spawn failed: the spawn's own result
-        assert result["worktrees"] == [] and [f[0] for f in result["failed"]] == [f"{pad}l5"]
-        error = result["errors"][0]
-        assert error["name"] == "InvalidInput" and "204 bytes, longer than exo's limit of 200 for a branch name" in \
-            error["message"]
-        assert Env(cwd=repo).store.agent(f"{pad}l5") is None
-        assert git(repo, "branch", "--list", f"*{pad}l5") == ""
-    finally:
-        stop_repo_agents(repo, tmux=False)
+    records = grow(depth=30, pad=pad, max_depth=0)
+    codes = [r["code"] for r in records.values()]
+    assert codes == [0] * (len(codes) - 1) + [4] and len(codes) == 4  # main + 4 levels fit in 200 bytes
+    result = json.loads(records[f"{pad}l4"]["out"])  # a task of the spawn failed: the spawn's own result
+    assert result["worktrees"] == [] and [f[0] for f in result["failed"]] == [f"{pad}l5"]
+    error = result["errors"][0]
+    assert error["name"] == "InvalidInput" and "204 bytes, longer than exo's limit of 200 for a branch name" in \
+        error["message"]
+    assert Env(cwd=repo).store.agent(f"{pad}l5") is None
+    assert git(repo, "branch", "--list", f"*{pad}l5") == ""

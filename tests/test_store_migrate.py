@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import run_exo
+from conftest import ROOT, agent_vars, run_exo
 from exo_cli.env import Env
 from exo_cli.errors import StateError
 from exo_cli.records import Agent
@@ -168,8 +170,31 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
-def _ballast(repo: Path) -> None:
-    """History that makes the copy take a while: consumed messages and events."""
+def _begin(repo: Path, url: str, direction: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For ``postgres->...``: the state begins on PostgreSQL (the state folder points there), and every
+    process afterwards follows the state folder's record, not the environment."""
+    if direction.startswith("postgres"):
+        monkeypatch.setenv("EXO_STORE_URL", url)
+        Env(cwd=repo).store.agents()
+        monkeypatch.delenv("EXO_STORE_URL")
+
+
+def _drain(repo: Path) -> list[str]:
+    """Every message still waiting for the human, taken by `exo wait` until none is left."""
+    taken: list[str] = []
+    while True:
+        rest = run_exo("wait", "--timeout", "0", "--max", "1000", "--json", cwd=repo)
+        assert rest.returncode == 0, rest.stdout + rest.stderr
+        got = [e["message"] for e in json.loads(rest.stdout)["results"]]
+        if not got:
+            return taken
+        taken += got
+
+
+def _busy_team(repo: Path, url: str, direction: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``seed``'s team where ``direction`` begins, with history that makes the copy take a while."""
+    _begin(repo, url, direction, monkeypatch)
+    seed(repo)
     store = Env(cwd=repo).store
     for i in range(400):
         mid = store.post("note", "w1", "root", f"old {i} " + "x" * 200)
@@ -178,20 +203,11 @@ def _ballast(repo: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("direction", ["sqlite->postgres", "postgres->sqlite"])
 def test_writers_hammering_during_a_migrate_lose_nothing_and_repeat_nothing(
         repo: Path, url: str, tmp_path: Path, direction: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import subprocess
-    import sys
-
-    from conftest import ROOT, agent_vars
-
-    if direction.startswith("postgres"):
-        monkeypatch.setenv("EXO_STORE_URL", url)
-        Env(cwd=repo).store.agents()  # the state begins on PostgreSQL (the state folder points there)
-        monkeypatch.delenv("EXO_STORE_URL")  # every process follows the state folder's record
-    seed(repo)  # w0 (a TL under root), w1 and w2 under w0: all idle
-    _ballast(repo)
+    _busy_team(repo, url, direction, monkeypatch)  # w0 (a TL under root), w1 and w2 under w0: all idle
     target = url if direction.startswith("sqlite") else "sqlite"
     base = {**os.environ, "PYTHONPATH": str(ROOT)}
     stop = tmp_path / "stop"
@@ -241,34 +257,19 @@ def test_writers_hammering_during_a_migrate_lose_nothing_and_repeat_nothing(
     for r in _records(outs["taker"]):
         if not r["ok"]:
             assert r["code"] == 5 and "exo store migrate" in r["message"], r
-    while True:
-        rest = run_exo("wait", "--timeout", "0", "--max", "1000", "--json", cwd=repo)
-        assert rest.returncode == 0, rest.stdout + rest.stderr
-        got = [e["message"] for e in json.loads(rest.stdout)["results"]]
-        if not got:
-            break
-        taken += got
+    taken += _drain(repo)
     expected = sorted(r["body"] for r in posted if r["body"].startswith("n1-"))
     assert sorted(b for b in taken if b.startswith("n1-")) == expected
     assert len(taken) == len(set(taken))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("direction", ["sqlite->postgres", "postgres->sqlite"])
 def test_messages_taken_during_a_migrate_are_never_delivered_again(
         repo: Path, url: str, tmp_path: Path, direction: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The report: notes consumed while a migrate copied (no row added, so counts agreed) came back."""
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
-    if direction.startswith("postgres"):
-        monkeypatch.setenv("EXO_STORE_URL", url)
-        Env(cwd=repo).store.agents()
-        monkeypatch.delenv("EXO_STORE_URL")
-    seed(repo)
-    _ballast(repo)
+    _busy_team(repo, url, direction, monkeypatch)
     store = Env(cwd=repo).store
     waiting = {f"note {i}" for i in range(2000)}
     for body in sorted(waiting):
@@ -290,12 +291,100 @@ def test_messages_taken_during_a_migrate_are_never_delivered_again(
         for p in procs:
             p.wait(120)
     taken = [b for o in outs for r in _records(o) if r["ok"] for b in r["got"]]
-    while True:
-        rest = run_exo("wait", "--timeout", "0", "--max", "1000", "--json", cwd=repo)
-        assert rest.returncode == 0, rest.stdout + rest.stderr
-        got = [e["message"] for e in json.loads(rest.stdout)["results"]]
-        if not got:
-            break
-        taken += got
+    taken += _drain(repo)
     assert sorted(b for b in taken if b in waiting) == sorted(waiting)  # each note to the human exactly once
     assert len(taken) == len(set(taken))
+
+
+POINTS = ("migrate.held", "migrate.loaded", "migrate.marked", "migrate.committed", "migrate.settled",
+          "migrate.pointed")
+
+
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("direction", ["sqlite->postgres", "postgres->sqlite"])
+def test_a_migrate_killed_at_any_step_leaves_the_state_whole_and_runs_again(
+        repo: Path, url: str, direction: str, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    _begin(repo, url, direction, monkeypatch)
+    before = seed(repo)
+    target = url if direction.startswith("sqlite") else "sqlite"
+    killed = run_exo("store", "migrate", "--to", target, "--json", cwd=repo, env={"EXO_FAULT": point})
+    assert killed.returncode == 137, killed.stdout + killed.stderr
+    # Whatever the step, the state is whole in one store: served, or refused with where it went.
+    look = run_exo("agents", "--json", cwd=repo)
+    if look.returncode == 0:
+        assert sorted(a["id"] for a in json.loads(look.stdout)["agents"]) == ["w0", "w1", "w2"]
+    else:
+        error = json.loads(look.stdout)["error"]
+        assert look.returncode == 5 and "moved to" in error["message"], look.stdout
+    note = run_exo("send", "w1", "after the kill", "--json", cwd=repo)
+    assert note.returncode in (0, 5), note.stdout + note.stderr  # written where the state is, or refused
+    again = run_exo("store", "migrate", "--to", target, "--json", cwd=repo)
+    done = again.returncode == 0 or "already in" in json.loads(again.stdout)["error"]["message"]
+    assert done, again.stdout + again.stderr
+    final = Env(cwd=repo).store
+    assert final.agents() == before["agents"] and final.prs() == before["prs"]
+    bodies = [m.body for m in final.messages()]
+    assert bodies[:3] == [m.body for m in before["messages"]]
+    assert bodies[3:] == (["after the kill"] if note.returncode == 0 else [])  # once, or not at all
+    assert (repo / ".git" / "exo" / "store-url").exists() == (target != "sqlite")
+    assert run_exo("store", "migrate", "--to", target, cwd=repo).returncode == 5  # it is there now
+
+
+# A writer or reader of the repository in a process of its own; the hold bound is shortened (argv[2]
+# seconds instead of a minute) so the test need not wait that long.
+HOLD_PROBE = r"""
+import json, sys
+import exo_cli.adapters.store.pgconn as pgconn, exo_cli.adapters.store.sqlite as sq
+pgconn.HOLD_SECONDS = sq._LOCK_RETRY_SECONDS = float(sys.argv[2])
+from exo_cli.env import Env
+from exo_cli.errors import ExoError
+env = Env()
+try:
+    got = env.store.post("note", "w1", "root", "during the hold") if sys.argv[1] == "write" else len(env.store.agents())
+    print(json.dumps({"ok": True, "got": got}))
+except ExoError as exc:
+    print(json.dumps({"ok": False, "code": exc.exit_code, "message": exc.message, "data": exc.data}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_writers_wait_for_the_hold_then_fail_naming_it_and_readers_go_on(
+        repo: Path, url: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if kind == "postgres":
+        monkeypatch.setenv("EXO_STORE_URL", url)
+    seed(repo)
+    base = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def probe(what: str, seconds: float) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", HOLD_PROBE, what, str(seconds)], cwd=repo, env=base,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result(p: subprocess.Popen[str]) -> dict[str, Any]:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, out + err
+        return json.loads(out)  # type: ignore[no-any-return]
+
+    holder = "exo store migrate --to elsewhere (pid 1 on the test)"
+    store = Env(cwd=repo).store
+    with store.hold(holder):
+        assert result(probe("read", 2)) == {"ok": True, "got": 3}  # reads go on
+        refused = result(probe("write", 2))
+        assert (refused["ok"], refused["code"]) == (False, 5)
+        assert holder in refused["message"] and refused["data"]["held_by"] == holder
+        late = probe("write", 120)  # starts during the hold, which ends well within its bound
+        time.sleep(3)  # room to reach the held lock (the check is below: its note lands once, after the hold)
+        assert late.poll() is None  # held back
+    assert result(late)["ok"] is True
+    assert [m.body for m in Env(cwd=repo).store.messages() if m.body == "during the hold"] == ["during the hold"]
+
+
+def test_a_long_lived_forge_poller_follows_the_move(repo: Path, url: str) -> None:
+    """The root TL's background poller calls no command: each of its rounds follows the state folder's record."""
+    from exo_cli.ops.watch import poll_once
+
+    seed(repo)
+    env = Env(cwd=repo)  # the poller's Env, made before the move and kept
+    assert env.store_url is None and poll_once(env).errors == []
+    assert run_exo("store", "migrate", "--to", url, cwd=repo).returncode == 0
+    assert poll_once(env).errors == [] and env.store_url == url
+    assert [a.id for a in env.store.agents()] == ["w0", "w1", "w2"]

@@ -80,19 +80,27 @@ def note(repo: Path, agent: dict[str, str], text: str) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_wait_reconnects_after_a_restart_and_gets_the_note_posted_after_it(cluster: Any, team: dict[str, str],
-                                                                           repo: Path) -> None:
-    human = {"EXO_STORE_URL": team["EXO_STORE_URL"]}
-    waiter = popen_exo("wait", "--timeout", "300", "--json", cwd=repo, env=human)
+def waiting(cluster: Any, repo: Path, url: str, seconds: int, then: Any) -> tuple[int | None, str, str]:
+    """`exo wait --timeout SECONDS` as the human; once it listens on the server, ``then()``; how it ended."""
+    waiter = popen_exo("wait", "--timeout", str(seconds), "--json", cwd=repo, env={"EXO_STORE_URL": url})
     try:
         listening(cluster, proc=waiter)
-        cluster.restart()
-        time.sleep(2)  # the note comes two seconds after the restart, as in the report
-        note(repo, team, "after the restart")
+        then()
         out, err = waiter.communicate(timeout=300)
     finally:
         waiter.kill()
-    assert waiter.returncode == 0, out + err
+    return waiter.returncode, out, err
+
+
+def test_wait_reconnects_after_a_restart_and_gets_the_note_posted_after_it(cluster: Any, team: dict[str, str],
+                                                                           repo: Path) -> None:
+    def restart_then_note() -> None:
+        cluster.restart()
+        time.sleep(2)  # the note comes two seconds after the restart, as in the report
+        note(repo, team, "after the restart")
+
+    code, out, err = waiting(cluster, repo, team["EXO_STORE_URL"], 300, restart_then_note)
+    assert code == 0, out + err
     res = json.loads(out)
     assert [(r["name"], r["message"]) for r in res["results"]] == [("w1", "after the restart")]
     assert "Traceback" not in err
@@ -100,16 +108,11 @@ def test_wait_reconnects_after_a_restart_and_gets_the_note_posted_after_it(clust
 
 def test_wait_with_the_server_down_past_its_timeout_names_the_server(cluster: Any, team: dict[str, str],
                                                                       repo: Path) -> None:
-    human = {"EXO_STORE_URL": team["EXO_STORE_URL"]}
-    waiter = popen_exo("wait", "--timeout", "8", "--json", cwd=repo, env=human)
     try:
-        listening(cluster, proc=waiter)
-        cluster.stop_server()
-        out, err = waiter.communicate(timeout=300)
+        code, out, err = waiting(cluster, repo, team["EXO_STORE_URL"], 8, cluster.stop_server)
     finally:
-        waiter.kill()
         cluster.start_server()
-    assert waiter.returncode == 7, out + err
+    assert code == 7, out + err
     error = json.loads(out)["error"]
     assert error["name"] == "EnvironmentError" and error["data"]["url"] == team["EXO_STORE_URL"]
     assert team["EXO_STORE_URL"] in error["message"] and "exo kept trying" in error["message"]
@@ -308,6 +311,8 @@ def _fill(cluster: Any, db: str) -> list[Any]:
             return held
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # a hundred real processes on a loaded two-core machine
 def test_a_hundred_exo_processes_share_twenty_connections(small_cluster: Any, repo: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     small_cluster.psql("CREATE DATABASE hundred")

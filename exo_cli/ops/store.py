@@ -14,6 +14,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from exo_cli import fault
 from exo_cli.errors import InvalidInput, StateError
 from exo_cli.records import ASKING, ROOT, STARTING, WAITING_PERMISSION, WORKING
 from exo_cli.registry import op
@@ -77,21 +78,25 @@ def store_migrate(env: Env, *, to: str) -> MigrateResult:
         raise StateError("This repository has no exo state to move", hint="Set [store] url before `exo init` instead.")
     try:
         with source.hold(holder_text(where)):
+            fault.point("migrate.held", env.environ)
             _refuse_busy(env, source, to_sqlite=target_url is None)
             rows = source.dump()
             want = digests(rows)
             target.load(rows)
+            fault.point("migrate.loaded", env.environ)
             got = digests(target.dump())
             if got != want:
                 raise StateError("The copy differs from the state; nothing moved",
                                  hint="Run it again; report it if it happens again.",
                                  tables=sorted(t for t in want if got.get(t) != want[t]))
             source.mark_moved(where)
+            fault.point("migrate.marked", env.environ)
     except BaseException:
         with contextlib.suppress(Exception):
             if source.moved_to() != where:  # never drop a copy the source already says it moved to
                 target.discard()
         raise
+    fault.point("migrate.committed", env.environ)
     kept = _switch(env, source, target, target_url, team)
     return MigrateResult(source=source_url or SQLITE, target=target_url or SQLITE,
                          counts={t: len(r) for t, r in rows.items()}, kept=kept, digests=want)
@@ -119,5 +124,7 @@ def _switch(env: Env, source: Store, target: Store, target_url: str | None, team
     from exo_cli.adapters.store import point_to
 
     target.settle()
+    fault.point("migrate.settled", env.environ)
     point_to(env.state_dir, target_url, team)
+    fault.point("migrate.pointed", env.environ)
     return source.set_aside()

@@ -138,15 +138,13 @@ class PgLink:
     """The connections of one repository's PostgreSQL store (rows keyed by ``repo``)."""
 
     def __init__(self, url: str, repo: str, patience: float | None = None) -> None:
-        params = check_url(url)
+        check_url(url)
         self.url = url
         self.repo = repo
         self.default_patience = RECONNECT_SECONDS if patience is None else patience
         self._local = threading.local()
         self._ready = False
         self._seen = False  # this process reached the server: a refused connection now means a restart
-        # every lock wait of exo's sessions is bounded: the migrate's hold above all
-        self._options = (params.get("options", "") + f" -c lock_timeout={int(HOLD_SECONDS * 1000)}").strip()
 
     @cached_property
     def bell(self) -> PgBell:
@@ -180,9 +178,14 @@ class PgLink:
     # -- connections -----------------------------------------------------------------------
     def connect(self) -> psycopg.Connection[Any]:
         """A new autocommit connection (psycopg's errors raw: callers retry through ``retrying``)."""
-        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10, application_name="exo",
-                               options=self._options)
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10, application_name="exo")
         self._seen = True
+        try:  # every lock wait of exo's sessions is bounded, the migrate's hold above all (a SET: the
+            # connection's options would replace the user's own, from the URL, PGOPTIONS or a service)
+            conn.execute(f"SET lock_timeout = {int(HOLD_SECONDS * 1000)}")
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _connected(self) -> psycopg.Connection[Any]:

@@ -110,11 +110,12 @@ class SqliteStore(Store):
                 raise moved_error(pointed)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            busy = min(30.0, _LOCK_RETRY_SECONDS)  # one wait of SQLite's busy handler, within the whole bound
+            conn = sqlite3.connect(self.path, timeout=busy, isolation_level=None, check_same_thread=False)
             if fresh:
                 with contextlib.suppress(OSError):
                     os.chmod(self.path, 0o600)
-            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
             self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute("PRAGMA synchronous = NORMAL")
             self._migrate(conn)
