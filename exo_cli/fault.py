@@ -7,7 +7,9 @@ the state a killed ``exo`` leaves behind. Points used by spawn: ``spawn.recorded
 ``spawn.worktree``, ``spawn.prepared``, ``spawn.started``; by complete: ``complete.checked``,
 ``complete.stopped``, ``complete.archived``, ``complete.removed``; by pr merge:
 ``merge.locked``, ``merge.moved``; by deinit: ``deinit.archived``, ``deinit.agents``,
-``deinit.trees``, ``deinit.stopped``, ``deinit.unwired``, ``deinit.files``, ``deinit.rows``.
+``deinit.trees``, ``deinit.stopped``, ``deinit.unwired``, ``deinit.files``, ``deinit.rows``; by store
+migrate: ``migrate.held``, ``migrate.loaded``, ``migrate.marked``, ``migrate.committed``,
+``migrate.settled``, ``migrate.pointed``.
 
 With ``EXO_FAULT_PAUSE`` naming a folder, an armed point pauses instead: it writes a file
 named after the point there (holding its pid) and waits until that file is removed (for at

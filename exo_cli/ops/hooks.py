@@ -24,6 +24,7 @@ import json
 import os
 import time
 
+from exo_cli.limits import clip
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import delivery as msgs
 from exo_cli.ops.rebase import rebase_onto_base
@@ -420,6 +421,9 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     if turn:
         state["last_turn"] = turn
     text = _last_message(data)
+    cut = None
+    if text is not None:  # an output over exo's limit is kept up to it, and the hook says so (fail open)
+        text, cut = clip(text, "output", "output")
     active = bool(data.get("stop_hook_active"))
     tokens = 0
     tpath = data.get("transcript_path")
@@ -508,7 +512,7 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
                 env.store.update_agent(agent.id, status=WORKING, status_reason="continuing with messages")
                 save_state(env, agent.id, state)
                 return HookResult(event, cli, agent.id, block_output(cli, msgs.render_all(late)),
-                                  [*actions, "late-messages"])
+                                  [*actions, "late-messages"], cut)
     if not blocking and agent.status != DONE and (first_for_turn or agent.status != IDLE):
         msgs.notify_parent(env, agent, "idle", f"{agent.name} is idle" + (f": {_short(text)}" if text else ""),
                            output=(text or "")[:4000])
@@ -519,7 +523,7 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
 
             start_dependents(env, agent.id, ready)
     out = block_output(cli, "\n\n".join(reasons)) if blocking else neutral(event, cli)
-    return HookResult(event, cli, agent.id, out, actions)
+    return HookResult(event, cli, agent.id, out, actions, cut)
 
 
 NO_RESPONSE = "[no response text]"  # Gemini's AfterAgent prompt_response when the turn produced no text
@@ -553,6 +557,7 @@ def turn_failed(env: Env, agent: Agent, error: str, *, kind: str | None = None) 
     """
     if agent.status in (DONE, DEAD):
         return False
+    error = clip(error, "error", "output")[0]
     text = " ".join(error.split())
     reason = f"turn failed: {text}"[:500]
     if agent.status == FAILED_TURN and agent.status_reason == reason:

@@ -181,6 +181,15 @@ def _deliver(env: Env, msg_id: int, recipient: Agent) -> str:
     return deliver(env, msg_id, recipient)
 
 
+def _still_here(env: Env) -> None:
+    """A long wait on a store the state moved away from (`exo store migrate`) ends, naming where it went."""
+    moved = env.store.moved_to()
+    if moved is not None:
+        from exo_cli.adapters.store.moving import moved_error
+
+        raise moved_error(moved)
+
+
 def _timeout(value: float | None, what: str = "timeout") -> float | None:
     return check_timeout(value, what)
 
@@ -251,7 +260,8 @@ def question(env: Env, *, message: str, timeout: Annotated[float, Range(0)] | No
     me = caller_agent(env, "ask a question")
     parent_id = me.parent or ROOT
     store = env.store
-    with store.bell.listen([me.id]) as waiter:
+    # a store that restarts meanwhile is reached again within the question's own timeout
+    with store.patience(timeout), store.bell.listen([me.id]) as waiter:
         found = _ticket(env, me, message)
         if found is None:
             ticket = post(env, QUESTION, me.id, parent_id, message, state=PENDING)
@@ -287,9 +297,11 @@ def question(env: Env, *, message: str, timeout: Annotated[float, Range(0)] | No
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     break
-                if parent_id != ROOT and now >= next_live:
+                if now >= next_live:
                     next_live = now + LIVENESS_EVERY
-                    _refresh(env, [parent_id])
+                    _still_here(env)
+                    if parent_id != ROOT:
+                        _refresh(env, [parent_id])
                 slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
                 waiter.wait(max(slice_, 0.0))
         finally:
@@ -521,8 +533,9 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
     settled: dict[str, WaitEntry] = {}
     deadline = None if timeout is None else time.monotonic() + timeout
     next_live = time.monotonic() + LIVENESS_EVERY
-    # until idle: any change of an agent wakes it (its status is the answer, not a message to me)
-    with store.bell.listen([me, TEAM_BELL] if until_idle else [me]) as waiter:
+    # until idle: any change of an agent wakes it (its status is the answer, not a message to me); a store
+    # that restarts meanwhile is reached again (and listened to again) within the wait's own timeout
+    with store.patience(timeout), store.bell.listen([me, TEAM_BELL] if until_idle else [me]) as waiter:
         if timeout != 0:  # watch once before the first look: a resting agent may still have a message queued
             _refresh(env, _watched(env, me, targets, settled))
         while True:
@@ -550,6 +563,11 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
                 return WaitResult(results=_partial(env, targets, settled), timed_out=not stop, cancelled=stop)
             if now >= next_live:  # the watcher: see agentctl.refresh
                 next_live = now + LIVENESS_EVERY
+                if any(e.status == "received" for e in settled.values()):  # what it took is returned, never lost
+                    if env.store.moved_to() is not None:
+                        return WaitResult(results=_partial(env, targets, settled), timed_out=False, cancelled=True)
+                else:
+                    _still_here(env)
                 _refresh(env, _watched(env, me, targets, settled))
             slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
             waiter.wait(max(slice_, 0.0))

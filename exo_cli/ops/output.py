@@ -71,7 +71,7 @@ def done(env: Env, *, output: str | None = None) -> DoneResult:
     spawned to start after you (`exo spawn --after`).
     """
     if output is not None:
-        output = check_text(output, "output", allow_empty=True)
+        output = check_text(output, "output", kind="output", allow_empty=True)
     me = caller_agent(env, "mark its task done")
     text = output if output is not None else me.output
     env.store.update_agent(me.id, status=DONE, status_reason="done", output=text, completed_at=time.time())

@@ -137,8 +137,13 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     lead's branch: `base_pushed`), and `gh pr create` opens it. Filing again while the PR
     is open updates it (title, body, and the pushed commits).
     """
+    from exo_cli.limits import clip
     from exo_cli.validate import check_text
 
+    if title is not None and title.strip():  # before anything is fetched or pushed
+        check_text(title, "title", kind="title")
+    if body:
+        check_text(body, "body", kind="body")
     agent = env.caller_agent()
     head: str | None
     if agent is not None and agent.branch:
@@ -165,12 +170,13 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     if commits == 0:
         raise StateError(f"{head} has no commits that {base} lacks", hint="Commit your work, then file the PR.",
                          head=head, base=base)
-    if title is None or not title.strip():
-        title = git.subject(f"refs/heads/{head}")
+    if title is None or not title.strip():  # what exo derives is cut to the limits, what it was given checked
+        title = clip(git.subject(f"refs/heads/{head}"), "title", "title")[0]
     if body is None:
-        body = "\n".join(git.log(f"{bref}..refs/heads/{head}", "- %s", reverse=True, check=True))
-    title = check_text(title, "title")
-    body = check_text(body, "body") if body else ""
+        body = clip("\n".join(git.log(f"{bref}..refs/heads/{head}", "- %s", reverse=True, check=True)),
+                    "body", "body")[0]
+    title = check_text(title, "title", kind="title")
+    body = check_text(body, "body", kind="body") if body else ""
     author = agent.id if agent is not None else ROOT
     existing = next((p for p in env.store.prs(head=head, state="open")), None)
     forge = forge_for(env, existing.forge if existing else None, runner=gh_runner(env))

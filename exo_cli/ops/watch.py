@@ -106,6 +106,7 @@ def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
     """Poll every open GitHub PR once; record and deliver what changed."""
     from exo_cli.ops.pr import forge_for
 
+    env.follow_store()  # a long-lived poller follows `exo store migrate`, as every command does
     if not env.has_state():
         return PollResult(0, [], False)
     prs = [p for p in env.store.prs(state="open") if p.forge == "github" and p.remote_number]

@@ -23,27 +23,54 @@ DB_FILE = "state.db"
 # The tables a repository's state is made of (what `exo store migrate` copies and counts).
 TABLES = ("agents", "messages", "events", "prs", "kv")
 
+# How long a writer waits while `exo store migrate` holds the state, in seconds (``moving.py``).
+HOLD_SECONDS = 60.0
+# SQLite's ``application_id`` of a database whose state moved away ("exoM"), checked by every write.
+MOVED_APP_ID = 0x65786F4D
+
 # A file in the state folder naming the PostgreSQL store the state moved to (`exo store migrate`),
 # so processes started before the move (whose environment has no EXO_STORE_URL) follow it.
 POINTER_FILE = "store-url"
 
 
 def open_store(state_dir: Path, runtime_dir: Path | Callable[[], Path], url: str | None = None,
-               team: str | None = None) -> Store:
+               team: str | None = None, patience: float | None = None) -> Store:
     """The store for one repository's state folder (nothing is opened until first use).
 
     ``runtime_dir`` is the short folder of the wake-up sockets, or a function returning it
     (called only when a wake-up is first needed, so reads never create it). With ``url``
     (``postgresql://...``), the PostgreSQL store, its rows keyed by ``team`` (the identity clones
-    on several hosts share), else by the state folder's path.
+    on several hosts share), else by the state folder's path; ``patience`` is how long its calls
+    keep trying to reach a server that restarts or is full (``timeouts.store``).
     """
     if url:
         from exo_cli.adapters.store.postgres import PostgresStore
 
-        return PostgresStore(url, team or repo_identity(state_dir))
+        return PostgresStore(url, team or repo_identity(state_dir), patience)
     from exo_cli.adapters.store.sqlite import SqliteStore
 
     return SqliteStore(state_dir / DB_FILE, runtime_dir)
+
+
+def open_target(state_dir: Path, runtime_dir: Path | Callable[[], Path], url: str | None = None,
+                team: str | None = None, patience: float | None = None) -> Store:
+    """The store `exo store migrate` copies into: PostgreSQL at ``url``, or a new SQLite database beside
+    the live one (``state.db.incoming``, renamed into place by ``settle``)."""
+    if url:
+        return open_store(state_dir, runtime_dir, url, team, patience)
+    from exo_cli.adapters.store.sqlite import SqliteStore
+    from exo_cli.adapters.store.sqlmove import INCOMING
+
+    return SqliteStore(state_dir / INCOMING, runtime_dir)
+
+
+def location(state_dir: Path, url: str | None, host: str) -> str:
+    """Where a repository's state is, as a moved marker records it: the URL, or the SQLite file on ``host``."""
+    if url:
+        return url
+    from exo_cli.adapters.store.moving import sqlite_location
+
+    return sqlite_location(host, str(state_dir.resolve() / DB_FILE))
 
 
 def repo_identity(state_dir: Path) -> str:
