@@ -420,7 +420,7 @@ def _running_out(env: Env, *, apply: bool, warnings: list[str]) -> list[str]:
     out = []
     mux = panes.mux_for(env, "tmux")
     if isinstance(mux, Tmux) and os.path.exists(mux.socket_path()):
-        out.append(f"exo's tmux server (tmux -L {mux.socket_name})")
+        out.append(f"exo's tmux server (tmux -S {mux.socket_path()})")
         if apply:
             mux.kill_server()
     runtime = env.runtime_dir
@@ -495,7 +495,7 @@ def _state_out(env: Env, *, apply: bool, kept: list[str]) -> list[str]:
         elif env.store.exists():
             out.append("this repository's rows in the PostgreSQL store")
             if apply:
-                env.store.set_aside()
+                env.store.forget()
                 _fault(True, "deinit.rows", env)
     if state.is_dir():
         out.append(f"exo's state {state}")
