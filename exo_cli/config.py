@@ -1,6 +1,6 @@
 """Configuration: defaults < user < repo ``exo.toml`` < local ``.exo/config.toml`` < ``EXO_*`` < flags.
 
-Files are read with ``tomllib``; ``tomli_w`` is imported only by writers. Every key is
+Files are read with ``tomllib``; writers use ``tomlkit``, imported only by them. Every key is
 declared in ``SCHEMA`` with its type and allowed values, so a bad value is an error that
 names the key path and the file it came from.
 """
@@ -47,6 +47,7 @@ class EnvVars:
         "EXO_WORKTREE_ROOT": "worktree.root",
         "EXO_BASE_BRANCH": "worktree.base",
         "EXO_STORE_URL": "store.url",
+        "EXO_STORE_TIMEOUT": "timeouts.store",
         "EXO_SSH_COMMAND": "ssh.command",
         "EXO_BROKER": "broker.enabled",
     }
@@ -78,14 +79,14 @@ DEFAULTS: dict[str, Any] = {
     },
     "services": {},
     "forge": {"kind": "auto", "remote": "origin"},
-    "limits": {"max_agents": 0, "on_limit": "fail"},
+    "limits": {"max_agents": 0, "on_limit": "fail", "max_depth": 10},
     "cleanup": {
         # ignored files that come back by themselves: never kept, never a reason to refuse a removal
         "regenerable": ["__pycache__/", "*.pyc", "node_modules/", ".venv/", ".pytest_cache/", ".mypy_cache/",
                         ".ruff_cache/"],
         "max_keep_mb": 512,  # the most `exo complete --force` copies into an archive (ignored files, nested repos)
     },
-    "timeouts": {"question": 3600, "wait": 600},
+    "timeouts": {"question": 3600, "wait": 600, "store": 30},
     "demo": {"script": []},
     "store": {"url": ""},
     "notify": {"command": [], "desktop": False},
@@ -226,10 +227,12 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "forge.remote": (_is_str, "a remote name"),
     "limits.max_agents": (_is_int, "a whole number (0 = no limit)"),
     "limits.on_limit": (_choice("fail", "wait"), "fail or wait"),
+    "limits.max_depth": (_is_int, "a whole number (0 = no limit)"),
     "cleanup.regenerable": (_is_str_list, "a list of patterns (name/, *.ext, path/from/top)"),
     "cleanup.max_keep_mb": (_is_int, "a whole number of MiB"),
     "timeouts.question": (_is_seconds, "a whole number of seconds"),
     "timeouts.wait": (_is_seconds, "a whole number of seconds"),
+    "timeouts.store": (_is_seconds, "a whole number of seconds"),
     "demo.script": (lambda v: isinstance(v, list), "a list of demo steps"),
     "store.url": (_is_store_url, "a postgresql:// URL without a password, or empty for SQLite"),
     "notify.command": (_is_str_list, "a command as a list of strings (it gets each event as JSON on stdin)"),
@@ -334,7 +337,7 @@ def _parse_env_value(key: str, raw: str) -> Any:
         if low in ("0", "false", "no", "off", ""):
             return False
         return raw
-    if check is _is_int:
+    if check in (_is_int, _is_seconds):
         try:
             return int(raw)
         except ValueError:

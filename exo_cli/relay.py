@@ -140,8 +140,8 @@ def call(env: Env, operation: Op, kwargs: Mapping[str, Any]) -> Any:
     """Run ``operation`` through the agent's broker; its result as this exo's own result class."""
     import uuid
 
+    from exo_cli.jsonable import from_jsonable
     from exo_cli.records import to_jsonable
-    from exo_cli.wire import from_jsonable
 
     args = _inline_files(env, operation, dict(kwargs))
     fields = {"op": operation.name, "args": to_jsonable(args), "cwd": str(env.cwd), "cwd_given": env.cwd_given,

@@ -107,6 +107,30 @@ def kv_keys(store: object, prefix: str) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
+def brokers_stopped(tmp_path: Path) -> Iterator[None]:
+    """Stop the team brokers a test started (its repositories under ``tmp_path``, found by their log).
+
+    A broker leaves by itself a few seconds after its last agent, but a test's end may come first,
+    and the run's PostgreSQL cluster may be gone by then (torn down at the end of the run).
+    """
+    yield
+    base = tmp_path
+    logs = [*base.glob(".git/exo/broker.log"), *base.glob("*/.git/exo/broker.log"),
+            *base.glob("*/*/.git/exo/broker.log")]
+    if not logs:
+        return
+    from exo_cli import __version__
+    from exo_cli.adapters import broker
+    from exo_cli.adapters.files import runtime_dir_for
+
+    for log in logs:
+        try:
+            broker.stop(broker.Paths(runtime_dir_for(str(log.parent.resolve()), create=False)), __version__, timeout=30)
+        except Exception:  # noqa: BLE001 - a test that broke its state on purpose: the run's sweep names it
+            pass
+
+
+@pytest.fixture(autouse=True)
 def store_kind(request: pytest.FixtureRequest, isolate: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which store this test runs on; on PostgreSQL, EXO_STORE_URL names the private cluster."""
     kind = getattr(request, "param", "sqlite")

@@ -39,9 +39,10 @@ HELLO_TIMEOUT = 10.0  # seconds to connect and get the hello's answer
 START_TIMEOUT = 60.0  # seconds a starting broker has to say it listens (a loaded machine is slow)
 KINDS = ("call", "hook", "mcp", "ctl")
 # What the broker's environment never carries from whoever started it: exo's identity markers (an
-# agent's relay may start it) and the variables that only make sense in that process.
+# agent's relay may start it) and the variables that only make sense in that process (``EXO_RUN``: the
+# token of a call exo runs with a deadline, by which stopping an agent ends what its exo started).
 BROKER_DROP = ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_SOCKET", "EXO_FAULT", "TMUX",
-               "TMUX_PANE", "EXO_ANTHROPIC_API_KEY")
+               "TMUX_PANE", "EXO_ANTHROPIC_API_KEY", "EXO_RUN")
 
 
 class Paths:

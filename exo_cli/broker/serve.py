@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 TICK = 1.0  # seconds between reaper passes
 MAX_THREADS = 1024  # connections served at once (an MCP session or a blocking wait holds one for its length)
 REAP_GRACE = 3.0  # seconds an agent's socket stays once its process is gone
+STORE_PATIENCE = 2.0  # seconds the reaper waits for a store that restarts before it watches processes alone
 LOG_MAX = 1 << 20  # bytes of log kept from earlier runs
 
 
@@ -274,7 +275,8 @@ class Broker:
         from exo_cli.ops.broker import KEY_FIELD, gone_ids, socket_agents
 
         try:
-            agents = socket_agents(self.env)
+            with self.env.store.patience(STORE_PATIENCE):  # not the store's 30 s: the reaper must go on
+                agents = socket_agents(self.env)
         except ExoError as exc:  # the store is unreachable: watch the processes of the records we have
             if not self.store_down:
                 self.log(f"cannot read the agents (watching their processes meanwhile): {exc.message}")
@@ -337,6 +339,9 @@ def _log_to(path: Path) -> None:
     os.dup2(fd, 2)
     os.close(fd)
     os.close(null)
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <broker>`: every thread's stack, logged
 
 
 def _say(ready_fd: int | None, text: str) -> None:

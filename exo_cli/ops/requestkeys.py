@@ -18,6 +18,7 @@ from exo_cli import cancel
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
+    from exo_cli.records import Message
 
 PREFIX = "request-key"
 
@@ -59,3 +60,24 @@ def note_taking(env: Env, agent_id: str, ids: list[int]) -> None:
     value = data.get("value")
     before: list[Any] = value if data.get("key") == key and isinstance(value, list) else []
     note(env, "wait", agent_id, [*before, *(i for i in ids if i not in before)])
+
+
+def take(env: Env, agent_id: str, ids: list[int]) -> list[int]:
+    """A ``wait`` consumes (and marks delivered) these messages in one write; the ids this call took.
+
+    Under a request key they are noted first: a wait sent again after its broker was killed gets
+    them back, whether the killed attempt took them or not.
+    """
+    note_taking(env, agent_id, ids)
+    return env.store.consume(ids, delivered=True)
+
+
+def taken_before(env: Env, agent_id: str) -> list[Message]:
+    """The messages a ``wait`` sent before under this request's key noted, taken (again: those the killed
+    attempt noted but had not taken yet); none for a new request."""
+    ids = replayed(env, "wait", agent_id)
+    if not isinstance(ids, list) or not ids:
+        return []
+    ids = [i for i in ids if isinstance(i, int)]
+    env.store.consume(ids, delivered=True)
+    return [m for m in (env.store.message(i) for i in ids) if m is not None]
