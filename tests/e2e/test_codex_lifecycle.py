@@ -88,7 +88,7 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
     # Turn one: commit, note, PR; the Stop hook marks it idle, and notify of the same turn changes nothing.
     rec = lc.wait_status("w1", "idle", timeout=60, since_turns=0)
     assert rec["session_id"] and rec["output"] == "TURN-ONE-DONE"
-    assert_mcp_server_has_the_agents_proof(json.loads(rec["location"])["pid"])  # Codex passes it by name (env_vars)
+    assert_mcp_server_has_the_agents_proof(json.loads(rec["location"])["pid"])  # a relay on its socket (no proof)
     requests = server.agent_requests()
     assert [e["turn"] for e in requests] == [0, 1, 2, 3]
     assert "COMMITTED" in tool_results(requests[1])[-1]["output"]
