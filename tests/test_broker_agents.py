@@ -104,6 +104,7 @@ def notes_to_root(repo: Path) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------- the socket is the identity
 
 
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
 def test_an_agent_reaches_exo_through_its_own_socket_only(team: Team) -> None:
     team.spawn("w1")
     environ = team.environ("w1")
@@ -236,6 +237,7 @@ def test_a_killed_broker_is_started_again_by_the_agents_next_call(team: Team) ->
     assert second is not None and second["pid"] != first["pid"] and second["agents"] == 1
 
 
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
 def test_a_wait_the_broker_died_in_resumes_without_loss_or_duplicate(team: Team) -> None:
     """kill -9 of the broker after `wait` took the message and before it answered: the relay starts it
     again and sends the wait again under the same key; it gets that message, once."""
