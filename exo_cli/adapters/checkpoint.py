@@ -159,10 +159,16 @@ class Shadow:
                     input=_join(hidden), env=env, check=False)
         here = self.main.at(self.worktree)  # the repository's own attributes and config (read only, nothing runs)
         if (here.config_get("core.autocrlf") or "false").lower() in ("true", "input"):
-            return paths
-        out = _z(here.run(["check-attr", "-z", "--stdin", *CONVERTING], input=_join(paths), check=False).stdout)
-        converted = {path for path, attr, value in zip(out[0::3], out[1::3], out[2::3], strict=False)
-                     if value not in ("unspecified", "unset") and not (attr == "text" and value == "unset")}
+            converted = set(paths)
+        else:
+            out = _z(here.run(["check-attr", "-z", "--stdin", *CONVERTING], input=_join(paths), check=False).stdout)
+            converted = {path for path, value in zip(out[0::3], out[2::3], strict=False)
+                         if value not in ("unspecified", "unset")}
+        if converted:  # entries made anew: git hashes a file again only when its stat data differs from the entry's
+            again = _join(sorted(converted))
+            git.run([*NO_SPLIT, "update-index", "-z", "--force-remove", "--stdin"], input=again, env=env)
+            git.run([*NO_SPLIT, "update-index", "-z", "--add", "--remove", "--replace", "--stdin"], input=again,
+                    env=env, check=False)
         return sorted(converted | set(hidden))
 
     # -- taking one -------------------------------------------------------------------------------
@@ -170,23 +176,28 @@ class Shadow:
         """Take a checkpoint of the checkout now (or find the last one, when nothing changed). Hold ``lock``."""
         agent_git = self.agent_git_dir()
         git, env = self._git()
+        last = self._last()
+        head, parents = self._parents(agent_git, branch)
         try:
             suspects = self._seed(agent_git / "index")
-            changed = suspects + _z(git.run(["ls-files", "-z", "-m", "-d", "-o", "--exclude-standard"],
-                                            env=env).stdout)
+            look = self._look(git, env, str(last.get("commit") or head or ""))
         except ExoError:  # a seed git cannot read here (a split index): start from an empty shadow
             with contextlib.suppress(FileNotFoundError):
                 self.index.unlink()
-            changed = _z(git.run(["ls-files", "-z", "-m", "-d", "-o", "--exclude-standard"], env=env).stdout)
+            suspects, look = [], self._look(git, env, str(last.get("commit") or head or ""))
+        changed, others = suspects + look[0], look[1]
         not_kept: list[tuple[str, str]] = []
         add, drop = self._sort(changed, policy, not_kept)
-        ignored, nested, untrack = self._ignored(git, env, agent_git / "index", policy)
+        recheck = bool(suspects) or any(p == ".gitignore" or p.endswith("/.gitignore") for p in changed)
+        untrack = self._untracked_now(git, env, agent_git / "index") if recheck else []
+        ignored, nested = self._ignored([*others, *untrack], policy)
         drop += untrack
         not_kept += [(f"{n}/", "a nested repository") for n in nested]
-        self._update(git, env, add, drop, not_kept)
-        tree = self._write_tree(git, env, not_kept)
-        head, parents = self._parents(agent_git, branch)
-        last = self._last()
+        if add or drop or "tree" not in last:
+            self._update(git, env, add, drop, not_kept)
+            tree = self._write_tree(git, env, not_kept)
+        else:
+            tree = str(last["tree"])  # the shadow did not change: neither did its tree
         manifest, not_copied = ckptfiles.snapshot(
             self.worktree, ckptfiles.walk(self.worktree, ignored, skip=_skipper(policy, nested)),
             store=self.folder / "blobs", previous=last.get("files") or {}, max_file=policy.max_file,
@@ -207,6 +218,49 @@ class Shadow:
         ckptfiles.write_manifest(self.folder / "ignored" / f"{n}.json", manifest)
         self._remember({**same, "n": n, "ref": ref, "commit": commit, "meta": body}, manifest)
         return Taken(n, ref, commit, tree, True, body)
+
+    def _look(self, git: Git, env: dict[str, str], since: str) -> tuple[list[str], list[str]]:
+        """(paths changed since the shadow took them, ignored entries): one ``git status`` walk of the checkout.
+
+        The private folder's HEAD is the last checkpoint (so git's comparison of the index with
+        HEAD finds next to nothing); no optional lock: the shadow is written by ``_update`` only.
+        """
+        head_file = self.gitdir / "refs" / "heads" / "exo-checkpoint"
+        if since and _read(head_file) != since:
+            atomic_write(head_file, since + "\n", mode=0o600, fsync=False)
+        elif not since:
+            with contextlib.suppress(FileNotFoundError):
+                head_file.unlink()
+        out = _z(git.run(["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching",
+                          "--no-renames"], env={**env, "GIT_OPTIONAL_LOCKS": "0"}).stdout)
+        changed: list[str] = []
+        ignored: list[str] = []
+        for entry in out:
+            kind = entry[:2]
+            if kind == "? ":
+                changed.append(entry[2:])
+            elif kind == "! ":
+                ignored.append(entry[2:])
+            elif kind == "1 ":  # 1 XY sub mH mI mW hH hI path: Y is the file against the shadow
+                fields = entry.split(" ", 8)
+                if len(fields) == 9 and fields[1][1:] != ".":
+                    changed.append(fields[8])
+            elif kind == "u ":  # unmerged (a seed taken mid-merge): the file as it is
+                fields = entry.split(" ", 10)
+                if len(fields) == 11:
+                    changed.append(fields[10])
+        return changed, ignored
+
+    def _untracked_now(self, git: Git, env: dict[str, str], agent_index: Path) -> list[str]:
+        """Shadow entries that are ignored now and untracked in the agent's own index (a file the agent stopped
+        tracking and ignores): they leave the shadow, and count as ignored files. Looked at when the ignore rules
+        may have changed (a ``.gitignore`` changed, the first checkpoint)."""
+        cached = _z(git.run(["ls-files", "-z", "-c", "-i", "--exclude-standard"], env=env, check=False).stdout)
+        if not cached:
+            return []
+        theirs = set(_z(git.run(["ls-files", "-z", "--", *cached], env={**env, "GIT_INDEX_FILE": str(agent_index)},
+                                check=False).stdout))
+        return [p for p in cached if p not in theirs]
 
     def _sort(self, changed: list[str], policy: Policy, not_kept: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
         """(paths to take in, paths to drop from the shadow) of what ``ls-files`` found changed."""
@@ -233,25 +287,11 @@ class Shadow:
                 drop.append(rel)
         return add, drop
 
-    def _ignored(self, git: Git, env: dict[str, str], agent_index: Path,
-                 policy: Policy) -> tuple[list[str], list[str], list[str]]:
-        """(ignored entries that are work, nested repositories among them, shadow entries to drop).
-
-        An entry the shadow tracks that is ignored now and untracked in the agent's own index
-        (a file the agent stopped tracking and ignores) leaves the shadow: it is an ignored file.
-        """
-        out = _z(git.run(["ls-files", "-z", "-t", "-c", "-o", "-i", "--exclude-standard", "--directory"],
-                         env=env).stdout)
-        others = [e[2:] for e in out if e.startswith("? ")]
-        cached = [e[2:] for e in out if e[:2] in ("H ", "S ", "C ", "K ", "M ", "R ")]
-        untrack: list[str] = []
-        if cached:
-            theirs = set(_z(git.run(["ls-files", "-z", "--", *cached], env={**env, "GIT_INDEX_FILE": str(agent_index)},
-                                    check=False).stdout))
-            untrack = [p for p in cached if p not in theirs]
+    def _ignored(self, entries: list[str], policy: Policy) -> tuple[list[str], list[str]]:
+        """(ignored entries that are work, nested repositories among them): ``complete``'s rules."""
         inv = keep.Inventory(worktree=self.worktree, regenerable=policy.regenerable, owned=set(policy.owned))
-        kept, nested = keep.ignored_work(inv, [*others, *untrack])
-        return [e for e in kept if e.rstrip("/") not in nested], nested, untrack
+        kept, nested = keep.ignored_work(inv, entries)
+        return [e for e in kept if e.rstrip("/") not in nested], nested
 
     def _update(self, git: Git, env: dict[str, str], add: Sequence[str], drop: Sequence[str],
                 not_kept: list[tuple[str, str]]) -> None:
@@ -296,7 +336,8 @@ class Shadow:
         """(HEAD's commit, the parents: HEAD, and the agent's branch tip when HEAD is not on it)."""
         here = self.main.at(self.worktree)
         env = {"GIT_DIR": str(agent_git)}
-        head = here.run(["rev-parse", "--verify", "-q", "HEAD^{commit}"], env=env, check=False).stdout.strip() or None
+        head = gitdir.head_commit(agent_git) or here.run(["rev-parse", "--verify", "-q", "HEAD^{commit}"], env=env,
+                                                         check=False).stdout.strip() or None
         parents = [head] if head else []
         if branch and gitdir.head_branch(agent_git) != branch:
             tip = here.run(["rev-parse", "--verify", "-q", f"refs/heads/{branch}^{{commit}}"], env=env,
@@ -546,6 +587,13 @@ def readd_worktree(main: Git, worktree: str, *, branch: str | None, commit: str)
         args = ["worktree", "add", "--no-checkout", "-f", "--detach", worktree, commit]
     main.run(args)
     main.at(worktree).run(["read-tree", "HEAD"])
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
 
 
 def _z(text: str) -> list[str]:

@@ -202,7 +202,7 @@ def take(env: Env, agent: Agent, *, reason: str, turn: int | None = None, due_on
         taken = shadow.capture(policy=policy(env, agent), meta=meta, branch=agent.branch)
         with contextlib.suppress(FileNotFoundError):
             due.unlink()  # whatever was due is in this checkpoint (or the identical one before it)
-        pruned = prune(env, shadow) if taken.created else 0
+        pruned = prune(env, shadow, upto=taken.n) if taken.created else 0
     with contextlib.suppress(ExoError, OSError):
         sweep(env)
     listed = ck.Listed(taken.n, taken.ref, taken.commit, taken.meta)
@@ -251,10 +251,25 @@ def before_branch_moves(env: Env, branch: str, reason: str) -> list[str]:
 # --------------------------------------------------------------------------- retention
 
 
-def prune(env: Env, shadow: ck.Shadow) -> int:
-    """Drop the agent's checkpoints retention no longer keeps (its own refs only); how many."""
-    kept = [c for c in shadow.history() if c.ref.startswith(ck.REFS)]
-    drop = ck.prune_plan(kept, now=time.time(), keep_turns=max(1, int(env.config.get("checkpoints.keep_turns"))),
+def prune(env: Env, shadow: ck.Shadow, *, upto: int | None = None) -> int:
+    """Drop the agent's checkpoints retention no longer keeps (its own refs only); how many.
+
+    With ``upto`` (the newest checkpoint's number), only once there can be more than
+    ``keep_turns`` of them, and then every ``min(10, keep_turns)`` checkpoints: listing them
+    costs a little, and a few more kept for a while costs nothing.
+    """
+    keep_turns = max(1, int(env.config.get("checkpoints.keep_turns")))
+    mark = shadow.folder / "pruned"
+    if upto is not None:
+        try:
+            last = int(mark.read_text(encoding="utf-8").strip() or 0)
+        except (OSError, ValueError):
+            last = 0
+        if upto <= keep_turns or upto - last < min(10, keep_turns):
+            return 0
+        mark.write_text(str(upto), encoding="utf-8")
+    kept = ck.list_refs(shadow.main, [shadow.refs])
+    drop = ck.prune_plan(kept, now=time.time(), keep_turns=keep_turns,
                          hourly_days=float(env.config.get("checkpoints.hourly_days")))
     if drop:
         ck.delete_refs(shadow.main, drop)

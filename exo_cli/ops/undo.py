@@ -148,7 +148,11 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
         raise StateError(f"{rec.id} is in the middle of a turn ({rec.status})", agent=rec.id, status=rec.status,
                          hint="Wait until it is idle, or pass --force (its next edits may then mix with the restore).")
     shadow = shadow_of(env, rec)
-    wanted = _by_id(shadow.history(), rec, to) if to is not None else None
+    history = shadow.history()
+    wanted = _by_id(history, rec, to) if to is not None else None
+    if paths is not None:  # before anything is written: a typo restores nothing
+        candidates = [wanted] if wanted else history[-1:] + _maybe_target(history, rec, turns)
+        _check_paths(shadow, paths, candidates, here=str(rec.worktree))
     wt = str(rec.worktree)
     recreated = False
     if not os.path.isdir(wt):  # removed by hand: made again on its branch, files written from the checkpoint
@@ -172,6 +176,8 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
     history = shadow.history()
     target = wanted or _target(history, rec, turns, saved.id if saved is not None and present.taken else None)
     present_meta = next((c.meta for c in history if saved is not None and c.n == saved.id), {})
+    if paths is not None:
+        _check_paths(shadow, paths, [target, *([c for c in history if saved and c.n == saved.id])])
     protected = [str(x.get("path")) for x in present_meta.get("not_kept") or [] if isinstance(x, dict)]
 
     def protect(rel: str) -> bool:
@@ -181,8 +187,6 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
     target_tree = shadow.main.tree(target.commit)
     if target_tree is None:
         raise StateError(f"Checkpoint {target.n} of {rec.id} is unreadable", agent=rec.id, checkpoint=target.n)
-    if paths is not None:
-        _check_paths(shadow, paths, [target_tree, present_tree], [target.n, saved.id if saved else None])
     with shadow.lock():
         written, deleted, skipped = shadow.restore(target=target_tree, present=present_tree, paths=paths,
                                                    protect=protect)
@@ -201,16 +205,21 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
     return replace(result, told=told)
 
 
-def _check_paths(shadow: ck.Shadow, paths: list[str], trees: list[str | None], ids: list[int | None]) -> None:
-    """InvalidInput for a path that neither the checkpoint nor the present has (a typo restores nothing)."""
+def _maybe_target(history: list[ck.Listed], agent: Agent, turns: int | None) -> list[ck.Listed]:
+    try:
+        return [_target(history, agent, turns, None)]
+    except NotFound:
+        return []
+
+
+def _check_paths(shadow: ck.Shadow, paths: list[str], candidates: list[ck.Listed], *, here: str | None = None) -> None:
+    """InvalidInput for a path that neither the candidate checkpoints nor the checkout have (a typo restores nothing)."""
     known: set[str] = set()
-    for tree in trees:
-        if tree:
-            known |= set(shadow.tree_paths(tree, paths))
-    for n in ids:
-        if n is not None:
-            known |= set(shadow.manifest(n))
+    for c in candidates:
+        known |= set(shadow.tree_paths(c.commit, paths)) | set(shadow.manifest(c.n))
     for p in paths:
+        if here is not None and os.path.lexists(os.path.join(here, p)):
+            continue
         if not any(_under([p])(k) for k in known):
             raise InvalidInput(f"{p} is in neither the checkpoint nor the checkout", field="files", path=p)
 
