@@ -6,7 +6,10 @@ like to a parent shell), without running ``finally`` blocks or flushing anything
 the state a killed ``exo`` leaves behind. Points used by spawn: ``spawn.recorded``,
 ``spawn.worktree``, ``spawn.prepared``, ``spawn.started``; by complete: ``complete.checked``,
 ``complete.stopped``, ``complete.archived``, ``complete.removed``; by pr merge:
-``merge.locked``, ``merge.moved``.
+``merge.locked``, ``merge.moved``; by a checkpoint: ``checkpoint.updated`` (the shadow index
+written), ``checkpoint.committed`` (its commit written, no ref yet), ``checkpoint.ref`` (its ref
+made, its records not); by undo: ``undo.saved`` (the present checkpointed), ``undo.files`` (the
+files written back, the branch not moved yet).
 """
 
 from __future__ import annotations

@@ -290,3 +290,70 @@ def test_the_boards_undo_key_restores_the_selected_agents_last_turn(repo: Path, 
     asyncio.run(scenario())
     assert (wt_of(repo) / "work.txt").read_text() == "before the turn\n"
     assert [c["reason"] for c in listed(exo)] == ["undo", "manual"]
+
+
+# --------------------------------------------------------------------------- kill -9, a hostile checkout
+
+
+@pytest.mark.parametrize("point", ["checkpoint.updated", "checkpoint.committed", "checkpoint.ref"])
+def test_a_checkpoint_killed_at_each_step_is_made_whole_by_the_next(repo: Path, exo: Exo, point: str) -> None:
+    from conftest import run_exo
+
+    make_agent(repo, "w1")
+    edit(repo, exo, "one\n")
+    (wt_of(repo) / "work.txt").write_text("two\n")
+    r = run_exo("checkpoint", "w1", "--json", cwd=repo, env={"EXO_FAULT": point})
+    assert r.returncode == 137, r.stdout + r.stderr
+    again = ok(exo("checkpoint", "w1", "--json"))
+    c = again["checkpoint"]
+    assert git(repo, "show", f"{c['commit']}:work.txt") == "two"
+    (wt_of(repo) / "work.txt").write_text("three\n")
+    ok(exo("undo", "w1", "--to", str(c["id"]), "--json"))
+    assert (wt_of(repo) / "work.txt").read_text() == "two\n"
+
+
+@pytest.mark.parametrize("point", ["undo.saved", "undo.files"])
+def test_an_undo_killed_midway_loses_nothing(repo: Path, exo: Exo, point: str) -> None:
+    from conftest import run_exo
+
+    make_agent(repo, "w1")
+    commit(wt_of(repo), "a.py", "a\n", "w1: a")
+    edit(repo, exo, "one\n")
+    git(wt_of(repo), "reset", "-q", "--hard", "HEAD~1")
+    (wt_of(repo) / "work.txt").write_text("the present\n")
+    r = run_exo("undo", "w1", "--to", "1", "--json", cwd=repo, env={"EXO_FAULT": point})
+    assert r.returncode == 137
+    [saved] = [c for c in listed(exo) if c["reason"] == "undo"]
+    assert git(repo, "show", f"{saved['commit']}:work.txt") == "the present"
+    reset = git(wt_of(repo), "rev-parse", "HEAD")
+    ok(exo("undo", "w1", "--to", "1", "--json"))  # run again: finished
+    assert (wt_of(repo) / "work.txt").read_text() == "one\n" and (wt_of(repo) / "a.py").exists()
+    ok(exo("undo", "w1", "--to", str(saved["id"]), "--json"))  # and the present before the first one is back
+    assert (wt_of(repo) / "work.txt").read_text() == "the present\n" and not (wt_of(repo) / "a.py").exists()
+    assert git(wt_of(repo), "rev-parse", "HEAD") == reset
+
+
+def test_a_checkout_whose_git_file_points_at_the_main_repository_is_refused(repo: Path, exo: Exo) -> None:
+    make_agent(repo, "w1")
+    edit(repo, exo, "one\n")
+    (wt_of(repo) / ".git").write_text(f"gitdir: {repo / '.git'}\n")  # the agent re-points its checkout
+    head, index = git(repo, "rev-parse", "HEAD"), (repo / ".git" / "index").read_bytes()
+    r = exo("checkpoint", "w1", "--json")
+    assert r.exit_code == 5 and "not a worktree" in r.json()["error"]["message"]  # type: ignore[index]
+    assert exo("undo", "w1", "--to", "1", "--json").exit_code == 5
+    assert git(repo, "rev-parse", "HEAD") == head and (repo / ".git" / "index").read_bytes() == index
+
+
+def test_with_checkpoints_disabled_the_stop_hook_stops_marking_turns(repo: Path, exo: Exo) -> None:
+    make_agent(repo, "w1")
+    (repo / "exo.toml").write_text("[checkpoints]\nenabled = false\n")
+    assert "checkpoint-due" not in (hook_json(run_hook(repo, "w1", "stop", "claude", STOP)) or {})
+    wait_for(lambda: not (folder_of(repo) / "due").exists(), timeout=90, what="the helper to find them off")
+    env = env_for(repo)
+    from exo_cli.ops import turnend
+
+    rec = env.store.agent("w1")
+    assert rec is not None and turnend.switched_off(env, rec)
+    assert not turnend.mark_due(env, rec, turn=5)  # no background process per turn while they are off
+    (repo / "exo.toml").write_text("[checkpoints]\nenabled = true\n")
+    assert not turnend.switched_off(env, rec) and turnend.mark_due(env, rec, turn=5)

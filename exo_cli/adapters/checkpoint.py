@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from exo_cli import fault
 from exo_cli.adapters import ckptfiles, gitdir, keep
 from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked
 from exo_cli.adapters.git import Git
@@ -103,11 +104,21 @@ class Shadow:
         return locked(self.folder / "lock")
 
     def agent_git_dir(self) -> Path:
-        """The checkout's own git folder; StateError when the checkout is gone or is no worktree."""
+        """The checkout's own git folder: a linked worktree's folder of this repository that names this checkout
+        back; StateError otherwise (the checkout is gone, or its ``.git`` file was pointed elsewhere: exo never
+        takes another checkout's HEAD, index or branch for the agent's)."""
         found = gitdir.git_dir_of(self.worktree) if os.path.isdir(self.worktree) else None
-        if found is None or not (found / "HEAD").is_file():
+        common = gitdir.common_dir(self.main.path, {})
+        if found is None or not (found / "HEAD").is_file() or common is None:
             raise StateError(f"{self.worktree} is not a git checkout (any more)", worktree=self.worktree,
                              reason="no-checkout")
+        back = _read(found / "gitdir")
+        here = os.path.join(self.worktree, ".git")
+        if (os.path.realpath(found.parent) != os.path.realpath(common / "worktrees")
+                or not back or os.path.realpath(back) != os.path.realpath(here)):
+            raise StateError(f"{self.worktree} is not a worktree of {self.main.path} (its .git names {found})",
+                             worktree=self.worktree, reason="not-its-worktree",
+                             hint="exo checkpoints only the worktrees it made for agents.")
         return found
 
     def _setup(self) -> dict[str, str]:
@@ -193,11 +204,12 @@ class Shadow:
         ignored, nested = self._ignored([*others, *untrack], policy)
         drop += untrack
         not_kept += [(f"{n}/", "a nested repository") for n in nested]
-        if add or drop or "tree" not in last:
+        if add or drop or last.get("index") != _stat(self.index):
             self._update(git, env, add, drop, not_kept)
+            fault.point("checkpoint.updated")
             tree = self._write_tree(git, env, not_kept)
         else:
-            tree = str(last["tree"])  # the shadow did not change: neither did its tree
+            tree = str(last["tree"])  # the shadow is as the last checkpoint left it: so is its tree
         manifest, not_copied = ckptfiles.snapshot(
             self.worktree, ckptfiles.walk(self.worktree, ignored, skip=_skipper(policy, nested)),
             store=self.folder / "blobs", previous=last.get("files") or {}, max_file=policy.max_file,
@@ -207,7 +219,7 @@ class Shadow:
         same = {"tree": tree, "parents": parents, "ignored": ckptfiles.digest(manifest),
                 "not_kept": [{"path": p, "why": w} for p, w in sorted(set(not_kept))]}
         if all(last.get(k) == v for k, v in same.items()) and isinstance(last.get("n"), int) and last.get("commit"):
-            self._remember(last, manifest)  # fresher stat data for the next look
+            self._remember({**last, "index": _stat(self.index)}, manifest)  # fresher stat data for the next look
             return Taken(int(last["n"]), str(last["ref"]), str(last["commit"]), tree, False, dict(last.get("meta") or {}))
         since = last.get("tree") or (self.main.tree(head) if head else None)
         files, added, deleted = self._stat(git, env, since, tree)
@@ -216,7 +228,8 @@ class Shadow:
                 "ignored": len(manifest), "not_kept": same["not_kept"], "prev": last.get("commit")}
         n, ref, commit = self._commit(tree, parents, body, int(last.get("n") or 0))
         ckptfiles.write_manifest(self.folder / "ignored" / f"{n}.json", manifest)
-        self._remember({**same, "n": n, "ref": ref, "commit": commit, "meta": body}, manifest)
+        self._remember({**same, "n": n, "ref": ref, "commit": commit, "meta": body, "index": _stat(self.index)},
+                       manifest)
         return Taken(n, ref, commit, tree, True, body)
 
     def _look(self, git: Git, env: dict[str, str], since: str) -> tuple[list[str], list[str]]:
@@ -374,9 +387,11 @@ class Shadow:
             for p in parents:
                 args += ["-p", p]
             commit = self.main.run([*args, "-F", "-"], input=message, env=IDENTITY).stdout.strip()
+            fault.point("checkpoint.committed")
             ref = f"{self.refs}{n}"
             proc = self.main.run(["update-ref", "-m", f"exo checkpoint ({reason})", ref, commit, ""], check=False)
             if proc.ok:
+                fault.point("checkpoint.ref")
                 return n, ref, commit
             n = max([x.n for x in self.history()] + [n]) + 1  # another process took that number
         raise StateError(f"Could not create a checkpoint ref under {self.refs}", key=self.key)
@@ -587,6 +602,15 @@ def readd_worktree(main: Git, worktree: str, *, branch: str | None, commit: str)
         args = ["worktree", "add", "--no-checkout", "-f", "--detach", worktree, commit]
     main.run(args)
     main.at(worktree).run(["read-tree", "HEAD"])
+
+
+def _stat(path: Path) -> list[int]:
+    """What says a file changed (written by someone, a capture killed midway): its size, time and inode."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
 def _read(path: Path) -> str:

@@ -154,12 +154,16 @@ def digest(manifest: Manifest) -> str:
 
 
 def collect(store: Path, manifests: Iterable[Manifest]) -> int:
-    """Delete the blobs no manifest of ``manifests`` names; how many were deleted."""
+    """Delete the blobs no manifest of ``manifests`` names (and copies a killed process left); how many."""
     wanted = {str(v[5]) for m in manifests for v in m.values() if not stat.S_ISLNK(int(v[0]))}
     gone = 0
     if not store.is_dir():
         return 0
     for sub in store.iterdir():
+        if sub.name.startswith(".in.") and sub.name != f".in.{os.getpid()}":
+            with contextlib.suppress(OSError):
+                sub.unlink()
+            continue
         if not sub.is_dir():
             continue
         for blob in sub.iterdir():
@@ -196,8 +200,16 @@ def in_the_way(worktree: str, rel: str, *, folder_ok: bool = False) -> str | Non
     return None
 
 
+def safe_rel(rel: str) -> bool:
+    """Whether ``rel`` names a place inside the checkout (relative, no ``..``, not in a ``.git``)."""
+    parts = rel.split("/")
+    return bool(rel) and not rel.startswith("/") and ".." not in parts and ".git" not in parts and "" not in parts
+
+
 def remove(worktree: str, rel: str) -> bool:
     """Delete the file or link ``rel`` (never through a link), then its folders that became empty."""
+    if not safe_rel(rel):
+        return False
     if in_the_way(worktree, rel) is not None and not os.path.islink(os.path.join(worktree, rel)):
         return False
     full = os.path.join(worktree, rel)
@@ -243,6 +255,9 @@ def restore(worktree: str, store: Path, target: Manifest, present: Manifest, *,
             skipped.append(f"{rel} (could not be deleted)")
     for rel, entry in sorted(target.items()):
         if not keep(rel):
+            continue
+        if not safe_rel(rel):
+            skipped.append(f"{rel} (not a path inside the checkout)")
             continue
         mode, sha = int(entry[0]), str(entry[5])
         if _same(worktree, rel, present.get(rel), entry):
@@ -304,4 +319,4 @@ def put(full: str, data: bytes, mode: int) -> None:
 
 
 __all__ = ["Manifest", "collect", "digest", "in_the_way", "prune_empty", "put", "read_manifest", "remove", "restore",
-           "snapshot", "walk", "write_manifest"]
+           "safe_rel", "snapshot", "walk", "write_manifest"]

@@ -149,8 +149,9 @@ def not_checkpointed(env: Env, agent: Agent) -> str | None:
 def policy(env: Env, agent: Agent) -> ck.Policy:
     """``complete``'s rules for ignored files (``cleanup.regenerable``, exo's own files) and the size limits."""
     regenerable, limit = cleanup_policy(env)
+    max_file = int(env.config.get("checkpoints.max_file_mb")) << 20
     return ck.Policy(regenerable=tuple(regenerable), owned=frozenset(exo_owned(env, agent)),
-                     max_file=int(env.config.get("checkpoints.max_file_mb")) << 20, max_total=limit)
+                     max_file=max_file or 1 << 62, max_total=limit)  # 0: no limit
 
 
 def shadow_of(env: Env, agent: Agent) -> ck.Shadow:
@@ -186,7 +187,9 @@ def take(env: Env, agent: Agent, *, reason: str, turn: int | None = None, due_on
         return TakeResult(agent=agent.id, taken=False, checkpoint=None, skipped=why)
     shadow = shadow_of(env, agent)
     due = shadow.folder / turnend.DUE
-    if not (always or enabled(env)):
+    on = enabled(env)
+    turnend.remember_off(env, agent, off=not on)  # the hooks then stop marking turns due
+    if not (always or on):
         with contextlib.suppress(FileNotFoundError):
             due.unlink()
         return TakeResult(agent=agent.id, taken=False, checkpoint=None, skipped="checkpoints.enabled is false")

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 FOLDER = "checkpoints"  # under the state folder: one folder per agent's key
 DUE = "due"
+OFF = ".off"  # checkpoints.enabled was false, with the configuration files as they were then
 
 # Leave the agent's worktree at once for / (a process working inside a worktree would hold up
 # `exo complete`), wait for the hook process ($1) to exit (5 s at most), then run each command:
@@ -65,13 +66,52 @@ def eligible(agent: Agent) -> bool:
         and agent.id != ROOT and not agent.retired
 
 
+def _config_stamp(env: Env, agent: Agent) -> dict[str, int | None]:
+    """Each configuration file's modification time (None: absent), read without loading the configuration."""
+    from pathlib import Path
+
+    from exo_cli.config_paths import config_files
+
+    out: dict[str, int | None] = {}
+    for path in config_files(env.environ, Path(agent.repo) if agent.repo else None):
+        try:
+            out[str(path)] = os.stat(path).st_mtime_ns
+        except OSError:
+            out[str(path)] = None
+    return out
+
+
+def remember_off(env: Env, agent: Agent, *, off: bool) -> None:
+    """Record that ``checkpoints.enabled`` is false with the configuration files as they are now (or forget it)."""
+    path = os.path.join(str(env.state_dir), FOLDER, OFF)
+    try:
+        if off:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(_config_stamp(env, agent)))
+        elif os.path.exists(path):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def switched_off(env: Env, agent: Agent) -> bool:
+    """Whether checkpoints were found disabled and no configuration file changed since (a few ``stat`` calls)."""
+    try:
+        with open(os.path.join(str(env.state_dir), FOLDER, OFF), encoding="utf-8") as fh:
+            recorded = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return bool(recorded == _config_stamp(env, agent))
+
+
 def mark_due(env: Env, agent: Agent, *, turn: int) -> bool:
     """Mark the checkpoint of turn ``turn`` due (a small file in the agent's checkpoint folder); whether it was.
 
     The background helper (``due_command``) takes it; so does whoever comes first of the next
     turn's hooks or exo typing into the agent (``checkpoints.take_due``). Never raises.
     """
-    if not eligible(agent):
+    if not eligible(agent) or switched_off(env, agent):
         return False
     try:
         path = folder(env, agent)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from exo_cli import fault
 from exo_cli.adapters import checkpoint as ck
 from exo_cli.adapters import ckptfiles, gitdir
 from exo_cli.errors import InvalidInput, NotFound, StateError
@@ -172,6 +173,7 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
         raise StateError(f"A {', '.join(busy)} is in progress in {rec.id}'s checkout", agent=rec.id,
                          hint="Finish or abort it (git rebase --abort, git merge --abort), then undo.")
     present = take(env, rec, reason="undo", always=True)
+    fault.point("undo.saved", env.environ)
     saved = present.checkpoint
     history = shadow.history()
     target = wanted or _target(history, rec, turns, saved.id if saved is not None and present.taken else None)
@@ -194,6 +196,7 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
         ign_written, ign_deleted, ign_skipped = ckptfiles.restore(
             wt, shadow.folder / "blobs", shadow.manifest(target.n), shadow.manifest(saved.id) if saved else {},
             keep=lambda rel: inside(rel) and not protect(rel))
+    fault.point("undo.files", env.environ)
     moved = _put_head_back(shadow, agent_git, target) if paths is None else None
     result = UndoResult(agent=rec.id, restored=target.n, saved=saved.id if saved else None, files=written,
                         deleted=deleted, ignored=ign_written, ignored_deleted=ign_deleted,
