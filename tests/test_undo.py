@@ -18,7 +18,7 @@ from test_messages_helpers import hook_json, run_hook
 
 from conftest import Exo, agent_vars, wait_for
 from exo_cli import registry
-from exo_cli.adapters import checkpoint as ck
+from exo_cli.adapters import ckptrefs as ckrefs
 from exo_cli.errors import StateError
 from exo_cli.ops import checkpoints as cps
 
@@ -110,14 +110,14 @@ def test_a_plain_complete_keeps_them_for_days_then_only_exos_refs_go(repo: Path,
 def test_retention_keeps_the_newest_turns_then_one_per_hour(repo: Path, exo: Exo) -> None:
     now = 10_000_000.0
 
-    def c(n: int, age_hours: float) -> ck.Listed:
-        return ck.Listed(n, f"refs/exo/checkpoints/k/{n}", "0" * 40, {"time": now - age_hours * 3600})
+    def c(n: int, age_hours: float) -> ckrefs.Listed:
+        return ckrefs.Listed(n, f"refs/exo/checkpoints/k/{n}", "0" * 40, {"time": now - age_hours * 3600})
 
     history = [c(1, 300), c(2, 5.5), c(3, 5.2), c(4, 5.1), c(5, 2), c(6, 1), c(7, 0.5), c(8, 0)]
-    drop = ck.prune_plan(history, now=now, keep_turns=3, hourly_days=7)
+    drop = ckrefs.prune_plan(history, now=now, keep_turns=3, hourly_days=7)
     # 8, 7, 6 are the newest; 5 is its hour's; 4 is hour 5's newest, 3 and 2 share that hour; 1 is too old
     assert sorted(x.n for x in drop) == [1, 2, 3]
-    assert sorted(x.n for x in ck.prune_plan(history, now=now, keep_turns=3, hourly_days=0)) == [1, 2, 3, 4, 5]
+    assert sorted(x.n for x in ckrefs.prune_plan(history, now=now, keep_turns=3, hourly_days=0)) == [1, 2, 3, 4, 5]
 
 
 def test_pruning_drops_refs_and_the_copies_only_they_kept(repo: Path, exo: Exo) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exo_cli.adapters import checkpoint as ck
+from exo_cli.adapters import ckptrefs as refs
 from exo_cli.adapters.git import Git
 from exo_cli.errors import ExoError, NotFound, StateError, UsageError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
@@ -159,7 +160,7 @@ def shadow_of(env: Env, agent: Agent) -> ck.Shadow:
                      checkpoint_key(agent))
 
 
-def view(c: ck.Listed, shadow: ck.Shadow) -> Checkpoint:
+def view(c: refs.Listed, shadow: ck.Shadow) -> Checkpoint:
     """A checkpoint as ``exo checkpoints`` shows it (its ignored files read from exo's state)."""
     m = c.meta
     turn = m.get("turn")
@@ -169,7 +170,7 @@ def view(c: ck.Listed, shadow: ck.Shadow) -> Checkpoint:
         files=int(m.get("files") or 0), added=int(m.get("added") or 0), deleted=int(m.get("deleted") or 0),
         ignored=sorted(shadow.manifest(c.n)),
         not_kept=[NotKept(str(x.get("path")), str(x.get("why"))) for x in m.get("not_kept") or [] if isinstance(x, dict)],
-        archived=c.ref.startswith(ck.ARCHIVED))
+        archived=c.ref.startswith(refs.ARCHIVED))
 
 
 # --------------------------------------------------------------------------- taking one
@@ -208,7 +209,7 @@ def take(env: Env, agent: Agent, *, reason: str, turn: int | None = None, due_on
         pruned = prune(env, shadow, upto=taken.n) if taken.created else 0
     with contextlib.suppress(ExoError, OSError):
         sweep(env)
-    listed = ck.Listed(taken.n, taken.ref, taken.commit, taken.meta)
+    listed = refs.Listed(taken.n, taken.ref, taken.commit, taken.meta)
     return TakeResult(agent=agent.id, taken=taken.created, checkpoint=view(listed, shadow), pruned=pruned)
 
 
@@ -271,13 +272,13 @@ def prune(env: Env, shadow: ck.Shadow, *, upto: int | None = None) -> int:
         if upto <= keep_turns or upto - last < min(10, keep_turns):
             return 0
         mark.write_text(str(upto), encoding="utf-8")
-    kept = ck.list_refs(shadow.main, [shadow.refs])
-    drop = ck.prune_plan(kept, now=time.time(), keep_turns=keep_turns,
+    kept = refs.list_refs(shadow.main, [shadow.refs])
+    drop = refs.prune_plan(kept, now=time.time(), keep_turns=keep_turns,
                          hourly_days=float(env.config.get("checkpoints.hourly_days")))
     if drop:
-        ck.delete_refs(shadow.main, drop)
+        refs.delete_refs(shadow.main, drop)
         gone = {c.n for c in drop}
-        ck.forget(shadow.folder, drop, [c for c in kept if c.n not in gone])
+        refs.forget(shadow.folder, drop, [c for c in kept if c.n not in gone])
     return len(drop)
 
 
@@ -299,13 +300,13 @@ def sweep(env: Env, *, force: bool = False) -> list[str]:
     agents = {checkpoint_key(a): a for a in env.store.agents() if a.id != ROOT}
     main = Git(env.repo.root)
     dropped: list[str] = []
-    refs = ck.all_keys(main)
-    for key in sorted(set(refs) | {p.name for p in base.iterdir() if p.is_dir()}):
+    by_key = refs.all_keys(main)
+    for key in sorted(set(by_key) | {p.name for p in base.iterdir() if p.is_dir()}):
         folder = base / key
         if (folder / ARCHIVED_MARK).exists():
             continue
         a = agents.get(key)
-        mine = refs.get(key, [])
+        mine = by_key.get(key, [])
         if a is not None and a.status != DONE:
             continue
         if a is not None:
@@ -314,7 +315,7 @@ def sweep(env: Env, *, force: bool = False) -> list[str]:
             ended = max([float(c.meta.get("time") or 0) for c in mine] or [_mtime(folder)])
         if now - ended < days:
             continue
-        ck.delete_refs(main, mine)
+        refs.delete_refs(main, mine)
         shutil.rmtree(folder, ignore_errors=True)
         dropped.append(key)
     return dropped
@@ -333,7 +334,7 @@ def archive_with(env: Env, agent: Agent) -> list[str]:
         return []
     shadow = shadow_of(env, agent)
     with shadow.lock():
-        moved = ck.archive_refs(shadow.main, [c for c in shadow.history() if c.ref.startswith(ck.REFS)])
+        moved = refs.archive_refs(shadow.main, [c for c in shadow.history() if c.ref.startswith(refs.REFS)])
         (shadow.folder / ARCHIVED_MARK).write_text("kept with exo complete --force's archive\n", encoding="utf-8")
     return moved
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 from exo_cli import fault
 from exo_cli.adapters import checkpoint as ck
 from exo_cli.adapters import ckptfiles, gitdir
+from exo_cli.adapters import ckptrefs as refs
 from exo_cli.errors import InvalidInput, NotFound, StateError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.ops.checkpoints import check_access, find_agent, not_checkpointed, shadow_of, take
@@ -72,7 +73,7 @@ def _under(paths: list[str] | None) -> Callable[[str], bool]:
     return inside
 
 
-def _by_id(history: list[ck.Listed], agent: Agent, n: int) -> ck.Listed:
+def _by_id(history: list[refs.Listed], agent: Agent, n: int) -> refs.Listed:
     hit = next((c for c in history if c.n == n), None)
     if hit is None:
         raise NotFound(f"{agent.id} has no checkpoint {n}", hint=f"List them with `exo checkpoints {agent.id}`.",
@@ -80,7 +81,7 @@ def _by_id(history: list[ck.Listed], agent: Agent, n: int) -> ck.Listed:
     return hit
 
 
-def _target(history: list[ck.Listed], agent: Agent, turns: int | None, changed_since: int | None) -> ck.Listed:
+def _target(history: list[refs.Listed], agent: Agent, turns: int | None, changed_since: int | None) -> refs.Listed:
     """The checkpoint an undo without ``--to`` restores.
 
     ``changed_since``: the checkpoint of the present, when the checkout changed since the last
@@ -97,7 +98,7 @@ def _target(history: list[ck.Listed], agent: Agent, turns: int | None, changed_s
     for c in reversed(kept):
         turn = c.meta.get("turn")
         if isinstance(turn, int) and turn <= limit:
-            found: ck.Listed = c
+            found: refs.Listed = c
             return found
     raise NotFound(f"{agent.id} has no checkpoint from {back} turn(s) ago (it has done {agent.turns})",
                    hint=f"List them with `exo checkpoints {agent.id}`, then `exo undo {agent.id} --to ID`.",
@@ -165,7 +166,7 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
         if wanted is None and not known:
             raise NotFound(f"{rec.id} has no checkpoints", agent=rec.id)
         last = wanted or known[-1]
-        ck.readd_worktree(shadow.main, wt, branch=rec.branch, commit=str(last.meta.get("head") or last.commit))
+        refs.readd_worktree(shadow.main, wt, branch=rec.branch, commit=str(last.meta.get("head") or last.commit))
         recreated = True
     agent_git = shadow.agent_git_dir()
     busy = gitdir.operations(agent_git)
@@ -208,14 +209,14 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
     return replace(result, told=told)
 
 
-def _maybe_target(history: list[ck.Listed], agent: Agent, turns: int | None) -> list[ck.Listed]:
+def _maybe_target(history: list[refs.Listed], agent: Agent, turns: int | None) -> list[refs.Listed]:
     try:
         return [_target(history, agent, turns, None)]
     except NotFound:
         return []
 
 
-def _check_paths(shadow: ck.Shadow, paths: list[str], candidates: list[ck.Listed], *, here: str | None = None) -> None:
+def _check_paths(shadow: ck.Shadow, paths: list[str], candidates: list[refs.Listed], *, here: str | None = None) -> None:
     """InvalidInput for a path that neither the candidate checkpoints nor the checkout have (a typo restores nothing)."""
     known: set[str] = set()
     for c in candidates:
@@ -227,7 +228,7 @@ def _check_paths(shadow: ck.Shadow, paths: list[str], candidates: list[ck.Listed
             raise InvalidInput(f"{p} is in neither the checkpoint nor the checkout", field="files", path=p)
 
 
-def _put_head_back(shadow: ck.Shadow, agent_git: Path, target: ck.Listed) -> tuple[str | None, str | None, str] | None:
+def _put_head_back(shadow: ck.Shadow, agent_git: Path, target: refs.Listed) -> tuple[str | None, str | None, str] | None:
     """Move HEAD (and its branch) back to where the checkpoint had it, when it moved; (branch, from, to)."""
     head = target.meta.get("head")
     if not isinstance(head, str) or not head:
@@ -239,11 +240,11 @@ def _put_head_back(shadow: ck.Shadow, agent_git: Path, target: ck.Listed) -> tup
     on = gitdir.head_branch(agent_git)
     if now_head == head and on == want_branch:
         return None
-    old = ck.move_branch(here, agent_git, branch=want_branch, to=head, head=now_head)
+    old = refs.move_branch(here, agent_git, branch=want_branch, to=head, head=now_head)
     return want_branch, old, head
 
 
-def _tell(env: Env, agent: Agent, target: ck.Listed, result: UndoResult) -> bool:
+def _tell(env: Env, agent: Agent, target: refs.Listed, result: UndoResult) -> bool:
     """A message the agent gets at its next turn: what was restored, and how to get the rest back."""
     from exo_cli.ops import delivery as msgs
 
