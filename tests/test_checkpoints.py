@@ -300,12 +300,15 @@ def test_a_restore_never_writes_through_a_link_the_agent_planted(work: Path, rep
                                                                   tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
+    (outside / "app.py").write_text("not the agent's\n")  # the same name, out of the checkout
+    app = (work / "src" / "app.py").read_bytes()
     ok(exo("checkpoint", "w1", "--json"))
     shutil.rmtree(work / "src")
     os.symlink(outside, work / "src")  # src/ is now a link out of the checkout
-    ok(exo("undo", "w1", "--to", "1", "--json"))
-    assert list(outside.iterdir()) == []
-    assert not (work / "src").is_symlink() and (work / "src" / "app.py").is_file()
+    undone = ok(exo("undo", "w1", "--to", "1", "--json"))
+    assert [p.name for p in outside.iterdir()] == ["app.py"] and (outside / "app.py").read_text() == "not the agent's\n"
+    assert not (work / "src").is_symlink() and (work / "src" / "app.py").read_bytes() == app
+    assert undone["not_restored"] == []
 
 
 # --------------------------------------------------------------------------- timing (issue item 2)
@@ -342,3 +345,41 @@ def test_a_next_turn_never_starts_before_the_last_ones_checkpoint(work: Path, re
     wait_for(lambda: not subprocess.run(["pgrep", "-f", "checkpoint w1 --due"], capture_output=True).stdout,
              timeout=90, what="the background helper to finish")
     assert [x["id"] for x in listed(exo)] == [c["id"]]
+
+
+def test_a_file_become_a_folder_and_a_folder_become_a_file_are_kept_and_restored(work: Path, repo: Path,
+                                                                                  exo: Exo) -> None:
+    ok(exo("checkpoint", "w1", "--json"))
+    before = files_of(work)
+    (work / "run.sh").unlink()
+    (work / "run.sh").mkdir()
+    (work / "run.sh" / "inside.txt").write_text("a folder now\n")
+    shutil.rmtree(work / "src" / "pkg")
+    (work / "src" / "pkg").write_text("a file now\n")
+    swapped = ok(exo("checkpoint", "w1", "--json"))["checkpoint"]
+    assert swapped["not_kept"] == []
+    c = swapped["commit"]
+    assert git(repo, "show", f"{c}:run.sh/inside.txt") == "a folder now"
+    assert git(repo, "show", f"{c}:src/pkg") == "a file now"
+    ok(exo("undo", "w1", "--to", "1", "--json"))
+    assert files_of(work) == before
+    ok(exo("undo", "w1", "--to", str(swapped["id"]), "--json"))
+    assert (work / "run.sh" / "inside.txt").read_text() == "a folder now\n"
+    assert (work / "src" / "pkg").read_text() == "a file now\n"
+
+
+def test_an_undo_never_deletes_through_a_link_the_agent_planted(work: Path, repo: Path, exo: Exo, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "pkg").mkdir(parents=True)
+    (outside / "pkg" / "util.py").write_text("not the agent's\n")
+    (outside / "new.py").write_text("not the agent's either\n")
+    ok(exo("checkpoint", "w1", "--json"))
+    (work / "new.py").write_text("made after the checkpoint\n")
+    ok(exo("checkpoint", "w1", "--json"))  # new.py is in the present: the undo deletes it
+    shutil.rmtree(work / "src")
+    os.symlink(outside, work / "src")
+    os.symlink(outside / "new.py", work / "link-out")
+    ok(exo("undo", "w1", "--to", "1", "--json"))
+    assert (outside / "pkg" / "util.py").read_text() == "not the agent's\n"
+    assert (outside / "new.py").read_text() == "not the agent's either\n"
+    assert not (work / "src").is_symlink() and (work / "src" / "pkg" / "util.py").read_text() == "def util():\n    return 1\n"

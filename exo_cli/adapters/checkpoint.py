@@ -427,11 +427,13 @@ class Shadow:
         deleted: list[str] = []
         skipped: list[str] = []
         to_write: list[str] = []
+        entries = []
         for header, rel in zip(raw[0::2], raw[1::2], strict=False):
             fields = header.lstrip(":").split()
-            if len(fields) < 5:
-                continue
-            old_mode, new_mode, status = fields[0], fields[1], fields[4]
+            if len(fields) >= 5:
+                entries.append((fields[0], fields[1], fields[4], rel))
+        # deletions first: a folder the checkpoint has a file in place of is emptied before that file is written
+        for old_mode, new_mode, status, rel in sorted(entries, key=lambda e: e[2] != "D"):
             if protect(rel):
                 skipped.append(f"{rel} (the present's copy could not be kept: left as it is)")
                 continue

@@ -207,14 +207,23 @@ def safe_rel(rel: str) -> bool:
 
 
 def remove(worktree: str, rel: str) -> bool:
-    """Delete the file or link ``rel`` (never through a link), then its folders that became empty."""
+    """Delete the file or link ``rel``, then its folders that became empty; never through a link or a file among
+    its folders (False: not deleted; True also when it is gone already)."""
     if not safe_rel(rel):
         return False
-    if in_the_way(worktree, rel) is not None and not os.path.islink(os.path.join(worktree, rel)):
-        return False
+    parts = rel.split("/")
+    for n in range(1, len(parts)):
+        try:
+            st = os.lstat(os.path.join(worktree, *parts[:n]))
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return False  # a link (or a file) where a folder was: what it points to is not the checkout's
     full = os.path.join(worktree, rel)
     try:
-        if os.path.isdir(full) and not os.path.islink(full):
+        if stat.S_ISDIR(os.lstat(full).st_mode):
             return False
         os.unlink(full)
     except FileNotFoundError:
