@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import GIT_IDENTITY, ROOT, bench_env, exo_argv, median_ms, precompile, scratch_repo  # noqa: E402
+from _common import GIT_IDENTITY, ROOT, bench_env, exo_argv, median_ms, precompile, scratch_repo, settle  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 STOP = json.dumps({"session_id": "s", "stop_hook_active": False, "last_assistant_message": "done"})
@@ -100,15 +100,6 @@ def take(repo: Path, agent_env: dict[str, str], name: str) -> float:
     return elapsed
 
 
-def settle() -> None:
-    """Wait for the background helper a hook started, so runs do not overlap."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if not subprocess.run(["pgrep", "-f", "checkpoint w1 --due"], capture_output=True, text=True).stdout.strip():
-            return
-        time.sleep(0.02)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=15)
@@ -156,11 +147,11 @@ def main() -> int:
 
         store = Env(cwd=repo, environ=agent_env).store
         run_hook(agent_env)
-        settle()
+        settle("checkpoint w1 --due")
         for run in range(args.runs):
             change(wt, 2000 + run, args.files)
             due.append(run_hook(agent_env))
-            settle()
+            settle("checkpoint w1 --due")
             quiet.append(run_hook(plain_env))
             change(wt, 3000 + run, args.files)
             store.post("send", "root", "w1", "one more thing")  # pending: the hook keeps it going, checkpoint first

@@ -314,17 +314,7 @@ def _same(worktree: str, rel: str, present: list[Any] | None, entry: list[Any]) 
 def put(full: str, data: bytes, mode: int) -> None:
     """Replace the file at ``full`` with ``data`` and ``mode`` (a new file beside it, then a rename: a link there is
     replaced, never followed)."""
-    tmp = f"{full}.exo-undo.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, full)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(Path(full), data, mode=mode, fsync=False)
 
 
 __all__ = ["Manifest", "collect", "digest", "in_the_way", "prune_empty", "put", "read_manifest", "remove", "restore",
