@@ -1,6 +1,6 @@
 """Configuration: defaults < user < repo ``exo.toml`` < local ``.exo/config.toml`` < ``EXO_*`` < flags.
 
-Files are read with ``tomllib``; ``tomli_w`` is imported only by writers. Every key is
+Files are read with ``tomllib``; writers use ``tomlkit``, imported only by them. Every key is
 declared in ``SCHEMA`` with its type and allowed values, so a bad value is an error that
 names the key path and the file it came from.
 """
@@ -46,6 +46,7 @@ class EnvVars:
         "EXO_WORKTREE_ROOT": "worktree.root",
         "EXO_BASE_BRANCH": "worktree.base",
         "EXO_STORE_URL": "store.url",
+        "EXO_STORE_TIMEOUT": "timeouts.store",
         "EXO_SSH_COMMAND": "ssh.command",
     }
     HOST = "EXO_HOST"  # this machine's name among exo's hosts (else the state folder's host-name, else hostname)
@@ -76,7 +77,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "services": {},
     "forge": {"kind": "auto", "remote": "origin"},
-    "limits": {"max_agents": 0, "on_limit": "fail"},
+    "limits": {"max_agents": 0, "on_limit": "fail", "max_depth": 10},
     "cleanup": {
         # ignored files that come back by themselves: never kept, never a reason to refuse a removal
         "regenerable": ["__pycache__/", "*.pyc", "node_modules/", ".venv/", ".pytest_cache/", ".mypy_cache/",
@@ -90,7 +91,7 @@ DEFAULTS: dict[str, Any] = {
         "max_file_mb": 20,  # a bigger file is not kept (listed as not kept)
         "after_complete_days": 7,  # how long the checkpoints of a completed agent stay (complete --force: archived)
     },
-    "timeouts": {"question": 3600, "wait": 600},
+    "timeouts": {"question": 3600, "wait": 600, "store": 30},
     "demo": {"script": []},
     "store": {"url": ""},
     "notify": {"command": [], "desktop": False},
@@ -229,6 +230,7 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "forge.remote": (_is_str, "a remote name"),
     "limits.max_agents": (_is_int, "a whole number (0 = no limit)"),
     "limits.on_limit": (_choice("fail", "wait"), "fail or wait"),
+    "limits.max_depth": (_is_int, "a whole number (0 = no limit)"),
     "cleanup.regenerable": (_is_str_list, "a list of patterns (name/, *.ext, path/from/top)"),
     "cleanup.max_keep_mb": (_is_int, "a whole number of MiB"),
     "checkpoints.enabled": (_is_bool, "true or false"),
@@ -238,6 +240,7 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "checkpoints.after_complete_days": (_is_int, "a whole number of days"),
     "timeouts.question": (_is_seconds, "a whole number of seconds"),
     "timeouts.wait": (_is_seconds, "a whole number of seconds"),
+    "timeouts.store": (_is_seconds, "a whole number of seconds"),
     "demo.script": (lambda v: isinstance(v, list), "a list of demo steps"),
     "store.url": (_is_store_url, "a postgresql:// URL without a password, or empty for SQLite"),
     "notify.command": (_is_str_list, "a command as a list of strings (it gets each event as JSON on stdin)"),
@@ -340,7 +343,7 @@ def _parse_env_value(key: str, raw: str) -> Any:
         if low in ("0", "false", "no", "off", ""):
             return False
         return raw
-    if check is _is_int:
+    if check in (_is_int, _is_seconds):
         try:
             return int(raw)
         except ValueError:

@@ -50,12 +50,16 @@ def say(text: str) -> None:
 
 
 def asked(text: str) -> bool:
-    """Whether a turn's text asks something of the agent: typed by a person, a message or a question.
+    """Whether a turn's text asks the agent a question, which its reply then answers: a line typed by
+    a person, or a message, that ends with a question mark.
 
-    exo's own notices (``[PR-MERGED ...]``, ``[EVENT] ...``, answers) ask nothing, so the turn
-    that reads them is not an answer.
+    Anything else is only read: an instruction or a remark (the demo agent does no work it is told
+    to), exo's own notices (``[PR-MERGED ...]``, ``[EVENT] ...``, answers), and a child's
+    ``[QUESTION ...]`` (answered with ``exo answer``, which the demo agent never runs).
     """
-    return not text.startswith("[") or text.startswith(("[MESSAGE ", "[QUESTION "))
+    if text.startswith("[") and not text.startswith("[MESSAGE "):
+        return False
+    return text.rstrip().endswith("?")
 
 
 class DemoAgent:

@@ -173,13 +173,13 @@ class Env:
         contradicts where the state is (a URL while the SQLite database holds the state, or
         another URL than the pointer's) is a StateError that says to migrate.
         """
-        from exo_cli.adapters.store import has_state, pointed_url
+        from exo_cli.adapters.store import has_state, pointed_url, same_store
 
         state = self.state_path
         pointed = pointed_url(state)
         chosen = self._chosen_url()
         if pointed is not None:
-            if chosen is not None and chosen != pointed:
+            if chosen is not None and chosen != pointed and not same_store(chosen, pointed):
                 raise _store_moved(f"exo's state for this repository is in {pointed}, but {chosen or 'SQLite'} "
                                    "is configured", pointed)
             return pointed
@@ -209,7 +209,9 @@ class Env:
         if "store_url" in self.__dict__:
             was = self.__dict__.pop("store_url")
             if self.store_url != was:
-                self.__dict__.pop("store", None)
+                old = self.__dict__.pop("store", None)
+                if old is not None:
+                    old.close()
 
     def _config_files(self) -> list[Path]:
         from exo_cli.config_paths import config_files
@@ -226,10 +228,19 @@ class Env:
 
         url = self.store_url
         team = pointed_team(self.state_path) if url else None
-        store = open_store(self.state_path if url else self.state_dir, lambda: self.runtime_dir, url, team)
+        patience = self._store_patience() if url else None
+        store = open_store(self.state_path if url else self.state_dir, lambda: self.runtime_dir, url, team, patience)
         if url and pointed_url(self.state_path) is None:  # after open_store checked the URL (no password)
             point_to(self.state_dir, url)  # agents' processes follow the state there
         return store
+
+    def _store_patience(self) -> float | None:
+        """``timeouts.store``; None (the store's default) when the configuration cannot be read: a bad
+        file is reported by the commands that read it, never by every hook of a PostgreSQL team."""
+        try:
+            return float(self.config.get("timeouts.store"))
+        except ExoError:
+            return None
 
     @cached_property
     def host_name(self) -> str:

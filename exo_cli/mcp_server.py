@@ -94,7 +94,7 @@ def lists_tool(op: Op, tool: Tool, role: str) -> bool:
 
 def tool_description(op: Op, tool: Tool) -> str:
     """The tool's description: its own (tools named after another family's), else the operation's, else its docstring."""
-    return tool.description or op.description or op.doc
+    return op.tool_text(tool.description or op.description or op.doc, tool)
 
 
 def tool_output_type(op: Op, tool: Tool) -> Any:
@@ -115,10 +115,14 @@ def _map_error(tool: str, exc: ExoError) -> CallToolResult:
     return error_result(exc)
 
 
-def ok_result(obj: Any) -> CallToolResult:
-    """A tool's structured result, with the same JSON as text for clients that read only text."""
+def ok_result(obj: Any, *, is_error: bool = False) -> CallToolResult:
+    """A tool's structured result, with the same JSON as text for clients that read only text.
+
+    ``is_error``: the operation returned a result that says nothing of what was asked was done
+    (``registry.tool_error``: every task of a spawn failed), where the command exits non-zero.
+    """
     text = json.dumps(obj, indent=2, ensure_ascii=False)
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=obj)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=obj, is_error=is_error)
 
 
 def make_tool(env: Env, op: Op, tool: Tool, input_schema: dict[str, Any] | None = None) -> Callable[..., Any]:
@@ -134,7 +138,8 @@ def make_tool(env: Env, op: Op, tool: Tool, input_schema: dict[str, Any] | None 
     def call(arguments: dict[str, Any]) -> CallToolResult:
         try:
             args = schema.check_arguments(tool.name, checked, arguments)
-            return ok_result(to_jsonable(registry.call_tool(op, tool, env, args)))
+            result = registry.call_tool(op, tool, env, args)
+            return ok_result(to_jsonable(result), is_error=registry.tool_error(result))
         except ExoError as exc:
             return _map_error(tool.name, exc)
         except Exception as exc:  # a bug: an error object too, the traceback only with EXO_DEBUG=1 (as the CLI)

@@ -16,6 +16,12 @@ kept apart in ``compat``: served only on request, never in the default list.
 
 Both front ends call ``invoke``, which checks the caller's role, so a tool hidden from a
 role is also refused if called anyway.
+
+Help strings and docstrings name an operation's own parameters as ``{--since_last}`` (the
+parameter's name): each front end renders that placeholder as its reader passes the value, the
+flag ``--since-last`` on the command line (``Op.cli_text``; ``flags`` declares a flag spelled
+otherwise, such as ``--all`` for ``show_all``) and the argument ``since_last`` for a model
+(``Op.tool_text``). Neither says which exception an operation raises: the text says what happens.
 """
 
 from __future__ import annotations
@@ -103,6 +109,8 @@ class Tool(NamedTuple):
     result_type: type | None = None
     # the tool family's set that serves it (``exo mcp --compat NAME``); None: exo's default set
     compat: str | None = None
+    # operation parameter -> the adapter's argument that fills it, when named otherwise (for help texts)
+    names: Mapping[str, str] = {}  # noqa: RUF012 - never mutated
 
 
 class Arg(NamedTuple):
@@ -145,6 +153,22 @@ class Op(NamedTuple):
     compat: tuple[Tool, ...] = ()
     # the parameter naming the agent the operation acts on: the call runs on that agent's host
     on_host: str | None = None
+    # parameter -> its command-line flag, when it is not ``--<public name>`` (``show_all``: ``--all``)
+    flags: Mapping[str, str] = {}  # noqa: RUF012 - never mutated
+
+    def cli_flag(self, param: str) -> str:
+        """The command-line flag of a parameter (``since_last``: ``--since-last``)."""
+        return self.flags.get(param) or "--" + self.public(param).replace("_", "-")
+
+    def cli_text(self, text: str) -> str:
+        """A help string as the command line shows it: ``{--since_last}`` is the flag ``--since-last``."""
+        return _render(text, self.cli_flag)
+
+    def tool_text(self, text: str, tool: Tool | None = None) -> str:
+        """A help string as an MCP tool shows it: ``{--since_last}`` is the argument `` `since_last` `` (the
+        name ``tool``'s adapter gives it, when it names it otherwise), as code."""
+        names = tool.names if tool is not None else {}
+        return _render(text, lambda param: f"`{names.get(param) or self.public(param)}`")
 
     @property
     def summary(self) -> str:
@@ -189,17 +213,30 @@ class Op(NamedTuple):
                     continue
                 if p.name not in helps:
                     raise TypeError(f"tool {tool.name}: parameter {p.name!r} has no help text")
-                out.append(Arg(p.name, resolve(tool.adapt, p.annotation), p.default, helps[p.name], None))
+                out.append(Arg(p.name, resolve(tool.adapt, p.annotation), p.default,
+                               self.tool_text(helps[p.name], tool), None))
             through = [p for p in self.params() if p.name in tool.passthrough]
         else:
             through = [p for p in self.params() if p.name not in self.cli_only]
         for p in through:
-            out.append(Arg(self.public(p.name), resolve(self.func, p.annotation), p.default, helps[p.name], p.name))
+            out.append(Arg(self.public(p.name), resolve(self.func, p.annotation), p.default,
+                           self.tool_text(helps[p.name], tool), p.name))
         return out
 
     def all_tools(self) -> tuple[Tool, ...]:
         """Every tool of the operation: exo's default ones, then the compatible sets' ones."""
         return self.tools + self.compat
+
+
+PLACEHOLDER = r"\{--([a-z][a-z0-9_]*)\}"  # ``{--since_last}``: an operation's parameter, named in a help text
+
+
+def _render(text: str, name: Callable[[str], str]) -> str:
+    if "{--" not in text:
+        return text
+    import re
+
+    return re.sub(PLACEHOLDER, lambda m: name(m.group(1)), text)
 
 
 def resolve(func: Callable[..., Any], annotation: Any) -> Any:
@@ -254,6 +291,22 @@ def call_tool(operation: Op, tool: Tool, env: Env, args: Mapping[str, Any]) -> A
     return tool.result(full, results)
 
 
+def exit_code(result: Any) -> int:
+    """The CLI's exit status for a result an operation returned (not raised): its ``exit_code``, else 0.
+
+    A result that can report failure in itself (a spawn whose tasks failed, a read whose pattern
+    never appeared) defines ``exit_code`` and, when the operation has tools, ``tool_error``.
+    """
+    return int(getattr(result, "exit_code", 0) or 0)
+
+
+def tool_error(result: Any) -> bool:
+    """Whether an MCP tool answers ``result`` with ``isError: true`` (its ``tool_error``; the result stays the
+    structured content): nothing of what was asked was done. A partial success is no error: the result says
+    what failed."""
+    return bool(getattr(result, "tool_error", False))
+
+
 def served_tools(operation: Op, compat: tuple[str, ...] | list[str] = ()) -> list[Tool]:
     """The tools a server with the ``compat`` sets serves for ``operation``.
 
@@ -296,6 +349,7 @@ def op(
     no_tools: str | None = None,
     names: Mapping[str, str] | None = None,
     on_host: str | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare ``fn`` as the operation ``name`` (``on_host``: the parameter naming the agent whose host runs it)."""
 
@@ -320,6 +374,7 @@ def op(
             no_tools=no_tools,
             names=dict(names or {}),
             on_host=on_host,
+            flags=dict(flags or {}),
         )
         return fn
 

@@ -27,7 +27,8 @@ JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", t
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls, include_extras=True)
+    # records.py names Any only for type checkers (it stays cheap on the hooks' path): supply it here
+    return typing.get_type_hints(cls, localns={"Any": Any}, include_extras=True)
 
 
 def type_schema(tp: Any, *, output: bool = False) -> dict[str, Any]:
@@ -73,6 +74,11 @@ def type_schema(tp: Any, *, output: bool = False) -> dict[str, Any]:
         if not args or args[1] in (Any, object):
             return {"type": "object"}
         return {"type": "object", "additionalProperties": type_schema(args[1], output=output)}
+    if typing.is_typeddict(tp):  # an object with named keys (a typed dict)
+        hints = _hints(tp)
+        props = {k: type_schema(h, output=output) for k, h in hints.items()}
+        schema = {"type": "object", "properties": props, "required": [k for k in hints if k in tp.__required_keys__]}
+        return schema if output else {**schema, "additionalProperties": False}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = _hints(tp)
         shown = [f for f in dataclasses.fields(tp) if f.repr]

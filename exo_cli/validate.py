@@ -11,6 +11,7 @@ import re
 import unicodedata
 
 from exo_cli.errors import InvalidInput
+from exo_cli.limits import too_long
 
 # A name: letters, digits, '.', '_' and '-', starting with a letter or digit.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -27,14 +28,14 @@ def _reject(what: str, value: str, why: str) -> InvalidInput:
     )
 
 
-def check_name(value: object, what: str = "name") -> str:
+def check_name(value: object, what: str = "name", *, max_len: int = MAX_NAME) -> str:
     """Return ``value`` if it is safe as a path segment, ref segment and window name."""
     if not isinstance(value, str):
         raise InvalidInput(f"Invalid {what}: expected a string", field=what)
     if not value:
         raise _reject(what, value, "it is empty")
-    if len(value) > MAX_NAME:
-        raise _reject(what, value, f"it is longer than {MAX_NAME} characters")
+    if len(value) > max_len:
+        raise _reject(what, value, f"it is longer than {max_len} characters")
     if "/" in value or "\\" in value:
         raise _reject(what, value, "it contains a path separator")
     if ".." in value:
@@ -66,18 +67,31 @@ def check_agent_name(value: object, what: str = "agent name") -> str:
     return name
 
 
+# The longest branch name exo makes or accepts, in bytes. git keeps a branch as a file named after
+# it (refs/heads/..., its reflog, a .lock beside it), and exo names archive refs and folders after
+# it (``refs/exo/archive/<branch>-HEAD``, ``archive/<time>-<branch>``): all within a file name's
+# 255 bytes. The tree scheme (``<parent>.<name>``) grows by a name at each level.
+MAX_BRANCH = 200
+
+
 def check_branch(value: object, what: str = "branch") -> str:
     """Return ``value`` if it is a safe git branch name (a subset of git-check-ref-format)."""
     if not isinstance(value, str) or not value:
         raise InvalidInput(f"Invalid {what}: expected a non-empty string", field=what)
-    if len(value) > 200:
-        raise _reject(what, value, "it is longer than 200 characters")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_BRANCH:
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        raise InvalidInput(
+            f"Invalid {what} {shown!r}: {size} bytes, longer than exo's limit of {MAX_BRANCH} for a branch name",
+            hint="git keeps each branch as a file named after it. A child's branch is its parent's plus its name "
+            "(worktree.child_branch): use shorter agent names, a shorter template, or spawn from a higher level.",
+            field=what, size=size, limit=MAX_BRANCH)
     if value.startswith("-") or value.startswith("/") or value.endswith("/"):
         raise _reject(what, value, "it starts with '-' or '/' or ends with '/'")
     if value == "@" or "@{" in value or "//" in value:
         raise _reject(what, value, "it contains '@{' or '//'")
     for part in value.split("/"):
-        check_name(part, what)
+        check_name(part, what, max_len=MAX_BRANCH)
     return value
 
 
@@ -90,8 +104,10 @@ def slugify(text: str, max_len: int = 40) -> str:
     return slug.strip("-") or "task"
 
 
-def check_text(value: object, what: str, *, max_len: int = 1_000_000, allow_empty: bool = False) -> str:
-    """Free text (prompts, messages): any characters but NUL and bytes that are not UTF-8, bounded in size.
+def check_text(value: object, what: str, *, kind: str = "message", max_len: int | None = None,
+               allow_empty: bool = False) -> str:
+    """Free text exo stores (messages, prompts, outputs, titles): any characters but NUL and bytes that
+    are not UTF-8, at most ``TEXT_LIMITS[kind]`` bytes (``max_len`` characters, when given, instead).
 
     Control characters are kept as written (``--json`` and the MCP tools return them exactly);
     ``visible`` makes them harmless wherever the text meets a terminal.
@@ -100,14 +116,17 @@ def check_text(value: object, what: str, *, max_len: int = 1_000_000, allow_empt
         raise InvalidInput(f"Invalid {what}: expected a string", field=what)
     if not value and not allow_empty:
         raise InvalidInput(f"Invalid {what}: it is empty", field=what)
+    if max_len is not None and len(value) > max_len:
+        raise InvalidInput(f"Invalid {what}: longer than {max_len} characters", field=what)
+    error = too_long(value, what, kind) if max_len is None else None
+    if error is not None:
+        raise error
     if "\x00" in value:
         raise InvalidInput(f"Invalid {what}: it contains a NUL byte", field=what)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:  # lone surrogates: bytes that were not UTF-8
         raise InvalidInput(f"Invalid {what}: it is not valid UTF-8 text", field=what) from exc
-    if len(value) > max_len:
-        raise InvalidInput(f"Invalid {what}: longer than {max_len} characters", field=what)
     return value
 
 

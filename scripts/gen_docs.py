@@ -53,6 +53,8 @@ OWN_EXIT_RULES = {
     "wait": "0 whatever the outcome, a timeout included: the result says which.",
     "hook": "Always 0: hooks fail open, with a warning on stderr.",
     "complete": "5 when removing the worktree would lose work or disturb another process; nothing is removed.",
+    "deinit": "5 when exo holds work here or something is in the way (nothing is changed); with --dry-run, 5 "
+              "when the real run would refuse.",
     "completion": "7 with --install when the shell's startup file or the man pages cannot be written (the line "
                   "to add is printed).",
 }

@@ -225,8 +225,13 @@ def kill_ssh_clients(config: Path, port: int) -> None:
 class Sshd:
     """A private sshd on 127.0.0.1 and the ssh client configuration to reach it as ``exo-b``."""
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, *, alias: str = HOST_ALIAS, log_level: str = "VERBOSE",
+                 client_config: str = "") -> None:
+        """``alias``: the host name the client config gives it; ``log_level``: sshd's (``DEBUG3`` logs
+        what each session asks for, environment variables included, every one accepted); ``client_config``:
+        more lines for the client's ``Host`` entry (``SendEnv ...``, ``LogLevel DEBUG3``)."""
         binary = require_sshd()
+        self.alias, self.log_level, self.client_config = alias, log_level, client_config
         self.binary = binary
         self.dir = root or short_tmpdir("exo-sshd-")
         self.dir.chmod(0o700)
@@ -263,7 +268,7 @@ class Sshd:
 
     def reachable(self) -> bool:
         """One fresh connection (no ControlMaster) runs ``true`` there."""
-        return self.ssh("-o", "ControlMaster=no", "-o", "ControlPath=none", HOST_ALIAS, "true").returncode == 0
+        return self.ssh("-o", "ControlMaster=no", "-o", "ControlPath=none", self.alias, "true").returncode == 0
 
     def _write_configs(self, port: int) -> None:
         self.port = port
@@ -272,13 +277,14 @@ class Sshd:
             f"AuthorizedKeysFile {self.authorized_keys}\nAuthenticationMethods publickey\nPubkeyAuthentication yes\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
             "UsePAM no\nX11Forwarding no\nAllowTcpForwarding no\nAllowAgentForwarding no\nPrintMotd no\n"
-            "StrictModes no\nLogLevel VERBOSE\n")
+            f"StrictModes no\nLogLevel {self.log_level}\n" + ("AcceptEnv *\n" if self.log_level.startswith("DEBUG") else ""))
         host_pub = " ".join(Path(f"{self.host_key}.pub").read_text().split()[:2])
         self.known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
         self.config.write_text(
-            f"Host {HOST_ALIAS}\n  HostName 127.0.0.1\n  Port {port}\n  User {USER}\n  IdentityFile {self.identity}\n"
+            f"Host {self.alias}\n  HostName 127.0.0.1\n  Port {port}\n  User {USER}\n  IdentityFile {self.identity}\n"
             f"  IdentitiesOnly yes\n  UserKnownHostsFile {self.known_hosts}\n  GlobalKnownHostsFile /dev/null\n"
-            "  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 30\n  LogLevel ERROR\n")
+            "  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 30\n"
+            + (self.client_config or "  LogLevel ERROR\n"))
 
     @property
     def running(self) -> bool:
@@ -565,7 +571,7 @@ class TwoHosts:
     def write_a_config(self) -> None:
         """``[ssh] command`` and ``[hosts.b]`` in A's user config (again after changing ``b_environ``)."""
         _write_toml(self.a_config, {"ssh": {"command": self.sshd.ssh_command},
-                                    "hosts": {self.name: {"ssh": HOST_ALIAS, "path": str(self.b), "exo": self.b_exo}}})
+                                    "hosts": {self.name: {"ssh": self.sshd.alias, "path": str(self.b), "exo": self.b_exo}}})
 
     def set_b_env(self, **variables: str) -> None:
         """Add variables to B's environment (and A's ``[hosts.b] exo`` with them)."""
@@ -576,6 +582,22 @@ class TwoHosts:
         """Give B the store in its own user config (by default, A's store)."""
         _write_toml(self.b_config, {"store": {"url": url if url is not None else self.store_url}})
 
+    def reach_a_from_b(self, sshd_a: Sshd, name: str = "a") -> None:
+        """Let exo on B reach A as ``[hosts.<name>]`` through ``sshd_a`` (B's config; A runs with its own
+        environment as the test has it, ``EXO_HOST`` = ``name``: set it for the test process too)."""
+        a_environ = {k: os.environ[k] for k in ("HOME", "EXO_CONFIG_DIR", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL",
+                                                "TMUX_TMPDIR", "EXO_STORE_URL") if k in os.environ}
+        a_environ.update(PATH=self.b_environ["PATH"], USER=USER, LOGNAME=USER, LANG="C.UTF-8", NO_COLOR="1",
+                         EXO_HOST=name, **GIT_IDENTITY)
+        a_exo = shlex.join(["env", "-i", *(f"{k}={v}" for k, v in sorted(a_environ.items())), str(EXO_BIN)])
+        _write_toml(self.b_config, {"ssh": {"command": sshd_a.ssh_command},
+                                    "hosts": {name: {"ssh": sshd_a.alias, "path": str(self.a), "exo": a_exo}}})
+
+    def exo_on_b(self, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+        """``exo *args`` run on B by B's human (a process here with B's environment plus ``env``, no ssh)."""
+        return subprocess.run([str(EXO_BIN), *args], cwd=self.b, env={**self.b_environ, **env}, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
     # -- running things on B
     def b_command(self, *argv: str | Path) -> str:
         """The remote shell command running ``argv`` in clone B with B's environment."""
@@ -584,7 +606,7 @@ class TwoHosts:
     def run_b(self, *argv: str | Path, input: str | None = None, ssh_opts: Iterable[str] = (),
               timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` on host B (through sshd) in clone B with B's environment; output captured."""
-        return self.sshd.ssh(*ssh_opts, HOST_ALIAS, self.b_command(*argv), input=input, timeout=timeout)
+        return self.sshd.ssh(*ssh_opts, self.sshd.alias, self.b_command(*argv), input=input, timeout=timeout)
 
     def exo_b(self, *args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """Run ``exo *args`` on host B, as exo's ``host-call`` would run there."""

@@ -1,72 +1,20 @@
-"""Two exo "hosts" on one machine for the hosts attack tests: a private sshd on 127.0.0.1, a bare
-origin, clone A (reached directly) and clone B (reached over ssh as ``[hosts.b]``), each with its
-own HOME, tmux folder and exo configuration, sharing one PostgreSQL store."""
+"""Two exo "hosts" on one machine for the hosts attack tests: the private sshd on 127.0.0.1 of
+``hosts_harness``, a bare origin, clone A (reached directly) and clone B (reached over ssh as
+``[hosts.b]``), each with its own HOME, tmux folder and exo configuration, sharing one PostgreSQL store."""
 
 from __future__ import annotations
 
 import os
 import shlex
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-SSHD = "/usr/sbin/sshd"
+from hosts_harness import Sshd
+
 EXO_BIN = str(Path(sys.executable).parent / "exo")
 GIT_ID = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
           "GIT_COMMITTER_EMAIL": "t@example.invalid", "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Sshd:
-    """A private sshd (publickey only) and an ssh_config naming it ``exo-b``."""
-
-    def __init__(self, root: Path) -> None:
-        self.dir = root
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for k in ("host", "client"):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / k)], check=True)
-        (root / "authorized_keys").write_text((root / "client.pub").read_text())
-        self.port = free_port()
-        self.log = root / "sshd.log"
-        (root / "sshd_config").write_text(
-            f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {root}/host\nPidFile {root}/sshd.pid\n"
-            f"AuthorizedKeysFile {root}/authorized_keys\nAuthenticationMethods publickey\nPubkeyAuthentication yes\n"
-            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
-            "UsePAM no\nX11Forwarding no\nAllowTcpForwarding no\nPrintMotd no\nStrictModes no\nLogLevel VERBOSE\n")
-        pub = (root / "host.pub").read_text().split()
-        (root / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {pub[0]} {pub[1]}\n")
-        self.config = root / "ssh_config"
-        self.config.write_text(
-            f"Host exo-b\n  HostName 127.0.0.1\n  Port {self.port}\n  User {os.environ.get('USER') or 'root'}\n"
-            f"  IdentityFile {root}/client\n  IdentitiesOnly yes\n  UserKnownHostsFile {root}/known_hosts\n"
-            "  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  BatchMode yes\n")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Sshd:
-        if os.geteuid() == 0 and not os.path.isdir("/run/sshd"):  # sshd's privilege separation folder
-            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        self.proc = subprocess.Popen([SSHD, "-D", "-f", str(self.dir / "sshd_config"), "-E", str(self.log)],
-                                     start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return self
-            time.sleep(0.05)
-        raise RuntimeError("sshd did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-            self.proc = None
 
 
 class Twin:

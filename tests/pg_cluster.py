@@ -45,17 +45,30 @@ class Cluster:
         cmd = ["runuser", "-u", "postgres", "--", *argv] if self.as_root else list(argv)
         subprocess.run(cmd, check=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
 
-    def start(self, *, fsync: bool = False) -> Cluster:
+    def start(self, *, fsync: bool = False, max_connections: int = 300) -> Cluster:
         """initdb and start; ``fsync`` off by default (tests: speed), on for benchmarks (real commits)."""
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", self.user, "-A", "trust", "-E", "UTF8",
                   "--no-instructions")
         self._run("mkdir", str(self.sock))
         with open(self.data / "postgresql.conf", "a") as fh:
             fh.write(f"listen_addresses = ''\nunix_socket_directories = '{self.sock}'\n"
-                     f"unix_socket_permissions = 0700\nmax_connections = 300\nfsync = {'on' if fsync else 'off'}\n")
+                     f"unix_socket_permissions = 0700\nmax_connections = {max_connections}\nfsync = {'on' if fsync else 'off'}\n")
+        self.start_server()
+        return self
+
+    def start_server(self) -> None:
+        """Start the (stopped) server and wait until it accepts connections."""
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "pg" / "server.log"),
                   "-w", "start")
-        return self
+
+    def stop_server(self, mode: str = "fast") -> None:
+        """Stop the server (``fast``: sessions are terminated, as in a restart; ``immediate``: a crash)."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def restart(self, mode: str = "fast") -> None:
+        """``pg_ctl restart``: every session is terminated, the server is back when this returns."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "pg" / "server.log"),
+                  "-m", mode, "-w", "restart")
 
     def url(self, db: str = "postgres") -> str:
         return f"postgresql://{self.user}@/{db}?host={self.sock}"

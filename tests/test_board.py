@@ -313,7 +313,7 @@ def test_each_row_shows_what_its_own_agent_said_never_a_notice_sent_by_it(repo: 
     # top completes its grandchild g1 (nothing to lose): tl1, g1's parent, is told
     registry.invoke("complete", ph.env_for(top.worktree, "top"), target="g1")
     told_tl1 = env.store.messages(recipient="tl1", kinds=["completed"])
-    assert [m.body for m in told_tl1] == ["g1 was completed by top (removed)."]
+    assert [m.body for m in told_tl1] == ["g1 was completed by top: agent was not running, worktree removed, branch deleted."]
     rows = {r.agent.id: r for r in registry.invoke("board", env).rows}
     said = {aid: r.agent.last_message for aid, r in rows.items()}
     assert said["cx2"] == "cx2's own words"  # not "Heads-up: your branch main.top.tl1.cx1 conflicts..."

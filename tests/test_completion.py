@@ -152,7 +152,7 @@ def test_pr_numbers_bead_ids_and_config_keys(team: Path) -> None:
     shown = tab(team, "exo beads show ex-")
     assert set(ready) < set(shown)
     assert tab(team, "exo config mux.") == ["plain,mux.default"]
-    assert tab(team, "exo config agent.default limits.m") == ["plain,limits.max_agents"]
+    assert tab(team, "exo config agent.default limits.m") == ["plain,limits.max_agents", "plain,limits.max_depth"]
     assert "plain,status" in tab(team, "exo s")
     assert tab(team, "exo -C . kill c") == ["plain,carol"]
 

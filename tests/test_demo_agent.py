@@ -82,7 +82,11 @@ def test_demo_agent_notes_then_answers_typed_messages(tmux_repo: Path, tmp_path:
     assert got.message == f"w1 got: [MESSAGE from root] {text}"  # byte for byte, nothing ran
     assert not canary.exists()
     wait_idle(repo, "w1")
-    assert env_for(repo).store.agent("w1").output == f"Answered: [MESSAGE from root] {text}"
+    assert env_for(repo).store.agent("w1").output == f"Read: [MESSAGE from root] {text}"  # nothing was asked
+    messages.send(env_for(repo), to=["w1"], message="Are you done?")
+    assert next_message(repo, kind="note").message == "w1 got: [MESSAGE from root] Are you done?"
+    wait_idle(repo, "w1")
+    assert env_for(repo).store.agent("w1").output == "Answered: [MESSAGE from root] Are you done?"
 
 
 def test_demo_agent_question_answer_and_busy_delivery(tmux_repo: Path, tmp_path: Path) -> None:
@@ -103,7 +107,7 @@ def test_demo_agent_question_answer_and_busy_delivery(tmux_repo: Path, tmp_path:
     # The turn's stop hook hands over the queued message (block), the agent answers it, then idles.
     assert next_message(repo, kind="note").message == "w2 got: [MESSAGE from root] queued while busy"
     wait_idle(repo, "w2")
-    assert env_for(repo).store.agent("w2").output == "Answered: [MESSAGE from root] queued while busy"
+    assert env_for(repo).store.agent("w2").output == "Read: [MESSAGE from root] queued while busy"
 
 
 def test_read_input_keeps_bracketed_paste_whole() -> None:
@@ -152,9 +156,12 @@ def test_spawn_after_starts_with_the_latest_output(tmux_repo: Path, tmp_path: Pa
     assert (note.name, note.message) == ("p", "p: wrote and committed p.txt")
 
 
-def test_a_notice_is_read_not_answered() -> None:
+def test_only_a_question_is_answered() -> None:
+    """The demo agent's reply says "Answered" only when it was asked something."""
     from exo_cli.demo_agent import asked
 
-    assert asked("do this") and asked("[MESSAGE from root] hi") and asked("[QUESTION from w1] port?")
+    assert asked("Which port?") and asked("[MESSAGE from root] are you done? ")
+    assert not asked("do this") and not asked("[MESSAGE from root] hi") and not asked("[MESSAGE from root] rebase, then go")
+    assert not asked("[QUESTION from w1] port?")  # a child's question is answered with `exo answer`, not in a reply
     assert not asked("[PR-MERGED from root] PR #1 was merged") and not asked("[EVENT] w2 is idle")
-    assert not asked("[ANSWER from root] 8080")
+    assert not asked("[ANSWER from root] 8080?")

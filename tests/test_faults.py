@@ -5,6 +5,10 @@
 - The state database is corrupted, or missing: every `exo hook ...` still exits 0 with a
   warning on stderr (never bricking the agent), and the CLI fails with a clear error, its
   exit code and a hint that says how to fix it.
+- The state database is lost under live demo agents (tmux and headless): `exo doctor` rebuilds
+  them `idle` when their output has been quiet for `agent.idle_quiet_seconds`, `working`
+  otherwise; a message to an idle one is typed at once, one queued for a working one is typed
+  when the watcher sees it quiet, and `exo wait` gets the answer; the agents' hooks count again.
 
 kill -9 of `exo spawn` at each of its fault points (EXO_FAULT, exo_cli/fault.py) followed by
 a retry and `exo doctor` is tested in tests/test_spawn.py (test_crash_at_each_point_then_retry,
@@ -17,12 +21,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, Exo, git, run_exo
+from conftest import ROOT, Exo, git, run_exo, stop_repo_agents, wait_for
 from exo_cli.env import Env
 
 EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
@@ -156,3 +161,97 @@ def test_a_server_shutting_down_counts_as_no_server(tmp_path: Path) -> None:
     fake.chmod(0o755)
     t = Tmux("exo-test-dying", "exo", runtime_dir=tmp_path / "rt", binary=str(fake))
     assert t.list_states() == {}
+
+
+# --------------------------------------------------------------------------- state lost under live agents
+
+_GROUPS: list[dict[str, object]] = []  # where this module's demo agents run, to stop them once their records are gone
+
+
+@pytest.fixture
+def demo_team(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Demo agents (tmux or headless); everything they run is stopped afterwards, records lost or not."""
+    from exo_cli.adapters.proc import kill_group
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    _GROUPS.clear()
+    yield repo
+    stop_repo_agents(repo)
+    for loc in _GROUPS:
+        if loc.get("mux") == "headless":
+            try:
+                kill_group(int(loc["pgid"]), grace=0.5, leader_start_time=loc.get("start_time"))  # type: ignore[arg-type]
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+def _settings(repo: Path, quiet: int) -> None:
+    (repo / "exo.toml").write_text(f'[agent]\ndefault = "demo"\nidle_quiet_seconds = {quiet}\n')
+
+
+def _idle_demo(repo: Path, name: str, mux: str) -> None:
+    """A demo agent that did its first turn (wrote, committed, noted) and rests at its input."""
+    r = Exo(repo)("spawn", "--worker", name, "--prompt", "go", "--mux", mux, "--json")
+    assert r.exit_code == 0, r.stdout
+    wait_for(lambda: (Env(cwd=repo).store.agent(name) or Env(cwd=repo).store.agent("root")).status == "idle",
+             timeout=120, what=f"{name} idle")
+    _GROUPS.append(dict(Env(cwd=repo).store.agent(name).location))  # type: ignore[union-attr]
+    assert Exo(repo)("wait", "--timeout", "0", "--json").exit_code == 0  # its first notes read
+
+
+def _lose_state(repo: Path) -> None:
+    db = Env(cwd=repo).state_dir / "state.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+def _rebuild(repo: Path, name: str) -> object:
+    r = Exo(repo)("doctor", "--json")
+    assert r.exit_code == 0, r.stdout
+    fixed = [p["subject"] for p in json.loads(r.stdout)["problems"] if p["kind"] == "lost-record" and p["repaired"]]
+    assert fixed == [name], r.stdout
+    return Env(cwd=repo).store.agent(name)
+
+
+@pytest.mark.parametrize("mux", ["tmux", "headless"])
+def test_doctor_rebuilds_a_quiet_agent_idle_and_a_message_reaches_it(demo_team: Path, mux: str) -> None:
+    repo = demo_team
+    _settings(repo, 2)
+    _idle_demo(repo, "w1", mux)
+    _lose_state(repo)
+    time.sleep(3)  # its pane or log stays quiet past idle_quiet_seconds
+    rec = _rebuild(repo, "w1")
+    assert (rec.status, rec.backend, rec.turns) == ("idle", "demo", 0), rec  # type: ignore[attr-defined]
+    assert rec.status_reason.startswith("record rebuilt by exo doctor; quiet for "), rec  # type: ignore[attr-defined]
+    exo = Exo(repo)
+    r = exo("send", "w1", "hello after the loss", "--json")
+    assert [s["delivery"] for s in json.loads(r.stdout)["sent"]] == ["typed"], r.stdout
+    r = exo("wait", "w1", "--timeout", "120", "--json")
+    got = json.loads(r.stdout)["results"][0]
+    assert (got["status"], got["message"]) == ("received", "w1 got: [MESSAGE from root] hello after the loss"), got
+    # its own hooks report again: the stop hook counted the turn and set it idle
+    wait_for(lambda: (a := Env(cwd=repo).store.agent("w1")) is not None and a.status == "idle" and a.turns == 1,
+             timeout=60, what="w1 idle after its turn")
+
+
+@pytest.mark.parametrize("mux", ["tmux", "headless"])
+def test_doctor_rebuilds_a_recent_agent_working_then_the_watcher_hands_it_the_queued_message(
+        demo_team: Path, mux: str) -> None:
+    repo = demo_team
+    _settings(repo, 3600)  # its last output is recent by this measure: working
+    _idle_demo(repo, "w1", mux)
+    _lose_state(repo)
+    rec = _rebuild(repo, "w1")
+    assert rec.status == "working" and rec.status_reason.startswith(  # type: ignore[attr-defined]
+        "record rebuilt by exo doctor; output "), rec
+    exo = Exo(repo)
+    r = exo("send", "w1", "queued while it worked", "--json")
+    assert [s["delivery"] for s in json.loads(r.stdout)["sent"]] == ["queued"], r.stdout
+    r = exo("wait", "w1", "--timeout", "0", "--json")
+    assert json.loads(r.stdout)["results"][0]["status"] == "running", r.stdout
+    _settings(repo, 1)  # now it has been quiet long enough: the waiting parent's watcher sees it rest
+    r = exo("wait", "w1", "--timeout", "120", "--json")
+    got = json.loads(r.stdout)["results"][0]
+    assert (got["status"], got["message"]) == ("received", "w1 got: [MESSAGE from root] queued while it worked"), got
+    events = [e["kind"] for e in Env(cwd=repo).store.events(agent="w1", limit=20)]
+    assert "idle" in events, events

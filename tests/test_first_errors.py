@@ -192,7 +192,7 @@ def test_send_to_a_dead_agent_keeps_the_message_and_says_it_is_dead(repo: Path) 
     r = Exo(repo)("send", "gone", "are you there?")
     assert r.exit_code == 0
     assert r.stdout.splitlines() == [
-        "Sent to gone (message #1, queued).",
+        "Sent to gone (message #1, queued for its next turn or `exo wait`).",
         "warning: gone is dead: the message is kept and reaches it only if it starts again "
         "(see `exo agents`; `exo spawn` starts a new agent)",
     ]

@@ -89,3 +89,37 @@ def test_nothing_installed_is_tracked() -> None:
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
     bad = [f.decode() for f in files if any(part in (b"node_modules", b".venv") for part in f.split(b"/"))]
     assert not bad, f"installed trees tracked by git: {bad}"
+
+
+def _imported_modules() -> set[str]:
+    """The top-level module of every import in ``exo_cli/`` (lazy ones inside functions too)."""
+    import ast
+
+    found: set[str] = set()
+    for path in (ROOT / "exo_cli").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def test_every_dependency_is_imported() -> None:
+    """A declared dependency that nothing imports is installed, audited and kept compatible for nothing
+    (GitPython and tomli-w were)."""
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    modules: dict[str, set[str]] = {}
+    for module, dists in packages_distributions().items():
+        for dist in dists:
+            modules.setdefault(re.sub(r"[-_.]+", "-", dist).lower(), set()).add(module)
+    imported = _imported_modules()
+    unused = []
+    for requirement in project["dependencies"]:
+        dist = re.sub(r"[-_.]+", "-", re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0]).lower()
+        assert dist in modules, f"{dist} is not installed: reinstall with pip install -e '.[test]'"
+        if not modules[dist] & imported:
+            unused.append(dist)
+    assert not unused, f"declared in pyproject.toml but imported nowhere in exo_cli: {unused}"

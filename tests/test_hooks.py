@@ -519,3 +519,20 @@ def test_headless_cli_session_end_is_the_end_of_a_turn_only(repo: Path) -> None:
     make_agent(repo, "h1", backend="claude", mux="headless", status="idle")
     hook_json(run_hook(repo, "h1", "session-end", "claude", END["claude"]))
     assert _agent(repo, "h1").status == "idle"  # its runner lives on and continues the session
+
+
+def test_a_permission_wait_is_recorded_even_when_the_status_changed_under_the_hook(team: Path) -> None:
+    """The notification hook records the wait by compare-and-set: a status another process set after the hook
+    read the record (a message typed, a tool counted) is no reason to drop the wait, and the human is told once."""
+    from exo_cli.ops import hooks
+
+    env = env_for(team)
+    stale = _agent(team, "w1")  # read as "starting"; then the agent's prompt hook marks it working
+    env.store.update_agent("w1", status="working", status_reason=None)
+    out = hooks.on_notification(env, stale, "claude", {"notification_type": "permission_prompt", "message": "Bash"})
+    assert out.actions == ["waiting-permission"] and _agent(team, "w1").status == "waiting-permission"
+    told = [m for m in _msgs(team, recipient="root") if m.data.get("event") == "waiting-permission"]
+    out = hooks.on_notification(env, _agent(team, "w1"), "claude", {"notification_type": "permission_prompt",
+                                                                    "message": "Bash"})
+    assert out.actions == ["waiting-permission"] and len(told) == 1
+    assert len([m for m in _msgs(team, recipient="root") if m.data.get("event") == "waiting-permission"]) == 1

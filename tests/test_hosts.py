@@ -135,8 +135,11 @@ def test_errors_come_back_with_their_class_code_and_data() -> None:
     assert back.data["agent"] == "w1" and back.data["host"] == "b"
     assert "\x1b" not in back.message and "on host b" in back.message
     assert error_from("garbage", host="b").exit_code == 6
-    odd = error_from({"name": "NotFound", "message": "gone", "data": {"hint": "x", "message": "y"}}, host="b")
-    assert odd.exit_code == 3 and odd.message == "gone (on host b)"  # no clash with the error's own arguments
+    gone = error_from({"code": -32001, "name": "NotFound", "message": "gone", "hint": None, "data": {"x": 1}}, host="b")
+    assert gone.exit_code == 3 and gone.message == "gone (on host b)" and gone.data == {"x": 1, "host": "b"}
+    for data in ({"hint": "x"}, {"message": "y"}, {"self": 1}):  # no exo error carries its own arguments as data
+        odd = error_from({"code": -32001, "name": "NotFound", "message": "gone", "data": data}, host="b")
+        assert odd.exit_code == 6 and "host b" in odd.message and odd.data["host"] == "b"
 
 
 # -- the answering side ---------------------------------------------------------------------------
@@ -260,3 +263,21 @@ def test_a_call_to_a_host_ends_when_the_client_cancels(tmp_path: Path) -> None:
     with pytest.raises(ExternalFailure) as caught:
         host.call({"v": 1}, timeout=1)
     assert caught.value.data["reason"] == "timeout"
+
+
+def test_ssh_itself_runs_without_the_agents_keys_but_with_what_it_needs(isolate: Path, repo: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SendEnv in the user's ssh config would hand ssh's environment to the server (and its logs)."""
+    from exo_cli.env import Env
+    from exo_cli.ops.hosts import get_host
+
+    _config(isolate, HOSTS_TOML + 'env = ["*"]\n')  # every variable for the agents on b
+    for k, v in {"ANTHROPIC_API_KEY": "sk-x", "MY_TOKEN": "t", "EXO_AGENT_PROOF": "p", "EXO_ANTHROPIC_API_KEY": "k",
+                 "SSH_AUTH_SOCK": "/run/agent.sock", "PATH": "/usr/bin:/bin", "KRB5CCNAME": "FILE:/tmp/k"}.items():
+        monkeypatch.setenv(k, v)
+    env = Env(str(repo), dict(os.environ))
+    got = get_host(env, "b").environ()
+    for gone in ("ANTHROPIC_API_KEY", "MY_TOKEN", "EXO_AGENT_PROOF", "EXO_ANTHROPIC_API_KEY", "EXO_CONFIG_DIR"):
+        assert gone not in got, gone
+    assert (got["SSH_AUTH_SOCK"], got["PATH"], got["HOME"]) == ("/run/agent.sock", "/usr/bin:/bin", str(isolate))
+    assert got["KRB5CCNAME"] == "FILE:/tmp/k"  # what ssh itself may use stays

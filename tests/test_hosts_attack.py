@@ -1,18 +1,18 @@
 """Agents on other hosts, attacked: hostile requests to ``exo host-call``, what a request may carry,
 records of other hosts seen from here (liveness, names, interrupted spawns). The two-host tests use a
-private sshd on 127.0.0.1 and the PostgreSQL cluster (tests/hosts_twin.py)."""
+private sshd on 127.0.0.1 (tests/hosts_harness.py) and the PostgreSQL cluster (tests/hosts_twin.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hosts_twin import Sshd, Twin
+from hosts_harness import Sshd
+from hosts_twin import Twin
 
 from conftest import EXO, ROOT, stop_repo_agents
 
@@ -76,15 +76,6 @@ def test_a_request_carries_the_proof_and_the_keys_but_no_process_variable(repo: 
 
 
 # --------------------------------------------------------------------------- two hosts
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    if not (Path("/usr/sbin/sshd").exists() and shutil.which("ssh")):
-        pytest.skip("OpenSSH server and client are not installed")
-    server = Sshd(tmp_path_factory.mktemp("sshd") / "ssh").start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

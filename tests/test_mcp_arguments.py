@@ -448,3 +448,115 @@ def test_a_bug_in_an_operation_is_an_error_object_too(repo: Path, monkeypatch: p
     err = json.loads(res.content[0].text)["error"]
     assert res.is_error and err["code"] == -32603 and err["message"].startswith("internal error: TypeError")
     assert "Traceback" not in caplog.text and "internal error" in caplog.text
+
+
+# --------------------------------------------------------------------------- a result that says it failed
+
+
+def test_a_spawn_whose_every_task_failed_is_a_tool_error_carrying_its_result(team: Path) -> None:
+    """The CLI exits with the failure's code; the tool answers isError with the same object as structured content.
+    A spawn of which one task spawned is no error (the result says which failed), on both sides."""
+    from conftest import stop_repo_agents
+
+    cases = [
+        (["spawn", "zz-nope", "--json"], "spawn_agents", {"bead_ids": ["zz-nope"]}, (), 3),
+        (["spawn", "--worker", "w1", "--prompt", "p", "--after", "ghost", "--json"], "spawn_workers",
+         {"specs": [{"name": "w1", "prompt": "p"}], "after": ["ghost"]}, (), 3),
+        (["spawn", "--subtree", "--task", "t", "--branch", "taken", "--json"], "spawn_subtree",
+         {"task": "t", "branch_name": "taken"}, (), 5),  # exo never reuses a branch
+        (["spawn", "--worker", "w2", "--prompt", "p", "--after", "ghost", "--json"], "spawn_agent",
+         {"agent_type": "custom", "name": "w2", "task": "p", "depends_on": ["ghost"]}, ("termtile",), 3),
+        (["spawn", "--worker", "w3", "--prompt", "p", "--after", "ghost", "--json"], "spawn_workers",
+         {"workers": [{"project_path": "auto", "name": "w3", "prompt": "p"}], "after": ["ghost"]}, ("claude-team",), 3),
+    ]
+    git(team, "branch", "main.taken", "main")
+    try:
+        for argv, tool, args, compat, code in cases:
+            r = Exo(team)(*argv)
+            cli = json.loads(r.stdout)
+            assert r.exit_code != 0 and cli["errors"] and not cli["agents"], (argv, r.stdout)
+            assert r.exit_code == code, (argv, r.exit_code)
+            res = _call(team, tool, args, compat)
+            assert res.is_error, (tool, res.content)
+            got = res.structured_content
+            assert got is not None and json.loads(res.content[0].text) == got
+            assert got["errors"][0]["name"] == cli["errors"][0]["name"] and got["agents"] == [], got
+        assert Env(cwd=team).store.agents() == []
+        # one task spawned, one failed: the CLI still exits non-zero, the tool is no error
+        r = Exo(team)("spawn", "zz-nope", "ex-a1", "--json")
+        assert r.exit_code == 3 and len(json.loads(r.stdout)["agents"]) == 1, r.stdout
+        res = _call(team, "spawn_agents", {"bead_ids": ["zz-nope", "ex-a2"]})
+        assert not res.is_error and len(res.structured_content["agents"]) == 1, res.structured_content
+    finally:
+        stop_repo_agents(team)
+
+
+def test_a_read_whose_pattern_never_appeared_is_a_tool_error_carrying_its_result(team: Path) -> None:
+    from conftest import stop_repo_agents
+
+    try:
+        assert Exo(team)("spawn", "--worker", "r1", "--worker", "r2", "--prompt", "p", "--json").exit_code == 0
+        r = Exo(team)("read", "r1", "--wait-for", "never printed", "--timeout", "0.5", "--json")
+        assert r.exit_code == 5 and json.loads(r.stdout)["matched"] is False, r.stdout
+        res = _call(team, "read_from_agent", {"agent": "r1", "wait_for": "never printed", "timeout": 0.5})
+        assert res.is_error and res.structured_content["matched"] is False, res.content
+        res = _call(team, "read_from_agent", {"agent": ["r1", "r2"], "wait_for": "never printed", "timeout": 0.5})
+        assert res.is_error and [x["matched"] for x in res.structured_content["results"]] == [False, False]
+        res = _call(team, "read_from_agent", {"agent": "r1", "lines": 5})  # no pattern: nothing to miss
+        assert not res.is_error and res.structured_content["matched"] is None
+    finally:
+        stop_repo_agents(team)
+
+
+def test_every_command_that_exits_non_zero_on_a_result_says_so_to_its_tools_too() -> None:
+    """The class: a command exits non-zero on a returned result only through the result's exit_code, and every
+    such result of an operation with tools also says when its tool answers isError (tool_error)."""
+    import inspect
+    import re
+
+    from exo_cli import commands
+
+    folder = Path(commands.__file__).parent
+    exits = {m: re.findall(r"ctx\.exit\(([^)]*)\)", (folder / m).read_text()) for m in sorted(
+        p.name for p in folder.glob("*.py"))}
+    assert {m: e for m, e in exits.items() if e} == {"lifecycle.py": ["result.exit_code", "result.exit_code"],
+                                                      "spawn.py": ["result.exit_code"]}
+    for op in OPS.values():
+        result = op.result_type()
+        kinds = typing.get_args(result) if typing.get_origin(result) else (result,)
+        for cls in kinds:
+            if isinstance(getattr(cls, "exit_code", None), property) and op.all_tools():
+                assert isinstance(getattr(cls, "tool_error", None), property), f"{cls.__name__} has no tool_error"
+    assert inspect.isfunction(registry.tool_error)
+
+
+def test_termtile_wait_for_idle_waits_through_a_note_until_the_agent_is_idle(repo: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """wait_for_idle (termtile) returns when the agent is idle, not at the note it sends on the way; the note
+    stays for wait. `exo wait AGENT --until-idle` is the same call."""
+    from conftest import ROOT, stop_repo_agents
+
+    script = tmp_path / "steps.json"
+    script.write_text(json.dumps([{"note": {"message": "halfway"}}, {"sleep": {"seconds": 3}},
+                                  {"turn": {"message": "all done"}}]))
+    (repo / "exo.toml").write_text('[agent]\ndefault = "demo"\n[mux]\ndefault = "headless"\n')
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    try:
+        for name, call in (("t1", "tool"), ("t2", "cli")):
+            r = Exo(repo)("spawn", "--worker", name, "--prompt", "go", "--demo-script", str(script), "--json")
+            assert r.exit_code == 0, r.stdout
+            if call == "tool":
+                res = _call(repo, "wait_for_idle", {"slot": name, "timeout": 120}, ("termtile",))
+                got = res.structured_content
+                assert not res.is_error and got["is_idle"] and got["output"] == "all done", got
+                assert got["results"][0]["status"] == "idle" and not got["timed_out"], got
+            else:
+                r = Exo(repo)("wait", name, "--until-idle", "--timeout", "120", "--json")
+                got = json.loads(r.stdout)["results"][0]
+                assert r.exit_code == 0 and (got["status"], got["message"]) == ("idle", "all done"), r.stdout
+            r = Exo(repo)("wait", name, "--timeout", "0", "--json")  # the note was left for wait
+            assert json.loads(r.stdout)["results"][0]["message"] == "halfway", r.stdout
+        r = Exo(repo)("wait", "--until-idle", "--json")
+        assert r.exit_code == 2 and json.loads(r.stdout)["error"]["name"] == "UsageError", r.stdout
+    finally:
+        stop_repo_agents(repo)

@@ -111,7 +111,8 @@ def test_environment_checks(tmp_path):
     assert require_zellij({"ZELLIJ": "0", "ZELLIJ_SESSION_NAME": "s"}) == "s"
     with pytest.raises(EnvironmentError_) as err:
         Zellij(None, runtime_dir=tmp_path, run=lambda a: None, environ={})
-    assert str(err.value) == NOT_IN_ZELLIJ == "Not running in Zellij session"
+    assert str(err.value) == NOT_IN_ZELLIJ == (
+        "exo is not running inside a Zellij session: --mux zellij opens agents as tabs of the session it runs in")
     assert err.value.rpc_code == -32005
     with pytest.raises(EnvironmentError_):
         Zellij("s", runtime_dir=tmp_path, binary="zellij-does-not-exist-here")

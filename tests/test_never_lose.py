@@ -143,6 +143,7 @@ def _windows(repo: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("how", ["deleted", "corrupt-moved-aside"])
 def test_doctor_after_the_state_is_lost_rebuilds_and_kills_nothing(repo: Path, sleepers: Path, how: str) -> None:
+    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\nidle_quiet_seconds = 3600\n')
     exo = Exo(repo)
     r = exo("spawn", "--worker", "k1", "--worker", "k2", "--prompt", "x", "--agent", "custom", "--mux", "tmux",
             "--json")
@@ -177,7 +178,8 @@ def test_doctor_after_the_state_is_lost_rebuilds_and_kills_nothing(repo: Path, s
     for n in ("k1", "k2", "h1"):
         assert fingerprint(root / n, repo) == before[n]
     agents = {a["id"]: a for a in json.loads(exo("agents", "--json").stdout)["agents"]}
-    assert {n: agents[n]["status"] for n in ("k1", "k2", "h1")} == {"k1": "unknown", "k2": "unknown", "h1": "dead"}
+    # live ones: working (their output is recent by idle_quiet_seconds; the watcher judges them from now on)
+    assert {n: agents[n]["status"] for n in ("k1", "k2", "h1")} == {"k1": "working", "k2": "working", "h1": "dead"}
     assert agents["k1"]["branch"] == "main.k1" and agents["k1"]["worktree"] == str(root / "k1")
     again = json.loads(exo("doctor", "--json").stdout)
     assert not [p for p in again["problems"] if p["kind"] in ("lost-record", "orphan-window", "orphan-worktree")]

@@ -38,8 +38,8 @@ def test_cli_command_matches_operation(name: str) -> None:
     assert set(params) == {p.name for p in op.params()}, f"exo {op.cli} parameters differ from {name}"
     for pname, p in params.items():
         if isinstance(p, click.Option):
-            assert p.help == op.help[pname], f"exo {op.cli} --{pname}: help differs from the registry"
-    assert (cmd.help or "").startswith(op.doc), f"exo {op.cli}: help is not the operation's docstring"
+            assert p.help == op.cli_text(op.help[pname]), f"exo {op.cli} --{pname}: help differs from the registry"
+    assert (cmd.help or "").startswith(op.cli_text(op.doc)), f"exo {op.cli}: help is not the operation's docstring"
     assert any(p.name == "as_json" for p in cmd.params), f"exo {op.cli} has no --json"
 
 
@@ -104,7 +104,7 @@ def test_mcp_tools_match_operations(repo: Path) -> None:
                 assert set(props) == {op.public(p.name) for p in op.params() if p.name not in op.cli_only}
             assert t.annotations.read_only_hint == op.read_only  # type: ignore[attr-defined]
             assert t.annotations.destructive_hint == op.destructive  # type: ignore[attr-defined]
-            assert (t.description or "").startswith((tool.description or op.doc)[:40])  # type: ignore[attr-defined]
+            assert (t.description or "").startswith(op.tool_text(tool.description or op.doc, tool)[:40])  # type: ignore[attr-defined]
     human_only = [t.name for o in OPS.values() if o.roles == ("human",) for t in o.tools]
     assert not human_only, "human-only operations must not have MCP tools"
 

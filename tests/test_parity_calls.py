@@ -60,6 +60,7 @@ CASES = [
     (["pr", "merge", "7"], "merge_pr", {"pr_number": 7}),
     (["answer", "w1", "use the v2 API"], "answer_question", {"agent": "w1", "message": "use the v2 API"}),
     (["wait", "w1", "w2", "--timeout", "5"], "wait", {"timeout": 5, "from_agents": ["w1", "w2"]}),
+    (["wait", "w1", "--until-idle"], "wait", {"from_agents": ["w1"], "until_idle": True}),
     (["note", "halfway there"], "note", {"message": "halfway there"}),
     (["question", "which db?", "--timeout", "30"], "question", {"message": "which db?", "timeout": 30}),
     (["pr", "file", "--title", "T", "--body", "B", "--draft"], "file_pr", {"title": "T", "body": "B", "draft": True}),

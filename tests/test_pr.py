@@ -29,7 +29,7 @@ def test_base_branch_detection(repo: Path) -> None:
     assert base_branch(env, None, "main.feature.auth") == "main.feature"
     assert base_branch(env, None, "bd-4hj/fix") == "main"  # the main checkout's branch
     assert base_branch(env) == "main"  # the main branch
-    with pytest.raises(StateError, match="merges into"):
+    with pytest.raises(StateError, match="^main is the main branch: there is no branch above it to merge it into$"):
         base_branch(env, None, "main")  # the main checkout's own branch has no base
     (repo / "exo.toml").write_text('[worktree]\nbase = "develop"\n')
     assert base_branch(env_for(repo), None, "bd-4hj/fix") == "develop"

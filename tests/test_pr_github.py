@@ -222,4 +222,4 @@ def test_watch_prints_a_remote_merge_and_fast_forwards_main_for_complete(repo: P
     done = registry.invoke("complete", env_for(repo, extra=extra), target="w1")
     assert done.removal == "removed" and done.branch_deleted
     human = Exo(repo)("watch", "--once", env=extra)
-    assert human.exit_code == 0 and human.stdout.strip().endswith("stopped by once")
+    assert human.exit_code == 0 and human.stdout.strip().endswith("; polled once (--once)")

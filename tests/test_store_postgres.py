@@ -39,7 +39,7 @@ def agent(i: int | str) -> Agent:
 
 
 def fresh_db(cluster: Any, name: str) -> str:
-    cluster.psql(f"DROP DATABASE IF EXISTS {name}")
+    cluster.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     cluster.psql(f"CREATE DATABASE {name}")
     return str(cluster.url(name))
 
@@ -81,8 +81,15 @@ def test_schema_is_versioned_and_a_newer_one_refused(pg: Any, tmp_path: Path, re
     assert pg.psql("SELECT to_regnamespace('exo') IS NULL", "newer") == "True"
     store.agents()
     assert store.exists() is True
-    from exo_cli.adapters.store import SCHEMA_VERSION
+    from exo_cli.adapters.store.pgschema import PG_SCHEMA_VERSION as SCHEMA_VERSION
 
+    assert pg.psql("SELECT version FROM exo.version", "newer") == str(SCHEMA_VERSION)
+    # a version-1 database (before the migrate's hold and moved marker) is brought up to date on open
+    pg.psql("ALTER TABLE exo.repos DROP COLUMN held_by, DROP COLUMN moved_to, DROP COLUMN incoming", "newer")
+    pg.psql("UPDATE exo.version SET version = 1", "newer")
+    assert open_store(tmp_path, tmp_path, url).agents() == []
+    assert pg.psql("SELECT count(*) FROM information_schema.columns WHERE table_schema = 'exo' AND table_name = "
+                   "'repos' AND column_name IN ('held_by', 'moved_to', 'incoming')", "newer") == "3"
     assert pg.psql("SELECT version FROM exo.version", "newer") == str(SCHEMA_VERSION)
     pg.psql(f"UPDATE exo.version SET version = {SCHEMA_VERSION + 1}", "newer")
     with pytest.raises(StateError, match="newer than this exo"):

@@ -357,3 +357,20 @@ def test_with_checkpoints_disabled_the_stop_hook_stops_marking_turns(repo: Path,
     assert not turnend.mark_due(env, rec, turn=5)  # no background process per turn while they are off
     (repo / "exo.toml").write_text("[checkpoints]\nenabled = true\n")
     assert not turnend.switched_off(env, rec) and turnend.mark_due(env, rec, turn=5)
+
+
+def test_deinit_force_keeps_the_checkpoints_and_their_ignored_files(repo: Path, exo: Exo) -> None:
+    (repo / ".gitignore").write_text(".env\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore .env")
+    make_agent(repo, "w1")
+    (wt_of(repo) / ".env").write_text("TOKEN=kept-by-deinit\n")
+    c = edit(repo, exo, "work\n")["checkpoint"]
+    key = folder_of(repo).name
+    refused = exo("deinit", "--json")
+    assert refused.exit_code == 5 and "checkpoints" in refused.json()["error"]["data"]["holds"]  # type: ignore[index]
+    done = ok(exo("deinit", "--force", "--json"))
+    assert not (repo / ".git" / "exo").exists()
+    assert git(repo, "rev-parse", c["ref"]) == c["commit"]  # the refs stay
+    kept = repo / ".git" / "exo-archive" / "checkpoints" / key / "blobs"
+    assert any(p.read_bytes() == b"TOKEN=kept-by-deinit\n" for p in kept.rglob("*") if p.is_file()), done

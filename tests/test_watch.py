@@ -57,7 +57,7 @@ def test_poll_delivers_review_checks_and_merge(repo: Path) -> None:
     gh = Gh([view(statusCheckRollup=[{"__typename": "CheckRun", "status": "IN_PROGRESS", "conclusion": ""}],
                   reviewDecision="REVIEW_REQUIRED")])
     r = watch.poll_once(env, runner=gh)
-    assert r.pending and [c["kind"] for c in r.changes] == ["pr-review", "pr-checks"]
+    assert r.pending and [c.kind for c in r.changes] == ["pr-review", "pr-checks"]
     assert gh.calls[0] == ["pr", "view", "7", "--repo", "github.com/o/r", "--json",
                            "number,url,state,isDraft,reviewDecision,latestReviews,statusCheckRollup,mergedAt,mergeCommit"]
     pr = env.store.pr(n)
@@ -66,12 +66,12 @@ def test_poll_delivers_review_checks_and_merge(repo: Path) -> None:
     gh.views = [view(reviewDecision="CHANGES_REQUESTED", latestReviews=[{"state": "CHANGES_REQUESTED"}],
                      statusCheckRollup=[{"__typename": "StatusContext", "state": "SUCCESS"}])]
     r = watch.poll_once(env, runner=gh)
-    assert not r.pending and [c["kind"] for c in r.changes] == ["pr-review", "pr-checks"]
+    assert not r.pending and [c.kind for c in r.changes] == ["pr-review", "pr-checks"]
     texts = [m.body for m in env.store.messages(recipient="w1")]
     assert any("review was posted" in t for t in texts) and any("checks success" in t for t in texts)
     gh.views = [view(state="MERGED", mergedAt="2026-01-01T00:00:00Z", mergeCommit={"oid": "a" * 40})]
     r = watch.poll_once(env, runner=gh)
-    assert [c["kind"] for c in r.changes] == ["pr-merged"]
+    assert [c.kind for c in r.changes] == ["pr-merged"]
     pr = env.store.pr(n)
     assert pr is not None and pr.state == "merged" and pr.merge_commit == "a" * 40
     assert watch.poll_once(env, runner=gh).polled == 0  # merged PRs are no longer polled
@@ -87,7 +87,7 @@ def test_closed_outside_exo_and_gh_failure_is_reported(repo: Path) -> None:
     r = watch.poll_once(env, runner=bad)
     assert r.errors and "401" in r.errors[0]
     r = watch.poll_once(env, runner=Gh([view(state="CLOSED")]))
-    assert [c["kind"] for c in r.changes] == ["pr-closed"]
+    assert [c.kind for c in r.changes] == ["pr-closed"]
 
 
 def test_poll_with_the_real_gh(repo: Path, tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_poll_with_the_real_gh(repo: Path, tmp_path: Path) -> None:
                             state="open", remote_number=7)
         r = watch.poll_once(env)
         assert r.errors == [], r.errors
-        assert [c["kind"] for c in r.changes] == ["pr-review"]
+        assert [c.kind for c in r.changes] == ["pr-review"]
         assert env.store.prs()[0].review_state == "approved"
 
 
@@ -154,7 +154,7 @@ def test_watch_hands_each_change_over_as_it_happens(repo: Path) -> None:
     _setup(repo)
     env = env_for(repo)
     seen: list[tuple[str, int]] = []
-    env.watch_observer = lambda change: seen.append((change["kind"], len(seen)))  # type: ignore[attr-defined]
+    env.watch_observer = lambda change: seen.append((change.kind, len(seen)))  # type: ignore[attr-defined]
     rounds: list[int] = []
 
     class Stop(Gh):
@@ -165,5 +165,23 @@ def test_watch_hands_each_change_over_as_it_happens(repo: Path) -> None:
     env.gh_runner = Stop([view(reviewDecision="APPROVED", latestReviews=[{"state": "APPROVED"}]),  # type: ignore[attr-defined]
                           KeyboardInterrupt()])
     r = registry.invoke("watch", env, once=False, interval_pending=1, interval_idle=1)
-    assert r.stopped_by == "interrupt" and [c["kind"] for c in r.changes] == ["pr-review"]
+    assert r.stopped_by == "interrupt" and [c.kind for c in r.changes] == ["pr-review"]
     assert seen == [("pr-review", 0)] and rounds == [0, 1]  # printed before the second round, not at the end
+
+
+def test_watch_on_the_local_forge_says_at_once_there_is_nothing_to_poll(repo: Path) -> None:
+    """It printed nothing and polled nothing until Ctrl-C. A GitHub PR still open from before the forge changed
+    is still polled."""
+    from conftest import run_exo
+
+    (repo / "exo.toml").write_text('[forge]\nkind = "local"\n')
+    r = run_exo("watch", cwd=repo, timeout=60)
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert r.stdout.startswith("Nothing to poll: this repository's forge is local"), r.stdout
+    r = run_exo("watch", "--json", cwd=repo, timeout=60)
+    assert r.returncode == 0 and [json.loads(line) for line in r.stdout.splitlines()] == [
+        {"rounds": 0, "changes": [], "stopped_by": "nothing-to-poll"}], r.stdout
+    assert watch.start_poller(env_for(repo)) is None  # nor does the root TL's server start a poller
+    _setup(repo)
+    (repo / "exo.toml").write_text('[forge]\nkind = "local"\n')  # the forge changed; its GitHub PR is still open
+    assert watch.pollable(env_for(repo))

@@ -24,7 +24,8 @@ HERE = Path(__file__).resolve().parent
 PROCESS_COMPOSE = r'''#!{python}
 import json, os, sys, time
 out = os.path.join(os.environ["PC_OUT"], os.environ["EXO_AGENT"] + ".json")
-json.dump({{"argv": sys.argv[1:], "cwd": os.getcwd(), "port": os.environ.get("WEB_PORT")}}, open(out + ".tmp", "w"))
+json.dump({{"argv": sys.argv[1:], "cwd": os.getcwd(), "port": os.environ.get("WEB_PORT"),
+           "proof": os.environ.get("EXO_AGENT_PROOF")}}, open(out + ".tmp", "w"))
 os.replace(out + ".tmp", out)
 time.sleep(600)
 '''
@@ -97,6 +98,7 @@ def test_zellij_team_from_a_plain_shell(zteam, tmp_path: Path) -> None:
     config = pc["argv"][pc["argv"].index("--config") + 1]
     assert config == str(worktree / ".exo" / "process-compose.yaml") and Path(config).is_file()
     assert pc["cwd"] == str(worktree) and pc["port"] == "18400"
+    assert pc["proof"] is None  # the services are no agent: never the agent's proof (they were given it in Zellij)
 
     # Quiet output makes it idle; the waiting root (outside Zellij) is told.
     waited = run_json(repo, plain, "wait", "quiet", "--timeout", "60")

@@ -97,6 +97,50 @@ def _private_folder(path: Path, uid: int) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077 and os.access(path, os.W_OK | os.X_OK)
 
 
+def empty_dir() -> Path:
+    """A folder exo owns that stays empty (mode 0500): what ``core.hooksPath`` names so that git runs no hook.
+
+    Per user and fixed (``/run/user/<uid>/exo-empty``, else ``/tmp/exo-<uid>-empty``), made
+    on first use and checked on every use: a folder that is not ours or not empty is an
+    EnvironmentError (something wrote into exo's private folder), never used.
+    """
+    global _EMPTY
+    if _EMPTY is not None:
+        try:
+            if not os.listdir(_EMPTY):
+                return _EMPTY  # checked whole once in this process; still empty
+        except OSError:
+            pass
+        _EMPTY = None
+    uid = os.getuid()
+    path = empty_path()
+    try:
+        os.mkdir(path, 0o500)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise EnvironmentError_(f"Cannot create exo's empty folder {path}: {exc.strerror}", path=str(path)) from exc
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or os.listdir(path):
+        raise EnvironmentError_(
+            f"{path} must be an empty folder of yours: exo points git's core.hooksPath there so that no hook runs",
+            hint=f"Remove {path} (and what is in it): exo makes it again.", path=str(path))
+    if st.st_mode & 0o777 != 0o500:
+        os.chmod(path, 0o500)
+    _EMPTY = path
+    return path
+
+
+_EMPTY: Path | None = None  # ``empty_dir`` once checked in this process
+
+
+def empty_path() -> Path:
+    """Where ``empty_dir`` is: ``/run/user/<uid>/exo-empty`` when that folder is private, else ``/tmp/exo-<uid>-empty``."""
+    uid = os.getuid()
+    user_run = Path(f"/run/user/{uid}")
+    return user_run / "exo-empty" if _private_folder(user_run, uid) else Path(f"/tmp/exo-{uid}-empty")
+
+
 def release_runtime_dir(path: Path) -> bool:
     """Remove exo's runtime folder ``path`` unless a process still waits on one of its doorbells.
 
@@ -170,6 +214,27 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None, fsyn
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
+
+
+def command_folder(folder: Path, name: str, argv: list[str]) -> Path:
+    """A private folder holding one program, ``name``, that runs ``argv`` (a two-line sh script); the folder.
+
+    For a PATH entry that adds exactly one command: the folder a program is installed in may
+    hold others (a virtual environment's python and pip) that must not shadow the user's.
+    Written atomically, and only when it changed.
+    """
+    import shlex
+
+    script = f"#!/bin/sh\nexec {shlex.join(argv)} \"$@\"\n"
+    target = folder / name
+    try:
+        if target.read_text(encoding="utf-8") == script:
+            return folder
+    except (OSError, UnicodeDecodeError):
+        pass
+    ensure_private_dir(folder, parents=True)
+    atomic_write(target, script, mode=0o700)
+    return folder
 
 
 class FileLock:

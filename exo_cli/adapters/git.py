@@ -3,15 +3,16 @@
 ``Git(path)`` stands for one repository folder (the main checkout, a linked worktree, or a
 bare repository) and is built from plain values; nothing here knows about exo's ``Env``.
 Each method runs one git command (two at most) through the one runner, ``Git.run``, which
-spawns ``git -C <path> ...`` with ``os.posix_spawn`` (``proc.run_captured``): the hooks and
+spawns ``git -C <path> ...`` with ``os.posix_spawn`` (``gitrun.run_git``): the hooks and
 ``exo status`` run git on every call, and importing ``subprocess`` costs more than the git call
-itself.
+itself. Every call runs with git's hooks off, a deadline that ends every process it started, and
+no lock file of its own left behind (see ``gitrun``); push, fetch and ls-remote are in
+``gitremote``, whose push uploads Git LFS objects first.
 
-GitPython (a declared dependency) is deliberately not used: it costs ~90-140 ms to import,
-and exo's cold paths read a handful of objects per call, where a git process costs ~1-2 ms
-each (``bench/gitpython.py`` measures both).
+No git library is used (GitPython was measured slower on every path exo has; see
+docs/architecture.md, "Why exo runs the git binary").
 
-``add_exclude`` (from ``gitdir``, re-exported) edits ``info/exclude`` (a file, no git process). ``git``, ``current_branch`` and
+``add_exclude`` and ``remove_exclude`` (from ``gitdir``, re-exported) edit ``info/exclude`` (a file, no git process). ``git``, ``current_branch`` and
 ``ref_exists`` remain for callers not yet converted to the client; each is one line over it.
 """
 
@@ -20,9 +21,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
-from exo_cli.adapters.gitdir import add_exclude  # files beside git: info/exclude
+from exo_cli.adapters.gitdir import add_exclude, remove_exclude  # files beside git: info/exclude
 from exo_cli.adapters.gitformats import (
     MergeTree,
     RepoInfo,
@@ -32,26 +32,9 @@ from exo_cli.adapters.gitformats import (
     parse_status,
     parse_worktrees,
 )
-from exo_cli.adapters.proc import run_captured
+from exo_cli.adapters.gitremote import Remotes
+from exo_cli.adapters.gitrun import NO_EDITOR, Finished, run_git
 from exo_cli.errors import EnvironmentError_, StateError, external
-
-# Keep git from prompting or paging, whatever the user's config says.
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C"}
-# A rebase or merge must never wait for an editor in an agent's (or the hook's) process.
-NO_EDITOR = {"GIT_EDITOR": "true", "GIT_SEQUENCE_EDITOR": "true"}
-
-
-class Finished(NamedTuple):
-    """A finished git process (the fields of ``subprocess.CompletedProcess`` exo reads)."""
-
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
 
 
 def _lines(text: str) -> list[str]:
@@ -61,7 +44,7 @@ def _lines(text: str) -> list[str]:
 # --------------------------------------------------------------------------- the client
 
 
-class Git:
+class Git(Remotes):
     """git in one folder: ``Git(path)``; ``environ`` replaces ``os.environ`` for the processes."""
 
     def __init__(self, path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None,
@@ -80,20 +63,9 @@ class Git:
     # -- the runner ------------------------------------------------------------------------------
     def _exec(self, args: Sequence[str], *, input: str | bytes | None = None, env: Mapping[str, str] | None = None,
               timeout: float | None = None) -> tuple[list[str], int, bytes, bytes]:
-        full = dict(os.environ if self.environ is None else self.environ)
-        full.update(_GIT_ENV)
-        if env:
-            full.update(env)
-        argv = ["git", "-C", self.path, *args]
         data = input.encode() if isinstance(input, str) else input
-        limit = self.timeout if timeout is None else timeout
-        try:
-            code, out, err, timed_out = run_captured(argv, full, limit, data)
-        except FileNotFoundError as exc:
-            raise EnvironmentError_("git is not installed", hint="Install git.") from exc
-        if timed_out:
-            err += f"\ntimed out after {limit}s".encode()
-        return argv, code, out, err
+        return run_git(self.path, args, self.environ, input=data, env=env,
+                       timeout=self.timeout if timeout is None else timeout)
 
     def run(self, args: Sequence[str], *, check: bool = True, input: str | bytes | None = None,
             env: Mapping[str, str] | None = None, timeout: float | None = None) -> Finished:
@@ -158,6 +130,11 @@ class Git:
     def upstream(self, branch: str) -> str | None:
         """The upstream of ``branch`` (``origin/x``), or None without one."""
         return self._maybe(["rev-parse", "--abbrev-ref", f"{branch}@{{upstream}}"])
+
+    def refs_under(self, prefix: str) -> list[tuple[str, str]]:
+        """(ref, commit) of every ref under ``prefix`` (``refs/exo/archive/``)."""
+        out = self.run(["for-each-ref", "--format=%(refname) %(objectname)", prefix]).stdout
+        return [(ref, sha) for ref, _, sha in (line.partition(" ") for line in _lines(out))]
 
     def branches(self) -> list[str]:
         """Every local branch name."""
@@ -562,29 +539,6 @@ class Git:
         """Put these files back as HEAD has them, in the index and on disk."""
         return self.run(["checkout", "-q", "HEAD", "--", *relpaths], check=False)
 
-    # -- remotes ---------------------------------------------------------------------------------------------
-    def push(self, remote: str, branch: str, *, timeout: float = 300) -> Finished:
-        """Push ``branch`` to the same name on ``remote`` and make that its upstream."""
-        return self.run(["push", "-u", remote, f"refs/heads/{branch}:refs/heads/{branch}"], check=False,
-                        timeout=timeout)
-
-    def push_as_is(self, remote: str, branch: str, *, force: bool = False, delete_at: str | None = None,
-                   timeout: float = 300) -> Finished:
-        """Push ``branch`` to the same name on ``remote`` (``force``: over what this clone last pushed or fetched
-        of it only), its upstream untouched; with ``delete_at``, delete it there while it points at that commit."""
-        spec = f":refs/heads/{branch}" if delete_at else f"refs/heads/{branch}:refs/heads/{branch}"
-        lease = [f"--force-with-lease=refs/heads/{branch}{':' + delete_at if delete_at else ''}"] * (force or bool(delete_at))
-        return self.run(["push", "--quiet", *lease, remote, spec], check=False, timeout=timeout)
-
-    def remote_has_branch(self, remote: str, branch: str) -> bool | None:
-        """Whether ``remote`` has ``branch`` (``ls-remote``); None when the remote cannot be asked."""
-        proc = self.run(["ls-remote", "--exit-code", "--heads", remote, f"refs/heads/{branch}"], check=False)
-        return bool(proc.stdout.strip()) if proc.ok else (False if proc.returncode == 2 else None)
-
-    def fetch(self, remote: str, refspec: str, *, timeout: float = 300) -> Finished:
-        """Fetch ``refspec`` from ``remote`` (no tags)."""
-        return self.run(["fetch", "--no-tags", remote, refspec], check=False, timeout=timeout)
-
     # -- safe updates of a checked-out branch ------------------------------------------------------------------
     def fast_forward(self, branch: str, old: str, new: str, *, reason: str, what: str) -> str | None:
         """Move ``branch`` from ``old`` to ``new`` (a descendant), updating its checkout if it has one.
@@ -628,4 +582,5 @@ class Git:
 
 
 __all__ = ["NO_EDITOR", "Finished", "Git", "MergeTree", "RepoInfo", "Snapshot", "Worktree", "add_exclude",
+           "remove_exclude",
            "parse_status", "parse_worktrees"]

@@ -231,8 +231,96 @@ def checkouts(common_dir: str | os.PathLike[str]) -> list[Checkout]:
     return out
 
 
-__all__ = ["HEAD_FILES", "STATE_DIRS", "STATE_FILES", "Checkout", "branches_concerned", "checkouts", "common_dir",
-           "git_dir_of", "head_branch", "head_commit", "operations", "state_commits"]
+class Locks(NamedTuple):
+    """The ``*.lock`` files in the folders where git takes its locks, at one moment."""
+
+    folders: frozenset[str]  # the folders looked at (a lock elsewhere is not known)
+    files: dict[str, int]  # path -> inode
+
+
+def git_dir_around(path: str | os.PathLike[str]) -> Path | None:
+    """The git folder of the checkout ``path`` is in (or of the bare repository ``path`` is), or None."""
+    here = Path(path).absolute()
+    if (here / "HEAD").is_file() and (here / "objects").is_dir() and (here / "refs").is_dir():
+        return here  # a bare repository or a git folder itself
+    for folder in (here, *here.parents):
+        if os.path.lexists(folder / ".git"):
+            return git_dir_of(folder)
+    return None
+
+
+def lock_files(path: str | os.PathLike[str]) -> Locks | None:
+    """Every ``*.lock`` git may hold for a command run in ``path``: at the top of its git folder and of the
+    shared one, under their ``refs/``, in each checkout's folder (``worktrees/*``) and ``objects/info``.
+    None when no git folder is found there."""
+    git_dir = git_dir_around(path)
+    if git_dir is None:
+        return None
+    common = _common(git_dir)
+    folders: set[str] = set()
+    files: dict[str, int] = {}
+
+    def scan(folder: str, deep: bool) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        folders.add(folder)
+        for entry in entries:
+            try:
+                if entry.name.endswith(".lock") and not entry.is_dir(follow_symlinks=False):
+                    files[entry.path] = entry.inode()
+                elif deep and entry.is_dir(follow_symlinks=False):
+                    scan(entry.path, True)
+            except OSError:
+                continue
+
+    for root in dict.fromkeys((os.path.realpath(git_dir), os.path.realpath(common))):
+        scan(root, False)
+        scan(os.path.join(root, "refs"), True)
+    shared = os.path.realpath(common)
+    scan(os.path.join(shared, "objects", "info"), False)
+    admin = os.path.join(shared, "worktrees")
+    try:
+        names = os.listdir(admin)
+    except OSError:
+        names = []
+    for name in names:
+        scan(os.path.join(admin, name), False)
+    return Locks(frozenset(folders), files)
+
+
+def created_locks(held: Mapping[str, int], before: Locks | None) -> dict[str, int]:
+    """Of the lock files ``held`` (path -> inode, open in a process of one git call), those that call created:
+    in a folder ``before`` looked at, and not the same file as one that was there before it. Without
+    ``before`` nothing is known, so nothing is."""
+    if before is None:
+        return {}
+    out = {}
+    for path, inode in held.items():
+        real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+        if os.path.dirname(real) in before.folders and before.files.get(real) != inode:
+            out[real] = inode
+    return out
+
+
+def remove_locks(locks: Mapping[str, int]) -> list[str]:
+    """Remove each lock file (path -> inode) that is still that very file; the paths removed."""
+    gone = []
+    for path, inode in sorted(locks.items()):
+        try:
+            if os.lstat(path).st_ino != inode:
+                continue  # released, and taken again by someone else
+            os.unlink(path)
+        except OSError:
+            continue
+        gone.append(path)
+    return gone
+
+
+__all__ = ["HEAD_FILES", "STATE_DIRS", "STATE_FILES", "Checkout", "Locks", "branches_concerned", "checkouts", "common_dir",
+           "created_locks", "git_dir_around", "git_dir_of", "head_branch", "head_commit", "lock_files", "operations",
+           "remove_locks", "state_commits"]
 
 
 def add_exclude(common_dir: Path, pattern: str) -> bool:
@@ -249,4 +337,21 @@ def add_exclude(common_dir: Path, pattern: str) -> bool:
         if existing and not existing.endswith("\n"):
             fh.write("\n")
         fh.write(pattern + "\n")
+    return True
+
+
+def remove_exclude(common_dir: Path, pattern: str) -> bool:
+    """Take every ``pattern`` line out of ``info/exclude`` (the rest byte for byte); True when one was there."""
+    path = common_dir / "info" / "exclude"
+    try:
+        existing = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    lines = existing.splitlines(keepends=True)
+    kept = [line for line in lines if line.rstrip("\r\n") != pattern]
+    if len(kept) == len(lines):
+        return False
+    from exo_cli.adapters.files import atomic_write
+
+    atomic_write(path, "".join(kept))
     return True

@@ -15,8 +15,8 @@ them, and psutil only where ``/proc`` is missing or the switch asks for it.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import select
 import time
 
 from exo_cli.errors import EnvironmentError_, ExternalFailure, InvalidInput, external
@@ -44,6 +44,8 @@ class ProcStat(NamedTuple):
 
 
 PROC_ROOT = "/proc"  # where the process file system is (the tests point it elsewhere to take it away)
+TOKEN_VAR = "EXO_RUN"  # marks every process of one call exo runs with a deadline (see ``end_session``)
+GRACE = 2.0  # seconds between SIGTERM and SIGKILL when a deadline ends a call
 READER_VAR = "EXO_PROCESS_READER"  # config.EnvVars.PROCESS_READER: "psutil" forces psutil where /proc exists
 
 
@@ -304,6 +306,58 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
+def open_files(pids: Iterable[int], suffix: str) -> dict[str, int]:
+    """The files whose name ends with ``suffix`` that the processes ``pids`` hold open: path -> inode.
+
+    Read from ``/proc/<pid>/fd`` (empty where /proc is missing); a file already removed is left out.
+    """
+    found: dict[str, int] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"{PROC_ROOT}/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            link = f"{PROC_ROOT}/{pid}/fd/{fd}"
+            try:
+                target = os.readlink(link)
+                if target.endswith(suffix) and target.startswith("/"):
+                    found[target] = os.stat(link).st_ino
+            except OSError:
+                continue
+    return found
+
+
+def run_token() -> str:
+    """A fresh token for one call exo runs with a deadline (``TOKEN_VAR``): the caller's session id, then random
+    digits, so stopping that session (an agent) also finds the calls its processes started (``kill_group``)."""
+    try:
+        sid = os.getsid(0)
+    except OSError:
+        sid = 0
+    return f"{sid}-{os.urandom(8).hex()}"
+
+
+def carrying(name: str, value: str, *, prefix: bool = False) -> list[int]:
+    """The live processes whose environment has ``name=value`` (with ``prefix``: a value starting so), a token
+    exo gave a process it started: its descendants keep it even when they leave its session. Empty where
+    /proc is missing."""
+    needle = f"{name}={value}".encode()
+    out = []
+    for pid in _pids():
+        try:
+            with open(f"{PROC_ROOT}/{pid}/environ", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        entries = data.split(b"\0")
+        if any(e.startswith(needle) for e in entries) if prefix else needle in entries:
+            st = proc_stat(pid)
+            if st is not None and st.state not in ("Z", "X"):
+                out.append(pid)
+    return out
+
+
 def kill_group(pgid: int, *, grace: float = 3.0, leader_start_time: int | None = None) -> bool:
     """Stop process group ``pgid``: SIGTERM, then SIGKILL after ``grace`` seconds.
 
@@ -319,24 +373,95 @@ def kill_group(pgid: int, *, grace: float = 3.0, leader_start_time: int | None =
         st = proc_stat(pgid)
         if st and st.state not in ("Z", "X") and st.start_time != leader_start_time:
             return False
-    if not group_members(pgid):
+    # the calls with a deadline the group's processes started (git in a session of its own): they go too
+    calls = set(carrying(TOKEN_VAR, f"{pgid}-", prefix=True)) - {os.getpid()}
+
+    def left() -> bool:
+        reap(pgid)
+        return bool(group_members(pgid)) or any(pid_alive(p, reap_child=False) for p in calls)
+
+    if not group_members(pgid) and not calls:
         return False
     for sig in (signal.SIGTERM, signal.SIGCONT):
         _signal_group(pgid, sig)
+        _signal_each(calls, sig)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        reap(pgid)
-        if not group_members(pgid):
+        if not left():
             return True
         time.sleep(0.02)
     _signal_group(pgid, signal.SIGKILL)
+    _signal_each(calls, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
-        reap(pgid)
-        if not group_members(pgid):
+        if not left():
             break
         time.sleep(0.02)
     return True
+
+
+def _signal_each(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def _members(leader: int, token: str | None) -> set[int]:
+    found = set(group_members(leader))
+    if token:
+        found.update(carrying(TOKEN_VAR, token))
+    found.discard(os.getpid())
+    return found
+
+
+def _reap(pid: int) -> int | None:
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return -9  # not ours to reap (already reaped): as killed
+    return os.waitstatus_to_exitcode(status) if done else None
+
+
+def end_session(leader: int, *, token: str | None = None, grace: float = GRACE,
+                held_suffix: str = ".lock") -> tuple[int, dict[str, int]]:
+    """End the session (and process group) that ``leader`` (a child of ours) leads, and every process carrying
+    ``token``: SIGTERM and SIGCONT, then SIGKILL after ``grace``. Returns the leader's exit status and the files
+    ending with ``held_suffix`` its processes held open meanwhile (path -> inode)."""
+    import signal
+
+    held: dict[str, int] = {}
+    status: int | None = None
+
+    def look() -> set[int]:
+        live = _members(leader, token)
+        held.update(open_files(live, held_suffix))
+        return live
+
+    def send(pids: set[int], sig: int) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(leader, sig)
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+
+    live = look()
+    send(live, signal.SIGTERM)
+    send(live, signal.SIGCONT)
+    for sig, wait in ((signal.SIGKILL, grace), (None, 5.0)):
+        until = time.monotonic() + wait
+        while live and time.monotonic() < until:
+            if status is None:
+                status = _reap(leader)
+            time.sleep(0.02)
+            live = look()
+        if sig is not None and live:
+            send(live, sig)
+    if status is None:
+        try:
+            status = os.waitstatus_to_exitcode(os.waitpid(leader, 0)[1])
+        except ChildProcessError:
+            status = -9
+    return status, held
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -354,82 +479,6 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 # --------------------------------------------------------------------------- running programs
-
-
-def run_captured(argv: list[str], env: Mapping[str, str], timeout: float,
-                 stdin: bytes | None) -> tuple[int, bytes, bytes, bool]:
-    """posix_spawn ``argv`` with stdout/stderr captured; stdin is ``stdin`` or /dev/null (git's runner).
-
-    No ``subprocess`` import: git runs on every hook, and importing it costs more than git itself.
-
-    Returns (exit code, stdout, stderr, timed out). The child is killed at the deadline.
-    """
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    in_r = in_w = -1
-    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
-    if stdin is None:
-        actions.append((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0))
-    else:
-        in_r, in_w = os.pipe()
-        actions += [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_CLOSE, in_w)]
-    actions += [
-        (os.POSIX_SPAWN_DUP2, out_w, 1),
-        (os.POSIX_SPAWN_DUP2, err_w, 2),
-        (os.POSIX_SPAWN_CLOSE, out_r),
-        (os.POSIX_SPAWN_CLOSE, err_r),
-    ]
-    try:
-        pid = os.posix_spawnp(argv[0], argv, dict(env), file_actions=actions)
-    except BaseException:
-        for fd in (out_r, err_r, in_w):
-            if fd >= 0:
-                os.close(fd)
-        raise
-    finally:
-        for fd in (out_w, err_w, in_r):
-            if fd >= 0:
-                os.close(fd)
-    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    readers = [out_r, err_r]
-    pending = memoryview(stdin or b"")
-    writers = [in_w] if in_w >= 0 else []
-    if writers:
-        os.set_blocking(in_w, False)
-        if not pending:
-            os.close(in_w)
-            writers = []
-    deadline = time.monotonic() + timeout
-    timed_out = False
-    try:
-        while readers or writers:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                os.kill(pid, 9)
-                timed_out = True
-                break
-            ready, can_write, _ = select.select(readers, writers, [], left)
-            if can_write:
-                try:
-                    pending = pending[os.write(in_w, pending[:65536]):]
-                except BrokenPipeError:  # git stopped reading: what it wrote still counts
-                    pending = pending[:0]
-                if not pending:
-                    os.close(in_w)
-                    writers = []
-            for fd in ready:
-                data = os.read(fd, 65536)
-                if data:
-                    chunks[fd].append(data)
-                else:
-                    readers.remove(fd)
-    finally:
-        os.close(out_r)
-        os.close(err_r)
-        if writers:
-            os.close(in_w)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out
 
 
 def spawn_detached(argv: list[str], env: Mapping[str, str]) -> int | None:
@@ -493,29 +542,45 @@ def run(
     check: bool = True,
     timeout: float | None = 120,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` and return the finished process; raise ExternalFailure on failure."""
+    """Run ``argv`` and return the finished process; raise ExternalFailure on failure.
+
+    With a ``timeout``, the program runs in a process group of its own, in the caller's session (so
+    stopping an agent, which ends its session, still ends what it runs): at the ``timeout`` that whole
+    group ends with it, and every process carrying its token (``end_session``), so nothing it started
+    is left running. Without one it stays in the caller's process group: what ends the caller (a
+    terminal's hangup reaches the foreground group only) ends it too, and nothing outlives an agent
+    whose pane was closed.
+    """
     import subprocess
 
+    token = run_token()
     try:
-        proc = subprocess.run(
-            list(argv),
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=None if input is not None else subprocess.DEVNULL,
+        child = subprocess.Popen(
+            list(argv), cwd=cwd, env={**(os.environ if env is None else env), TOKEN_VAR: token}, text=True,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0 if timeout is not None else None,
         )
     except FileNotFoundError as exc:
         raise EnvironmentError_(
             f"{argv[0]} is not installed or not on PATH", hint=f"Install {argv[0]}.", binary=argv[0]
         ) from exc
+    try:
+        out, err = child.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
+        end_session(child.pid, token=token, held_suffix="\0")
+        child.returncode = -9
+        for pipe in (child.stdout, child.stderr, child.stdin):
+            if pipe is not None:
+                pipe.close()
         raise external(
             what or argv[0],
-            subprocess.CompletedProcess(list(argv), -1, exc.stdout or "", f"timed out after {timeout}s"),
+            subprocess.CompletedProcess(list(argv), -1, "", f"timed out after {timeout}s: it and every process it "
+                                        "started were ended"),
         ) from exc
+    except BaseException:
+        end_session(child.pid, token=token, held_suffix="\0", grace=0.5)
+        raise
+    proc = subprocess.CompletedProcess(list(argv), child.returncode, out, err)
     if check and proc.returncode != 0:
         raise external(what or " ".join(argv[:2]), proc)
     return proc

@@ -17,6 +17,7 @@ reached (exo never exits 255).
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
 import shlex
@@ -31,6 +32,7 @@ from exo_cli.errors import EnvironmentError_, ExternalFailure
 SSH_FAILED = 255  # ssh's exit status when the connection (not the remote command) failed
 CALL = "host-call"  # the remote exo's subcommand that answers one request
 DEFAULT_TIMEOUT = 300.0  # a spawn of several agents on a loaded host takes a while
+MAX_ANSWER = 16 << 20  # the most output of one call exo reads from a host (a diff is at most 2 MB of patch)
 
 
 class Unreachable(EnvironmentError_):
@@ -49,6 +51,7 @@ class Host:
     control_dir: str = ""  # where the master's socket and log live (exo's private runtime folder)
     persist: int = 600  # ControlPersist seconds
     env: tuple[str, ...] = ()  # extra variable names (or globs) the host's agents get
+    hide: tuple[str, ...] = ()  # variable names (or globs) kept out of the ssh client's own environment
 
     # -- argv -------------------------------------------------------------------------------
     @property
@@ -87,7 +90,7 @@ class Host:
                 with open(log, "ab") as err:
                     os.chmod(log, 0o600)
                     proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                          timeout=60, check=False)
+                                          timeout=60, check=False, env=self.environ())
             except subprocess.TimeoutExpired as exc:
                 raise self.unreachable("ssh did not connect within 60 s") from exc
             except OSError as exc:
@@ -108,65 +111,126 @@ class Host:
                            host=self.name, reason="unreachable")
 
     # -- calls ------------------------------------------------------------------------------------
-    def run(self, args: Sequence[str], *, stdin: str = "", timeout: float | None = DEFAULT_TIMEOUT,
-            cancelled: Callable[[], bool] | None = None) -> subprocess.CompletedProcess[str]:
-        """Run exo ``args`` on the host; stdin is the only input.
+    def environ(self) -> dict[str, str]:
+        """The ssh client's environment: this process's, without the variables ``hide`` names.
 
-        ``cancelled`` is asked twice a second: when it says so (an MCP client cancelled the call),
-        the session is closed and ExternalFailure ``reason: "cancelled"`` raised.
+        ssh never needs an agent's keys or exo's proof, and a ``SendEnv`` in the user's ssh
+        configuration would hand them to the server (and to its logs, and to ssh's own debug log)."""
+        return {k: v for k, v in os.environ.items() if not any(fnmatch.fnmatchcase(k, p) for p in self.hide)}
+
+    def run(self, args: Sequence[str], *, stdin: str = "", timeout: float | None = DEFAULT_TIMEOUT,
+            cancelled: Callable[[], bool] | None = None, hold: bool = False) -> Answer:
+        """Run exo ``args`` on the host; stdin is the only input; at most ``MAX_ANSWER`` bytes of output.
+
+        ``hold`` keeps the session's stdin open until the command ends, so that exo there sees
+        its end (the connection cut, this process gone) as the caller leaving. ``cancelled`` is
+        asked twice a second: when it says so (an MCP client cancelled the call), the session
+        is closed and ExternalFailure ``reason: "cancelled"`` raised; so is an answer longer
+        than ``MAX_ANSWER`` (``reason: "too-long"``), and a host silent past ``timeout``.
         """
+        import threading
         import time
 
         self.ensure_master()
         argv = self.argv(args)
         deadline = None if timeout is None else time.monotonic() + timeout
         child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, errors="replace")
-        given: str | None = stdin
+                                 env=self.environ())
+        assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+        out, err = _Drain(child.stdout, MAX_ANSWER, keep_tail=False), _Drain(child.stderr, 1 << 16, keep_tail=True)
+
+        def feed() -> None:  # a thread: a host that reads nothing never blocks the deadline
+            try:
+                child.stdin.write(stdin.encode())  # type: ignore[union-attr]
+                child.stdin.flush()  # type: ignore[union-attr]
+                if not hold:
+                    child.stdin.close()  # type: ignore[union-attr]
+            except (OSError, ValueError):
+                pass  # ssh ended early: its status says why
+
+        threads = [threading.Thread(target=t, daemon=True) for t in (feed, out.run, err.run)]
+        for t in threads:
+            t.start()
+        why = None
         while True:
             try:
-                out, err = child.communicate(input=given, timeout=0.5)
+                child.wait(timeout=0.5)
                 break
             except subprocess.TimeoutExpired:
-                given = None  # sent once: communicate keeps writing it
-                why = ("cancelled" if cancelled is not None and cancelled() else
+                why = ("cancelled" if cancelled is not None and cancelled() else "too-long" if out.over else
                        "timeout" if deadline is not None and time.monotonic() >= deadline else None)
-                if why is not None:
-                    child.kill()
-                    child.communicate()
-                    raise ExternalFailure(f"Host {self.name} did not answer within {timeout:g} s" if why == "timeout"
-                                          else f"The call to host {self.name} was cancelled", host=self.name,
-                                          reason=why) from None
-        proc = subprocess.CompletedProcess(argv, child.returncode, out, err)
-        if "Control socket connect" in proc.stderr:  # a master that died left its socket: start anew next time
+            if why is not None:
+                child.kill()
+                child.wait()
+                break
+        with contextlib.suppress(OSError, ValueError):
+            child.stdin.close()
+        for t in threads[1:]:
+            t.join(timeout=10)  # a process ssh started (a ProxyCommand) may keep a pipe open: not waited for
+        stderr = err.text()
+        if why is not None or out.over:
+            why = why or "too-long"  # it ended by itself, its output past the limit
+            message = {"timeout": f"Host {self.name} did not answer within {timeout or 0:g} s",
+                       "cancelled": f"The call to host {self.name} was cancelled",
+                       "too-long": f"exo on host {self.name} answered with more than {MAX_ANSWER >> 20} MiB"}[why]
+            raise ExternalFailure(message, host=self.name, reason=why)
+        if "Control socket connect" in stderr:  # a master that died left its socket: start anew next time
             with contextlib.suppress(OSError):
                 os.unlink(self.control_path)
-        if proc.returncode == SSH_FAILED:
-            lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        if child.returncode == SSH_FAILED:
+            lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
             raise self.unreachable(lines[-1] if lines else "ssh failed")
-        return proc
+        if child.returncode < 0:  # ssh itself was killed: the connection is gone, whatever happened there
+            raise self.unreachable(f"ssh ended by signal {-child.returncode}")
+        return Answer(child.returncode, out.data(), stderr)
 
     def call(self, request: Mapping[str, Any], *, timeout: float | None = DEFAULT_TIMEOUT,
-             cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
-        """Send one request to the host's exo (``host-call``) and return its JSON answer."""
-        proc = self.run([CALL], stdin=json.dumps(request, ensure_ascii=True) + "\n", timeout=timeout,
-                        cancelled=cancelled)
-        for line in reversed(proc.stdout.splitlines()):
-            if line.startswith("{"):
-                try:
-                    answer = json.loads(line)
-                except ValueError:
-                    break
-                if isinstance(answer, dict) and "ok" in answer:
-                    return answer
-                break
-        from exo_cli.validate import visible
+             cancelled: Callable[[], bool] | None = None) -> Answer:
+        """Send one request to the host's exo (``host-call``) and return its raw answer (``wire`` reads it).
 
-        tail = (proc.stderr.strip() or proc.stdout.strip())[-400:]
-        raise ExternalFailure(f"exo on host {self.name} gave no answer (exit status {proc.returncode})"
-                              + (f": {visible(tail)}" if tail else ""),
-                              hint=f"Check [hosts.{self.name}] exo and path; `exo doctor --hosts` checks each host.",
-                              host=self.name, returncode=proc.returncode)
+        The session's stdin stays open until the answer is in (the request says ``hold``)."""
+        line = json.dumps({**request, "hold": True}, ensure_ascii=True) + "\n"
+        return self.run([CALL], stdin=line, timeout=timeout, cancelled=cancelled, hold=True)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What exo on a host printed for one call (its standard output as bytes, at most ``MAX_ANSWER``)."""
+
+    returncode: int
+    stdout: bytes
+    stderr: str
+
+
+class _Drain:
+    """Reads one output of a child to its end, keeping at most ``limit`` bytes (the first ones, or the last)."""
+
+    def __init__(self, stream: Any, limit: int, *, keep_tail: bool) -> None:
+        self.stream, self.limit, self.keep_tail = stream, limit, keep_tail
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.over = False
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while block := self.stream.read1(1 << 16):
+                self.size += len(block)
+                if self.keep_tail:
+                    self.chunks.append(block)
+                    while self.size - len(self.chunks[0]) >= self.limit:
+                        self.size -= len(self.chunks.pop(0))
+                elif self.size > self.limit:
+                    self.over = True
+                    self.chunks = []
+                    break  # the caller kills the child
+                else:
+                    self.chunks.append(block)
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def text(self) -> str:
+        return self.data().decode("utf-8", "replace")
 
 
 def interactive(host: Host, args: Sequence[str]) -> list[str]:

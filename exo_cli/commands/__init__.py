@@ -19,6 +19,8 @@ class Entry(NamedTuple):
 
 COMMANDS: dict[str, Entry] = {
     "init": Entry("exo_cli.commands.init:init", "Set up exo in this repository."),
+    "deinit": Entry("exo_cli.commands.deinit:deinit",
+                    "Take exo out of this repository, leaving it as it was before exo init."),
     "status": Entry("exo_cli.commands.status:status", "Show the current task, git state and PR; at the root, a team summary."),
     "agents": Entry("exo_cli.commands.status:agents", "List the agent tree with status, task, branch, PR and last message."),
     "board": Entry("exo_cli.commands.board:board", "Show the team at a glance: a live board of the agents, those that need you first."),

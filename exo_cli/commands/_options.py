@@ -41,14 +41,33 @@ def watch_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                              "(Ctrl-C stops).")(fn)
 
 
+class ExoOption(click.Option):
+    """An option whose help reads as exo's help does: bounds in words (the help string says them when
+    they matter), never Click's ``[x>=1]``; a number's value shown as ``N`` or ``SECONDS``, never
+    ``INTEGER RANGE``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.metavar is None and isinstance(self.type, click.IntRange):
+            self.metavar = "N"
+        elif self.metavar is None and isinstance(self.type, click.FloatRange):
+            self.metavar = "SECONDS"
+
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        extra = super().get_help_extra(ctx)
+        extra.pop("range", None)
+        return extra
+
+
 def op_option(op_name: str, param: str, *decls: str, **kwargs: Any) -> Callable[..., Any]:
-    """A click option whose help is the registry's help for ``op_name``'s ``param``."""
-    return click.option(*decls, param, help=get(op_name).help[param], **kwargs)
+    """A click option whose help is the registry's help for ``op_name``'s ``param`` (flags rendered as flags)."""
+    return click.option(*decls, param, help=get(op_name).cli_text(get(op_name).help[param]), cls=ExoOption, **kwargs)
 
 
 def op_help(op_name: str) -> str:
-    """The command help: the operation's docstring."""
-    return get(op_name).doc
+    """The command help: the operation's docstring (flags rendered as flags)."""
+    op = get(op_name)
+    return op.cli_text(op.doc)
 
 
 class Seconds(click.FloatRange):

@@ -16,9 +16,7 @@ from exo_cli.render.text import Out
 
 
 def render_complete(out: Out, r: CompleteResult) -> None:
-    who = r.agent or r.bead or "-"
-    out.line(f"Completed {who}: bead {'closed' if r.bead_closed else 'not closed' if r.bead else 'none'}, "
-             f"agent {'stopped' if r.stopped else 'not running'}, removal {r.removal}")
+    out.line(f"Completed {r.agent or r.bead}: {r.outcome()}.")
     if r.worktree_removed:
         out.line(f"Removed worktree {r.worktree}")
     if r.branch_deleted:
@@ -31,11 +29,16 @@ def render_complete(out: Out, r: CompleteResult) -> None:
         out.line(f"Kept ignored files: {', '.join(r.kept_ignored)}")
     if r.kept_nested:
         out.line(f"Kept nested repositories (whole, plus a bundle of every ref): {', '.join(r.kept_nested)}")
-    if r.restore:
+    render_restore(out, r.restore, r.warnings)
+
+
+def render_restore(out: Out, restore: list[str], warnings: list[str]) -> None:
+    """The commands that restore what a --force archived, then the warnings (complete and deinit)."""
+    if restore:
         out.line("Restore with:")
-        for cmd in r.restore:
+        for cmd in restore:
             out.line(f"  {cmd}")
-    for w in r.warnings:
+    for w in warnings:
         out.line(f"warning: {w}")
 
 

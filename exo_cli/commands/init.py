@@ -24,7 +24,7 @@ def render_init(out: Out, result: InitResult) -> None:
         out.line(f"Default agent: {result.default_agent} (agent.default; another with exo spawn --agent)")
     if result.wiring is not None:
         w = result.wiring
-        out.line(f"Wired {w.agent} as the root TL (MCP server: {' '.join(w.mcp_command)})")
+        out.line(f"Wired {w.agent} as the team lead at the root (MCP server: {' '.join(w.mcp_command)})")
         for f in w.files:
             out.line(f"  {'updated' if f in w.changed else 'unchanged'}: {f}")
         for note in w.notes:

@@ -108,9 +108,8 @@ def read(ctx: click.Context, env: Any, agent: tuple[str, ...], lines: int, since
     result = invoke("read", env, agent=agent[0] if len(agent) == 1 else list(agent), lines=lines,
                     since_last=since_last, wait_for=wait_for, timeout=timeout, clean=clean)
     emit(result, as_json=as_json, human=render_read)
-    each = result.results if isinstance(result, ReadManyResult) else [result]
-    if any(r.matched is False for r in each):
-        ctx.exit(5)
+    if result.exit_code:
+        ctx.exit(result.exit_code)
 
 
 @click.command(help=op_help("doctor") + "\n\n\b\nExamples:\n  exo doctor --dry-run\n  exo doctor\n  exo doctor --hosts")
@@ -122,5 +121,5 @@ def read(ctx: click.Context, env: Any, agent: tuple[str, ...], lines: int, since
 def doctor(ctx: click.Context, env: Any, dry_run: bool, hosts: bool, as_json: bool) -> None:
     result = invoke("doctor", env, dry_run=dry_run, hosts=hosts)
     emit(result, as_json=as_json, human=render_doctor)
-    if result.remaining:
-        ctx.exit(5)
+    if result.exit_code:
+        ctx.exit(result.exit_code)

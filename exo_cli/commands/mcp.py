@@ -30,7 +30,8 @@ def mcp(env: Any, role: str, compat: tuple[str, ...]) -> None:
     Every tool is generated from the same operation registry as the CLI, so a tool and its
     command take the same arguments and return the same object. Only the protocol is
     written to stdout; logs go to stderr. Run from your own agent session, the server
-    makes it the root TL (`exo init --agent claude` writes that wiring for you).
+    makes it the team lead at the root of the tree, which may spawn, answer and merge
+    (`exo init --agent claude` writes that wiring for you).
     `--compat claude-team|termtile|ikigai` adds that tool family's names and arguments
     to exo's own compact set, on the same operations.
 

@@ -21,8 +21,16 @@ def _examples(*lines: str) -> str:
     return "\n\n\b\nExamples:\n" + "\n".join(f"  {x}" for x in lines)
 
 
+# How a message reached its recipient, in words (the JSON keeps the values).
+_DELIVERY = {"typed": "typed into its pane", "queued": "queued for its next turn or `exo wait`"}
+
+
+def _delivery(value: str) -> str:
+    return _DELIVERY.get(value, value)
+
+
 def render_note(out: Out, r: _messages.NoteResult) -> None:
-    out.line(f"Noted to {r.to_name} (message #{r.message_id}, {r.delivery}).")
+    out.line(f"Noted to {r.to_name} (message #{r.message_id}, {_delivery(r.delivery)}).")
 
 
 def render_question(out: Out, r: _messages.QuestionResult) -> None:
@@ -37,12 +45,12 @@ def render_question(out: Out, r: _messages.QuestionResult) -> None:
 
 
 def render_answer(out: Out, r: _messages.AnswerResult) -> None:
-    out.line(f"Answered {r.name}'s question #{r.ticket} ({r.delivery}).")
+    out.line(f"Answered {r.name}'s question #{r.ticket} ({_delivery(r.delivery)}).")
 
 
 def render_send(out: Out, r: _messages.SendResult) -> None:
     for p in r.sent:
-        out.line(f"Sent to {p.name} (message #{p.message_id}, {p.delivery}).")
+        out.line(f"Sent to {p.name} (message #{p.message_id}, {_delivery(p.delivery)}).")
     for w in r.warnings:
         out.line(f"warning: {w}")
 
@@ -111,16 +119,18 @@ def send(env: Any, to: str, message: str, as_json: bool) -> None:
 
 
 @click.command(help=op_help("wait") + _examples("exo wait", "exo wait --timeout 0", "exo wait --max 10",
-                                                "exo wait w1 w2 --timeout 600"))
+                                                "exo wait w1 w2 --timeout 600", "exo wait w1 --until-idle"))
 @click.argument("agents", nargs=-1, metavar="[AGENT...]", shell_complete=completer(kinds.AGENT))
 @op_option("wait", "timeout", "--timeout", type=Seconds(), default=None, metavar="S")
 @op_option("wait", "max_messages", "--max", type=click.IntRange(1, _messages.WAIT_MAX_LIMIT),
-           default=_messages.WAIT_MAX, show_default=True, metavar="N")
+           default=_messages.WAIT_MAX, metavar="N")
+@op_option("wait", "until_idle", "--until-idle", is_flag=True)
 @json_option
 @click.pass_obj
-def wait(env: Any, agents: tuple[str, ...], timeout: float | None, max_messages: int, as_json: bool) -> None:
-    emit(invoke("wait", env, agents=list(agents), timeout=timeout, max_messages=max_messages), as_json=as_json,
-         human=render_wait)
+def wait(env: Any, agents: tuple[str, ...], timeout: float | None, max_messages: int, until_idle: bool,
+         as_json: bool) -> None:
+    emit(invoke("wait", env, agents=list(agents), timeout=timeout, max_messages=max_messages, until_idle=until_idle),
+         as_json=as_json, human=render_wait)
 
 
 @click.command(help=op_help("output") + _examples("exo output w1", "exo output w1 --json"))

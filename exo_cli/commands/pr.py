@@ -90,7 +90,7 @@ def merge_cmd(env: Any, number: int, strategy: str | None, as_json: bool) -> Non
 
 
 @pr.command("list", help=op_help("pr_list") + "\n\n\b\nExamples:\n  exo pr list\n  exo pr list --state open --json")
-@op_option("pr_list", "state", "--state", type=click.Choice(STATES), default="all", show_default=True)
+@op_option("pr_list", "state", "--state", type=click.Choice(STATES), default="all")
 @json_option
 @click.pass_obj
 def list_cmd(env: Any, state: str, as_json: bool) -> None:

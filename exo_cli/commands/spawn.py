@@ -13,7 +13,7 @@ from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.errors import EnvironmentError_, ExternalFailure, UsageError
 from exo_cli.ops import completion as kinds
-from exo_cli.ops.spawn.op import BACKENDS, MUXES, SpawnResult
+from exo_cli.ops.spawn.op import BACKENDS, MUXES, WHOLE_CALL, SpawnResult
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out
@@ -30,19 +30,20 @@ def render_spawn(out: Out, result: SpawnResult) -> None:
         out.line(f"watch: exo agents --watch    attach: exo attach {first}    read: exo read {first}")
     for w in result.warnings:
         out.line(f"warning: {w}")
-    if result.errors:
-        out.line(f"{len(rows)} of {len(rows) + len(result.errors)} task(s) spawned; "
-                 f"failed: {', '.join(str(e['id']) for e in result.errors)}")
+    failed = [str(e["id"]) for e in result.errors if e["id"] != WHOLE_CALL]
+    if failed:
+        out.line(f"{len(rows)} of {len(rows) + len(failed)} task(s) spawned; failed: {', '.join(failed)}")
     elif not rows:
         out.line("Nothing spawned.")
 
 
 def report_failures(result: SpawnResult) -> None:
-    """Each failed task as ``Error:``/``Hint:`` on stderr, as every other failure is reported."""
+    """Each failed task as ``Error:``/``Hint:`` on stderr, as every other failure is reported; a failure of
+    the whole call (the multiplexer cannot run, say) without a task id."""
     from exo_cli.render import warn  # made safe: an id or message may carry control characters
 
     for err in result.errors:
-        warn(f"Error: {err['id']}: {err['message']}")
+        warn(f"Error: {err['message']}" if err["id"] == WHOLE_CALL else f"Error: {err['id']}: {err['message']}")
         if err.get("hint"):
             warn(f"Hint: {err['hint']}")
 

@@ -15,9 +15,10 @@ from exo_cli.render.text import Out
 
 def render_migrate(out: Out, r: MigrateResult) -> None:
     out.line(f"Moved the state from {r.source} to {r.target}: "
-             + ", ".join(f"{n} {table}" for table, n in r.counts.items()))
+             + ", ".join(f"{n} {table}" for table, n in r.counts.items())
+             + (" (every row checked)" if r.digests else " (an interrupted migrate finished)"))
     if r.kept:
-        out.line(f"The old database is kept as {r.kept}")
+        out.line(f"The old state is kept, marked moved: {r.kept}")
 
 
 @click.group(help="Where exo keeps this repository's state: move it between SQLite and PostgreSQL."

@@ -24,7 +24,15 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from exo_cli.ops.panes import TMUX_SESSION, capture, location, mux_for, service_locations, states
+from exo_cli.ops.panes import (
+    TMUX_SESSION,
+    capture,
+    location,
+    mux_for,
+    runner_state,
+    service_locations,
+    states,
+)
 from exo_cli.records import (
     AT_REST,
     BLOCKED_ON_DIALOG,
@@ -83,6 +91,8 @@ def refresh(env: Env, agents: list[Agent]) -> list[Agent]:
                 a = ended(env, a, st)
             elif a.backend == "custom":
                 a = watch_custom(env, a, st)
+            elif unheard_rebuilt(a):
+                a = watch_rebuilt(env, a, st)
             elif a.backend == "codex" and a.status == WORKING:
                 a = watch_codex_turn(env, a)
         out.append(a)
@@ -136,13 +146,17 @@ def ended(env: Env, agent: Agent, st: PaneState | None) -> Agent:
     return env.store.agent(agent.id) or agent
 
 
-def died(env: Env, agent: Agent, reason: str, *, tell_parent: bool = True) -> None:
-    """After an agent was marked dead: the event, its parent told, the agents waiting for it failed."""
+def died(env: Env, agent: Agent, reason: str, *, tell_parent: bool = True, **data: Any) -> None:
+    """After an agent was marked dead: the event, its parent told, the agents waiting for it failed, the human told.
+
+    Every path that marks an agent dead ends here (or tells the same itself, as the
+    session-end hook does), so each death raises exactly one attention event.
+    """
     from exo_cli.ops import attention
     from exo_cli.ops.delivery import fail_dependents, notify_parent
 
     if tell_parent:
-        notify_parent(env, agent, "dead", f"{agent.name} is dead: {reason}", reason=reason)
+        notify_parent(env, agent, "dead", f"{agent.name} is dead: {reason}", reason=reason, **data)
     fail_dependents(env, agent, f"{agent.name} is dead ({reason})")
     attention.signal(env, "dead", agent, reason, reason=reason)
 
@@ -228,6 +242,60 @@ def _quiet_key(agent_id: str) -> str:
     return f"quiet:{agent_id}"
 
 
+def _quiet(env: Env, agent: Agent, st: PaneState, now: float) -> tuple[dict[str, Any], str | None, float, bool]:
+    """(the quiet state kept for the agent, its stored text, seconds its output has been quiet, whether it changed).
+
+    Quiet is measured from the multiplexer's activity: a time (tmux: the window's last
+    activity; headless: the log's modification time) is used as it is; a fingerprint
+    (Zellij: what the agent's processes wrote) counts from the first look that saw it.
+    """
+    key = _quiet_key(agent.id)
+    raw = env.store.kv_get(key)
+    try:
+        state: dict[str, Any] = json.loads(raw) if raw else {}
+    except ValueError:
+        state = {}
+    if not isinstance(state, dict):
+        state = {}
+    fingerprint, since = _mark(st, state, now)
+    changed = state.get("fp") != fingerprint
+    state.update(fp=fingerprint, since=since)
+    return state, raw, now - since, changed
+
+
+def _mark(st: PaneState, state: dict[str, Any], now: float) -> tuple[str, float]:
+    """(fingerprint of the agent's output, since when it has been so) from the multiplexer's activity."""
+    mark = st.activity
+    if isinstance(mark, int | float):
+        return f"t{mark}", float(mark)
+    fingerprint = str(mark)
+    return fingerprint, float(state["since"]) if state.get("fp") == fingerprint and "since" in state else now
+
+
+def seed_quiet(env: Env, agent: Agent, st: PaneState) -> None:
+    """Start the quiet watch of a rebuilt agent from what its multiplexer shows now (a stale one is replaced)."""
+    fingerprint, since = _mark(st, {}, time.time())
+    state = {"fp": fingerprint, "since": since, **({"idle_fp": fingerprint} if agent.status == IDLE else {})}
+    env.store.kv_set(_quiet_key(agent.id), json.dumps(state, separators=(",", ":")))
+
+
+def _resumed(env: Env, agent: Agent, state: dict[str, Any], changed: bool, reason: str) -> Agent:
+    """An idle agent whose output changed since it went idle is working again."""
+    if changed and state.get("idle_fp") not in (None, state["fp"]):
+        env.store.update_agent(agent.id, if_status=IDLE, status=WORKING, status_reason=reason)
+        return env.store.agent(agent.id) or agent
+    return agent
+
+
+def setting(env: Env, agent: Agent, key: str) -> Any:
+    """The agent's setting ``key``: the one it was spawned with from another host (its record's ``settings``),
+    else this clone's configuration."""
+    carried = agent.spec.get("settings")
+    if isinstance(carried, dict) and key in carried:
+        return carried[key]
+    return env.config.get(key)
+
+
 def watch_custom(env: Env, agent: Agent, st: PaneState) -> Agent:
     """Let a custom agent (no hooks) go idle by its output by tiers (a fence or pattern at once, else quiet output with no child process); back to working when it prints.
 
@@ -242,30 +310,14 @@ def watch_custom(env: Env, agent: Agent, st: PaneState) -> Agent:
     """
     if agent.status not in (WORKING, IDLE):
         return agent
-    now = time.time()
     key = _quiet_key(agent.id)
-    raw = env.store.kv_get(key)
-    try:
-        state: dict[str, Any] = json.loads(raw) if raw else {}
-    except ValueError:
-        state = {}
-    mark = st.activity
-    if isinstance(mark, int | float):
-        since = float(mark)
-        fingerprint = f"t{mark}"
-    else:
-        fingerprint = str(mark)
-        since = float(state["since"]) if state.get("fp") == fingerprint and "since" in state else now
-    changed = state.get("fp") != fingerprint
-    state.update(fp=fingerprint, since=since)
+    state, raw, quiet, changed = _quiet(env, agent, st, time.time())
+    fingerprint = state["fp"]
     if agent.status == IDLE:
-        if changed and state.get("idle_fp") not in (None, fingerprint):
-            env.store.update_agent(agent.id, if_status=IDLE, status=WORKING, status_reason="output resumed")
-            agent = env.store.agent(agent.id) or agent
+        agent = _resumed(env, agent, state, changed, "output resumed")
         _save(env, key, raw, state)
         return agent
-    quiet = now - since
-    limit = float(env.config.get("agent.idle_quiet_seconds") or 0)
+    limit = quiet_limit(env, agent)
     output: str | None = None
     reason = ""
     if quiet >= min(SETTLE, limit) and state.get("read") != fingerprint:
@@ -301,7 +353,7 @@ def _rest_signal(env: Env, agent: Agent) -> tuple[str | None, str]:
     last = rows[-1] if rows else ""
     if last.rstrip().endswith(FENCE_CLOSE):
         return fenced(text), "fence"
-    pattern = str(env.config.get("agent.idle_pattern") or "")
+    pattern = str(setting(env, agent, "agent.idle_pattern") or "")
     if pattern:
         try:
             if re.search(pattern, last):
@@ -344,6 +396,75 @@ def went_idle(env: Env, agent: Agent, output: str | None, reason: str) -> Agent:
     short = " ".join((output or "").split())
     notify_parent(env, now, "idle", f"{now.name} is idle" + (f": {short[:200]}" if short else ""),
                   output=(output or "")[:4000])
+    start_ready(env, now)
+    return env.store.agent(agent.id) or now
+
+
+# -------------------------------------------------------------------------------- rebuilt records
+
+REBUILT = "record rebuilt by exo doctor"  # how a rebuilt agent's status_reason starts until its hooks report
+
+
+def quiet_limit(env: Env, agent: Agent) -> float:
+    """``agent.idle_quiet_seconds`` (the agent's own setting, see ``setting``): how long its output must stay
+    quiet before it counts as idle."""
+    return float(setting(env, agent, "agent.idle_quiet_seconds") or 0)
+
+
+def rest_by_output(env: Env, agent: Agent, st: PaneState, quiet: float | None) -> tuple[str, str]:
+    """(status, reason) of a live agent known only by what it shows: ``idle`` or ``working``.
+
+    A headless CLI that runs one turn per process says it itself (its runner waits between
+    turns). Otherwise the agent is idle when its pane or log has been quiet for
+    ``agent.idle_quiet_seconds`` (a custom agent: and it runs no child process, as its
+    watcher wants), working when it wrote something more recently or when that is not known
+    (``quiet`` None: the watcher measures from its first look).
+    """
+    loc = st.location
+    if loc.mux == "headless":
+        runner = runner_state(env, loc)
+        if runner.get("mode") == "resume" and runner.get("state") in ("waiting", "running"):
+            return (IDLE, "waiting between turns") if runner["state"] == "waiting" else (WORKING, "in a turn")
+    if quiet is None:
+        return WORKING, "output not measured yet"
+    if quiet >= quiet_limit(env, agent) and not (agent.backend == "custom" and _busy(agent, st)):
+        return IDLE, f"quiet for {int(quiet)}s"
+    return WORKING, f"output {int(quiet)}s ago"
+
+
+def unheard_rebuilt(agent: Agent) -> bool:
+    """A record ``exo doctor`` rebuilt whose agent has not ended a turn or run a tool since (its hooks said nothing)."""
+    return bool(agent.spec.get("rebuilt")) and not agent.turns and not agent.tool_calls
+
+
+def watch_rebuilt(env: Env, agent: Agent, st: PaneState) -> Agent:
+    """Watch a rebuilt agent by its output until its hooks report: idle once quiet, working when it prints again.
+
+    Its record was rebuilt mid-session, so no hook told exo where its turn stands; it goes
+    idle as ``rest_by_output`` says (its parent gets the ``idle`` event, and a message
+    queued meanwhile is handed over by ``refresh``), and its first stop or tool hook ends
+    this watch.
+    """
+    if agent.status not in (WORKING, IDLE):
+        return agent
+    key = _quiet_key(agent.id)
+    state, raw, quiet, changed = _quiet(env, agent, st, time.time())
+    if agent.status == IDLE:
+        agent = _resumed(env, agent, state, changed, f"{REBUILT}; output resumed")
+        _save(env, key, raw, state)
+        return agent
+    status, why = rest_by_output(env, agent, st, quiet)
+    if status == IDLE:
+        state["idle_fp"] = state["fp"]
+    _save(env, key, raw, state)
+    if status != IDLE:
+        return agent
+    if not env.store.update_agent(agent.id, if_status=WORKING, status=IDLE, status_reason=f"{REBUILT}; {why}"):
+        return env.store.agent(agent.id) or agent
+    from exo_cli.ops.delivery import notify_parent
+
+    now = env.store.agent(agent.id) or agent
+    notify_parent(env, now, "idle", f"{now.name} is idle ({why})", output="")
     start_ready(env, now)
     return env.store.agent(agent.id) or now
 
@@ -393,12 +514,11 @@ def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState |
     ]  # fmt: skip
     if not candidates:
         return agents
-    configured = env.config.get("agent.start_timeout")
-    timeout = float(60 if configured is None else configured)
     now = time.time()
     changed: dict[str, Agent] = {}
     for a in candidates:
-        if now - (a.status_at or a.created_at) < timeout:
+        configured = setting(env, a, "agent.start_timeout")
+        if now - (a.status_at or a.created_at) < float(60 if configured is None else configured):
             continue
         loc = location(a)
         if loc is None:

@@ -121,13 +121,14 @@ _STATUS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
     roles=("tl", "dev"),
     read_only=True,
     idempotent=True,
+    flags={"show_all": "--all"},
     help={
         "status": "Only beads with this status (open, in_progress, blocked, deferred, closed, ...).",
         "show_all": "Include closed beads (by default only beads that are not closed are listed).",
     },
 )
 def beads_list(env: Env, *, status: str | None = None, show_all: bool = False) -> BeadsListResult:
-    """List beads, by priority then age; closed ones only with --all or --status.
+    """List beads, by priority then age; closed ones only with {--show_all} or {--status}.
 
     Deleted beads (tombstones) are never listed. `by_status` counts every bead of the
     tracker that is not deleted, whatever the filter.
@@ -163,8 +164,8 @@ def beads_list(env: Env, *, status: str | None = None, show_all: bool = False) -
 def beads_show(env: Env, *, bead_id: str) -> BeadShowResult:
     """Show one bead: fields, readiness, blockers, dependencies and the agent on it.
 
-    A short id gets the tracker's prefix (`4hj` -> `bd-4hj`). An unknown bead is
-    NotFound; an id with a path separator, `..` or a shell character is InvalidInput.
+    A short id gets the tracker's prefix (`4hj` -> `bd-4hj`). A bead the tracker does not
+    have is an error, and so is an id with a path separator, `..` or a shell character.
     """
     from exo_cli.adapters import beads
     from exo_cli.ops import tasks

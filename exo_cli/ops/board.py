@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from exo_cli.records import ASKING, BLOCKED_ON_DIALOG, DEAD, DONE, FAILED_TURN, ROOT, WAITING_PERMISSION
+from exo_cli.ops.attention import needs_human
+from exo_cli.records import DEAD, DONE, ROOT
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -20,8 +21,9 @@ if TYPE_CHECKING:
 
 # Why an agent needs the human, in the order the board lists them.
 NEEDS = ("asking", "permission", "dialog", "failed", "pr-ready", "dead")
-_BY_STATUS = {ASKING: "asking", WAITING_PERMISSION: "permission", BLOCKED_ON_DIALOG: "dialog", FAILED_TURN: "failed",
-              DEAD: "dead"}
+# The attention event (``attention.NEEDS_HUMAN``, the one rule) -> the board's name for the need.
+_BY_EVENT = {"question": "asking", "waiting-permission": "permission", "blocked-on-dialog": "dialog",
+             "failed-turn": "failed", "dead": "dead"}
 INBOX_MAX = 50  # notes and the like, and as many lifecycle events, newest first (pending questions: all)
 # Lifecycle events (spawned, idle, dead, killed, completed...): what happened rather than what an
 # agent said; the board folds them into one line so that they never crowd out what needs you.
@@ -31,7 +33,7 @@ LIFECYCLE = ("event", "completed")
 @dataclass(frozen=True)
 class BoardRow:
     agent: AgentView
-    needs: str | None  # asking, permission, dialog, pr-ready, dead; None when it needs nobody
+    needs: str | None  # asking, permission, dialog, failed, pr-ready, dead; None when it needs nobody
     conflicts: list[str]  # "w3: src/api.py", "base main: README.md"
     host: str = ""  # the host it runs on, when the team spans several ("" otherwise)
 
@@ -59,9 +61,11 @@ class BoardResult:
 
 
 def needs_of(a: AgentView) -> str | None:
-    """Why agent ``a`` needs the human (one of NEEDS: a turn that failed counts), or None."""
-    if a.status in _BY_STATUS:
-        return _BY_STATUS[a.status]
+    """Why agent ``a`` needs the human (one of NEEDS), or None: the statuses whose entry raised an attention
+    event (``attention.needs_human``: a question only when it goes to the root), or a PR filed to the root."""
+    kind = needs_human(a.status, a.parent)
+    if kind is not None:
+        return _BY_EVENT[kind]
     if a.pr and a.pr.get("state") == "open" and a.parent == ROOT and a.status != DONE:
         return "pr-ready"
     return None

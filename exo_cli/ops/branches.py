@@ -30,8 +30,8 @@ def base_ref(agent: Agent | None, base: str) -> str:
 def base_branch(env: Env, agent: Agent | None = None, head: str | None = None) -> str:
     """The branch ``head`` (of ``agent``) merges into; without either, the repository's main branch.
 
-    Raises StateError when nothing names one (no config, the main checkout on a detached
-    HEAD, or ``head`` being the main checkout's own branch).
+    A StateError when nothing names one (no config, the main checkout on a detached HEAD, or
+    ``head`` being the main checkout's own branch).
     """
     if agent is not None and agent.base_branch:
         return agent.base_branch  # recorded at spawn: no git, no config (the stop hook's hot path)
@@ -51,5 +51,6 @@ def base_branch(env: Env, agent: Agent | None = None, head: str | None = None) -
     if head is None:
         raise StateError("Cannot tell the main branch: the main checkout is on a detached HEAD",
                          hint="Set worktree.base in exo.toml (or EXO_BASE_BRANCH), e.g. main.")
-    raise StateError(f"Cannot tell which branch {head} merges into",
-                     hint="Set worktree.base in exo.toml.", branch=head)
+    raise StateError(f"{head} is the main branch: there is no branch above it to merge it into",
+                     hint="Work on a task branch (spawn an agent, or git switch -c NAME) and file from there; "
+                          f"if {head} does merge into another branch, set worktree.base in exo.toml.", branch=head)

@@ -359,7 +359,7 @@ def checkpoints(env: Env, *, agent: str | None = None) -> CheckpointsResult:
     rebases, merges into or completes it: tracked and untracked files as a commit under
     refs/exo/checkpoints/, ignored files that are work copied into exo's private state.
     `exo undo` restores one, `exo diff AGENT --checkpoint ID` shows one. A team lead lists
-    its descendants', an agent its own. NotFound for an unknown agent.
+    its descendants', an agent its own.
     """
     rec = caller_or(env, agent, "list the checkpoints of")
     shadow = shadow_of(env, rec)

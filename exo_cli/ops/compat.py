@@ -28,7 +28,7 @@ from exo_cli import registry
 from exo_cli.errors import ExoError, UsageError
 from exo_cli.ops import messages, status
 from exo_cli.ops.spawn import op as spawn_op
-from exo_cli.ops.spawn.result import SpawnedAgent, SpawnResult, error_obj
+from exo_cli.ops.spawn.result import WHOLE_CALL, SpawnedAgent, SpawnResult, error_obj
 from exo_cli.records import BACKENDS, DONE, IDLE
 from exo_cli.registry import Choice, Range, Tool
 
@@ -101,8 +101,8 @@ def merged(results: Sequence[SpawnResult | ExoError]) -> dict[str, Any]:
     warnings: list[str] = []
     for r in results:
         if isinstance(r, ExoError):
-            out["failed"].append(["*", r.message])
-            out["errors"].append(error_obj("*", r))
+            out["failed"].append([WHOLE_CALL, r.message])
+            out["errors"].append(error_obj(WHOLE_CALL, r))
             continue
         for f in out:
             out[f] += list(getattr(r, f))
@@ -186,7 +186,7 @@ class IdleResult(messages.WaitResult):
 
 
 def _wait_for_idle(*, slot: str, timeout: Annotated[float, Range(0)] | None = None) -> dict[str, Any]:
-    return {"agents": [slot], "timeout": timeout}
+    return {"agents": [slot], "timeout": timeout, "until_idle": True}  # a note on the way does not end it
 
 
 def _idle_result(args: dict[str, Any], results: list[messages.WaitResult]) -> IdleResult:
@@ -263,8 +263,8 @@ registry.extend(
                "depends_on": "Agents (names) that must be idle or done before this one starts."}),
     Tool("fork", compat="ikigai", adapt=_fork, result_type=SpawnResult,
          description=("Create a child agent that starts from your own conversation (claude --fork-session) with "
-                      "this prompt, on branch <your branch>.<name>. A CLI that cannot fork a conversation is a "
-                      "UsageError; the child can fork, send, wait and kill too."),
+                      "this prompt, on branch <your branch>.<name>. A CLI that cannot fork a conversation is "
+                      "refused; the child can fork, send, wait and kill too."),
          help={"name": "Short name of the child (its branch suffix and how you address it).",
                "prompt": "What the child must do."}),
 )
@@ -291,8 +291,9 @@ registry.extend(
 registry.extend(
     "wait",
     Tool("wait_for_idle", compat="termtile", adapt=_wait_for_idle, result=_idle_result, result_type=IdleResult,
-         description=("Block until an agent is idle or done (its output in output), dead, or has a message for "
-                      "you, or the timeout passes. Use it before reading an agent's result."),
+         description=("Block until an agent is idle or done (its output in output), its turn failed, or it is "
+                      "dead, or the timeout passes; the notes it sends meanwhile stay for wait. Use it before "
+                      "reading an agent's result."),
          help={"slot": _SLOT, "timeout": registry.get("wait").help["timeout"]}),
 )
 registry.extend(

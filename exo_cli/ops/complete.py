@@ -29,13 +29,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from exo_cli import fault
 from exo_cli.adapters import keep
 from exo_cli.adapters.git import Finished, Git
-from exo_cli.errors import ExoError, NotFound, StateError, UsageError
+from exo_cli.errors import EnvironmentError_, ExoError, NotFound, StateError, UsageError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.ops.keeprules import cleanup_policy, exo_owned
 from exo_cli.records import DEAD, DONE, REMOVAL_DEFERRED, ROOT, Agent, in_subtree, pick_agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from exo_cli.env import Env
 
 ARCHIVE = keep.ARCHIVE_REFS
@@ -62,6 +64,23 @@ class CompleteResult:
     archive_folder: str | None = None  # exo's private folder holding the kept files (mode 0700)
     kept_ignored: list[str] = field(default_factory=list)  # ignored files and folders copied there
     kept_nested: list[str] = field(default_factory=list)  # nested repositories copied (and bundled) there
+
+    def outcome(self) -> str:
+        """What happened, in words (the human view and the parent's message): never an internal value."""
+        parts: list[str] = []
+        if self.bead:
+            parts.append(f"bead {self.bead} closed" if self.bead_closed else f"bead {self.bead} left open")
+        if self.agent is None:
+            parts.append("no agent worked on it")
+        elif self.removal == "deferred":
+            parts.append("marked done; its parent removes its worktree and branch once its session has ended")
+        else:
+            parts.append("agent stopped" if self.stopped else "agent was not running")
+            if self.worktree:
+                parts.append("worktree removed" if self.worktree_removed else "worktree kept")
+            if self.branch:
+                parts.append("branch deleted" if self.branch_deleted else "branch kept")
+        return ", ".join(parts)
 
 
 # -- finding the target ------------------------------------------------------------------------
@@ -228,7 +247,7 @@ def _processes(agent: Agent, worktree: str, *, settle: float) -> list[dict[str, 
 def survey(env: Env, agent: Agent) -> keep.Inventory | None:
     """What removing the agent's worktree would lose (None: exo did not create it, or it is gone)."""
     wt = agent.worktree
-    if not (_worktree_created(agent) and wt and os.path.isdir(wt)):
+    if not (made_worktree(agent) and wt and os.path.isdir(wt)):
         return None
     regenerable, limit = cleanup_policy(env)
     inv = keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
@@ -246,7 +265,7 @@ def assess(env: Env, agent: Agent, inventory: keep.Inventory | None = None) -> d
     inv = inventory if inventory is not None else survey(env, agent)
     if inv is not None:
         losses.update(inv.losses())
-    if agent.branch and _branch_created(agent):
+    if agent.branch and made_branch(agent):
         commits = unmerged_commits(env, agent.branch, _base_of(env, agent))
         if commits:
             losses["unmerged_commits"] = commits
@@ -260,11 +279,11 @@ def blockers(env: Env, agent: Agent, *, settle: float = 3.0) -> dict[str, list[A
     """What stops removal even with --force: other processes inside, the branch checked out elsewhere."""
     out: dict[str, list[Any]] = {}
     wt = agent.worktree
-    if wt and os.path.isdir(wt) and _worktree_created(agent):
+    if wt and os.path.isdir(wt) and made_worktree(agent):
         procs = _processes(agent, wt, settle=settle)
         if procs:
             out["processes"] = procs
-    if agent.branch and _branch_created(agent):
+    if agent.branch and made_branch(agent):
         mine = os.path.realpath(wt) if wt else None
         elsewhere = [w.path for w in Git(env.repo.root).worktrees()
                      if w.branch == f"refs/heads/{agent.branch}" and os.path.realpath(w.path) != mine]
@@ -273,11 +292,13 @@ def blockers(env: Env, agent: Agent, *, settle: float = 3.0) -> dict[str, list[A
     return out
 
 
-def _worktree_created(agent: Agent) -> bool:
+def made_worktree(agent: Agent) -> bool:
+    """Whether exo made the agent's worktree (not ``--no-worktree``, not someone else's folder)."""
     return bool(agent.worktree) and bool(agent.spec.get("worktree_created", True))
 
 
-def _branch_created(agent: Agent) -> bool:
+def made_branch(agent: Agent) -> bool:
+    """Whether exo made the agent's branch."""
     return bool(agent.branch) and bool(agent.spec.get("branch_created", agent.spec.get("worktree_created", True)))
 
 
@@ -329,18 +350,20 @@ def _refusal(agent: Agent, check: Check, *, force: bool, stopped: bool, running:
 
 
 # -- archiving -----------------------------------------------------------------------------------
-def archive(env: Env, agent: Agent, inventory: keep.Inventory | None = None) -> keep.Kept:
-    """Keep the branch and everything ``inventory`` lists (``keep.keep``); the refs, folder and restore commands."""
+def archive(env: Env, agent: Agent, inventory: keep.Inventory | None = None, *, root: Path | None = None,
+            command: str = "exo complete --force") -> keep.Kept:
+    """Keep the branch and everything ``inventory`` lists (``keep.keep``, its files under ``root``: by default
+    exo's state folder); the refs, folder and restore commands."""
     inv = inventory if inventory is not None else survey(env, agent)
     if inv is None:
         inv = keep.Inventory(worktree=agent.worktree or "")
-    branch = agent.branch if _branch_created(agent) else None
+    branch = agent.branch if made_branch(agent) else None
     try:
-        return keep.keep(inv, main=Git(env.repo.root), archive_root=env.state_dir / "archive",
-                         label=agent.branch or agent.name, branch=branch, reason="exo complete --force")
+        return keep.keep(inv, main=Git(env.repo.root), archive_root=root or env.state_dir / "archive",
+                         label=agent.branch or agent.name, branch=branch, reason=command)
     except OSError as exc:  # an unreadable file, a full disk: nothing is removed without its copy
         raise StateError(f"Could not archive {agent.name}'s work, so nothing was removed: {exc}",
-                         hint="Fix what stopped the copy (permissions, disk space), then run `exo complete --force` "
+                         hint=f"Fix what stopped the copy (permissions, disk space), then run `{command}` "
                          "again.", agent=agent.id, worktree=agent.worktree, reason="archive-failed") from exc
 
 
@@ -434,12 +457,12 @@ def _complete_lock(env: Env, agent_id: str) -> Iterator[None]:
 def complete(env: Env, *, target: str | None = None, force: bool = False) -> CompleteResult:
     """Close the bead, stop the agent, and remove its worktree and branch if nothing would be lost.
 
-    Refuses (StateError listing what would be lost) on uncommitted, untracked or ignored files
+    Refuses, listing what would be lost, on uncommitted, untracked or ignored files
     (bar regenerable ones), nested repositories, an operation in progress, commits off the
     branch, or branch commits whose content is not in the base (a squash merge counts as
     merged); and always when another process works inside the worktree or the branch is
     checked out elsewhere. It checks before stopping the agent and again after: a refusal
-    leaves the agent running, or stopped but resumable (dead, not done). `--force` first
+    leaves the agent running, or stopped but resumable (dead, not done). {--force} first
     archives everything and prints how to restore it. An agent completing its own task is
     marked done; its worktree is removed later by its parent.
     """
@@ -471,6 +494,20 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
         return _complete(env, agent, bead, force=force, base=base)
 
 
+def _go_on(env: Env, agent: Agent, *, stopped: bool) -> None:
+    """Stop here, before anything is removed, when the caller went away (``cancel``: another host's exo
+    whose connection was cut); the agent stays resumable (stopped: dead, never done)."""
+    from exo_cli import cancel
+
+    if not cancel.cancelled():
+        return
+    why = "the call was cancelled (its caller went away) before anything was removed"
+    if stopped:
+        env.store.update_agent(agent.id, status_reason=f"stopped by exo complete; {why}; resumable")
+    raise EnvironmentError_(f"Not completing {agent.name}: {why}", hint="Run `exo complete` again.",
+                            agent=agent.id, reason="cancelled", stopped=stopped)
+
+
 def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: dict[str, Any]) -> CompleteResult:
     warnings: list[str] = []
     running = _running(env, agent)
@@ -480,6 +517,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
     if refusal is not None:
         raise refusal
     fault.point("complete.checked", env.environ)
+    _go_on(env, agent, stopped=False)
     # 2. Stop it (its services too), then 3. check again: it may have written something on its way out.
     stopped = False
     if running:
@@ -489,8 +527,14 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
         check = _check(env, agent, settle=3.0)
         refusal = _refusal(agent, check, force=force, stopped=True, running=False, base=base)
         if refusal is not None:
-            env.store.update_agent(agent.id, status_reason="stopped by exo complete, which refused: " + refusal.message[:300])
+            reason = "stopped by exo complete, which refused: " + refusal.message[:300]
+            env.store.update_agent(agent.id, status_reason=reason)
+            if agent.status == DEAD:  # stopped, not done: it needs someone now, as any agent that died
+                from exo_cli.ops import agentctl
+
+                agentctl.died(env, agent, reason)
             raise refusal
+        _go_on(env, agent, stopped=True)
     # 4. Checkpoint the checkout one last time, and archive what would be lost.
     from exo_cli.ops import checkpoints
 
@@ -502,6 +546,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
         env.store.update_agent(agent.id, spec={**agent.spec, "archive": keep.describe_kept(kept)})
         warnings += kept.notes
         fault.point("complete.archived", env.environ)
+    _go_on(env, agent, stopped=stopped)  # the last look: from here on it finishes (each step repeatable)
     refs, restore, folder = _restore_of(agent, kept, check.inventory is not None)
     if force:  # its checkpoints go with the archive, where retention never reaches
         try:
@@ -532,7 +577,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
                            "Look at it, then remove it yourself.", archived=refs, restore=restore)
         wt_removed = True
         fault.point("complete.removed", env.environ)
-    if agent.branch and _branch_created(agent):
+    if agent.branch and made_branch(agent):
         sha = git.rev(f"refs/heads/{agent.branch}")
         if sha:
             # delete only the commit we checked (or archived): a compare-and-delete
@@ -558,17 +603,19 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
 
     release_runtime(env)  # the last agent gone: its runtime folder too
     env.store.event("completed", agent.id, {"removal": removal, "archived": refs})
+    result = CompleteResult(**base, bead_closed=closed, stopped=stopped, status=DONE, removal=removal,
+                            worktree_removed=wt_removed, branch_deleted=branch_deleted, archived=refs,
+                            restore=restore, undone=undone, warnings=warnings, archive_folder=folder,
+                            kept_ignored=list(kept.ignored) if kept else [],
+                            kept_nested=list(kept.nested) if kept else [])
     if agent.parent and env.caller.agent_id != agent.parent:
         # from the agent it is about (as when it completes itself), not the caller: the caller's row
         # on the board must not show "w1 was completed" as its own last message
         env.store.post("completed", agent.id, agent.parent,
-                       f"{agent.name} was completed by {env.caller.agent_id} ({removal}).",
+                       f"{agent.name} was completed by {env.caller.agent_id}: {result.outcome()}.",
                        data={"agent": agent.id, "bead": bead, "removal": removal})
-    return CompleteResult(**base, bead_closed=closed, stopped=stopped, status=DONE, removal=removal,
-                          worktree_removed=wt_removed, branch_deleted=branch_deleted, archived=refs,
-                          restore=restore, undone=undone, warnings=warnings, archive_folder=folder,
-                          kept_ignored=list(kept.ignored) if kept else [],
-                          kept_nested=list(kept.nested) if kept else [])
+    return result
 
 
-__all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "exo_owned", "survey", "unmerged_commits"]
+__all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "exo_owned", "made_branch", "made_worktree",
+           "survey", "unmerged_commits"]

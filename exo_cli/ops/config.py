@@ -38,7 +38,7 @@ def config(env: Env, *, keys: list[str] | None = None) -> ConfigResult:
     Every key with its value after merging the defaults, the user file, the repository's
     `exo.toml`, the local `.exo/config.toml` and the `EXO_*` variables, and the origin of
     that value (`default`, a file, or a variable). Outside a repository only the user
-    file and the environment count. An unknown key is InvalidInput.
+    file and the environment count. A key exo does not know is an error.
     """
     from exo_cli.config import SCHEMA
     from exo_cli.config_paths import config_files

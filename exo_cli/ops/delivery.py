@@ -96,7 +96,15 @@ def render_all(msgs: list[Message]) -> str:
 
 
 def notify_parent(env: Env, agent: Agent, event: str, body: str, **data: Any) -> None:
-    """Record a lifecycle event and post it to the agent's parent as an ``event`` message."""
+    """Record a lifecycle event and post it to the agent's parent as an ``event`` message.
+
+    What the agent's CLI reported in it (a permission prompt's text, an error) is cut to exo's
+    size limit of a message.
+    """
+    from exo_cli.limits import clip
+
+    body = clip(body, "event", "message")[0]
+    data = {k: clip(v, k, "message")[0] if isinstance(v, str) else v for k, v in data.items()}
     env.store.event(event, agent.id, data or None)
     parent = agent.parent or ROOT
     env.store.post(EVENT, agent.id, parent, body, data={"event": event, "from_name": agent.name, **data})
@@ -180,10 +188,13 @@ def fail_dependents(env: Env, agent: Agent, why: str) -> list[str]:
 
 
 def fail_pending(env: Env, pending: Agent, why: str) -> bool:
-    """Mark one agent waiting ``--after`` dead (``not started: <why>``) and tell its parent; once."""
+    """Mark one agent waiting ``--after`` dead (``not started: <why>``) and tell its parent and the human; once."""
     if not env.store.update_agent(pending.id, if_status=STARTING, status=DEAD, status_reason=f"not started: {why}"):
         return False
     notify_parent(env, pending, "after-failed", f"{pending.name} will not start: {why}", reason=why)
+    from exo_cli.ops import attention
+
+    attention.signal(env, DEAD, pending, f"not started: {why}", reason=f"not started: {why}")
     return True
 
 

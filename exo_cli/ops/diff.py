@@ -77,10 +77,9 @@ def diff(env: Env, *, agent: str, stat: bool = False, name_only: bool = False,
 
     A three-dot diff (`git diff BASE...BRANCH`: the changes since the branch left its base,
     whatever moved on the base since). The base is the agent's recorded parent branch.
-    With stat or name_only, only the files changed (with their line counts). With checkpoint,
-    what that checkpoint of the agent's checkout changed since the checkpoint before it.
-    NotFound for an unknown agent or checkpoint; StateError when it has no branch or the
-    branch is gone.
+    With {--stat} or {--name_only}, only the files changed (with their line counts). With
+    {--checkpoint}, what that checkpoint of the agent's checkout changed since the one before it.
+    An agent with no branch, or whose branch is gone, is an error.
     """
     from exo_cli.ops.branches import base_branch, base_ref
 

@@ -38,10 +38,11 @@ from exo_cli.adapters import keep
 from exo_cli.adapters.worktree import created_folders, made_by_exo
 from exo_cli.errors import ExoError, StateError
 from exo_cli.ops.lifecycle import reaped_worktrees, remember_reaped
-from exo_cli.records import AGENT_CLIS, DEAD, DONE, LIVE_STATUSES, ROOT, UNKNOWN, Agent
+from exo_cli.records import AGENT_CLIS, DEAD, DONE, LIVE_STATUSES, ROOT, WORKING, Agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
+    from exo_cli.adapters.mux import PaneState
     from exo_cli.env import Env
 
 
@@ -62,6 +63,11 @@ class DoctorResult:
     consistent: bool
     dry_run: bool
     kept: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        """5 (a state error) when problems remain unrepaired, else 0."""
+        return 5 if self.remaining else 0
 
 
 class Finding(NamedTuple):
@@ -162,14 +168,26 @@ def _exo_named(env: Env, folder: str, branch: str | None) -> tuple[str, str | No
     return None
 
 
-def _backend_of(pid: int | None) -> str:
-    from exo_cli.adapters.proc import cmdline
+def _backend_of(env: Env, st: PaneState) -> str:
+    """Which agent CLI a live window or headless agent runs: from the command lines of its process group.
 
-    text = cmdline(pid) if pid else ""
+    A headless agent's runner leads the group with the agent as its child; between two turns
+    of a CLI that runs one turn per process there is no child, and the runner's state names
+    the program.
+    """
+    from exo_cli.adapters.proc import cmdline, group_members
+    from exo_cli.ops import panes
+
+    loc = st.location
+    pids = [p for p in (st.pid, loc.pid) if p]
+    if loc.pgid:
+        pids += group_members(loc.pgid)
+    texts = [cmdline(p) for p in dict.fromkeys(pids)]
+    texts.append(str(panes.runner_state(env, loc).get("program") or ""))
     for cli in AGENT_CLIS:
-        if re.search(rf"(^|[/ ]){cli}( |$)", text):
+        if any(re.search(rf"(^|[/ ]){cli}( |$)", text) for text in texts):
             return cli
-    return "demo" if "demo_agent" in text else "custom"
+    return "demo" if any("demo_agent" in text for text in texts) else "custom"
 
 
 def _live_unrecorded(c: Checkup) -> list[Any]:
@@ -215,17 +233,22 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
 
     The record gets what can be known: the name (the window's, or exo's folder naming), the
     worktree and branch (``git worktree list``), the parent (exo's branch naming), the live
-    location; the status is ``unknown`` while it runs (its next hook says more) and ``dead``
-    for a worktree with no live agent, so ``exo complete`` or ``exo kill``/``reap`` can take
-    it from there. What cannot be known (its task, messages, PRs, session) stays empty.
+    location; a live agent is ``idle`` when its pane or log has been quiet for
+    ``agent.idle_quiet_seconds`` and ``working`` otherwise (``agentctl.rest_by_output``; the
+    watcher goes on judging it by its output until its hooks report), and a worktree with no
+    live agent is ``dead``, so ``exo send``, ``exo wait``, ``exo complete`` or ``exo
+    kill``/``reap`` can take it from there. What cannot be known (its task, messages, PRs,
+    session) stays empty.
     """
     from exo_cli.adapters.proc import cwd_of, proc_start_time
+    from exo_cli.ops import agentctl
     from exo_cli.validate import check_name
 
     env = c.env
     now = time.time()
     rebuilt: dict[str, Agent] = {}
     keys: dict[str, str] = {}
+    seen: dict[str, PaneState] = {}  # what the multiplexer shows of each live one
     root_real = os.path.realpath(env.worktree_root)
     for st in _live_unrecorded(c):
         name = st.location.name or ""
@@ -249,13 +272,16 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
             if start is not None:
                 loc["start_time"] = start
         created = not main and c.made_by_exo(path)
-        rebuilt[name] = Agent(id=name, name=name, role="dev", parent=ROOT, status=UNKNOWN,
-                              backend=_backend_of(st.pid), mux=st.location.mux, worktree=str(path),
-                              branch=branch, repo=str(env.repo.root), location=loc,
-                              status_reason="record rebuilt by exo doctor", created_at=now, updated_at=now,
-                              status_at=now, spec={"phase": "spawned", "rebuilt": True, "worktree_created": created,
-                                                   "branch_created": created})
+        agent = Agent(id=name, name=name, role="dev", parent=ROOT, status=WORKING, backend=_backend_of(env, st),
+                      mux=st.location.mux, worktree=str(path), branch=branch, repo=str(env.repo.root), location=loc,
+                      status_reason=agentctl.REBUILT, created_at=now, updated_at=now, status_at=now,
+                      spec={"phase": "spawned", "rebuilt": True, "worktree_created": created,
+                            "branch_created": created})
+        quiet = now - st.activity if isinstance(st.activity, int | float) else None
+        status, why = agentctl.rest_by_output(env, agent, st, quiet)  # its hooks say more from its next turn on
+        rebuilt[name] = agent._replace(status=status, status_reason=f"{agentctl.REBUILT}; {why}")
         keys[name] = st.location.key
+        seen[name] = st
     if not c.records and not (env.has_state() and env.store.events(limit=1)):
         # no record and no history: the state was lost (not emptied by reap); exo's worktrees are its agents'
         taken = {os.path.realpath(a.worktree or "") for a in rebuilt.values()}
@@ -271,7 +297,7 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
             rebuilt[named[0]] = Agent(
                 id=named[0], name=named[0], role="dev", parent=ROOT, status=DEAD, backend="custom", mux="headless",
                 worktree=str(path), branch=branch, repo=str(env.repo.root),
-                status_reason="record rebuilt by exo doctor; no live agent", created_at=now, updated_at=now,
+                status_reason=f"{agentctl.REBUILT}; no live agent", created_at=now, updated_at=now,
                 status_at=now, spec={"phase": "spawned", "rebuilt": True, "worktree_created": created,
                                      "branch_created": created})
     by_branch = {a.branch: a for a in [*c.records, *rebuilt.values()] if a.branch}
@@ -287,15 +313,20 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
             c.adopted.add(keys[name])
         what = "a live agent" if a.status != DEAD else "a worktree named the way exo names them"
         yield Finding("lost-record", name, f"{what} ({a.worktree}) with no record", "rebuild its record",
-                      partial(_insert, env, a))
+                      partial(_insert, env, a, seen.get(name)))
     c.reload()
 
 
-def _insert(env: Env, agent: Agent) -> bool:
+def _insert(env: Env, agent: Agent, st: PaneState | None) -> bool:
+    from exo_cli.ops import agentctl
+
     if env.store.agent(agent.id) is not None:
         return False
     env.store.insert_agent(agent)
-    env.store.event("rebuilt", agent.id, {"by": "doctor", "worktree": agent.worktree, "location": agent.location})
+    if st is not None:
+        agentctl.seed_quiet(env, agent, st)
+    env.store.event("rebuilt", agent.id, {"by": "doctor", "worktree": agent.worktree, "location": agent.location,
+                                          "status": agent.status})
     return True
 
 
@@ -331,8 +362,9 @@ def zombies(c: Checkup) -> Iterator[Finding]:
             reason = "pane gone" if st is None else f"process exited ({st.dead_status})"
 
             def mark_dead(a: Agent = a, reason: str = reason) -> bool:
-                env.store.update_agent(a.id, status=DEAD, status_reason=reason)
-                env.store.event("dead", a.id, {"reason": reason, "by": "doctor"})
+                if not env.store.update_agent(a.id, if_status=a.status, status=DEAD, status_reason=reason):
+                    return False  # a hook or a watcher recorded something else meanwhile
+                agentctl.died(env, a, reason, by="doctor")  # as a watcher would: parent, dependents, the human told
                 return True
 
             yield Finding("zombie", a.id, f"recorded {a.status} but its {reason}", "mark it dead", mark_dead)
@@ -517,7 +549,7 @@ def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorRes
     interrupted spawns, marks zombies dead, closes windows whose process exited (a live one
     is never killed), removes a worktree or empty folder in exo's worktree folder only when
     exo recorded creating it and nothing in it would be lost (never forced), reports live
-    agents whose worktree vanished, and prunes stale git worktree metadata. With hosts, each
+    agents whose worktree vanished, and prunes stale git worktree metadata. With {--hosts}, each
     `[hosts.NAME]` is checked too: ssh works, its clone has the same origin and store, its exo
     speaks the same protocol (agents of other hosts are only ever checked by exo there). Exit 0
     when consistent or repaired, 5 otherwise.
@@ -535,6 +567,10 @@ def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorRes
             if h.error or not h.reachable:
                 problems.append(Problem("host", h.name, h.error or "unreachable",
                                         f"fix [hosts.{h.name}] or that host (see `exo hosts`)", False))
+    if not dry_run:
+        from exo_cli.ops.lifecycle import release_runtime
+
+        release_runtime(env)  # nothing of the team left running or on screen: its tmux server stops too
     repaired = sum(1 for p in problems if p.repaired)
     return DoctorResult(problems=problems, repaired=repaired, remaining=len(problems) - repaired,
                         consistent=not problems, dry_run=dry_run, kept=checkup.kept)

@@ -164,8 +164,8 @@ def conflicts(env: Env, *, agent: str | None = None, check: bool = False) -> Con
 
     After each turn of an agent, exo merges its branch (without touching any checkout) with
     its base and with each live sibling's branch, and records the files that would conflict;
-    both agents get a note once per new conflict. With check, that check runs now for the
-    agent. NotFound for an unknown agent.
+    both agents get a note once per new conflict. With {--check}, that check runs now for
+    the agent.
     """
     from exo_cli.errors import InvalidInput, NotFound
 

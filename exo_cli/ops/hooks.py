@@ -24,6 +24,7 @@ import json
 import os
 import time
 
+from exo_cli.limits import clip
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import delivery as msgs
 from exo_cli.ops import turnend
@@ -343,9 +344,18 @@ def on_notification(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> H
     text = str(data.get("message") or "")
     if not (kind in PERMISSION_TYPES or (kind is None and "permission" in text.lower())):
         return HookResult("notification", cli, agent.id, {}, [])
-    if agent.status == DONE:
-        return HookResult("notification", cli, agent.id, {}, [])
-    env.store.update_agent(agent.id, status=WAITING_PERMISSION, status_reason=text[:200] or "permission prompt")
+    before: Agent | None = agent
+    for _ in range(5):  # compare-and-set: whoever changes the status meanwhile, the wait is recorded once
+        if before is None or before.status in (DONE, DEAD):
+            return HookResult("notification", cli, agent.id, {}, [])
+        if env.store.update_agent(agent.id, if_status=before.status, status=WAITING_PERMISSION,
+                                  status_reason=text[:200] or "permission prompt"):
+            break
+        before = env.store.agent(agent.id)
+    else:
+        return HookResult("notification", cli, agent.id, {}, [], warning="the agent's status kept changing")
+    if before.status == WAITING_PERMISSION:  # the same wait told again: the human was told once already
+        return HookResult("notification", cli, agent.id, {}, [WAITING_PERMISSION])
     msgs.notify_parent(env, agent, WAITING_PERMISSION,
                        f"{agent.name} is waiting for permission: {text or 'a tool needs approval'}", message=text)
     from exo_cli.ops import attention
@@ -423,6 +433,9 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     if turn:
         state["last_turn"] = turn
     text = _last_message(data)
+    cut = None
+    if text is not None:  # an output over exo's limit is kept up to it, and the hook says so (fail open)
+        text, cut = clip(text, "output", "output")
     active = bool(data.get("stop_hook_active"))
     tokens = 0
     tpath = data.get("transcript_path")
@@ -461,10 +474,14 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
                     "`git rebase --continue`. If you cannot, ask your parent with `exo question`."
                 )
             elif n == 2:
-                msgs.post(env, msgs.QUESTION, agent.id, agent.parent or ROOT,
-                          f"My branch {agent.branch} cannot be rebased onto {base}: "
-                          f"conflicts in {listed}. How should I resolve them?",
-                          state=msgs.PENDING, data={"rebase": sha})
+                asked = (f"My branch {agent.branch} cannot be rebased onto {base}: "
+                         f"conflicts in {listed}. How should I resolve them?")
+                ticket = msgs.post(env, msgs.QUESTION, agent.id, agent.parent or ROOT, asked, state=msgs.PENDING,
+                                   data={"rebase": sha})
+                if (agent.parent or ROOT) == ROOT:  # a question to the human: told, as `exo question` tells it
+                    from exo_cli.ops import attention
+
+                    attention.signal(env, "question", agent, asked, ticket=ticket)
                 actions.append("asked-parent")
                 state["base_ok"] = sha  # asked once for this tip: do not retry it every turn
         pending = env.store.messages(recipient=agent.id, unconsumed=True, undelivered=True, limit=1)
@@ -515,7 +532,7 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
                 env.store.update_agent(agent.id, status=WORKING, status_reason="continuing with messages")
                 save_state(env, agent.id, state)
                 return HookResult(event, cli, agent.id, block_output(cli, msgs.render_all(late)),
-                                  [*actions, "late-messages"])
+                                  [*actions, "late-messages"], cut)
     if not blocking and agent.status != DONE and (first_for_turn or agent.status != IDLE):
         msgs.notify_parent(env, agent, "idle", f"{agent.name} is idle" + (f": {_short(text)}" if text else ""),
                            output=(text or "")[:4000])
@@ -526,7 +543,7 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
 
             start_dependents(env, agent.id, ready)
     out = block_output(cli, "\n\n".join(reasons)) if blocking else neutral(event, cli)
-    return HookResult(event, cli, agent.id, out, actions)
+    return HookResult(event, cli, agent.id, out, actions, cut)
 
 
 NO_RESPONSE = "[no response text]"  # Gemini's AfterAgent prompt_response when the turn produced no text
@@ -553,12 +570,14 @@ def turn_failed(env: Env, agent: Agent, error: str, *, kind: str | None = None) 
     """Record that the agent's turn ended with an error: status ``failed-turn``, the error as its output.
 
     The reason is ``turn failed: <error>``; the parent gets a ``failed-turn`` event with the
-    error text. The agent is alive at its input: a message (``exo send``) starts its next
-    turn. Agents waiting ``--after`` it keep waiting. False when nothing changed (it is done
-    or dead, or already recorded).
+    error text, and the human a ``failed-turn`` attention event when it enters the status. The
+    agent is alive at its input: a message (``exo send``) starts its next turn. Agents waiting
+    ``--after`` it keep waiting. False when nothing changed (it is done or dead, or already
+    recorded).
     """
     if agent.status in (DONE, DEAD):
         return False
+    error = clip(error, "error", "output")[0]
     text = " ".join(error.split())
     reason = f"turn failed: {text}"[:500]
     if agent.status == FAILED_TURN and agent.status_reason == reason:
@@ -569,6 +588,10 @@ def turn_failed(env: Env, agent: Agent, error: str, *, kind: str | None = None) 
     env.store.bump_agent(agent.id, turns=1)
     msgs.notify_parent(env, agent, FAILED_TURN, f"{agent.name}'s turn failed: {_short(text, 400)}",
                        error=error[:4000], **({"error_kind": kind} if kind else {}))
+    if agent.status != FAILED_TURN:  # it needs the human now (a new error of a failed turn was told already)
+        from exo_cli.ops import attention
+
+        attention.signal(env, FAILED_TURN, agent, text, **({"error_kind": kind} if kind else {}))
     return True
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
 from exo_cli.ops.hostgit import fetch_parent
-from exo_cli.ops.hosts import FORWARDED, PROOF_VARS, PROTOCOL, carried, is_local
+from exo_cli.ops.hosts import AGENT_SETTINGS, FORWARDED, PROOF_VARS, PROTOCOL, Hello, carried, is_local
 from exo_cli.records import Agent, to_jsonable
 
 if TYPE_CHECKING:
@@ -24,8 +25,16 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- the answering side
 
 
-def answer(raw: str, *, cwd: str, environ: Mapping[str, str]) -> tuple[dict[str, Any], int]:
-    """Serve one request from another host (``exo host-call``): the JSON answer and the exit status."""
+def answer(raw: str, *, cwd: str, environ: Mapping[str, str],
+           gone: threading.Event | None = None) -> tuple[dict[str, Any], int]:
+    """Serve one request from another host (``exo host-call``): the JSON answer and the exit status.
+
+    ``gone`` is set when the caller goes away before the answer (the front end watches the
+    rest of stdin when the request says ``hold``): the operation sees it as ``cancel.cancelled()``
+    and stops before anything it cannot undo (``exo complete`` removes nothing then).
+    """
+    from exo_cli import cancel
+
     try:
         req = json.loads(raw)
         if not isinstance(req, dict) or not isinstance(req.get("args", {}), dict):
@@ -34,7 +43,8 @@ def answer(raw: str, *, cwd: str, environ: Mapping[str, str]) -> tuple[dict[str,
         err = InvalidInput(f"A host call must be one JSON object on stdin: {exc}")
         return {"ok": False, "error": err.to_dict()["error"]}, err.exit_code
     try:
-        result = _serve(req, cwd=cwd, environ=environ)
+        with cancel.scope(gone or threading.Event()):
+            result = _serve(req, cwd=cwd, environ=environ)
     except ExoError as exc:
         return {"ok": False, "error": exc.to_dict()["error"]}, exc.exit_code
     return {"ok": True, "result": to_jsonable(result)}, 0
@@ -48,21 +58,29 @@ def _serve(req: dict[str, Any], *, cwd: str, environ: Mapping[str, str]) -> Any:
     if req.get("op") == "" and args.get("hello"):
         return _hello(Env(cwd, environ), __version__)
     if req.get("v") != PROTOCOL:
-        raise StateError(f"exo {__version__} here speaks host protocol {PROTOCOL}, the caller {req.get('v')!r}",
+        theirs = f"protocol {req['v']}" if isinstance(req.get("v"), int) else "no protocol version exo knows"
+        raise StateError(f"exo {__version__} here speaks host protocol {PROTOCOL}, the caller {theirs}",
                          hint="Install the same exo version on every host.", protocol=PROTOCOL)
     name, extra = _checked(req)
+    merged = {**environ, **extra, "EXO_HOST": name} if name else {**environ, **extra}
+    # joined before anything opens the store: a store named by [store] url would otherwise be opened
+    # (and pointed to) as a team of this clone's own
+    probe = Env(cwd, {k: v for k, v in merged.items() if k not in PROOF_VARS})
+    _join(probe, req.get("store") or {})
     here = Env(cwd, environ)
     if not here.caller.is_human:  # over ssh nothing calls but the other host's exo (proven below, if an agent)
         raise StateError(f"exo host-call answers other hosts' exo over ssh; {here.caller.agent_id} is an agent "
                          "of this host", hint="Run the operation itself (exo read, exo kill, ...).",
                          caller=here.caller.agent_id)
-    merged = {**environ, **extra, "EXO_HOST": name} if name else {**environ, **extra}
-    probe_env = Env(cwd, {k: v for k, v in merged.items() if k not in PROOF_VARS})
-    _join(probe_env, req.get("store") or {}, name)
-    env = Env(cwd, merged)
+    if name:
+        _learn_name(probe, name)
+    via = req.get("via") if req.get("op") == "spawn" else None
+    settings = _settings(via)
+    env = Env(cwd, merged, overrides=settings)
     env.__dict__[FORWARDED] = True
-    if req.get("op") == "spawn" and isinstance(req.get("via"), dict):
-        env.via_host = fetch_parent(env, req["via"])
+    if via is not None:
+        env.config  # noqa: B018 - a carried setting of the wrong type is InvalidInput naming it, before anything
+        env.via_host = {**fetch_parent(env, via), "settings": settings}
     if req.get("op") == "":
         ids = args.get("refresh")
         if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
@@ -113,6 +131,16 @@ def _checked(req: dict[str, Any]) -> tuple[str, dict[str, str]]:
     return name, extra
 
 
+def _settings(via: Any) -> dict[str, Any]:
+    """The agent settings a spawn request carries from the spawning side (only ``AGENT_SETTINGS``)."""
+    settings = via.get("settings") if isinstance(via, dict) else None
+    if settings is None:
+        return {}
+    if not isinstance(settings, dict) or not set(settings) <= set(AGENT_SETTINGS):
+        raise InvalidInput(f"A spawn request's settings may name only {', '.join(AGENT_SETTINGS)}", field="settings")
+    return dict(settings)
+
+
 def _arguments(spec: Any, args: dict[str, Any]) -> dict[str, Any]:
     """The operation's arguments checked against its parameters' types, as a tool call's are (UsageError)."""
     from exo_cli.registry import Arg, resolve
@@ -124,55 +152,83 @@ def _arguments(spec: Any, args: dict[str, Any]) -> dict[str, Any]:
     return check_arguments(spec.name, input_schema(declared), given)
 
 
-def _join(env: Env, store: Mapping[str, Any], name: str) -> None:
-    """Make this clone use the caller's shared store (as the caller's team) and know its own host name."""
-    from exo_cli.adapters.files import atomic_write
-    from exo_cli.adapters.store import has_state, point_to, pointed_team, pointed_url, repo_identity
-    from exo_cli.env import HOST_NAME_FILE
+def _join(env: Env, store: Mapping[str, Any]) -> None:
+    """Make this clone use the caller's shared store, as the caller's team.
+
+    A clone whose exo only looked so far (``[store] url`` in a committed exo.toml makes every
+    clone point at the same database, each as a team of its own) joins: its own rows hold no
+    agent, message or pull request. One with work of its own, or another store, is refused.
+    """
+    from exo_cli.adapters.store import has_state, point_to, pointed_url, same_store
 
     url, team = store.get("url"), store.get("team")
     state = env.state_path
     if url:
-        pointed = pointed_url(state)
-        if pointed is None:
-            if has_state(state):
-                raise StateError(f"This clone ({env.repo.root}) keeps exo state of its own in SQLite, so it cannot join "
-                                 f"the team in {url}", hint="Move it first (exo store migrate there), or use another "
-                                 "clone for [hosts] path.", store=url)
-            point_to(env.state_dir, url, team)
-        elif pointed != url:
-            raise StateError(f"This clone ({env.repo.root}) keeps its exo state in {pointed}, not in the caller's "
-                             f"store {url}", hint="Point [hosts] path at a clone of the same team.", store=pointed)
-        elif team and (pointed_team(state) or repo_identity(state)) != team:
-            raise StateError(f"This clone ({env.repo.root}) keeps a team of its own in {url}",
-                             hint="Point [hosts] path at another clone of the repository.", store=url)
-    if name:
-        path = state / HOST_NAME_FILE
-        try:
-            known = path.read_text().strip()
-        except OSError:
-            known = ""
-        if known and known != name:
-            raise StateError(f"This clone knows itself as host {known!r}, not {name!r}",
-                             hint=f"Name it {known} in [hosts], or remove {path}.", host=known)
-        if not known:
-            atomic_write(env.state_dir / HOST_NAME_FILE, name + "\n", mode=0o600)
+        mine = env.store_url  # where this clone keeps (or is configured to keep) its state; StateError on a conflict
+        if mine is None and has_state(state):
+            raise StateError(f"This clone ({env.repo.root}) keeps exo state of its own in SQLite, so it cannot join "
+                             f"the team in {url}", hint="Move it first (exo store migrate there), or use another "
+                             "clone for [hosts] path.", store=url)
+        if mine is not None and not same_store(mine, url):
+            raise StateError(f"This clone ({env.repo.root}) keeps its exo state in {mine}, not in the caller's "
+                             f"store {url}", hint="Point [hosts] path at a clone of the same team, or give both "
+                             "the same [store] url.", store=mine)
+        own = team_of(env)
+        if team and own is not None and own != team:
+            raise StateError(f"This clone ({env.repo.root}) keeps a team of its own in {url}, with agents, messages "
+                             "or pull requests", hint="Point [hosts] path at another clone of the repository.", store=url)
+        if team and own is None or pointed_url(state) is None:
+            point_to(env.state_dir, pointed_url(state) or url, team)
 
 
-def _hello(env: Env, version: str) -> dict[str, Any]:
+def _learn_name(env: Env, name: str) -> None:
+    """Record the name the caller's configuration gives this clone's host (once; StateError when it differs)."""
+    from exo_cli.adapters.files import atomic_write
+    from exo_cli.env import HOST_NAME_FILE
+
+    path = env.state_path / HOST_NAME_FILE
+    try:
+        known = path.read_text().strip()
+    except OSError:
+        known = ""
+    if known and known != name:
+        raise StateError(f"This clone knows itself as host {known!r}, not {name!r}",
+                         hint=f"Name it {known} in [hosts], or remove {path}.", host=known)
+    if not known:
+        atomic_write(env.state_dir / HOST_NAME_FILE, name + "\n", mode=0o600)
+
+
+def team_of(env: Env) -> str | None:
+    """The team this clone's state belongs to in its shared store; None when it belongs to none yet.
+
+    The team its store pointer names, else (a pointer without one) this clone's own when its
+    rows hold any work; a clone that only looked belongs to none and joins the first caller's.
+    """
+    from exo_cli.adapters.store import holds_work, pointed_team, pointed_url, repo_identity
+
+    state = env.state_path
+    url = pointed_url(state)
+    if url is None:
+        return None
+    own = repo_identity(state)
+    return pointed_team(state) or (own if holds_work(url, own) else None)
+
+
+def _hello(env: Env, version: str) -> Hello:
+    """This clone as another host's ``exo hosts`` sees it (nothing is opened, created or pointed)."""
     from exo_cli.adapters.git import Git
-    from exo_cli.adapters.store import pointed_team, pointed_url, repo_identity
+    from exo_cli.adapters.store import has_state
 
-    out: dict[str, Any] = {"protocol": PROTOCOL, "version": version, "python": sys.version.split()[0]}
+    got: dict[str, Any] = {"protocol": PROTOCOL, "version": version, "python": sys.version.split()[0]}
     try:
         state = env.state_path
-        out["store"] = pointed_url(state) or ("sqlite" if env.has_state() else None)
-        out["team"] = pointed_team(state) or (repo_identity(state) if pointed_url(state) else None)
-        out["host_name"] = env.host_name
-        out["origin"] = Git(env.repo.root).remote_url(str(env.config.get("forge.remote")))
+        got["store"] = env.store_url or ("sqlite" if has_state(state) else None)
+        got["team"] = team_of(env) if env.store_url else None
+        got["host_name"] = env.host_name
+        got["origin"] = Git(env.repo.root).remote_url(str(env.config.get("forge.remote")))
     except ExoError as exc:
-        out["error"] = exc.message
-    return out
+        got["error"] = exc.message
+    return Hello(**got)
 
 
 def _deliver_here(env: Env, msg_id: int, agent_id: str) -> str:

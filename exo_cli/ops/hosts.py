@@ -8,8 +8,9 @@ the shared git remote (``ops.hostgit``).
 
 from __future__ import annotations
 
+import fnmatch
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,6 +28,11 @@ PROTOCOL = 1
 AGENT_SECRETS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL",
                  "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "GEMINI_API_KEY", "GOOGLE_API_KEY",
                  "GOOGLE_GEMINI_BASE_URL", "GOOGLE_CLOUD_PROJECT", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+# The agent settings a spawn on another host carries from the spawning side's configuration (with the
+# backend and skip_permissions, as arguments): they override the host's own for that spawn and stay
+# with its agents (their record's ``settings``).
+AGENT_SETTINGS = ("agent.command", "agent.args", "agent.idle_quiet_seconds", "agent.idle_pattern",
+                  "agent.start_timeout", "demo.script")
 # The variables that prove who calls (they travel so the remote exo checks the caller itself).
 PROOF_VARS = ("EXO_AGENT", "EXO_AGENT_PROOF")
 FORWARDED = "_exo_forwarded"  # set on an Env serving another host's request: it never forwards again
@@ -35,6 +41,8 @@ FORWARDED = "_exo_forwarded"  # set on an Env serving another host's request: it
 _NEVER_CARRIED = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TMPDIR", "IFS", "ENV",
                             "BASH_ENV", "ZDOTDIR", "NODE_OPTIONS", "PERL5LIB", "RUBYLIB", "TERM"})
 _NEVER_CARRIED_PREFIXES = ("EXO_", "LD_", "PYTHON", "GIT_", "TMUX", "XDG_", "SSH_", "ZELLIJ")
+# What the ssh client itself may use (Kerberos, X11), kept in its environment whatever [hosts.NAME] env says.
+_SSH_NEEDS = ("KRB5", "DISPLAY", "XAUTHORITY")
 
 
 def carried(name: str) -> bool:
@@ -58,9 +66,14 @@ def configured(env: Env) -> dict[str, Host]:
     ssh = split_command(env.config.get("ssh.command"))  # EXO_SSH_COMMAND is applied by the configuration
     persist = int(env.config.get("ssh.persist"))
     control = str(env.runtime_dir)
+    # what ssh itself never gets: exo's own variables (an agent's proof and identity, a Claude agent's key
+    # under exo's name) and what any host's agents get (never what ssh needs: PATH, HOME, SSH_AUTH_SOCK, ...)
+    patterns = [p for entry in table.values() for p in entry.get("env") or ()]
+    hide = ("EXO_*", *sorted(k for k in env.environ if k in AGENT_SECRETS or carried(k) and not k.startswith(
+        _SSH_NEEDS) and any(fnmatch.fnmatchcase(k, p) for p in patterns)))
     return {name: Host(name=name, dest=entry["ssh"], path=entry["path"],
                        exo=split_command(entry.get("exo") or "exo"), ssh=ssh, control_dir=control, persist=persist,
-                       env=tuple(entry.get("env") or ())) for name, entry in sorted(table.items())}
+                       env=tuple(entry.get("env") or ()), hide=hide) for name, entry in sorted(table.items())}
 
 
 def get_host(env: Env, name: str) -> Host:
@@ -116,6 +129,21 @@ def agent_for(env: Env, ref: Any) -> Agent | None:
         return None
 
 
+def ask(host: Host, req: Mapping[str, Any], expect: Any, *, timeout: float | None = None) -> Any:
+    """Send ``req`` to exo on ``host``; its result checked and built as ``expect``, or the error it answered.
+
+    Every answer from another host goes through ``wire`` (its shape checked before anything
+    here uses it): one that does not fit is an ExternalFailure naming the host.
+    """
+    from exo_cli import cancel
+    from exo_cli.adapters.ssh import DEFAULT_TIMEOUT
+    from exo_cli.wire import envelope, result_of
+
+    got = host.call(req, timeout=timeout if timeout is not None else DEFAULT_TIMEOUT, cancelled=cancel.cancelled)
+    answer = envelope(got.stdout, host=host.name, returncode=got.returncode, stderr=got.stderr)
+    return result_of(answer, expect, host=host.name)
+
+
 def in_parallel(fn: Callable[[T], None], items: Iterable[T]) -> None:
     """``fn`` on every item at once, one thread each (one ssh session per host), back when all are done."""
     import threading
@@ -150,6 +178,20 @@ class HostView:
 
 
 @dataclass(frozen=True)
+class Hello:
+    """What exo on a host says of itself and its clone (the answer to a ``hello`` request)."""
+
+    protocol: int
+    version: str
+    python: str | None = None
+    store: str | None = None  # "sqlite", the store's URL, or None: no exo state there yet
+    team: str | None = None
+    host_name: str | None = None
+    origin: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class HostsResult:
     this_host: str
     hosts: list[HostView]
@@ -169,33 +211,31 @@ def probe(env: Env, host: Host) -> HostView:
         agents = sum(1 for a in env.store.agents() if a.host == host.name and a.id != ROOT and not a.retired)
     base: dict[str, Any] = {"name": host.name, "ssh": host.dest, "path": host.path, "agents": agents}
     try:
-        answer = host.call({"v": PROTOCOL, "op": "", "args": {"hello": True}}, timeout=60.0)
-    except ExoError as exc:  # unreachable, or no exo (or no answer) there
+        hello: Hello = ask(host, {"v": PROTOCOL, "op": "", "args": {"hello": True}}, Hello, timeout=60.0)
+    except ExoError as exc:  # unreachable, no exo there, an answer that is no exo's, or exo's error there
         return HostView(**base, reachable=exc.data.get("reason") != "unreachable", error=exc.message)
-    if not answer.get("ok"):
-        err = answer.get("error")
-        from exo_cli.validate import visible
+    from exo_cli.adapters.store import same_store as same_db
 
-        why = err.get("message") if isinstance(err, dict) else None
-        return HostView(**base, reachable=True, error=visible(str(why or "exo there failed without saying why")))
-    hello = answer.get("result") or {}
-    theirs_store = hello.get("store")  # None: no exo state there yet (it joins this team at the first call)
-    ours = env.store_url or "sqlite"
-    same_store = None if theirs_store is None else theirs_store == ours and hello.get("team") == team(env)
-    origin = hello.get("origin")
+    theirs_store = hello.store  # None: no exo state there yet (it joins this team at the first call)
+    # the same database, and this team or none yet (a clone that only looked joins this team at the first call)
+    same_store = None if theirs_store is None else (same_db(theirs_store, env.store_url)
+                                                    and hello.team in (None, team(env)))
+    origin = hello.origin
     same_origin = None if not (mine and origin) else _same_remote(mine, origin)
     problems = []
-    if hello.get("protocol") != PROTOCOL:
-        problems.append(f"exo {hello.get('version')} there speaks another protocol than exo {__version__} here")
+    if hello.protocol != PROTOCOL:
+        problems.append(f"exo {hello.version} there speaks another protocol than exo {__version__} here")
     if same_store is False:
-        problems.append(f"its clone keeps its state in another store ({theirs_store}): it cannot join this team")
+        problems.append("its clone keeps a team of its own in this store: it cannot join this team"
+                        if same_db(theirs_store, env.store_url) else
+                        f"its clone keeps its state in another store ({theirs_store}): it cannot join this team")
     if same_origin is False:
         problems.append(f"its clone's origin ({origin}) is not this clone's ({mine})")
-    if hello.get("error"):
-        problems.append(str(hello["error"]))
-    return HostView(**base, reachable=True, version=hello.get("version"), host_name=hello.get("host_name"),
-                    store=theirs_store, same_store=same_store, origin=origin, same_origin=same_origin,
-                    compatible=hello.get("protocol") == PROTOCOL, error="; ".join(problems) or None)
+    if hello.error:
+        problems.append(hello.error)
+    return HostView(**base, reachable=True, version=hello.version, host_name=hello.host_name, store=theirs_store,
+                    same_store=same_store, origin=origin, same_origin=same_origin,
+                    compatible=hello.protocol == PROTOCOL, error="; ".join(problems) or None)
 
 
 def team(env: Env) -> str | None:

@@ -64,6 +64,21 @@ def pick_agent(tools: dict[str, str | None], wanted: str | None = None) -> str |
     return next((c for c in AGENT_CLIS if tools.get(c)), None)
 
 
+def _record(env: Env, toml_written: str | None, excluded: str | None) -> None:
+    """Note what init put here (``footprint``), so that ``exo deinit`` takes exactly that out again."""
+    if toml_written is None and excluded is None:
+        return
+    from exo_cli.ops import footprint
+
+    def change(data: dict[str, object]) -> None:
+        if toml_written is not None:
+            data["exo_toml"] = footprint.digest(toml_written)
+        if excluded is not None:
+            footprint.add_excluded(data, excluded)
+
+    footprint.update(env.state_dir, change)
+
+
 @dataclass(frozen=True)
 class InitResult:
     repo: str
@@ -86,8 +101,8 @@ class InitResult:
     idempotent=True,
     help={
         "force": "Overwrite an existing exo.toml with the defaults.",
-        "agent": "Wire your own agent session (claude, gemini or codex) as the root TL: the exo MCP "
-        "server and exo's hooks in that CLI's project settings, merged into what is there.",
+        "agent": "Wire your own agent session (claude, gemini or codex) as the team lead at the root of the "
+        "tree: the exo MCP server and exo's hooks in that CLI's project settings, merged into what is there.",
     },
 )
 def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CLIS)] | None = None) -> InitResult:
@@ -98,11 +113,12 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
     claude, gemini and codex (none written when none is), hides exo's own
     `.exo/` folder through `.git/info/exclude` (never a committed file), creates the
     state folder and reports which of git, tmux, gh and the agent CLIs are installed.
-    With `agent`, also wires that agent CLI's project settings (`.mcp.json` and
+    With {--agent}, also wires that agent CLI's project settings (`.mcp.json` and
     `.claude/settings.local.json`, `.gemini/settings.json`, or `.codex/config.toml`
-    and `.codex/hooks.json`) so the human's own session is the root TL; the user's
-    own keys are kept and a re-run changes nothing. Raises InvalidInput for an unknown
-    agent or a settings file that does not parse (it is never overwritten).
+    and `.codex/hooks.json`) so the human's own session is the team lead at the root of
+    the tree (it spawns, answers and merges); the user's own keys are kept and a re-run
+    changes nothing. A settings file that does not parse is an error, and is never
+    overwritten.
     """
     if agent is not None:
         from exo_cli.ops.rootwire import AGENTS
@@ -117,17 +133,18 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
     path = repo.root / "exo.toml"
     path_env = env.environ.get("PATH")
     tools = {name: shutil.which(name, path=path_env) for name in TOOLS}
-    written = False
+    written: str | None = None
     if force or not path.exists():
         from exo_cli.adapters.files import atomic_write
 
         default_agent = pick_agent(tools, agent)
-        atomic_write(path, exo_toml(default_agent))
-        written = True
+        written = exo_toml(default_agent)
+        atomic_write(path, written)
     else:
         default_agent = str(env.config.get("agent.default"))
     excluded = add_exclude(repo.common_dir, "/.exo/")
     env.store.kv_set("initialized", "1")
+    _record(env, written, "/.exo/" if excluded else None)
     warnings = []
     if not tools["tmux"]:
         warnings.append("tmux is not installed: agents will run headless (install tmux to watch them in panes)")
@@ -143,14 +160,14 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
     if agent is not None:
         from exo_cli.ops.rootwire import wire_agent
 
-        wiring = wire_agent(repo, agent)
+        wiring = wire_agent(repo, agent, record=env.state_dir)
         if not tools.get(agent):
             warnings.append(f"{agent} is not installed: the wiring is written and takes effect once it is "
                             f"({AGENT_CLI_INSTALL[agent]})")
     return InitResult(
         repo=str(repo.root),
         config_file=str(path),
-        config_written=written,
+        config_written=written is not None,
         excluded=excluded,
         state_dir=str(env.state_dir),
         tools=tools,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from exo_cli.errors import InvalidInput, NotFound, StateError
+from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.ops.history import CURSOR_KEY, retire
 from exo_cli.records import DEAD, DONE, LIVE_STATUSES, ROOT, Agent, in_subtree
@@ -88,8 +88,8 @@ def kill(env: Env, *, agent: str) -> KillResult:
     Each process group gets SIGTERM, then SIGKILL after a grace period, and so do the
     services exo started for it; panes stay readable (remain-on-exit) until `exo reap`. Records
     stay, with status dead (a done agent whose process still ran stays done); branches and
-    worktrees are never touched. Agents waiting `--after` a killed one will not start: they
-    are marked dead and their parent is told. The root cannot be killed, and a team lead may
+    worktrees are never touched. Agents spawned to start after a killed one (`exo spawn
+    --after`) will not start: they are marked dead and their parent is told. The root cannot be killed, and a team lead may
     only kill its own subtree.
     """
     from exo_cli.ops import agentctl
@@ -131,11 +131,12 @@ def kill(env: Env, *, agent: str) -> KillResult:
 
 
 def release_runtime(env: Env) -> bool:
-    """Remove the repository's runtime folder once no agent of it runs and nobody waits on a doorbell.
+    """Once no agent of the repository runs, stop what exo runs for it: its tmux server (when no dead
+    agent's screen is left to read either) and its runtime folder (unless someone waits on a doorbell).
 
-    Called when agents finish (``complete``, ``kill``, ``reap``). Checked under the lock a spawn
-    takes to record a new agent, so a spawn either is seen here or makes the folder again.
-    True when the folder is gone.
+    Called when agents finish (``complete``, ``kill``, ``reap``, ``doctor``). Checked under the
+    lock a spawn takes to record a new agent, so a spawn either is seen here (a live agent) or
+    starts the server and makes the folder again. True when the folder is gone.
     """
     from exo_cli.adapters import worktree as wt
     from exo_cli.adapters.files import release_runtime_dir
@@ -145,7 +146,22 @@ def release_runtime(env: Env) -> bool:
     with wt.repo_lock(env.state_dir, "slots"):
         if any(a.status in LIVE_STATUSES for a in current_agents(env)):
             return False
+        stop_idle_tmux(env)
         return release_runtime_dir(env.runtime_dir)
+
+
+def stop_idle_tmux(env: Env) -> bool:
+    """Stop the repository's tmux server when only its placeholder window is left; True when none runs."""
+    from exo_cli.adapters.mux.tmux import Tmux
+    from exo_cli.ops import panes
+
+    mux = panes.mux_for(env, "tmux")
+    if not isinstance(mux, Tmux):
+        return True
+    try:
+        return mux.stop_if_idle()
+    except ExoError:  # tmux missing or failing: nothing of ours to stop, or nothing exo can do here
+        return False
 
 
 def current_agents(env: Env) -> list[Agent]:
@@ -319,12 +335,31 @@ class ReadResult:
     pattern: str | None
     matched: bool | None
 
+    @property
+    def exit_code(self) -> int:
+        """5 (a state error) when the pattern waited for never appeared, else 0."""
+        return 5 if self.matched is False else 0
+
+    @property
+    def tool_error(self) -> bool:
+        return self.matched is False
+
 
 @dataclass(frozen=True)
 class ReadManyResult:
     """``read`` of several agents: one result each, in the order asked, captured together."""
 
     results: list[ReadResult]
+
+    @property
+    def exit_code(self) -> int:
+        """5 when the pattern waited for is missing from any screen, else 0."""
+        return max((r.exit_code for r in self.results), default=0)
+
+    @property
+    def tool_error(self) -> bool:
+        """The pattern appeared in none of the screens (some: the result says which)."""
+        return bool(self.results) and all(r.tool_error for r in self.results)
 
 
 _CURSOR_LINES = 5
@@ -393,11 +428,11 @@ def read(env: Env, *, agent: str | list[str], lines: Annotated[int, Range(1)] = 
          clean: bool = False) -> ReadResult | ReadManyResult:
     """Read the tail of an agent's pane, or its log when headless.
 
-    With since_last, only the lines that appeared since the caller's previous read of that
-    agent (a cursor per reader). With wait_for, poll the screen until the regular expression
-    matches or the timeout passes (matched false); a client's cancellation stops the wait.
-    Several agents are read together (one capture call per multiplexer), each with its own
-    result; with wait_for, until every one matches.
+    With {--since_last}, only the lines that appeared since the caller's previous read of that
+    agent (a cursor per reader). With {--wait_for}, poll the screen until the regular
+    expression matches or {--timeout} passes (matched false); a client's cancellation stops
+    the wait. Several agents are read together (one capture call per multiplexer), each with
+    its own result; with {--wait_for}, until every one matches.
     """
     from exo_cli import cancel
     from exo_cli.ops import agentctl

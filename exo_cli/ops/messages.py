@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli import cancel
-from exo_cli.errors import InvalidInput, NotFound, StateError
+from exo_cli.errors import InvalidInput, NotFound, StateError, UsageError
 from exo_cli.ops.delivery import (
     ANSWER,
     ANSWERED,
@@ -33,7 +33,19 @@ from exo_cli.ops.delivery import (
     agent_name,
     post,
 )
-from exo_cli.records import ASKING, AT_REST, DEAD, DONE, FAILED_TURN, IDLE, ROOT, WORKING, Agent, Message
+from exo_cli.records import (
+    ASKING,
+    AT_REST,
+    DEAD,
+    DONE,
+    FAILED_TURN,
+    IDLE,
+    ROOT,
+    TEAM_BELL,
+    WORKING,
+    Agent,
+    Message,
+)
 from exo_cli.registry import Range, Tool, op
 from exo_cli.validate import check_name, check_text, check_timeout
 
@@ -169,6 +181,15 @@ def _deliver(env: Env, msg_id: int, recipient: Agent) -> str:
     return deliver(env, msg_id, recipient)
 
 
+def _still_here(env: Env) -> None:
+    """A long wait on a store the state moved away from (`exo store migrate`) ends, naming where it went."""
+    moved = env.store.moved_to()
+    if moved is not None:
+        from exo_cli.adapters.store.moving import moved_error
+
+        raise moved_error(moved)
+
+
 def _timeout(value: float | None, what: str = "timeout") -> float | None:
     return check_timeout(value, what)
 
@@ -239,7 +260,8 @@ def question(env: Env, *, message: str, timeout: Annotated[float, Range(0)] | No
     me = caller_agent(env, "ask a question")
     parent_id = me.parent or ROOT
     store = env.store
-    with store.bell.listen([me.id]) as waiter:
+    # a store that restarts meanwhile is reached again within the question's own timeout
+    with store.patience(timeout), store.bell.listen([me.id]) as waiter:
         found = _ticket(env, me, message)
         if found is None:
             ticket = post(env, QUESTION, me.id, parent_id, message, state=PENDING)
@@ -275,9 +297,11 @@ def question(env: Env, *, message: str, timeout: Annotated[float, Range(0)] | No
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     break
-                if parent_id != ROOT and now >= next_live:
+                if now >= next_live:
                     next_live = now + LIVENESS_EVERY
-                    _refresh(env, [parent_id])
+                    _still_here(env)
+                    if parent_id != ROOT:
+                        _refresh(env, [parent_id])
                 slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
                 waiter.wait(max(slice_, 0.0))
         finally:
@@ -419,9 +443,10 @@ WAIT_MAX_LIMIT = 1000
 
 
 def _wait_tool(*, timeout: Annotated[float, Range(0)] | None = None, from_agents: list[str] | None = None,
-               max: Annotated[int, Range(1, WAIT_MAX_LIMIT)] = WAIT_MAX) -> dict[str, Any]:
-    """Map the ``wait`` tool's ``timeout``, ``from_agents`` and ``max`` onto the operation (the same default timeout)."""
-    return {"timeout": timeout, "agents": from_agents, "max_messages": max}
+               max: Annotated[int, Range(1, WAIT_MAX_LIMIT)] = WAIT_MAX, until_idle: bool = False) -> dict[str, Any]:
+    """Map the ``wait`` tool's ``timeout``, ``from_agents``, ``max`` and ``until_idle`` onto the operation (the same
+    default timeout)."""
+    return {"timeout": timeout, "agents": from_agents, "max_messages": max, "until_idle": until_idle}
 
 
 def _bound(value: int) -> int:
@@ -457,6 +482,7 @@ def _watched(env: Env, me: str, targets: list[Agent], settled: dict[str, WaitEnt
         Tool(
             "wait",
             adapt=_wait_tool,
+            names={"max_messages": "max", "agents": "from_agents"},
             help={
                 "from_agents": "Agents (ids or names) to fan in on; omit to take every pending message from anyone.",
                 "max": f"Without from_agents: the most messages one call returns (1-{WAIT_MAX_LIMIT}, default "
@@ -466,23 +492,28 @@ def _watched(env: Env, me: str, targets: list[Agent], settled: dict[str, WaitEnt
     ],
     roles=("tl",),
     blocking=True,
+    flags={"max_messages": "--max"},
     help={
         "agents": "Agents to wait for (fan-in); none: every pending message from anyone.",
         "timeout": "Seconds to wait; 0 checks without blocking (default: timeouts.wait in exo.toml, 600).",
         "max_messages": f"Without agents: the most messages one call returns (1-{WAIT_MAX_LIMIT}, default {WAIT_MAX}); "
         "the rest wait for the next call.",
+        "until_idle": "With agents: wait until each is idle or done (its output as its message), its "
+        "turn failed, or it is dead, whatever it sends meanwhile; its messages stay for a later wait.",
     },
 )
 def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float, Range(0)] | None = None,
-         max_messages: Annotated[int, Range(1, WAIT_MAX_LIMIT)] = WAIT_MAX) -> WaitResult:
+         max_messages: Annotated[int, Range(1, WAIT_MAX_LIMIT)] = WAIT_MAX, until_idle: bool = False) -> WaitResult:
     """Wait for messages: every pending one from anyone, or fan in on several agents.
 
     Without agents: return every unconsumed message to you from anyone, oldest first, at
-    most `--max` (default 50; `more` says others are waiting), blocking until at least
-    one arrives (`--timeout 0` checks without blocking). With agents: wait until each has
+    most {--max_messages} of them (default 50; `more` says others are waiting), blocking until at
+    least one arrives ({--timeout} 0 checks without blocking). With agents: wait until each has
     a message for you (`received`), or is `idle`, `failed` (its turn ended with an error)
     or `dead`, or the timeout passes; return one entry per agent with its status
-    (received, running, idle, failed, dead) and message. Messages returned are consumed,
+    (received, running, idle, failed, dead) and message. With {--until_idle}, a message
+    from an agent does not end its wait: only idle, failed or dead do, and its messages
+    stay for a later wait. Messages returned are consumed,
     each by exactly one wait. Without a timeout it waits `timeouts.wait` seconds (600 by
     default), on the command line and over MCP alike. While it waits, it watches the agents
     it waits for (or all of your live children) every few seconds: an agent that died,
@@ -495,12 +526,16 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
     bound = _bound(max_messages)
     me = env.caller.agent_id
     refs = _targets(list(agents or []))
+    if until_idle and not refs:
+        raise UsageError("--until-idle waits for agents: name them", hint="exo wait w1 w2 --until-idle")
     targets = [find_agent(env, r) for r in refs]
     store = env.store
     settled: dict[str, WaitEntry] = {}
     deadline = None if timeout is None else time.monotonic() + timeout
     next_live = time.monotonic() + LIVENESS_EVERY
-    with store.bell.listen([me]) as waiter:
+    # until idle: any change of an agent wakes it (its status is the answer, not a message to me); a store
+    # that restarts meanwhile is reached again (and listened to again) within the wait's own timeout
+    with store.patience(timeout), store.bell.listen([me, TEAM_BELL] if until_idle else [me]) as waiter:
         if timeout != 0:  # watch once before the first look: a resting agent may still have a message queued
             _refresh(env, _watched(env, me, targets, settled))
         while True:
@@ -513,20 +548,8 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
                     if t.id in settled and settled[t.id].status == "received":
                         continue
                     settled.pop(t.id, None)
-                    events: list[int] = []
-                    got: Message | None = None
-                    for m in store.messages(recipient=me, sender=t.id, unconsumed=True):
-                        if m.kind == EVENT:
-                            events.append(m.id)
-                            continue
-                        got = m
-                        break
-                    if got is not None:
-                        if got.id in _take(env, [*events, got.id]):
-                            settled[t.id] = WaitEntry(t.id, t.name, "received", got.body, got.kind)
-                            continue
-                    elif events:
-                        _take(env, events)
+                    if not until_idle and _received(env, me, t, settled):
+                        continue
                     rec = store.agent(t.id)
                     status = _entry_status(rec)
                     if status != "running":
@@ -540,9 +563,33 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
                 return WaitResult(results=_partial(env, targets, settled), timed_out=not stop, cancelled=stop)
             if now >= next_live:  # the watcher: see agentctl.refresh
                 next_live = now + LIVENESS_EVERY
+                if any(e.status == "received" for e in settled.values()):  # what it took is returned, never lost
+                    if env.store.moved_to() is not None:
+                        return WaitResult(results=_partial(env, targets, settled), timed_out=False, cancelled=True)
+                else:
+                    _still_here(env)
                 _refresh(env, _watched(env, me, targets, settled))
             slice_ = FALLBACK_POLL if deadline is None else min(FALLBACK_POLL, deadline - now)
             waiter.wait(max(slice_, 0.0))
+
+
+def _received(env: Env, me: str, target: Agent, settled: dict[str, WaitEntry]) -> bool:
+    """Take ``target``'s first message to me (its lifecycle events before it consumed on the way) into ``settled``."""
+    events: list[int] = []
+    got: Message | None = None
+    for m in env.store.messages(recipient=me, sender=target.id, unconsumed=True):
+        if m.kind == EVENT:
+            events.append(m.id)
+            continue
+        got = m
+        break
+    if got is not None:
+        if got.id in _take(env, [*events, got.id]):
+            settled[target.id] = WaitEntry(target.id, target.name, "received", got.body, got.kind)
+            return True
+    elif events:
+        _take(env, events)
+    return False
 
 
 def _take_batch(env: Env, me: str, bound: int) -> WaitResult | None:

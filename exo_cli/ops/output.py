@@ -67,11 +67,11 @@ def done(env: Env, *, output: str | None = None) -> DoneResult:
     """Mark your own task done with its output.
 
     For agents whose CLI has no Stop hook: records the output, sets the status `done`,
-    tells the parent (a `done` message, which its `wait` receives) and starts agents
-    spawned `--after` you.
+    tells the parent (a `done` message, which its `wait` receives) and starts the agents
+    spawned to start after you (`exo spawn --after`).
     """
     if output is not None:
-        output = check_text(output, "output", allow_empty=True)
+        output = check_text(output, "output", kind="output", allow_empty=True)
     me = caller_agent(env, "mark its task done")
     text = output if output is not None else me.output
     env.store.update_agent(me.id, status=DONE, status_reason="done", output=text, completed_at=time.time())

@@ -8,7 +8,7 @@ import circles. ``agentctl`` builds the watching and stopping on top of it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exo_cli.records import DEAD, DONE, Agent
 
@@ -24,6 +24,14 @@ def mux_for(env: Env, kind: str) -> Mux:
     from exo_cli.adapters.mux import get_mux
 
     return get_mux(kind, repo_id=env.repo_id, runtime_dir=env.runtime_dir, session=TMUX_SESSION)
+
+
+def runner_state(env: Env, loc: Location) -> dict[str, Any]:
+    """What a headless agent's runner last wrote (state, mode, program...); {} for any other location."""
+    from exo_cli.adapters.mux.headless import Headless
+
+    mux = mux_for(env, loc.mux) if loc.mux == "headless" else None
+    return mux.runner_state(loc) if isinstance(mux, Headless) else {}
 
 
 def location(agent: Agent) -> Location | None:

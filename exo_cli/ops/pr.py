@@ -137,8 +137,13 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     lead's branch: `base_pushed`), and `gh pr create` opens it. Filing again while the PR
     is open updates it (title, body, and the pushed commits).
     """
+    from exo_cli.limits import clip
     from exo_cli.validate import check_text
 
+    if title is not None and title.strip():  # before anything is fetched or pushed
+        check_text(title, "title", kind="title")
+    if body:
+        check_text(body, "body", kind="body")
     agent = env.caller_agent()
     head: str | None
     if agent is not None and agent.branch:
@@ -149,7 +154,9 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
             raise StateError("You are not on a branch (detached HEAD)", hint="Check out your branch first.")
     base = base_branch(env, agent, head)
     if base == head:
-        raise StateError(f"{head} is its own base branch", hint="File from a task branch.", branch=head)
+        raise StateError(f"{head} is the base branch itself: a pull request goes from a task branch into it",
+                         hint="Work on a task branch (spawn an agent, or git switch -c NAME) and file from there.",
+                         branch=head)
     git = Git(env.repo.root)
     across = agent is not None and bool(agent.spec.get("base_ref"))  # its parent works on another host
     if across and agent is not None:
@@ -163,12 +170,13 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     if commits == 0:
         raise StateError(f"{head} has no commits that {base} lacks", hint="Commit your work, then file the PR.",
                          head=head, base=base)
-    if title is None or not title.strip():
-        title = git.subject(f"refs/heads/{head}")
+    if title is None or not title.strip():  # what exo derives is cut to the limits, what it was given checked
+        title = clip(git.subject(f"refs/heads/{head}"), "title", "title")[0]
     if body is None:
-        body = "\n".join(git.log(f"{bref}..refs/heads/{head}", "- %s", reverse=True, check=True))
-    title = check_text(title, "title")
-    body = check_text(body, "body") if body else ""
+        body = clip("\n".join(git.log(f"{bref}..refs/heads/{head}", "- %s", reverse=True, check=True)),
+                    "body", "body")[0]
+    title = check_text(title, "title", kind="title")
+    body = check_text(body, "body", kind="body") if body else ""
     author = agent.id if agent is not None else ROOT
     existing = next((p for p in env.store.prs(head=head, state="open")), None)
     forge = forge_for(env, existing.forge if existing else None, runner=gh_runner(env))
@@ -358,8 +366,9 @@ def notify_merged(env: Env, pr: PullRequest, *, sender: str) -> list[str]:
 def list_prs(env: Env, *, state: Annotated[str, Choice(STATES)] = "all") -> PrList:
     """List the team's pull requests with review and check state.
 
-    Review and check state come from the forge (GitHub, kept current by `exo watch` or the
-    root TL's MCP server); the local forge has neither, so both are null there.
+    Review and check state come from the forge (GitHub, kept current by `exo watch` or by
+    the MCP server of the team lead at the root); the local forge has neither, so both are
+    null there.
     """
     if state not in STATES:
         raise InvalidInput(f"Unknown PR state {state!r}", hint="Use one of: " + ", ".join(STATES), state=state)

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from exo_cli import registry
 from exo_cli.errors import ExoError, InvalidInput, StateError, UsageError
 from exo_cli.ops.hosts import (
     AGENT_SECRETS,
+    AGENT_SETTINGS,
     FORWARDED,
     PROOF_VARS,
     PROTOCOL,
     agent_for,
+    ask,
     carried,
     configured,
     get_host,
@@ -30,6 +32,10 @@ from exo_cli.ops.hosts import (
     team,
 )
 from exo_cli.records import UNREACHABLE, Agent, to_jsonable
+
+# What another host's look at its agent (``refresh``) may change in the record shown here.
+OBSERVED = ("status", "status_reason", "status_at", "updated_at", "output", "session_id", "turns", "tool_calls",
+            "tokens", "completed_at")
 
 if TYPE_CHECKING:
     from exo_cli.adapters.ssh import Host
@@ -64,48 +70,25 @@ def need_shared_store(env: Env, host: Host) -> None:
                          host=host.name)
 
 
-def call(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
+def call(env: Env, host: Host, operation: str, args: Mapping[str, Any], expect: Any, *,
          secrets: Mapping[str, str] | None = None, timeout: float | None = None,
          via: Mapping[str, Any] | None = None) -> Any:
-    """Run ``operation`` on ``host``; its JSON result, or the very error it raised there."""
-    from exo_cli.adapters.ssh import DEFAULT_TIMEOUT
-    from exo_cli.wire import error_from
-
+    """Run ``operation`` on ``host``; its result as ``expect``, or the very error it raised there."""
     need_shared_store(env, host)
-    from exo_cli import cancel
-
-    answer = host.call(request(env, host, operation, args, secrets=secrets, via=via),
-                       timeout=timeout if timeout is not None else DEFAULT_TIMEOUT, cancelled=cancel.cancelled)
-    if not answer.get("ok"):
-        raise error_from(answer.get("error"), host=host.name)
-    return answer.get("result")
+    return ask(host, request(env, host, operation, args, secrets=secrets, via=via), expect, timeout=timeout)
 
 
 def forward(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
             secrets: Mapping[str, str] | None = None, via: Mapping[str, Any] | None = None) -> Any:
     """Run the registered operation on ``host`` and return its result as this side's result class."""
     from exo_cli.registry import get
-    from exo_cli.wire import from_jsonable
 
     spec = get(operation)
     timeout = None
     if spec.blocking:  # a blocking operation's own timeout, plus time for the trip
         raw = args.get("timeout")
         timeout = float(raw) + 60.0 if isinstance(raw, int | float) and not isinstance(raw, bool) else 3600.0
-    result = call(env, host, operation, args, secrets=secrets, timeout=timeout, via=via)
-    try:
-        return from_jsonable(spec.result_type(), result)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise unreadable(host, exc) from exc
-
-
-def unreadable(host: Host, exc: Exception) -> ExoError:
-    """The error of an answer this exo cannot read (another version of exo there)."""
-    from exo_cli.errors import ExternalFailure
-
-    return ExternalFailure(f"exo on host {host.name} answered in a form this exo does not read ({type(exc).__name__})",
-                           hint="Install the same exo version on every host (`exo hosts` shows each one's).",
-                           host=host.name)
+    return call(env, host, operation, args, spec.result_type(), secrets=secrets, timeout=timeout, via=via)
 
 
 def route(env: Env, operation: Any, kwargs: Mapping[str, Any]) -> Host | None:
@@ -159,7 +142,9 @@ def spawn_there(env: Env, name: str, args: Mapping[str, Any]) -> SpawnResult:
 
     The remote exo fetches that branch, makes the worktrees from it, starts the agents in its
     own multiplexer and records them (with their host) in the shared store; the API keys the
-    agents need travel on ssh's stdin.
+    agents need travel on ssh's stdin. The agent is chosen here, as for a spawn here: the
+    backend, whether it may skip permissions, and its settings (``AGENT_SETTINGS``, the demo
+    script) come from this side's arguments and configuration, never from the host's.
     """
     from exo_cli.ops.hostgit import share_branch
     from exo_cli.ops.spawn.plan import caller_context
@@ -169,6 +154,7 @@ def spawn_there(env: Env, name: str, args: Mapping[str, Any]) -> SpawnResult:
         if args.get(key):
             raise UsageError(f"--{key.replace('_', '-')} cannot go with --host: {why}", field=key)
     need_shared_store(env, host)
+    rest, settings = _agent_choice(env, args)
     info = caller_context(env, from_branch=args.get("from_branch"), no_worktree=False)
     branch, start = info["parent_branch"], info["base"] or info["parent_branch"]
     if not branch:
@@ -176,10 +162,45 @@ def spawn_there(env: Env, name: str, args: Mapping[str, Any]) -> SpawnResult:
                          hint="Check out a branch (or pass --from BRANCH).")
     for b in dict.fromkeys([start, branch]):
         share_branch(env, b, host.name)
-    rest = {k: v for k, v in args.items() if k not in _NOT_WITH_HOST and k != "from_branch" and v not in (None, [], False)}
-    via = {"base_branch": branch, "start": start, "from_host": env.host_name}
+    via = {"base_branch": branch, "start": start, "from_host": env.host_name, "settings": settings}
     result: SpawnResult = forward(env, host, "spawn", rest, secrets=secrets_for(env, host), via=via)
-    return result
+    return _named(result, host.name)
+
+
+def _agent_choice(env: Env, args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The spawn's arguments for another host with the agent chosen here, and the agent settings it carries."""
+    import json
+    from pathlib import Path
+
+    from exo_cli.ops.spawn.plan import choose_backend
+
+    rest = {k: v for k, v in args.items()
+            if k not in _NOT_WITH_HOST and k not in ("from_branch", "demo_script") and v not in (None, [], False)}
+    rest["agent"] = choose_backend(env, args.get("agent"))
+    skip = args.get("skip_permissions")
+    rest["skip_permissions"] = bool(env.config.get("agent.skip_permissions")) if skip is None else bool(skip)
+    settings = {k: env.config.get(k) for k in AGENT_SETTINGS}
+    script = args.get("demo_script")
+    if script:  # a file here: its steps travel (the host has no such file)
+        try:
+            steps = json.loads(Path(script).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InvalidInput(f"Cannot read the demo script {script}: {exc}", field="demo_script") from exc
+        if not isinstance(steps, list):
+            raise InvalidInput(f"The demo script {script} must be a JSON list of steps", field="demo_script")
+        settings["demo.script"] = steps
+    return rest, settings
+
+
+def _named(result: SpawnResult, host: str) -> SpawnResult:
+    """A spawn result from ``host`` whose errors name that host (rebuilt as any error from there is)."""
+    import dataclasses
+
+    from exo_cli.ops.spawn.result import error_obj
+    from exo_cli.wire import error_from
+
+    errors = [error_obj(e["id"], error_from({**e, "data": {}}, host=host)) for e in result.errors]
+    return dataclasses.replace(result, errors=errors, failed=[[e["id"], e["message"]] for e in errors])
 
 
 # --------------------------------------------------------------------------- liveness across hosts
@@ -205,21 +226,17 @@ def refresh_remote(env: Env, agents: list[Agent]) -> dict[str, Agent]:
         if host is None or env.__dict__.get(FORWARDED):
             return
         try:
-            seen = call(env, host, "", {"refresh": [a.id for a in group]}, timeout=60.0)
-        except ExoError as exc:
-            why = exc.message
+            seen: list[Agent] = call(env, host, "", {"refresh": [a.id for a in group]}, list[Agent], timeout=60.0)
+        except ExoError as exc:  # a host that cannot be reached shows its agents so; any other failure says why
+            lost = exc.data.get("reason") in ("unreachable", "timeout")
             for a in group:
-                out[a.id] = a._replace(status=UNREACHABLE, status_reason=why[:300])
+                out[a.id] = a._replace(status=UNREACHABLE if lost else a.status, status_reason=exc.message[:300])
             return
-        from exo_cli.wire import from_jsonable
-
-        try:
-            records = [from_jsonable(Agent, raw) for raw in seen or []]
-        except (TypeError, ValueError, KeyError) as exc:  # shown as it is recorded, with the reason
-            why = unreadable(host, exc).message
-            records = [a._replace(status_reason=why[:300]) for a in group]
-        for rec in records:
-            out[rec.id] = rec
+        by_id = {rec.id: rec for rec in seen}
+        for a in group:  # what the host observed; who and where the agent is stays as recorded here
+            rec = by_id.get(a.id)
+            if rec is not None:
+                out[a.id] = a._replace(**{k: getattr(rec, k) for k in OBSERVED})
 
     in_parallel(lambda item: one(*item), list(by_host.items()))
     return out
@@ -272,8 +289,7 @@ def fetch_bases_there(env: Env, agents: list[Agent]) -> list[str]:
     out: list[str] = []
     for name, ids in sorted(by_host.items()):
         try:
-            got = call(env, get_host(env, name), "", {"fetch_base": ids}, timeout=120.0)
-            out += [str(w) for w in got or []]
+            out += call(env, get_host(env, name), "", {"fetch_base": ids}, list[str], timeout=120.0)
         except ExoError as exc:
             out.append(f"{', '.join(ids)} on host {name} will see the merge at their next fetch: {exc.message}")
     return out
@@ -289,10 +305,11 @@ def deliver_there(env: Env, agent: Agent, msg_id: int) -> str:
         host = host_of(env, agent)
         if host is None:
             return "queued"
-        got = call(env, host, "", {"deliver": int(msg_id), "agent": agent.id}, timeout=60.0)
+        got: str = call(env, host, "", {"deliver": int(msg_id), "agent": agent.id}, Literal["typed", "queued"],
+                        timeout=60.0)
     except ExoError:
         return "queued"
-    return str(got) if isinstance(got, str) else "queued"
+    return got
 
 
 def _route_call(env: Env, operation: Any, kwargs: Mapping[str, Any]) -> Any:

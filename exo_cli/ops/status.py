@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from exo_cli.adapters.git import Git
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
@@ -25,6 +25,22 @@ class GitState(NamedTuple):
     behind: int | None
 
 
+class PrBrief(TypedDict):
+    """An agent's pull request as its row shows it."""
+
+    number: int
+    state: str
+    base: str
+
+
+class TeamSummary(TypedDict):
+    """The team at a glance (``exo status`` at the root)."""
+
+    agents: int
+    by_status: dict[str, int]
+    open_prs: int
+
+
 class AgentView(NamedTuple):
     """One row of ``exo agents`` (a NamedTuple: ~4x cheaper to define than a dataclass, and this
     module is on the path of every `exo status`; it serializes the same through to_jsonable)."""
@@ -35,6 +51,7 @@ class AgentView(NamedTuple):
     parent: str | None
     depth: int
     status: str
+    status_reason: str | None
     backend: str
     mux: str
     task: str | None
@@ -43,7 +60,7 @@ class AgentView(NamedTuple):
     base_branch: str | None
     worktree: str | None
     location: dict[str, Any]
-    pr: dict[str, Any] | None
+    pr: PrBrief | None
     last_message: str | None
     age_seconds: float
     status_age_seconds: float
@@ -73,14 +90,14 @@ class StatusResult:
     task: str | None
     bead: str | None
     git: GitState
-    pr: dict[str, Any] | None
-    team: dict[str, Any] | None = field(default=None)
+    pr: PrBrief | None
+    team: TeamSummary | None = field(default=None)
 
 
 def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
     """Agents as a depth-first tree under root, with their PR and last message."""
     now = time.time()
-    prs: dict[str, dict[str, Any]] = {}
+    prs: dict[str, PrBrief] = {}
     last: dict[str, str] = {}
     if env.has_state():
         for pr in env.store.prs():
@@ -103,6 +120,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
                     parent=a.parent,
                     depth=depth,
                     status=a.status,
+                    status_reason=a.status_reason,
                     backend=a.backend,
                     mux=a.mux,
                     task=a.task,
@@ -143,6 +161,7 @@ def team_agents(env: Env, *, history: bool = False) -> list[Agent]:
     tools=["list_agents"],
     read_only=True,
     idempotent=True,
+    flags={"show_all": "--all"},
     help={"show_all": "Also list the history: finished agents that were reaped or completed and whose "
                       "name was used again (their id is <name>@<n>)."},
 )
@@ -151,7 +170,7 @@ def agents(env: Env, *, show_all: bool = False) -> AgentsResult:
 
     Status comes from the agents' hooks first and from pane or process liveness second;
     an agent whose pane or process is gone shows as `dead`. One batched multiplexer
-    call per refresh, whatever the number of agents. With `--all`, the agents kept as
+    call per refresh, whatever the number of agents. With {--show_all}, the agents kept as
     history are listed too.
     """
     env.repo  # noqa: B018 - fail early outside a repository
@@ -173,8 +192,9 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
     """Show the current task, git state and PR; at the root, a team summary.
 
     For an agent: its task or bead, its branch with commits ahead of and behind its parent
-    branch, its dirty files and its PR. At the root (the human, or a root TL), the same for
-    the current checkout plus counts of the team's agents by status.
+    branch, its dirty files and its PR. At the root (the human, or the team lead whose session
+    the human wired with `exo init --agent`), the same for the current checkout plus counts
+    of the team's agents by status.
     """
     from exo_cli.errors import NotFound
 
@@ -201,7 +221,7 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
             ahead, behind = counts
     views = _views(env, team_agents(env)) if (record is None) else []
     view = None
-    pr = None
+    pr: PrBrief | None = None
     if record is not None:
         view = _views(env, [record])[0]
         pr = view.pr
@@ -209,7 +229,7 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
         found = env.store.prs(head=branch)
         if found:
             pr = {"number": found[-1].number, "state": found[-1].state, "base": found[-1].base}
-    team = None
+    team: TeamSummary | None = None
     if record is None:
         team = {
             "agents": len(views),

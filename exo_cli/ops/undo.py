@@ -125,12 +125,12 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
          force: bool = False) -> UndoResult:
     """Restore an agent's checkout to one of its checkpoints.
 
-    It checkpoints the present first (undo the undo with --to that checkpoint), writes back the
+    It checkpoints the present first (undo the undo with {--to} that checkpoint), writes back the
     files of the checkpoint and deletes those it lacks. By default: the last checkpoint when the
     checkout changed since it, else the one before the agent's last turn. When HEAD moved since
     (a reset, an amend), the branch goes back too, the commit it moved from kept reachable.
-    With files, only those paths. The agent is told at its next turn. Refused while the agent
-    is mid-turn (unless force) or a rebase or merge is in progress.
+    With {--files}, only those paths. The agent is told at its next turn. Refused while the
+    agent is in the middle of a turn (unless {--force}) or a rebase or merge is in progress.
     """
     rec = find_agent(env, agent)
     check_access(env, rec, "undo")

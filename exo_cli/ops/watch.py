@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from exo_cli.adapters.files import FileLock
 from exo_cli.errors import ExoError, StateError
@@ -32,12 +32,21 @@ if TYPE_CHECKING:
 LOCK_NAME = "poller.lock"
 
 
+class Change(NamedTuple):
+    """One change the poller saw, as ``exo watch`` prints it (one JSON line each with ``--json``)."""
+
+    kind: str  # pr-review, pr-checks, pr-merged, pr-closed, base-updated; error (a problem, in no result)
+    pr: int | None  # exo's PR number (None for an error that concerns no PR)
+    author: str | None  # the agent the change was sent to
+    text: str
+
+
 @dataclass(frozen=True)
 class PollResult:
     """One round of polling: the PRs looked at, what changed, and whether anything is pending."""
 
     polled: int
-    changes: list[dict[str, Any]]
+    changes: list[Change]
     pending: bool
     errors: list[str] = field(default_factory=list)
 
@@ -45,8 +54,8 @@ class PollResult:
 @dataclass(frozen=True)
 class WatchResult:
     rounds: int
-    changes: list[dict[str, Any]]
-    stopped_by: str  # once | interrupt | cancel
+    changes: list[Change]
+    stopped_by: str  # once | interrupt | cancel | nothing-to-poll
 
 
 class PollerLock:
@@ -97,11 +106,12 @@ def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
     """Poll every open GitHub PR once; record and deliver what changed."""
     from exo_cli.ops.pr import forge_for
 
+    env.follow_store()  # a long-lived poller follows `exo store migrate`, as every command does
     if not env.has_state():
         return PollResult(0, [], False)
     prs = [p for p in env.store.prs(state="open") if p.forge == "github" and p.remote_number]
     forge = forge_for(env, "github", runner=runner)
-    changes: list[dict[str, Any]] = []
+    changes: list[Change] = []
     errors: list[str] = []
     synced: set[str] = set()  # base branches already fetched this round
     pending = False
@@ -131,7 +141,7 @@ def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
             env.store.event(kind, pr.author, data)
             if pr.author != ROOT:
                 env.store.post(kind, "forge", pr.author, text, data=data)
-            changes.append({"kind": kind, "pr": pr.number, "author": pr.author, "text": text})
+            changes.append(Change(kind, pr.number, pr.author, text))
         if now.state == "merged" and pr.state != "merged":
             from exo_cli.ops.pr import notify_merged
 
@@ -144,7 +154,7 @@ def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
     return PollResult(polled=len(prs), changes=changes, pending=pending, errors=errors)
 
 
-def _sync_base(forge: Any, pr: PullRequest, errors: list[str]) -> list[dict[str, Any]]:
+def _sync_base(forge: Any, pr: PullRequest, errors: list[str]) -> list[Change]:
     """After a merge on GitHub: fetch the base and fast-forward the local branch, so ``complete`` sees it merged."""
     try:
         sync = forge.sync_base(pr.base, reason=f"exo: PR #{pr.number} merged on GitHub")
@@ -156,7 +166,7 @@ def _sync_base(forge: Any, pr: PullRequest, errors: list[str]) -> list[dict[str,
         return []
     where = f" in {sync.worktree}" if sync.worktree else ""
     text = f"{pr.base} fast-forwarded to {(sync.head or '')[:12]}{where} (PR #{pr.number} merged on GitHub)"
-    return [{"kind": "base-updated", "pr": pr.number, "author": pr.author, "text": text}]
+    return [Change("base-updated", pr.number, pr.author, text)]
 
 
 def run_loop(env: Env, stop: threading.Event, *, interval_pending: float = 30, interval_idle: float = 300,
@@ -175,6 +185,17 @@ def run_loop(env: Env, stop: threading.Event, *, interval_pending: float = 30, i
     return rounds
 
 
+def pollable(env: Env) -> bool:
+    """Whether the poller has anything to poll: the repository's forge keeps PRs remotely (GitHub), or an open
+    GitHub PR is still tracked (filed before the forge changed). The local forge's PRs change only through exo,
+    which tells their agents at once."""
+    from exo_cli.ops.pr import forge_for
+
+    if env.has_state() and any(p.forge == "github" and p.remote_number for p in env.store.prs(state="open")):
+        return True
+    return forge_for(env).kind == "github"
+
+
 def start_poller(env: Env, *, interval_pending: float = 30, interval_idle: float = 300,
                  runner: GhRunner | None = None) -> threading.Event | None:
     """Run the poller in a daemon thread when no other runs for this repository.
@@ -184,9 +205,7 @@ def start_poller(env: Env, *, interval_pending: float = 30, interval_idle: float
     lock or the repository's forge is not GitHub. For ``exo_cli.mcp_server.BACKGROUND``.
     """
     try:
-        from exo_cli.ops.pr import forge_for
-
-        if forge_for(env).kind != "github":
+        if not pollable(env):
             return None
     except Exception:
         return None
@@ -227,15 +246,19 @@ def watch(env: Env, *, once: bool = False, interval_pending: Annotated[int, Rang
     """Poll the forge for review, check and merge changes and deliver them as events.
 
     Watches every open GitHub PR exo tracks with `gh pr view --json`: every
-    `--interval-pending` seconds while a review or check is pending, every
-    `--interval-idle` seconds otherwise. Changes go to the owning agent as a message and an
+    {--interval_pending} seconds while a review or check is pending, every
+    {--interval_idle} seconds otherwise. Changes go to the owning agent as a message and an
     event, and are printed as they happen (`--json`: one JSON object per line). After a
     merge on GitHub the local base branch is fetched and fast-forwarded. Stops on Ctrl-C.
-    Only one poller runs per repository.
+    Only one poller runs per repository. With the local forge and no GitHub PR tracked there
+    is nothing to poll: it says so at once (stopped_by nothing-to-poll) and exits 0.
     """
     from exo_cli import cancel
     from exo_cli.ops.pr import gh_runner
 
+    env.repo  # noqa: B018 - EnvironmentError_ outside a repository
+    if not pollable(env):
+        return WatchResult(0, [], "nothing-to-poll")
     observer = getattr(env, "watch_observer", None)  # set by the command: prints each change at once
 
     lock = PollerLock(env)
@@ -243,7 +266,7 @@ def watch(env: Env, *, once: bool = False, interval_pending: Annotated[int, Rang
         raise StateError("Another forge poller runs for this repository",
                          hint="It is `exo watch` or the root TL's `exo mcp` (pid in the lock file).",
                          lock=str(lock.path), holder=lock.holder())
-    changes: list[dict[str, Any]] = []
+    changes: list[Change] = []
     rounds = 0
     stopped_by = "once"
     try:
@@ -256,7 +279,7 @@ def watch(env: Env, *, once: bool = False, interval_pending: Annotated[int, Rang
                 for change in result.changes:
                     observer(change)
                 for error in result.errors:
-                    observer({"kind": "error", "text": error})
+                    observer(Change("error", None, None, error))
             if once:
                 break
             wait = interval_pending if result.pending else interval_idle

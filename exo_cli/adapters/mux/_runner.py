@@ -25,8 +25,9 @@ The request (``Headless.start`` writes it)::
 Messages arrive as files ``<dir>/<name>.inbox/<seq>.msg`` (written atomically by exo), each
 followed by one byte on the wake-up FIFO ``<dir>/<name>.wake``. The runner keeps its state in
 ``<dir>/<name>.state`` (JSON, replaced atomically): ``{"state": "running"|"waiting"|"exited",
-"turns": n, "rc": <last exit status>, "session": id}``; exo reads the exit status of a headless
-agent from it, since the agent is not exo's child any more.
+"turns": n, "rc": <last exit status>, "session": id, "pid": its own, "program": the command's
+name}``; exo reads the exit status of a headless agent from it, since the agent is not exo's child
+any more, and ``exo doctor`` which agent CLI it runs when its record is lost.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class Runner:
 
     def write_state(self, state: str) -> None:
         data = {"state": state, "mode": self.mode, "turns": self.turns, "rc": self.rc, "session": self.session,
-                "pid": os.getpid()}
+                "pid": os.getpid(), "program": os.path.basename(str((self.spec.get("argv") or [""])[0]))}
         tmp = f"{self.state_path}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from exo_cli.adapters.files import ensure_private_dir, locked, runtime_dir_for
-from exo_cli.adapters.mux import _launch
+from exo_cli.adapters.mux import _launch, tmux_socket
 from exo_cli.adapters.mux.base import (
     Location,
     PaneState,
@@ -152,11 +152,12 @@ class Tmux:
         self.history_limit = history_limit
         self.confirm_timeout = confirm_timeout
         self._ready = False
+        self._socket: str | None = None
 
     # ------------------------------------------------------------------ plumbing
 
     def _argv(self, *args: str) -> list[str]:
-        return [self.binary, "-L", self.socket_name, *args]
+        return [self.binary, "-S", self.socket_path(), *args]
 
     def _exec(
         self,
@@ -222,6 +223,20 @@ class Tmux:
         except OSError:
             pass
 
+    def stop_if_idle(self) -> bool:
+        """Stop the private server when it holds nothing but the placeholder window: no agent runs in
+        it and no dead agent's screen waits to be read (``exo reap`` closes those). True when no
+        server runs afterwards. The caller makes sure no spawn is adding a window meanwhile."""
+        if not os.path.exists(self.socket_path()):
+            return True  # no server (tmux makes the socket first): not even a tmux call
+        proc = self._exec("list-windows", "-a", "-F", "#{window_name}", check=False)
+        if proc.returncode != 0:
+            return self._no_server(proc)
+        if any(name != PLACEHOLDER for name in proc.stdout.splitlines()):
+            return False
+        self.kill_server()
+        return not self.server_running()
+
     def ensure_session(self) -> None:
         """Create the detached session (with a quiet placeholder window) and set its options.
 
@@ -231,6 +246,7 @@ class Tmux:
         """
         if self._ready:
             return
+        self._socket = tmux_socket.pin(self.runtime_dir, self.socket_name)
         env = {k: os.environ[k] for k in SERVER_VARS if k in os.environ}
         options = [
             ";", "set-option", "-g", "remain-on-exit", "on",
@@ -620,6 +636,11 @@ class Tmux:
         return self._argv(*select, "attach-session", "-t", f"={self.session}")
 
     def socket_path(self) -> str:
-        """Where tmux puts this server's socket (``$TMUX_TMPDIR/tmux-<uid>/<name>``)."""
-        base = os.environ.get("TMUX_TMPDIR") or "/tmp"
-        return os.path.join(base, f"tmux-{os.getuid()}", self.socket_name)
+        """This server's socket: pinned for the repository when its first server started (``tmux_socket``),
+        so that every exo process reaches the same server whatever its ``TMUX_TMPDIR``."""
+        if self._socket is None:
+            pinned = tmux_socket.pinned(self.runtime_dir, self.socket_name)
+            if pinned is None:
+                return tmux_socket.default(self.socket_name)
+            self._socket = pinned
+        return self._socket

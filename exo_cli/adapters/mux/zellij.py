@@ -50,7 +50,8 @@ from exo_cli.validate import check_name
 
 Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
 
-NOT_IN_ZELLIJ = "Not running in Zellij session"
+NOT_IN_ZELLIJ = "exo is not running inside a Zellij session: --mux zellij opens agents as tabs of the session it runs in"
+NO_SESSION = "The agent's Zellij session is not recorded, and exo is not running inside one"
 # Variables Zellij sets for the pane that the agent keeps on top of the given env.
 PANE_VARS = ("TERM", "ZELLIJ", "ZELLIJ_SESSION_NAME", "ZELLIJ_PANE_ID")
 WRITE_CHUNK = 16384  # characters per write-chars call (argv size limits)
@@ -70,9 +71,14 @@ def require_zellij(environ: Mapping[str, str] | None = None) -> str:
     if not in_zellij(env) or not name:
         raise EnvironmentError_(
             NOT_IN_ZELLIJ,
-            hint="Start zellij first, then run exo inside it (or use --mux tmux or headless).",
+            hint="Start zellij and run exo from one of its panes, or use --mux tmux or --mux headless.",
         )
     return name
+
+
+def _not_installed(binary: str) -> EnvironmentError_:
+    return EnvironmentError_(f"Zellij is not installed ({binary} is not on PATH)",
+                             hint="Install Zellij, or use --mux tmux or --mux headless.", binary=binary)
 
 
 # --------------------------------------------------------------------------- KDL
@@ -190,7 +196,7 @@ def _default_runner(binary: str) -> Runner:
 
 def _missing_runner(binary: str) -> Runner:
     def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-        raise EnvironmentError_(f"{binary} is not installed or not on PATH", hint="Install zellij.", binary=binary)
+        raise _not_installed(binary)
 
     return run
 
@@ -219,20 +225,18 @@ class Zellij:
         any shell) nothing is checked until a Zellij call is needed, which then uses the
         session recorded in the agent's location."""
         self.environ = os.environ if environ is None else environ
-        if session is None and require:
-            session = require_zellij(self.environ)
-        self.session = session if session is not None else (self.environ.get("ZELLIJ_SESSION_NAME") or None)
         if run is None:
             from exo_cli.adapters.proc import which
 
             if which(binary) is None:
                 if require:
-                    raise EnvironmentError_(
-                        f"{binary} is not installed or not on PATH", hint="Install zellij.", binary=binary
-                    )
+                    raise _not_installed(binary)  # before the session: being inside one would not help
                 run = _missing_runner(binary)
             else:
                 run = _default_runner(binary)
+        if session is None and require:
+            session = require_zellij(self.environ)
+        self.session = session if session is not None else (self.environ.get("ZELLIJ_SESSION_NAME") or None)
         self.run = run
         self.binary = binary
         self.runtime_dir = Path(runtime_dir)
@@ -248,7 +252,7 @@ class Zellij:
         target = session or self.session
         if not target:
             raise EnvironmentError_(
-                NOT_IN_ZELLIJ, hint="Run it inside the agent's Zellij session, or attach with `zellij attach`."
+                NO_SESSION, hint="Run it inside the agent's Zellij session, or attach to it with `zellij attach`."
             )
         return [self.binary, "--session", target, "action", *args]
 
@@ -284,18 +288,21 @@ class Zellij:
         log_path: str | os.PathLike[str] | None = None,
         services_argv: Sequence[str] | None = None,
         services_log: str | os.PathLike[str] | None = None,
+        services_env: Mapping[str, str] | None = None,
     ) -> Location:
         """Open tab ``name`` with the agent layout running ``argv`` in ``cwd`` with exactly ``env``.
 
         Zellij adds only TERM, ZELLIJ, ZELLIJ_SESSION_NAME and ZELLIJ_PANE_ID. With
         ``services_argv`` (or the constructor's ``services``), process-compose and a
         ``tail -F`` of ``services_log`` run in the tab's side panes, through the launcher
-        too (same environment; their pids are recorded, see ``service_locations``). ``log_path`` is
+        too (with ``services_env``, by default the agent's; their pids are recorded, see
+        ``service_locations``). ``log_path`` is
         not used (the pane's scrollback is the log).
         """
         check_name(name, "tab name")
         argv = check_argv(argv)
         env = check_env(env)
+        side_env = check_env(services_env) if services_env is not None else env
         cwd = os.fspath(cwd)
         if not os.path.isdir(cwd):
             raise InvalidInput(f"Working folder {cwd} does not exist", field="cwd")
@@ -327,7 +334,8 @@ class Zellij:
         try:
             self._action("new-tab", "--layout", str(layout), "--cwd", cwd, "--name", name)
             for pane, pane_argv in panes:
-                spec = {"argv": pane_argv, "env": env, "cwd": cwd if pane != "logs" else "/",
+                spec = {"argv": pane_argv, "env": env if pane == "agent" or services_env is None else side_env,
+                        "cwd": cwd if pane != "logs" else "/",
                         "keep": list(PANE_VARS), "pid_file": str(pid_files[pane])}
                 if pane == "agent":
                     spec["exit_file"] = str(exit_file)
@@ -529,7 +537,7 @@ class Zellij:
         if session and self.environ.get("ZELLIJ_SESSION_NAME") == session:
             return self.action_argv("go-to-tab-name", name, session=session)
         if not session:
-            raise EnvironmentError_(NOT_IN_ZELLIJ, hint="The agent's Zellij session is not recorded.")
+            raise EnvironmentError_(NO_SESSION, hint="Attach to the agent's Zellij session yourself (zellij list-sessions).")
         return [self.binary, "attach", session]
 
     def kill_server(self) -> None:

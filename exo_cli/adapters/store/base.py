@@ -223,6 +223,12 @@ class Store(Protocol):
         """Set ``key`` only when it is absent; True when this call set it (one winner of a race)."""
         ...
 
+    # -- reaching the store ------------------------------------------------------------------
+    def patience(self, seconds: float | None) -> AbstractContextManager[None]:
+        """Inside the block, keep trying to reach a store that restarts or is full for up to ``seconds``
+        (the caller's own timeout) before an EnvironmentError; None: the store's default. SQLite: nothing to do."""
+        ...
+
     # -- moving the state between stores (`exo store migrate`) -------------------------------
     def counts(self) -> dict[str, int]:
         """How many rows each table holds for this repository (``TABLES`` order)."""
@@ -232,11 +238,48 @@ class Store(Protocol):
         """Every row of this repository, by table, as the SQLite columns name them (ids kept)."""
         ...
 
-    def load(self, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
-        """Insert ``dump``'s rows, ids kept, in one transaction; StateError unless this state is empty."""
+    def hold(self, holder: str) -> AbstractContextManager[None]:
+        """Hold every writer of this repository's state until the block ends (every exo process, every host).
+
+        Writers wait at most ``moving.HOLD_SECONDS``, then fail with a StateError naming ``holder``;
+        reads go on. Inside the block this process's own calls (``dump``, ``agents``,
+        ``mark_moved``) see a state nobody else changes. StateError when the state moved already.
+        """
+        ...
+
+    def mark_moved(self, location: str) -> None:
+        """Inside ``hold``: record that the state moved to ``location`` (``moving``'s form).
+
+        From then on every write here fails with a StateError naming it (reads still see the state
+        as it was); it takes effect for others when the hold ends.
+        """
+        ...
+
+    def moved_to(self) -> str | None:
+        """Where this repository's state moved (its marker), or None while it is here; raises nothing of that."""
         ...
 
     def set_aside(self) -> str | None:
-        """Remove this repository's state after it moved; return where a copy is kept, if anywhere."""
+        """After the move: remove this repository's old state; return where a copy is kept, if anywhere."""
         ...
 
+    def forget(self) -> None:
+        """Remove this repository's state from this store for good (``exo deinit``): its rows (PostgreSQL,
+        other repositories' rows untouched) or its database file (SQLite)."""
+        ...
+
+    def load(self, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+        """Insert ``dump``'s rows, ids kept, in one transaction, as a copy nobody uses until ``settle``.
+
+        StateError when this store already holds state for the repository (a copy an interrupted
+        migrate left is replaced).
+        """
+        ...
+
+    def settle(self) -> None:
+        """Make ``load``'s copy this repository's state (the moved marker of an earlier move away cleared)."""
+        ...
+
+    def discard(self) -> None:
+        """Remove ``load``'s copy (nothing that was ever settled)."""
+        ...

@@ -3,12 +3,20 @@
 Everything lives in the PostgreSQL schema ``exo``; every table but ``exo.version`` and
 ``exo.repos`` keys its rows by the repository (``repo``), so several repositories share one
 database. Columns mirror SQLite's (``sqlite.py``): JSON as text, times as seconds since the
-epoch; an agent's own ``repo`` field is the column ``repo_path``.
+epoch; an agent's own ``repo`` field is the column ``repo_path``. ``exo.repos`` also holds, per
+repository, who holds its state during `exo store migrate` (``held_by``), where the state
+moved (``moved_to``: the row stays when the state leaves, so late writers are told), and
+whether its rows are a copy a migrate has not yet switched to (``incoming``: where from).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+# The PostgreSQL schema's own version (SQLite's is ``store.SCHEMA_VERSION``): 2 added the hold and
+# moved marker of `exo store migrate` to ``exo.repos`` (a process of an older exo then refuses the
+# database instead of writing past a migrate it cannot see).
+PG_SCHEMA_VERSION = 2
 
 MIGRATIONS: dict[int, Sequence[str]] = {
     1: (
@@ -46,5 +54,9 @@ MIGRATIONS: dict[int, Sequence[str]] = {
             merged_at DOUBLE PRECISION, data TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (repo, number))""",
         "CREATE INDEX prs_head ON exo.prs (repo, head)",
         "CREATE TABLE exo.kv (repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (repo, key))",
+    ),
+    2: (
+        "ALTER TABLE exo.repos ADD COLUMN IF NOT EXISTS held_by TEXT, ADD COLUMN IF NOT EXISTS moved_to TEXT,"
+        " ADD COLUMN IF NOT EXISTS incoming TEXT",
     ),
 }

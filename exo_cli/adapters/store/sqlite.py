@@ -25,7 +25,7 @@ from _thread import _local as _thread_local  # threading's classes, without impo
 from functools import cached_property
 from pathlib import Path
 
-from exo_cli.adapters.store import SCHEMA_VERSION, TABLES
+from exo_cli.adapters.store import DB_FILE, HOLD_SECONDS, MOVED_APP_ID, SCHEMA_VERSION, pointed_url
 from exo_cli.errors import InvalidInput, StateError
 from exo_cli.records import (
     AGENT_JSON_FIELDS,
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from exo_cli.adapters.bell import Doorbell
     from exo_cli.adapters.store.base import Store
+    from exo_cli.adapters.store.sqlmove import SqliteMoving
 else:
     # mypy checks SqliteStore against the interface; at run time the Protocol classes
     # would only cost every hook ~1.4 ms to build.
@@ -61,47 +62,12 @@ else:
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
-MIGRATIONS: dict[int, Sequence[str]] = {
-    1: (
-        """CREATE TABLE agents (
-            id TEXT PRIMARY KEY, name TEXT NOT NULL, role TEXT NOT NULL, parent TEXT,
-            status TEXT NOT NULL, backend TEXT NOT NULL, mux TEXT NOT NULL,
-            task TEXT, bead TEXT, worktree TEXT, branch TEXT, base_branch TEXT, repo TEXT,
-            location TEXT NOT NULL DEFAULT '{}', session_id TEXT, output TEXT, status_reason TEXT,
-            turns INTEGER NOT NULL DEFAULT 0, tool_calls INTEGER NOT NULL DEFAULT 0,
-            tokens INTEGER NOT NULL DEFAULT 0,
-            created_at REAL NOT NULL, updated_at REAL NOT NULL, status_at REAL NOT NULL,
-            completed_at REAL, spec TEXT NOT NULL DEFAULT '{}', undo TEXT NOT NULL DEFAULT '[]')""",
-        "CREATE INDEX agents_parent ON agents(parent)",
-        """CREATE TABLE messages (
-            id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, sender TEXT NOT NULL,
-            recipient TEXT NOT NULL, body TEXT NOT NULL, data TEXT NOT NULL DEFAULT '{}',
-            created_at REAL NOT NULL, delivered_at REAL, consumed_at REAL, reply_to INTEGER,
-            state TEXT)""",
-        "CREATE INDEX messages_recipient ON messages(recipient, consumed_at)",
-        "CREATE INDEX messages_reply ON messages(reply_to)",
-        """CREATE TABLE events (
-            id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, agent TEXT,
-            data TEXT NOT NULL DEFAULT '{}', created_at REAL NOT NULL)""",
-        "CREATE INDEX events_agent ON events(agent)",
-        """CREATE TABLE prs (
-            number INTEGER PRIMARY KEY AUTOINCREMENT, forge TEXT NOT NULL, title TEXT NOT NULL,
-            body TEXT NOT NULL, head TEXT NOT NULL, base TEXT NOT NULL, author TEXT NOT NULL,
-            state TEXT NOT NULL, draft INTEGER NOT NULL DEFAULT 0, url TEXT, remote_number INTEGER,
-            strategy TEXT, merge_commit TEXT, review_state TEXT, checks_state TEXT,
-            created_at REAL NOT NULL, updated_at REAL NOT NULL, merged_at REAL,
-            data TEXT NOT NULL DEFAULT '{}')""",
-        "CREATE INDEX prs_head ON prs(head)",
-        "CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    ),
-}
-
 _AGENT_COLS = Agent._fields
 _AGENT_SELECT = f"SELECT {', '.join(_AGENT_COLS)} FROM agents"  # tuple rows in Agent's order: no Row lookups
 _AGENT_JSON_AT = tuple((_AGENT_COLS.index(k), "[]" if k == "undo" else "{}") for k in AGENT_JSON_FIELDS)
 _MSG_COLS = Message._fields
 _PR_COLS = PullRequest._fields
-_LOCK_RETRY_SECONDS = 60.0
+_LOCK_RETRY_SECONDS = HOLD_SECONDS  # a writer's whole wait for the lock (a migrate's hold above all)
 _KV_UPSERT = "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
 
 
@@ -136,13 +102,20 @@ class SqliteStore(Store):
 
     def _open(self) -> sqlite3.Connection:
         fresh = not self.path.exists()
+        if fresh and self.path.name == DB_FILE:
+            pointed = pointed_url(self.path.parent)
+            if pointed:  # the state moved to PostgreSQL: never start a second one here
+                from exo_cli.adapters.store.moving import moved_error
+
+                raise moved_error(pointed)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            busy = min(30.0, _LOCK_RETRY_SECONDS)  # one wait of SQLite's busy handler, within the whole bound
+            conn = sqlite3.connect(self.path, timeout=busy, isolation_level=None, check_same_thread=False)
             if fresh:
                 with contextlib.suppress(OSError):
                     os.chmod(self.path, 0o600)
-            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
             self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute("PRAGMA synchronous = NORMAL")
             self._migrate(conn)
@@ -168,11 +141,35 @@ class SqliteStore(Store):
             except UnicodeEncodeError as exc:  # a value with lone surrogates (bytes that were not UTF-8)
                 raise InvalidInput(f"Invalid value {exc.object[:80]!r}: it is not valid UTF-8 text") from exc
             except sqlite3.OperationalError as exc:
-                if not _is_locked(exc) or time.monotonic() > deadline:
+                if not _is_locked(exc):
                     raise
+                if time.monotonic() > deadline:
+                    raise self._locked_error() from exc
                 # jitter from the clock: `random` costs ~2 ms to import on every hook
                 time.sleep(delay * (1 + (time.perf_counter_ns() % 1000) / 1000))
                 delay = min(delay * 2, 0.2)
+
+    def _locked_error(self) -> StateError:
+        """A writer that waited ``HOLD_SECONDS`` for the lock: who holds it, when a migrate says so."""
+        from exo_cli.adapters.store.moving import held_error
+        from exo_cli.adapters.store.sqlmove import held_note
+
+        try:
+            holder: str | None = held_note(self.path).read_text().strip() or None
+        except OSError:
+            holder = None
+        return held_error(holder, _LOCK_RETRY_SECONDS)
+
+    def refuse_if_moved(self, conn: sqlite3.Connection) -> None:
+        """StateError naming the new location when this database's state moved away (`exo store migrate`)."""
+        if conn.execute("PRAGMA application_id").fetchone()[0] == MOVED_APP_ID:
+            from exo_cli.adapters.store.moving import moved_error
+            from exo_cli.adapters.store.sqlmove import marker
+
+            raise moved_error(marker(conn) or "another store")
+
+    def patience(self, seconds: float | None) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # a file: nothing to reconnect to
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -188,6 +185,8 @@ class SqliteStore(Store):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 current = conn.execute("PRAGMA user_version").fetchone()[0]
+                from exo_cli.adapters.store.sqlschema import MIGRATIONS
+
                 for v in range(current + 1, SCHEMA_VERSION + 1):
                     for stmt in MIGRATIONS[v]:
                         conn.execute(stmt)
@@ -213,8 +212,12 @@ class SqliteStore(Store):
         """
         with self._write_turn:
             conn = self._conn()
+            if getattr(self._local, "held", None) is conn:  # this thread holds the state: its transaction
+                yield conn
+                return
             self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
             try:
+                self.refuse_if_moved(conn)  # a process that outlived a migrate never writes the old file
                 yield conn
             except UnicodeEncodeError as exc:  # nothing half-written: the transaction is rolled back
                 conn.execute("ROLLBACK")
@@ -592,34 +595,38 @@ class SqliteStore(Store):
             cur = c.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", (key, value))
             return cur.rowcount == 1
 
-    # -- moving the state between stores ---------------------------------------------------
+    # -- moving the state between stores (`exo store migrate`: sqlmove.py, loaded only then) ----------
+    def _moving(self) -> SqliteMoving:
+        from exo_cli.adapters.store.sqlmove import SqliteMoving
+
+        return SqliteMoving(self)
+
     def counts(self) -> dict[str, int]:
-        return {t: int(self.query(f"SELECT count(*) AS n FROM {t}")[0]["n"]) for t in TABLES}
+        return self._moving().counts()
 
     def dump(self) -> dict[str, list[dict[str, Any]]]:
-        return {t: [dict(r) for r in self.query(f"SELECT * FROM {t}")] for t in TABLES}
+        return self._moving().dump()
 
-    def load(self, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
-        with self.write() as c:
-            for t in TABLES:
-                if c.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone():
-                    raise StateError(f"The SQLite state {self.path} is not empty (table {t})",
-                                     hint=f"Move {self.path} aside first.", path=str(self.path))
-            for t in TABLES:
-                for row in rows.get(t, ()):
-                    cols = list(row)
-                    c.execute(f"INSERT INTO {t} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                              [row[k] for k in cols])
+    def hold(self, holder: str) -> contextlib.AbstractContextManager[None]:
+        return self._moving().hold(holder)
+
+    def mark_moved(self, location: str) -> None:
+        self._moving().mark_moved(location)
+
+    def moved_to(self) -> str | None:
+        return self._moving().moved_to()
 
     def set_aside(self) -> str | None:
-        """Keep the database aside as ``state.db.moved-<time>`` (nothing opens it again)."""
-        conn = self._conn()
-        self._retry(lambda: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
-        self.close()
-        kept = self.path.with_name(f"{self.path.name}.moved-{time.strftime('%Y%m%d-%H%M%S')}")
-        os.replace(self.path, kept)
-        for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{self.path}{suffix}")
-        return str(kept)
+        return self._moving().set_aside()
 
+    def forget(self) -> None:
+        self._moving().forget()
+
+    def load(self, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+        self._moving().load(rows)
+
+    def settle(self) -> None:
+        self._moving().settle()
+
+    def discard(self) -> None:
+        self._moving().discard()

@@ -170,7 +170,26 @@ def agent_env(env: Env) -> dict[str, str]:
 
     out = {k: v for k, v in env.environ.items() if k not in DROP_VARS}
     restore_api_key(out)
+    out["PATH"] = exo_first(env, out.get("PATH"))
     return out
+
+
+def exo_first(env: Env, path: str | None) -> str:
+    """``path`` with this exo first: a folder of exo's state holding only ``exo``, which runs this very exo.
+
+    An agent (and what it runs: a custom command, a post-create command, a service) calls
+    ``exo`` by name; the spawner's PATH may not hold it (exo run by a full path, or by ssh
+    from another host, whose login PATH seldom has it). The folder holds nothing else, so
+    the user's own python, pip and the like stay first as they were.
+    """
+    import os
+
+    from exo_cli.adapters.files import command_folder
+    from exo_cli.selfcmd import exo_command
+
+    folder = str(command_folder(env.state_dir / "bin", "exo", exo_command()))
+    rest = [p for p in (path if path is not None else os.defpath).split(os.pathsep) if p and p != folder]
+    return os.pathsep.join([folder, *rest])
 
 
 def host_fields(env: Env) -> dict[str, Any]:
@@ -195,6 +214,8 @@ def host_fields(env: Env) -> dict[str, Any]:
     if env.via_host is not None:
         out["parent_host"] = env.via_host.get("from_host")
         out["base_ref"] = env.via_host.get("base_ref")
+        if env.via_host.get("settings"):  # the spawning host's choices stay with the agent (``agentctl.setting``)
+            out["settings"] = dict(env.via_host["settings"])
     return out
 
 

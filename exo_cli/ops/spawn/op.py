@@ -20,6 +20,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli.errors import ExoError, UsageError
+from exo_cli.ops import attention
 from exo_cli.ops.spawn import pending
 from exo_cli.ops.spawn.call import Call
 from exo_cli.ops.spawn.plan import (
@@ -36,7 +37,7 @@ from exo_cli.ops.spawn.plan import (
     read_prompts,
     target_env,
 )
-from exo_cli.ops.spawn.result import SpawnedAgent, SpawnResult, failed_call
+from exo_cli.ops.spawn.result import WHOLE_CALL, SpawnedAgent, SpawnResult, failed_call
 from exo_cli.ops.spawn.task import start_all
 from exo_cli.records import AGENT_CLIS, BACKENDS, MUXES
 from exo_cli.registry import Choice, Range, Tool, op
@@ -44,7 +45,7 @@ from exo_cli.registry import Choice, Range, Tool, op
 if TYPE_CHECKING:
     from exo_cli.env import Env
 
-__all__ = ["BACKENDS", "COMMON", "MUXES", "SpawnResult", "SpawnedAgent", "WorkerSpec", "first_failure_exit",
+__all__ = ["BACKENDS", "COMMON", "MUXES", "WHOLE_CALL", "SpawnResult", "SpawnedAgent", "WorkerSpec", "first_failure_exit",
            "spawn", "worker_specs"]
 
 
@@ -76,13 +77,13 @@ def worker_specs(*, specs: list[WorkerSpec]) -> dict[str, Any]:
 SPAWN_HELP = {
     "beads": "Bead ids to work on, with or without the tracker's prefix (4hj or bd-4hj).",
     "worker": "Name of a leaf worker to spawn (repeatable); its branch is <parent branch>.<name>.",
-    "prompt": "The task: one prompt for all workers, or one per --worker in order; extra instructions for beads.",
+    "prompt": "The task: one prompt for all workers, or one per {--worker} in order; extra instructions for beads.",
     "prompt_file": "Read the prompt from this file.",
     "edit": "Write the prompt in $EDITOR (CLI only).",
-    "subtree": "Spawn a child team lead that can spawn its own children (needs --task and --branch).",
+    "subtree": "Spawn a child team lead that can spawn its own children (needs {--task} and {--branch}).",
     "task": "The subtree's responsibility.",
     "branch": "The subtree's name and branch suffix: <parent branch>.<branch>.",
-    "fork_session": "Start a Claude subtree from its parent's conversation (--resume ... --fork-session).",
+    "fork_session": "Start a Claude subtree from its parent's conversation (as `claude --resume ID --fork-session`).",
     "parent_session_id": "The parent's Claude session id to fork from (default: the caller's recorded one).",
     "ready": "Spawn the N best ready beads (priority, then age), skipping ones a live agent owns.",
     "specs": "Worker specs as objects {name, prompt, agent?, bead?, annotation?}.",
@@ -181,14 +182,16 @@ def spawn(
 ) -> SpawnResult:
     """Start agents: one worktree, branch and agent per bead, worker or subtree.
 
-    Tasks run in parallel; one failing never stops the others. The result pairs each task
-    with its worktree (worktrees), its pane, tab or pid (tabs) or its error (failed), and
-    adds error objects, the recorded agents, workers spawned without a task, and warnings. A
-    spawn interrupted at any step leaves a record that the same spawn again (or `exo doctor`)
-    cleans up before starting over; spawning the same agent twice reports the live one as a
-    StateError. With host, exo on that host makes the worktrees from the parent's branch as
-    pushed to the shared remote and starts the agents there.
+    Each task gets a git worktree and branch of its own, made from the parent's branch (or
+    {--from_branch}), and its agent starts there in a tmux pane, a Zellij tab or headless
+    ({--mux}). Tasks run in parallel; one failing never stops the others, and the result
+    lists each task's worktree and pane, or its error. A spawn interrupted at any step leaves
+    a record that the same spawn again (or `exo doctor`) cleans up before starting over; a
+    name a live agent already has is refused. With {--host}, exo on that host makes the
+    worktrees from the parent's branch as pushed to the shared remote and starts the agents
+    there.
     """
+    attention.remember_human(env)  # what the notifier gets when these agents' events reach the human
     prompts = read_prompts(env, list(prompt or []), prompt_file, edit=edit)
     if host is not None and host != env.host_name:
         from exo_cli.ops.remote import spawn_there

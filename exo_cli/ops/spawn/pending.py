@@ -17,7 +17,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from exo_cli.errors import ExoError, NotFound, StateError
+from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
 from exo_cli.ops.spawn.call import PENDING, Call, host_fields
 from exo_cli.ops.spawn.plan import common_from_spec, request_from_spec
 from exo_cli.ops.spawn.recovery import spawn_lock
@@ -89,12 +89,19 @@ def launch_pending(env: Env, agent_id: str, *, prompt: str | None = None) -> Spa
         raise NotFound(f"No agent named {agent_id!r}", agent=agent_id)
     if rec.spec.get("phase") != PENDING:
         raise StateError(f"Agent {agent_id} is not waiting to start", agent=agent_id, status=rec.status)
+    if prompt is not None:
+        try:  # the outputs it waited for made its prompt too long: it never starts, and its parent is told
+            check_text(prompt, "prompt", kind="prompt")
+        except InvalidInput as exc:
+            from exo_cli.ops.delivery import fail_pending
+
+            fail_pending(env, rec, exc.message)
+            raise
     key = f"launch:{agent_id}:{rec.created_at}"
     if not env.store.kv_claim(key, str(os.getpid())):
         raise StateError(f"Agent {agent_id} is already being launched", agent=agent_id)
     req = request_from_spec(rec.spec)
     if prompt is not None:
-        check_text(prompt, "prompt")
         if req.kind == "subtree":
             req.task = prompt
         else:

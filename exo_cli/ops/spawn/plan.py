@@ -210,6 +210,32 @@ def caller_context(env: Env, *, from_branch: str | None, no_worktree: bool) -> d
     }
 
 
+def tree_depth(env: Env, agent_id: str) -> int:
+    """How many levels below the human at the root ``agent_id`` is (the root: 0; its children: 1)."""
+    depth, seen = 0, set()
+    current: str | None = agent_id
+    while current and current != ROOT and current not in seen:
+        seen.add(current)
+        depth += 1
+        record = env.store.agent(current)
+        current = record.parent if record is not None else None
+    return depth
+
+
+def check_depth(env: Env, parent: str) -> None:
+    """InvalidInput when a child of ``parent`` would be deeper than ``limits.max_depth`` (0: no limit)."""
+    limit = int(env.config.get("limits.max_depth") or 0)
+    if not limit or parent == ROOT:
+        return
+    depth = tree_depth(env, parent) + 1
+    if depth > limit:
+        raise InvalidInput(
+            f"A child of {parent} would be {depth} levels below the root; limits.max_depth is {limit}",
+            hint="Spawn it from a higher level (your parent's tree), or raise limits.max_depth in exo.toml; "
+            "branch names of the tree grow with each level (at most 200 bytes).",
+            field="depth", depth=depth, limit=limit)
+
+
 def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_worktree: bool,
                skip_permissions: bool | None, demo_script: str | None, fork_session: bool | None,
                parent_session_id: str | None, after: list[str], warnings: list[str]) -> Common:
@@ -220,6 +246,7 @@ def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_w
         info = caller_context(target, from_branch=from_branch, no_worktree=no_worktree)
         info["parent"] = ROOT
         warnings.append(f"Spawned into {target.repo.root}: its agents report to that repository's root")
+    check_depth(env if target is env else target, str(info["parent"]))
     session = parent_session_id or info.pop("session_id")
     info.pop("session_id", None)
     skip = bool(target.config.get("agent.skip_permissions")) if skip_permissions is None else skip_permissions
@@ -246,7 +273,7 @@ def plan(env: Env, call_env: Env, *, beads: list[str], worker: list[str], prompt
     if task or branch:
         raise UsageError("--task and --branch go with --subtree")
     for p in prompt:
-        check_text(p, "prompt")
+        check_text(p, "prompt", kind="prompt")
     bead_prompt, prompt = _split_prompts(prompt, beads=bool(beads or ready), worker=worker)
     reqs = [Request(kind="bead", key=b, bead=b, prompt=bead_prompt, agent=agent) for b in beads]
     reqs += _ready_beads(call_env, ready, given=beads, prompt=bead_prompt, agent=agent, warnings=warnings,
@@ -271,7 +298,7 @@ def _subtree(prompt: list[str], *, task: str | None, branch: str | None, agent: 
         raise UsageError("--subtree needs --task TEXT and --branch NAME")
     if len(prompt) > 1:
         raise UsageError("--subtree takes one task")
-    check_text(text, "task")
+    check_text(text, "task", kind="prompt")
     name = check_agent_name(branch, "branch name")  # the subtree's agent name too
     return Request(kind="subtree", key=name, name=name, task=text, agent=agent)
 
@@ -337,7 +364,9 @@ def _from_specs(specs: list[dict[str, Any]], *, agent: str) -> list[Request]:
             raise InvalidInput(f"Unknown worker spec field(s): {', '.join(sorted(unknown))}", field="specs")
         p = s.get("prompt") or None
         if p is not None:
-            check_text(p, "prompt")
+            check_text(p, "prompt", kind="prompt")
+        if s.get("annotation"):
+            check_text(s["annotation"], "annotation", kind="message")
         kind = "bead" if s.get("bead") else "worker"
         name = s.get("name") or None
         reqs.append(Request(kind=kind, key=name or (s.get("bead") or ""), name=name, prompt=p,

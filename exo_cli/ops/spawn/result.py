@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from exo_cli.errors import BY_NAME, ExoError, InvalidInput, StateError
 from exo_cli.ops.spawn.call import PENDING
@@ -44,6 +44,16 @@ class SpawnedAgent:
     host: str = ""  # the host it runs on
 
 
+class SpawnError(TypedDict):
+    """One failed task of a spawn: its id and its error object."""
+
+    id: str
+    code: int
+    name: str
+    message: str
+    hint: str | None
+
+
 @dataclass(frozen=True)
 class SpawnResult:
     """The pairs of ``spawn_agents`` plus error objects, the agents, workers without a task, and warnings."""
@@ -51,7 +61,7 @@ class SpawnResult:
     worktrees: list[list[str]]
     tabs: list[list[str]]
     failed: list[list[str]]
-    errors: list[dict[str, Any]]
+    errors: list[SpawnError]
     agents: list[SpawnedAgent]
     workers_awaiting_task: list[str]
     warnings: list[str]
@@ -61,8 +71,13 @@ class SpawnResult:
         """0 when every task spawned, else the exit code of the first failure's class."""
         if not self.errors:
             return 0
-        cls = BY_NAME.get(str(self.errors[0].get("name")))
+        cls = BY_NAME.get(self.errors[0]["name"])
         return cls.exit_code if cls else 70
+
+    @property
+    def tool_error(self) -> bool:
+        """Every task failed (no agent recorded): the MCP tool answers ``isError: true`` with this result."""
+        return bool(self.errors) and not self.agents
 
 
 def view(a: Agent) -> SpawnedAgent:
@@ -74,14 +89,18 @@ def view(a: Agent) -> SpawnedAgent:
     )  # fmt: skip
 
 
-def error_obj(key: str, exc: ExoError) -> dict[str, Any]:
+def error_obj(key: str, exc: ExoError) -> SpawnError:
     """One entry of a spawn result's ``errors``."""
     return {"id": key, "code": exc.rpc_code, "name": exc.name, "message": exc.message, "hint": exc.hint}
 
 
+# The id of a failure of the whole call in ``failed`` and ``errors`` (public JSON; never shown to a human).
+WHOLE_CALL = "*"
+
+
 def failed_call(call: Call, exc: ExoError) -> SpawnResult:
     """The result of a call that failed as a whole (no multiplexer, an unknown ``after`` agent)."""
-    return SpawnResult([], [], [["*", exc.message]], [error_obj("*", exc)], [], [], call.warnings)
+    return SpawnResult([], [], [[WHOLE_CALL, exc.message]], [error_obj(WHOLE_CALL, exc)], [], [], call.warnings)
 
 
 def run_tasks(call: Call, reqs: list[Request], step: Callable[[Request], Agent], *,
@@ -120,7 +139,7 @@ def _gather(call: Call, reqs: list[Request], outcomes: list[Agent | ExoError | N
     worktrees: list[list[str]] = []
     tabs: list[list[str]] = []
     failed: list[list[str]] = []
-    errors: list[dict[str, Any]] = []
+    errors: list[SpawnError] = []
     agents: list[SpawnedAgent] = []
     awaiting: list[str] = []
     for req, out in zip(reqs, outcomes, strict=True):

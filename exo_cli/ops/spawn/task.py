@@ -35,6 +35,8 @@ from exo_cli.records import BACKENDS, DONE, LIVE_STATUSES, ROOT, STARTING, Agent
 from exo_cli.validate import check_agent_name, slugify
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from exo_cli.adapters.agents import Backend, Launch
     from exo_cli.adapters.mux import Location, Mux
     from exo_cli.env import Env
@@ -214,6 +216,18 @@ def _place(call: Call, req: Request, agent_id: str, bead: _Bead | None) -> tuple
     return path, branch
 
 
+def _no_base(base: str | None, parent_branch: str | None) -> StateError:
+    """The error for a base that names no commit: a bad ``--from``/``worktree.base``, or a branch with no commit yet."""
+    if base:
+        return StateError(f"The base {base} does not name a commit",
+                          hint="Pass an existing branch or commit with --from, or fix worktree.base in exo.toml.",
+                          base=base)
+    what = f"Branch {parent_branch}" if parent_branch else "This repository"
+    return StateError(f"{what} has no commit yet, and an agent's worktree starts from a commit",
+                      hint="Make a first commit (git commit --allow-empty -m 'Initial commit'), then spawn again; "
+                           "or spawn with --no-worktree.", branch=parent_branch)
+
+
 def _record(call: Call, req: Request, agent_id: str, *, path: Path, branch: str | None,
             bead: _Bead | None) -> Agent:
     """The agent's record, phase ``recorded``, with the whole request and the base commit (not stored yet)."""
@@ -223,7 +237,7 @@ def _record(call: Call, req: Request, agent_id: str, *, path: Path, branch: str 
     if not common.no_worktree:
         base_commit = call.commit(common.base or common.parent_branch or "HEAD")
         if base_commit is None:
-            raise StateError(f"Base {common.base!r} does not name a commit", hint="Pass a branch with --from.")
+            raise _no_base(common.base, common.parent_branch)
     agent_dir = env.state_dir / "agents" / agent_id
     now = time.time()
     spec: dict[str, Any] = {
@@ -322,7 +336,7 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
     identity = _identity(call, agent, spec)
     base_env = agent_env(env)
     if worktree:  # the post-create command is no agent: it never gets the proof
-        _fill_worktree(call, agent, spec, path, {**base_env, **_without_proof(identity)})
+        _fill_worktree(call, agent, spec, path, {**base_env, **beside_agent(identity)})
     launch = _prepare_backend(call, req, agent, spec, path, base_env=base_env, identity=identity, bead_task=bead_task)
     fault.point("spawn.prepared", env.environ)
     if bead_task is not None:  # once the agent can start (a backend that fails leaves the bead ready), and
@@ -364,8 +378,10 @@ def _identity(call: Call, agent: Agent, spec: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _without_proof(environ: dict[str, str]) -> dict[str, str]:
-    """``environ`` without the agent's proof (for the processes exo starts beside the agent)."""
+def beside_agent(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the agent's proof, for the processes exo starts beside the agent (the post-create
+    command, the services on every multiplexer). They keep its markers (``EXO_AGENT``...), so exo refuses them
+    as unproven: they are neither that agent nor the human."""
     return {k: v for k, v in environ.items() if k != PROOF_VAR}
 
 
@@ -503,6 +519,7 @@ def _start(call: Call, agent_id: str, spec: dict[str, Any], launch: Launch, *, s
     elif call.common.mux == "zellij" and services and path is not None:
         extra["services_argv"] = wt.services_argv(path)
         extra["services_log"] = str(path / wt.PC_LOG)
+        extra["services_env"] = beside_agent(launch.env)
     loc: Location = call.starter().start(agent_id, list(launch.argv), cwd=launch.cwd, env=dict(launch.env),
                                          log_path=logs / f"{agent_id}.log", **extra)
     spec["phase"] = "started"
@@ -527,6 +544,6 @@ def _start_services(call: Call, agent_id: str, spec: dict[str, Any], path: Path,
     logs = call.env.state_dir / "logs"
     svc_name = f"{agent_id[:58]}-svc"
     with contextlib.suppress(ExoError):
-        sloc = mux.start(svc_name, wt.services_argv(path), cwd=str(path), env=_without_proof(launch.env),
+        sloc = mux.start(svc_name, wt.services_argv(path), cwd=str(path), env=beside_agent(launch.env),
                          log_path=logs / f"{svc_name}.log")
         spec["services_location"] = sloc.to_dict()
