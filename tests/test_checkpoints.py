@@ -383,3 +383,20 @@ def test_an_undo_never_deletes_through_a_link_the_agent_planted(work: Path, repo
     assert (outside / "pkg" / "util.py").read_text() == "not the agent's\n"
     assert (outside / "new.py").read_text() == "not the agent's either\n"
     assert not (work / "src").is_symlink() and (work / "src" / "pkg" / "util.py").read_text() == "def util():\n    return 1\n"
+
+
+def test_a_submodules_contents_are_listed_not_kept_and_never_touched(work: Path, repo: Path, exo: Exo,
+                                                                     tmp_path: Path) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    git(lib, "init", "-q", "-b", "main")
+    (lib / "lib.c").write_text("int lib;\n")
+    git(lib, "add", "lib.c")
+    git(lib, "commit", "-q", "-m", "lib")
+    git(work, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib")
+    git(work, "commit", "-q", "-m", "w1: a submodule")
+    c = ok(exo("checkpoint", "w1", "--json"))["checkpoint"]
+    assert {"path": "vendor/lib/", "why": "a submodule"} in c["not_kept"]
+    (work / "vendor" / "lib" / "lib.c").write_text("int changed;\n")
+    ok(exo("undo", "w1", "--to", str(c["id"]), "--json"))
+    assert (work / "vendor" / "lib" / "lib.c").read_text() == "int changed;\n"  # another repository's: not exo's

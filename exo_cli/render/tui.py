@@ -192,7 +192,7 @@ class BoardApp(App[None]):
         yield Table(id="agents", cursor_type="row", show_row_labels=False)
         yield Static(cell("INBOX", style="bold"), id="inbox-title")
         yield Table(id="inbox", cursor_type="row", show_row_labels=False)
-        yield Footer()
+        yield Footer(compact=True)  # every key fits in 80 columns
 
     def on_mount(self) -> None:
         self.watch_team()
