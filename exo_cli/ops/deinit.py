@@ -87,6 +87,12 @@ class DeinitResult:
     archive_folder: str | None = None  # where force kept the files it archived (outside exo's state)
     restore: list[str] = field(default_factory=list)  # commands that restore what force archived
     warnings: list[str] = field(default_factory=list)
+    force: bool = field(default=False, repr=False)  # the call's --force (not in the JSON)
+
+    @property
+    def exit_code(self) -> int:
+        """5 when a dry run found that the real run would refuse (what is listed holds work or is in the way)."""
+        return 5 if self.dry_run and (self.blocked or (self.holds and not self.force)) else 0
 
 
 @op(
@@ -122,7 +128,7 @@ def deinit(env: Env, *, force: bool = False, dry_run: bool = False, config: bool
     common: dict[str, Any] = dict(repo=str(repo.root), holds=holds, blocked=blocked)
     if dry_run:
         removed, kept, _ = _steps(env, s, config=config, apply=False)
-        return DeinitResult(dry_run=True, removed=removed, kept=kept, **common)
+        return DeinitResult(dry_run=True, removed=removed, kept=kept, force=force, **common)
     if blocked:
         raise StateError(f"exo cannot leave this repository yet: {_listed(blocked)}",
                          hint="Stop those processes or move those folders (`exo doctor` names what it finds), then "
