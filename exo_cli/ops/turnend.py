@@ -133,12 +133,3 @@ def due_command(agent: Agent) -> list[str]:
 def is_due(env: Env, agent: Agent) -> bool:
     """Whether the agent's turn checkpoint is still due (one ``stat``)."""
     return eligible(agent) and os.path.exists(os.path.join(folder(env, agent), DUE))
-
-
-def checkpoint(env: Env, agent: Agent, turn: int | None, *, due: bool = False) -> str:
-    """The turn's checkpoint taken now ("checkpoint"; "" when none): only then does the heavy module load."""
-    if not (is_due(env, agent) if due else eligible(agent)):
-        return ""
-    from exo_cli.ops.checkpoints import take_quietly
-
-    return "checkpoint" * take_quietly(env, agent, turn=turn, due=due)
