@@ -85,3 +85,13 @@ def scratch_repo(parent: Path, env: dict[str, str], *, exo_init: bool = True) ->
     if exo_init:
         subprocess.run([*exo_argv(), "init"], cwd=repo, env=env, capture_output=True, check=True)
     return repo
+
+
+def settle(pattern: str, *, timeout: float = 60) -> None:
+    """Wait until no process's command line matches ``pattern`` (a background exo a hook started), so runs do not
+    overlap."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.strip():
+            return
+        time.sleep(0.02)

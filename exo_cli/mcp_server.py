@@ -280,7 +280,7 @@ def build_server(env: Env, role: str = "auto", compat: tuple[str, ...] | list[st
     """An MCPServer listing the registry's tools that ``role`` may use (plus the ``compat`` sets').
 
     An agent's server records, once its client has listed the tools, that it is ready
-    (``hooks.mark_mcp_ready``): the Claude agent's session-start hook waits for that.
+    (``mcpready.mark_mcp_ready``): the Claude agent's session-start hook waits for that.
     """
     sets = compat_sets(env, compat)
     served_role = serving_role(env, role)
@@ -289,7 +289,7 @@ def build_server(env: Env, role: str = "auto", compat: tuple[str, ...] | list[st
     server = _Server("exo", version=__version__, instructions=INSTRUCTIONS, tools=[t for _, _, t in tools])
     server.exo_tools = {t.name: t.fn for _, _, t in tools}
     if not env.caller.is_human:
-        from exo_cli.ops.hooks import mark_mcp_ready
+        from exo_cli.ops.mcpready import mark_mcp_ready
 
         agent_id = env.caller.agent_id
         server.on_listed = lambda: mark_mcp_ready(env, agent_id)

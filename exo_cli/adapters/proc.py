@@ -113,6 +113,14 @@ def ancestors(pid: int, limit: int = 64) -> list[int]:
     return chain
 
 
+def parent_of(pid: int) -> int:
+    """The parent of ``pid`` (``os.getppid()`` for this process; 0 when unknown)."""
+    if pid == os.getpid():
+        return os.getppid()
+    chain = ancestors(pid, limit=2)
+    return chain[1] if len(chain) > 1 else 0
+
+
 def cmdline(pid: int) -> str:
     """The command line of ``pid``, its arguments joined by spaces ("" when unknown)."""
     try:
