@@ -346,6 +346,27 @@ def run_token() -> str:
     return f"{sid}-{os.urandom(8).hex()}"
 
 
+def environ_value(pid: int, name: str, *, depth: int = 3) -> str | None:
+    """The value of ``name`` in the environment of ``pid``, else of its first descendant that has it (breadth
+    first, ``depth`` generations: a runner keeps its agent's environment in memory, its child has it)."""
+    needle = name.encode() + b"="
+    level = [pid]
+    for _ in range(depth + 1):
+        for p in level:
+            try:
+                with open(f"{PROC_ROOT}/{p}/environ", "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                continue
+            for entry in data.split(b"\0"):
+                if entry.startswith(needle):
+                    return entry[len(needle):].decode("utf-8", "surrogateescape")
+        level = [c for p in level for c in children_of(p)]
+        if not level:
+            break
+    return None
+
+
 def carrying(name: str, value: str, *, prefix: bool = False) -> list[int]:
     """The live processes whose environment has ``name=value`` (with ``prefix``: a value starting so), a token
     exo gave a process it started: its descendants keep it even when they leave its session. Empty where

@@ -92,6 +92,24 @@ def register(env: Env, agent_id: str) -> str:
     raise last
 
 
+def key_of_process(env: Env, pid: int) -> str | None:
+    """The socket key of a live agent process of this repository (``EXO_SOCKET`` in its environment, naming a
+    socket folder of this repository's broker), or None: ``exo doctor`` gives a rebuilt record its socket back."""
+    from pathlib import Path
+
+    from exo_cli.adapters.proc import environ_value
+    from exo_cli.env import SOCKET_VAR
+
+    value = environ_value(pid, SOCKET_VAR)
+    if not value:
+        return None
+    sock = Path(value)
+    key = sock.parent.name
+    ok = sock.name == "sock" and sock.parent.parent == paths(env).sockets and len(key) == 12 \
+        and all(ch in "0123456789abcdef" for ch in key)
+    return key if ok else None
+
+
 def socket_agents(env: Env) -> list[Agent]:
     """The agents of this host recorded with a socket (history and other hosts' agents aside)."""
     return [a for a in env.store.agents() if a.spec.get(KEY_FIELD) and not a.retired and env.runs_here(a)]

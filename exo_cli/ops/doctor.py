@@ -276,11 +276,15 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
             if start is not None:
                 loc["start_time"] = start
         created = not main and c.made_by_exo(path)
+        spec = {"phase": "spawned", "rebuilt": True, "worktree_created": created, "branch_created": created}
+        from exo_cli.ops import broker
+
+        key = broker.key_of_process(env, st.pid) if st.pid else None
+        if key:  # its relays keep their socket: the broker opens it again for the rebuilt record
+            spec[broker.KEY_FIELD] = key
         agent = Agent(id=name, name=name, role="dev", parent=ROOT, status=WORKING, backend=_backend_of(env, st),
                       mux=st.location.mux, worktree=str(path), branch=branch, repo=str(env.repo.root), location=loc,
-                      status_reason=agentctl.REBUILT, created_at=now, updated_at=now, status_at=now,
-                      spec={"phase": "spawned", "rebuilt": True, "worktree_created": created,
-                            "branch_created": created})
+                      status_reason=agentctl.REBUILT, created_at=now, updated_at=now, status_at=now, spec=spec)
         quiet = now - st.activity if isinstance(st.activity, int | float) else None
         status, why = agentctl.rest_by_output(env, agent, st, quiet)  # its hooks say more from its next turn on
         rebuilt[name] = agent._replace(status=status, status_reason=f"{agentctl.REBUILT}; {why}")

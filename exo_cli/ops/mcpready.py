@@ -10,8 +10,8 @@ process is the agent's ``exo mcp`` relay and the hook's the agent's hook relay (
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # importing typing costs the hooks' path; type checkers still see the import below
 if TYPE_CHECKING:
     from exo_cli.env import Env
 

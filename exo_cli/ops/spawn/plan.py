@@ -125,6 +125,8 @@ def target_env(env: Env, repo: str | None) -> Env:
     from exo_cli.env import HUMAN, STATE_DIR_VAR
     from exo_cli.env import Env as EnvCls
 
+    if "\0" in repo:  # os.path.expanduser and the file system refuse it with a ValueError
+        raise InvalidInput(f"Invalid repository path {repo!r}: it contains a NUL character", field="repo")
     path = Path(os.path.expanduser(repo))
     if not path.is_absolute():
         path = env.cwd / path
