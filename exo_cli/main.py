@@ -4,7 +4,9 @@ Agent CLIs run ``exo hook ...`` after every tool call and turn of every agent, s
 path must cost little more than Python's own start: ``main`` hands it to
 ``hookrun.run`` (stdlib and the light exo modules only) before Click is imported; any
 argv the hook runner does not recognise (``--help``, a bad option) falls through to the
-Click command line (``cli.py``), which answers exactly as before.
+Click command line (``cli.py``), which answers exactly as before. ``exo status`` and ``exo
+agents`` (``exo ls``), run by people, scripts and team leads all the time, go the same way
+through ``readrun``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ def main(argv: list[str] | None = None) -> None:
         import gc
 
         gc.disable()
+    if args[:1] in (["status"], ["agents"], ["ls"]):  # the team's most frequent reads, without Click
+        from exo_cli.readrun import run as read
+
+        code = read(args[0], args[1:])
+        if code is not None:
+            if argv is None:
+                _exit_now(code)
+            sys.exit(code)
     from exo_cli.cli import run_cli
 
     try:
