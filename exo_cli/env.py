@@ -89,6 +89,7 @@ class Env:
         # Set when another host's exo asked this one to spawn (``ops.hosts``): the parent's branch as
         # fetched from the shared remote ({"base_branch", "base_ref", "from_host"}).
         self.via_host: dict[str, Any] | None = None
+        self._url_pointed = False  # store_url came from the state folder's pointer
 
     # -- repository and state ---------------------------------------------------------------
     @cached_property
@@ -182,6 +183,7 @@ class Env:
             if chosen is not None and chosen != pointed and not same_store(chosen, pointed):
                 raise _store_moved(f"exo's state for this repository is in {pointed}, but {chosen or 'SQLite'} "
                                    "is configured", pointed)
+            self._url_pointed = True
             return pointed
         if chosen and has_state(state):
             raise _store_moved(f"exo's state for this repository is in its SQLite database ({state}), but "
@@ -230,8 +232,10 @@ class Env:
         team = pointed_team(self.state_path) if url else None
         patience = self._store_patience() if url else None
         store = open_store(self.state_path if url else self.state_dir, lambda: self.runtime_dir, url, team, patience)
-        if url and pointed_url(self.state_path) is None:  # after open_store checked the URL (no password)
-            point_to(self.state_dir, url)  # agents' processes follow the state there
+        if url and not self._url_pointed and pointed_url(self.state_path) is None:
+            # after open_store checked the URL (no password), agents' processes follow the state there; a
+            # URL read from the pointer is never written back (a migrate may have just removed the pointer)
+            point_to(self.state_dir, url)
         return store
 
     def _store_patience(self) -> float | None:

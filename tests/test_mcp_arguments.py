@@ -519,7 +519,8 @@ def test_every_command_that_exits_non_zero_on_a_result_says_so_to_its_tools_too(
     folder = Path(commands.__file__).parent
     exits = {m: re.findall(r"ctx\.exit\(([^)]*)\)", (folder / m).read_text()) for m in sorted(
         p.name for p in folder.glob("*.py"))}
-    assert {m: e for m, e in exits.items() if e} == {"lifecycle.py": ["result.exit_code", "result.exit_code"],
+    assert {m: e for m, e in exits.items() if e} == {"deinit.py": ["result.exit_code"],
+                                                      "lifecycle.py": ["result.exit_code", "result.exit_code"],
                                                       "spawn.py": ["result.exit_code"]}
     for op in OPS.values():
         result = op.result_type()

@@ -367,7 +367,7 @@ def test_attach_argv_and_get_mux(tmp_path, monkeypatch):
         assert isinstance(mux, Tmux) and mux.socket_name == "exo-r1"
         loc = Location(mux="tmux", session="main", window="@2", pane="%2", pid=1)
         assert mux.attach_argv(loc) == [
-            "tmux", "-L", "exo-r1", "select-window", "-t", "%2", ";", "attach-session", "-t", "=main",
+            "tmux", "-S", mux.socket_path(), "select-window", "-t", "%2", ";", "attach-session", "-t", "=main",
         ]  # fmt: skip
         monkeypatch.setenv("TMUX", f"{mux.socket_path()},123,0")
         assert mux.attach_argv(loc)[-3:] == ["switch-client", "-t", "%2"]
@@ -375,3 +375,34 @@ def test_attach_argv_and_get_mux(tmp_path, monkeypatch):
             get_mux("screen", repo_id="r1", runtime_dir=rt, session="main")
     finally:
         shutil.rmtree(rt, ignore_errors=True)
+
+
+def test_every_process_reaches_the_same_server_whatever_its_tmux_tmpdir(tmp_path, env, monkeypatch):
+    """The server's socket is pinned in the repository's runtime folder when the first server starts: an exo
+    process whose TMUX_TMPDIR differs (an agent CLI that drops it, another terminal) still reaches that server
+    and never starts a second one; a rewritten pin that names no exo socket is ignored."""
+    name, rt = f"exo-test-{uuid.uuid4().hex[:10]}", tmp_path / "rt"
+    first_dir, other_dir = tmp_path / "t1", tmp_path / "t2"
+    first_dir.mkdir()
+    other_dir.mkdir()
+    monkeypatch.setenv("TMUX_TMPDIR", str(first_dir))
+    first = Tmux(name, "exotest", runtime_dir=rt)
+    try:
+        loc = first.start("agent", SLEEPER, cwd=tmp_path, env=env)
+        assert first.socket_path() == str(first_dir / f"tmux-{os.getuid()}" / name)
+        monkeypatch.setenv("TMUX_TMPDIR", str(other_dir))
+        later = Tmux(name, "exotest", runtime_dir=rt)  # another process of the same repository
+        assert later.socket_path() == first.socket_path()
+        assert later.server_running() and later.alive(loc)
+        later.start("agent2", SLEEPER, cwd=tmp_path, env=env)  # into the same server, not a second one
+        assert len(first.list_states()) == 2
+        assert not (other_dir / f"tmux-{os.getuid()}" / name).exists()
+        monkeypatch.delenv("TMUX_TMPDIR")
+        assert Tmux(name, "exotest", runtime_dir=rt).socket_path() == first.socket_path()
+        # a pin rewritten to another server's socket (the user's own tmux) is not followed
+        for hostile in ("/tmp/tmux-0/default", f"{tmp_path}/elsewhere/{name}", f"relative/tmux-{os.getuid()}/{name}"):
+            (rt / "tmux-socket").write_text(hostile + "\n")
+            assert Tmux(name, "exotest", runtime_dir=rt).socket_path() == str(Path("/tmp") / f"tmux-{os.getuid()}" / name)
+    finally:
+        (rt / "tmux-socket").write_text(str(first_dir / f"tmux-{os.getuid()}" / name) + "\n")
+        Tmux(name, "exotest", runtime_dir=rt).kill_server()

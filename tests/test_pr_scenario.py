@@ -68,3 +68,4 @@ def test_three_workers(repo: Path) -> None:
     assert [c.split(" ", 1)[1] for c in lost] == ["w3: readme"]
     assert Path(workers["w3"].worktree).exists()
     assert git(repo, "rev-parse", "--verify", "main.lead.w3")
+    registry.invoke("kill", lead_env, agent="w3")  # its process goes with the test

@@ -771,7 +771,8 @@ def test_read_since_last_and_wait_for(team: Path, tmp_path: Path) -> None:
     r = exo("read", "tk", "--wait-for", "(", "--json")
     assert r.exit_code == 4
     r = exo("attach", "tk", "--json")
-    assert json.loads(r.stdout)["argv"][:3] == ["tmux", "-L", f"exo-{repo_id(team)}"]
+    argv = json.loads(r.stdout)["argv"]
+    assert argv[:2] == ["tmux", "-S"] and os.path.basename(argv[2]) == f"exo-{repo_id(team)}"
 
 
 DIALOG_CLI = r'''#!{python}

@@ -44,6 +44,21 @@ def seed(repo: Path, status: str = "idle") -> dict[str, Any]:
             "prs": store.prs(), "kv": store.kv_get("hook:w1"), "events": store.events()}
 
 
+def test_a_process_that_read_the_pointer_never_writes_it_back(repo: Path, url: str) -> None:
+    """A process that found the state on PostgreSQL through the pointer, just before a migrate back to
+    SQLite removed it, must not write the pointer again when it opens the store (it would send every
+    later process to the rows the migrate left behind)."""
+    seed(repo)
+    state = repo / ".git" / "exo"
+    proc = run_exo("store", "migrate", "--to", url, "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    late = Env(cwd=repo, environ={**os.environ, **agent_vars(repo, "w1")})
+    assert late.store_url == url  # read from the pointer
+    (state / "store-url").unlink()  # the migrate back switched here
+    late.store.agents()
+    assert not (state / "store-url").exists()
+
+
 def test_migrate_to_postgres_and_back_keeps_every_row_and_id(repo: Path, url: str, pg_cluster: Any) -> None:
     before = seed(repo)
     state = repo / ".git" / "exo"

@@ -44,5 +44,5 @@ def render_deinit(out: Out, r: DeinitResult) -> None:
 def deinit(ctx: click.Context, env: Any, force: bool, dry_run: bool, config: bool, as_json: bool) -> None:
     result = invoke("deinit", env, force=force, dry_run=dry_run, config=config)
     emit(result, as_json=as_json, human=render_deinit)
-    if result.dry_run and (result.blocked or (result.holds and not force)):
-        ctx.exit(5)  # it would refuse: what is listed holds work or is in the way
+    if result.exit_code:
+        ctx.exit(result.exit_code)  # a dry run: the real run would refuse

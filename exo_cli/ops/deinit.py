@@ -86,6 +86,12 @@ class DeinitResult:
     archive_folder: str | None = None  # where force kept the files it archived (outside exo's state)
     restore: list[str] = field(default_factory=list)  # commands that restore what force archived
     warnings: list[str] = field(default_factory=list)
+    force: bool = field(default=False, repr=False)  # the call's --force (not in the JSON)
+
+    @property
+    def exit_code(self) -> int:
+        """5 when a dry run found that the real run would refuse (what is listed holds work or is in the way)."""
+        return 5 if self.dry_run and (self.blocked or (self.holds and not self.force)) else 0
 
 
 @op(
@@ -121,7 +127,7 @@ def deinit(env: Env, *, force: bool = False, dry_run: bool = False, config: bool
     common: dict[str, Any] = dict(repo=str(repo.root), holds=holds, blocked=blocked)
     if dry_run:
         removed, kept, _ = _steps(env, s, config=config, apply=False)
-        return DeinitResult(dry_run=True, removed=removed, kept=kept, **common)
+        return DeinitResult(dry_run=True, removed=removed, kept=kept, force=force, **common)
     if blocked:
         raise StateError(f"exo cannot leave this repository yet: {_listed(blocked)}",
                          hint="Stop those processes or move those folders (`exo doctor` names what it finds), then "
@@ -420,7 +426,7 @@ def _running_out(env: Env, *, apply: bool, warnings: list[str]) -> list[str]:
     out = []
     mux = panes.mux_for(env, "tmux")
     if isinstance(mux, Tmux) and os.path.exists(mux.socket_path()):
-        out.append(f"exo's tmux server (tmux -L {mux.socket_name})")
+        out.append(f"exo's tmux server (tmux -S {mux.socket_path()})")
         if apply:
             mux.kill_server()
     runtime = env.runtime_dir
@@ -495,7 +501,7 @@ def _state_out(env: Env, *, apply: bool, kept: list[str]) -> list[str]:
         elif env.store.exists():
             out.append("this repository's rows in the PostgreSQL store")
             if apply:
-                env.store.set_aside()
+                env.store.forget()
                 _fault(True, "deinit.rows", env)
     if state.is_dir():
         out.append(f"exo's state {state}")

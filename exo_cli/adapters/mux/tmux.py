@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from exo_cli.adapters.files import ensure_private_dir, locked, runtime_dir_for
-from exo_cli.adapters.mux import _launch
+from exo_cli.adapters.mux import _launch, tmux_socket
 from exo_cli.adapters.mux.base import (
     Location,
     PaneState,
@@ -152,11 +152,12 @@ class Tmux:
         self.history_limit = history_limit
         self.confirm_timeout = confirm_timeout
         self._ready = False
+        self._socket: str | None = None
 
     # ------------------------------------------------------------------ plumbing
 
     def _argv(self, *args: str) -> list[str]:
-        return [self.binary, "-L", self.socket_name, *args]
+        return [self.binary, "-S", self.socket_path(), *args]
 
     def _exec(
         self,
@@ -245,6 +246,7 @@ class Tmux:
         """
         if self._ready:
             return
+        self._socket = tmux_socket.pin(self.runtime_dir, self.socket_name)
         env = {k: os.environ[k] for k in SERVER_VARS if k in os.environ}
         options = [
             ";", "set-option", "-g", "remain-on-exit", "on",
@@ -634,6 +636,11 @@ class Tmux:
         return self._argv(*select, "attach-session", "-t", f"={self.session}")
 
     def socket_path(self) -> str:
-        """Where tmux puts this server's socket (``$TMUX_TMPDIR/tmux-<uid>/<name>``)."""
-        base = os.environ.get("TMUX_TMPDIR") or "/tmp"
-        return os.path.join(base, f"tmux-{os.getuid()}", self.socket_name)
+        """This server's socket: pinned for the repository when its first server started (``tmux_socket``),
+        so that every exo process reaches the same server whatever its ``TMUX_TMPDIR``."""
+        if self._socket is None:
+            pinned = tmux_socket.pinned(self.runtime_dir, self.socket_name)
+            if pinned is None:
+                return tmux_socket.default(self.socket_name)
+            self._socket = pinned
+        return self._socket

@@ -263,6 +263,11 @@ class Store(Protocol):
         """After the move: remove this repository's old state; return where a copy is kept, if anywhere."""
         ...
 
+    def forget(self) -> None:
+        """Remove this repository's state from this store for good (``exo deinit``): its rows (PostgreSQL,
+        other repositories' rows untouched) or its database file (SQLite)."""
+        ...
+
     def load(self, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
         """Insert ``dump``'s rows, ids kept, in one transaction, as a copy nobody uses until ``settle``.
 

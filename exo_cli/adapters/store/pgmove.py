@@ -76,6 +76,15 @@ class PgMoving(PgLink):
         self._ready = False
         return self.url
 
+    def forget(self) -> None:
+        """Delete this repository's rows, its record included, in one transaction."""
+        def delete(c: psycopg.Connection[Any]) -> None:
+            for t in TABLES:
+                c.execute(f"DELETE FROM exo.{t} WHERE repo = %s", (self.repo,))
+            c.execute("DELETE FROM exo.repos WHERE id = %s", (self.repo,))
+        self._tx(delete, gate=False)
+        self._ready = False
+
     # -- as the target -------------------------------------------------------------------------
     def load(self, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
         def insert(c: psycopg.Connection[Any]) -> None:

@@ -619,6 +619,9 @@ class SqliteStore(Store):
     def set_aside(self) -> str | None:
         return self._moving().set_aside()
 
+    def forget(self) -> None:
+        self._moving().forget()
+
     def load(self, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
         self._moving().load(rows)
 

@@ -108,6 +108,10 @@ class SqliteMoving:
         self._close_file(self.path, kept)
         return str(kept)
 
+    def forget(self) -> None:
+        """Remove the database (and its WAL files)."""
+        self._close_file(self.path, None)
+
     def _close_file(self, path: Path, to: Path | None) -> None:
         """Checkpoint and close the database at ``path``, then rename it to ``to`` (None: remove it)."""
         if path.exists():
