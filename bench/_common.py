@@ -168,3 +168,13 @@ def stop_team(repo: Path, env: dict[str, str], names: list[str]) -> None:
 def load_range(values: list[float]) -> str:
     """The 1-minute load averages seen during a measurement, as ``min..max``."""
     return f"{min(values):.2f}..{max(values):.2f}" if values else "?"
+
+
+def settle(pattern: str, *, timeout: float = 60) -> None:
+    """Wait until no process's command line matches ``pattern`` (a background exo a hook started), so runs do not
+    overlap."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.strip():
+            return
+        time.sleep(0.02)

@@ -150,6 +150,19 @@ def parse_foresight(out: str) -> list[Row]:
     ]
 
 
+def parse_checkpoints(out: str) -> list[Row]:
+    take = _num(r"checkpoints: checkpoint ([\d.]+) ms", out)
+    added = _num(r"stop hook ([+-][\d.]+) ms \(budget 10\)", out)
+    status = _num(r"^git status --porcelain -uall of the same checkout \(baseline\)\s+([\d.]+)", out)
+    grown = _num(r"storage per checkpoint of 10 changed files, \d{5,} files: ([\d.]+) KiB", out)
+    return [
+        ("checkpoint, 10,000 files, 10 changed", f"{take:.0f} ms (git status {status:.0f} ms)", "< 150 ms",
+         _verdict(take < 150)),
+        ("stop hook added by a background checkpoint", f"{added:+.1f} ms", "<= 10 ms", _verdict(added <= 10)),
+        ("storage per checkpoint, 10 files changed", f"{grown:.1f} KiB", "report", "ok"),
+    ]
+
+
 def parse_hosts(out: str) -> list[Row]:
     master = _num(r"with a new connection: [\d.]+ ms \(([\d.]+)x\)", out)
     ratio = _num(r"exo / manual: ([\d.]+)x", out)
@@ -169,6 +182,7 @@ BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "mcp": (parse_mcp, ["--runs", "3"]),
     "beads": (parse_beads, ["--spawn", "2"]),
     "foresight": (parse_foresight, ["--runs", "5"]),
+    "checkpoints": (parse_checkpoints, ["--runs", "5"]),
     "hosts": (parse_hosts, ["--runs", "5"]),
 }
 

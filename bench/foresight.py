@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import GIT_IDENTITY, ROOT, bench_env, exo_argv, median_ms, precompile, scratch_repo  # noqa: E402
+from _common import GIT_IDENTITY, ROOT, bench_env, exo_argv, median_ms, precompile, scratch_repo, settle  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 SIBLINGS = 10
@@ -99,16 +99,8 @@ def main() -> int:
             subprocess.run(hook_argv, cwd=wt, env=agent_env, input=payload, capture_output=True, text=True, check=True)
             return time.perf_counter() - t0
 
-        def settle() -> None:  # wait for the background check the hook started, so runs do not overlap
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                out = subprocess.run(["pgrep", "-f", "conflicts w0 --check"], capture_output=True, text=True)
-                if not out.stdout.strip():
-                    return
-                time.sleep(0.02)
-
         hook()
-        settle()
+        settle("conflicts w0 --check")
         for _ in range(args.runs):
             t0 = time.perf_counter()
             subprocess.run(check_argv, cwd=wt, env=agent_env, capture_output=True, check=True)
@@ -117,7 +109,7 @@ def main() -> int:
             raw.pop("foresight", None)  # as if a branch moved
             store.kv_set("hook:w0", json.dumps(raw))
             due.append(hook())
-            settle()
+            settle("conflicts w0 --check")
             quiet.append(hook())  # nothing moved since: no check
     check_ms = median_ms(checks)
     added = (statistics.median(due) - statistics.median(quiet)) * 1000

@@ -84,6 +84,13 @@ DEFAULTS: dict[str, Any] = {
                         ".ruff_cache/"],
         "max_keep_mb": 512,  # the most `exo complete --force` copies into an archive (ignored files, nested repos)
     },
+    "checkpoints": {
+        "enabled": True,  # a checkpoint of each agent's checkout at the end of every turn (exo undo)
+        "keep_turns": 50,  # the newest checkpoints kept whatever their age
+        "hourly_days": 7,  # beyond those, one per hour for this many days
+        "max_file_mb": 20,  # a bigger file is not kept (listed as not kept)
+        "after_complete_days": 7,  # how long the checkpoints of a completed agent stay (complete --force: archived)
+    },
     "timeouts": {"question": 3600, "wait": 600, "store": 30},
     "demo": {"script": []},
     "store": {"url": ""},
@@ -226,6 +233,11 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "limits.max_depth": (_is_int, "a whole number (0 = no limit)"),
     "cleanup.regenerable": (_is_str_list, "a list of patterns (name/, *.ext, path/from/top)"),
     "cleanup.max_keep_mb": (_is_int, "a whole number of MiB"),
+    "checkpoints.enabled": (_is_bool, "true or false"),
+    "checkpoints.keep_turns": (_is_int, "a whole number of checkpoints"),
+    "checkpoints.hourly_days": (_is_int, "a whole number of days"),
+    "checkpoints.max_file_mb": (_is_int, "a whole number of MiB"),
+    "checkpoints.after_complete_days": (_is_int, "a whole number of days"),
     "timeouts.question": (_is_seconds, "a whole number of seconds"),
     "timeouts.wait": (_is_seconds, "a whole number of seconds"),
     "timeouts.store": (_is_seconds, "a whole number of seconds"),

@@ -9,7 +9,10 @@ the state a killed ``exo`` leaves behind. Points used by spawn: ``spawn.recorded
 ``merge.locked``, ``merge.moved``; by deinit: ``deinit.archived``, ``deinit.agents``,
 ``deinit.trees``, ``deinit.stopped``, ``deinit.unwired``, ``deinit.files``, ``deinit.rows``; by store
 migrate: ``migrate.held``, ``migrate.loaded``, ``migrate.marked``, ``migrate.committed``,
-``migrate.settled``, ``migrate.pointed``.
+``migrate.settled``, ``migrate.pointed``; by a checkpoint: ``checkpoint.updated`` (the shadow index
+written), ``checkpoint.committed`` (its commit written, no ref yet), ``checkpoint.ref`` (its ref
+made, its records not); by undo: ``undo.saved`` (the present checkpointed), ``undo.files`` (the
+files written back, the branch not moved yet).
 
 With ``EXO_FAULT_PAUSE`` naming a folder, an armed point pauses instead: it writes a file
 named after the point there (holding its pid) and waits until that file is removed (for at

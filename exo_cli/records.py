@@ -112,6 +112,29 @@ class Agent(NamedTuple):
 AGENT_JSON_FIELDS = ("location", "spec", "undo")
 
 
+def in_subtree(agents: list[Agent], ancestor: str, agent_id: str) -> bool:
+    """Whether ``agent_id`` descends from ``ancestor`` (a child, a grandchild...) among ``agents``."""
+    by_id = {a.id: a for a in agents}
+    cur = by_id.get(agent_id)
+    hops = 0
+    while cur is not None and hops < 1000:
+        if cur.parent == ancestor:
+            return True
+        cur = by_id.get(cur.parent or "")
+        hops += 1
+    return False
+
+
+def checkpoint_key(agent: Agent) -> str:
+    """The key of an agent's checkpoints (``refs/exo/checkpoints/<key>/``): its name and creation time.
+
+    Never its id alone: a name is free again once its agent is retired, and the next agent of
+    that name must not inherit (or prune) the checkpoints of the one before.
+    """
+    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in agent.name).strip(".-") or "agent"
+    return f"{safe}-{round(agent.created_at * 1_000_000)}"
+
+
 def pick_agent(agents: list[Agent], ref: str) -> Agent | None:
     """The agent ``ref`` names among ``agents``: by id, else by name, else by bead; a live one first, then
     the newest."""

@@ -214,6 +214,24 @@ def test_refuses_while_archives_and_checkpoints_hold_work(repo: Path, home: Path
     assert refused(repo, home) == {"archives": [str(archive)]}
 
 
+def test_an_agent_s_checkpoints_hold_while_its_checkout_does_and_go_with_it(team: Path, home: Path) -> None:
+    exo = Exo(team)
+    assert exo("init").exit_code == 0
+    spawn(exo, "w1")
+    wt = team / ".exo" / "worktrees" / "w1"
+    (wt / "notes.txt").write_text("unsaved\n")
+    r = exo("checkpoint", "w1", "--json")
+    assert r.exit_code == 0 and r.json()["taken"], r.stdout + r.stderr  # type: ignore[index]
+    ref = r.json()["checkpoint"]["ref"]  # type: ignore[index]
+    assert exo("kill", "w1").exit_code == 0
+    assert refused(team, home) == {"work": ["w1: untracked: notes.txt"], "checkpoints": [ref]}
+    (wt / "notes.txt").unlink()  # nothing to lose now: its checkpoints go with exo
+    r = exo("deinit", "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert "1 checkpoint ref(s) of agents that ended with nothing to lose" in r.json()["removed"]  # type: ignore[index]
+    assert git(team, "for-each-ref", "refs/exo/") == ""
+
+
 def test_refuses_while_a_pull_request_is_open(repo: Path, home: Path) -> None:
     exo = Exo(repo)
     assert exo("init").exit_code == 0

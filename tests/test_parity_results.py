@@ -430,6 +430,23 @@ def case_conflicts(w: World) -> list[Pair]:
             Pair(["conflicts", "cf1", "--check"], "list_conflicts", {"agent": "cf1", "check": True})]
 
 
+def case_checkpoints(w: World) -> list[Pair]:
+    w.record("ck1", worktree=True)
+    (w.repo / ".exo" / "worktrees" / "ck1" / "notes.md").write_text("kept\n")
+    obj, err = w.cli("checkpoint", "ck1")
+    assert not err and obj["taken"], obj
+    return [Pair(["checkpoints", "ck1"], "list_checkpoints", {"agent": "ck1"})]
+
+
+def case_undo(w: World) -> list[Pair]:
+    for name in ("u1", "u2"):
+        w.record(name, worktree=True)
+        obj, err = w.cli("checkpoint", name)
+        assert not err and obj["taken"], obj
+        (w.repo / ".exo" / "worktrees" / name / f"{name}.txt").write_text("overwritten\n")
+    return [Pair(["undo", "u1", "--to", "1"], "undo", {"agent": "u2", "to": 1}, names={"u1": "u2"})]
+
+
 def case_hosts(w: World) -> list[Pair]:
     return [Pair(["hosts"], "list_hosts", {})]
 

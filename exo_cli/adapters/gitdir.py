@@ -113,6 +113,31 @@ def head_branch(git_dir: Path) -> str | None:
     return head[len("ref: refs/heads/"):] if head.startswith("ref: refs/heads/") else None
 
 
+def head_commit(git_dir: Path) -> str | None:
+    """The commit ``HEAD`` names, read from the files (a loose or packed branch); None when unborn or unsure."""
+    text = _read(git_dir / "HEAD")
+    for _depth in range(5):
+        if _SHA.fullmatch(text):
+            return text
+        if not text.startswith("ref: refs/"):
+            return None
+        ref = text[5:].strip()
+        if ".." in ref.split("/"):
+            return None
+        text = _read(_common(git_dir) / ref)
+        if not text:
+            return _packed(_common(git_dir), ref)
+    return None
+
+
+def _packed(common: Path, ref: str) -> str | None:
+    for line in _read(common / "packed-refs").splitlines():
+        sha, _, name = line.partition(" ")
+        if name == ref and _SHA.fullmatch(sha):
+            return sha
+    return None
+
+
 def branches_concerned(git_dir: Path) -> set[str]:
     """Every branch this checkout has out or is in the middle of working on.
 
@@ -294,8 +319,8 @@ def remove_locks(locks: Mapping[str, int]) -> list[str]:
 
 
 __all__ = ["HEAD_FILES", "STATE_DIRS", "STATE_FILES", "Checkout", "Locks", "branches_concerned", "checkouts", "common_dir",
-           "created_locks", "git_dir_around", "git_dir_of", "head_branch", "lock_files", "operations", "remove_locks",
-           "state_commits"]
+           "created_locks", "git_dir_around", "git_dir_of", "head_branch", "head_commit", "lock_files", "operations",
+           "remove_locks", "state_commits"]
 
 
 def add_exclude(common_dir: Path, pattern: str) -> bool:

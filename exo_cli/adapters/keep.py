@@ -268,9 +268,8 @@ def survey(worktree: str, *, main: Git, regenerable: Sequence[str] = DEFAULT_REG
             inv.nested.append(path.rstrip("/"))
         elif not _within(path, inv.owned):
             inv.untracked.append(path)
-    inv.ignored = _ignored(here, inv)
-    for entry in [e for e in inv.ignored if e.endswith("/")]:
-        inv.nested += _repos_under(worktree, entry, inv)
+    inv.ignored, nested = ignored_work(inv, here.ignored())
+    inv.nested += nested
     inv.nested += [p for p in here.gitlinks() if _is_repo(os.path.join(worktree, p))]
     inv.nested = sorted(set(inv.nested))
     inv.ignored = [e for e in inv.ignored if e.rstrip("/") not in inv.nested]
@@ -286,10 +285,23 @@ def survey(worktree: str, *, main: Git, regenerable: Sequence[str] = DEFAULT_REG
     return inv
 
 
-def _ignored(here: Git, inv: Inventory) -> list[str]:
+def ignored_work(inv: Inventory, entries: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(ignored entries to keep, nested repositories among them) of git's ignored ``entries`` (``Git.ignored``).
+
+    The one rule of which ignored files are work (``complete`` and the checkpoints use it): not
+    regenerable, not exo's own; a nested repository in an ignored folder is kept on its own.
+    """
+    kept = _ignored(inv, entries)
+    nested: list[str] = []
+    for entry in [e for e in kept if e.endswith("/")]:
+        nested += _repos_under(inv.worktree, entry, inv)
+    return kept, nested
+
+
+def _ignored(inv: Inventory, entries: Iterable[str]) -> list[str]:
     """Ignored entries that are neither regenerable nor exo's; a folder holding exo's files is listed file by file."""
     out: list[str] = []
-    for entry in here.ignored():
+    for entry in entries:
         if is_regenerable(entry, inv.regenerable) or _within(entry, inv.owned):
             continue
         if entry.endswith("/") and any(o.startswith(entry) for o in inv.owned):
@@ -534,4 +546,4 @@ def describe_kept(kept: Kept) -> dict[str, Any]:
 
 
 __all__ = ["ARCHIVE_REFS", "DEFAULT_LIMIT_MB", "DEFAULT_REGENERABLE", "EXO_FOLDER", "Inventory", "Kept", "TooBig",
-           "describe_kept", "exo_files", "is_regenerable", "keep", "measure", "survey", "too_big_error"]
+           "describe_kept", "exo_files", "ignored_work", "is_regenerable", "keep", "measure", "survey", "too_big_error"]

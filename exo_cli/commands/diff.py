@@ -36,12 +36,13 @@ def render_diff(out: Out, result: DiffResult, *, name_only: bool = False) -> Non
 
 
 @click.command(help=op_help("diff") + "\n\n\b\nExamples:\n  exo diff w1\n  exo diff w1 --stat\n"
-               "  exo diff w1 --name-only\n  exo diff w1 --json")
+               "  exo diff w1 --name-only\n  exo diff w1 --checkpoint 12\n  exo diff w1 --json")
 @click.argument("agent", shell_complete=completer(kinds.AGENT))
 @op_option("diff", "stat", "--stat", is_flag=True)
 @op_option("diff", "name_only", "--name-only", is_flag=True)
+@op_option("diff", "checkpoint", "--checkpoint", type=click.IntRange(min=1), metavar="ID")
 @json_option
 @click.pass_obj
-def diff(env: Any, agent: str, stat: bool, name_only: bool, as_json: bool) -> None:
-    result = invoke("diff", env, agent=agent, stat=stat, name_only=name_only)
+def diff(env: Any, agent: str, stat: bool, name_only: bool, checkpoint: int | None, as_json: bool) -> None:
+    result = invoke("diff", env, agent=agent, stat=stat, name_only=name_only, checkpoint=checkpoint)
     emit(result, as_json=as_json, human=lambda out, r: render_diff(out, r, name_only=name_only))

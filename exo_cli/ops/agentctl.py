@@ -389,6 +389,10 @@ def went_idle(env: Env, agent: Agent, output: str | None, reason: str) -> Agent:
         return env.store.agent(agent.id) or agent
     env.store.bump_agent(agent.id, turns=1)
     now = env.store.agent(agent.id) or agent
+    from exo_cli.ops import turnend
+
+    if turnend.mark_due(env, now, turn=now.turns):  # its turn's checkpoint, in the background
+        turnend.after_exit(env, [turnend.due_command(now)])
     short = " ".join((output or "").split())
     notify_parent(env, now, "idle", f"{now.name} is idle" + (f": {short[:200]}" if short else ""),
                   output=(output or "")[:4000])

@@ -31,7 +31,8 @@ from exo_cli.adapters import keep
 from exo_cli.adapters.git import Finished, Git
 from exo_cli.errors import EnvironmentError_, ExoError, NotFound, StateError, UsageError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
-from exo_cli.records import DEAD, DONE, REMOVAL_DEFERRED, ROOT, Agent, pick_agent
+from exo_cli.ops.keeprules import cleanup_policy, exo_owned
+from exo_cli.records import DEAD, DONE, REMOVAL_DEFERRED, ROOT, Agent, in_subtree, pick_agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -148,14 +149,8 @@ def _check_permission(env: Env, agent: Agent) -> None:
     caller = env.caller
     if caller.is_human or caller.agent_id == agent.id:
         return
-    # a TL may complete its descendants
-    seen: set[str] = set()
-    cur: Agent | None = agent
-    while cur is not None and cur.parent and cur.id not in seen:
-        seen.add(cur.id)
-        if cur.parent == caller.agent_id and env.role == "tl":
-            return
-        cur = env.store.agent(cur.parent)
+    if env.role == "tl" and in_subtree(env.store.agents(), caller.agent_id, agent.id):
+        return  # a TL may complete its descendants
     raise StateError(f"{caller.agent_id} cannot complete {agent.name}: it is not one of its children",
                      hint="Complete your own task, or ask its parent.", agent=agent.id, caller=caller.agent_id)
 
@@ -249,27 +244,12 @@ def _processes(agent: Agent, worktree: str, *, settle: float) -> list[dict[str, 
         time.sleep(0.05)
 
 
-def _policy(env: Env) -> tuple[list[str], int]:
-    """``cleanup.regenerable`` and ``cleanup.max_keep_mb`` (in bytes)."""
-    patterns = env.config.get("cleanup.regenerable")
-    limit = env.config.get("cleanup.max_keep_mb")
-    return (list(keep.DEFAULT_REGENERABLE) if patterns is None else list(patterns),
-            (keep.DEFAULT_LIMIT_MB if limit is None else int(limit)) << 20)
-
-
-def exo_owned(env: Env, agent: Agent) -> set[str]:
-    """What exo itself put into the agent's worktree (``keep.exo_files``)."""
-    written = [r["path"] for r in agent.undo if isinstance(r, dict) and isinstance(r.get("path"), str)]
-    return keep.exo_files(agent.worktree or "", copies=agent.spec.get("created_files") or [],
-                          source_root=str(env.repo.root), written=written)
-
-
 def survey(env: Env, agent: Agent) -> keep.Inventory | None:
     """What removing the agent's worktree would lose (None: exo did not create it, or it is gone)."""
     wt = agent.worktree
     if not (made_worktree(agent) and wt and os.path.isdir(wt)):
         return None
-    regenerable, limit = _policy(env)
+    regenerable, limit = cleanup_policy(env)
     inv = keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
                       limit=limit)
     from exo_cli.ops import tasks
@@ -555,7 +535,11 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
                 agentctl.died(env, agent, reason)
             raise refusal
         _go_on(env, agent, stopped=True)
-    # 4. Archive what would be lost.
+    # 4. Checkpoint the checkout one last time, and archive what would be lost.
+    from exo_cli.ops import checkpoints
+
+    if check.inventory is not None:
+        warnings += [w for w in [checkpoints.before_change(env, agent, "complete")] if w]
     kept: keep.Kept | None = None
     if check.losses:
         kept = archive(env, agent, check.inventory)
@@ -564,6 +548,15 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
         fault.point("complete.archived", env.environ)
     _go_on(env, agent, stopped=stopped)  # the last look: from here on it finishes (each step repeatable)
     refs, restore, folder = _restore_of(agent, kept, check.inventory is not None)
+    if force:  # its checkpoints go with the archive, where retention never reaches
+        try:
+            moved = checkpoints.archive_with(env, agent)
+        except (ExoError, OSError) as exc:
+            moved = []
+            warnings.append(f"its checkpoints stay under refs/exo/checkpoints/ (not archived: {exc})")
+        if moved:
+            warnings.append(f"its {len(moved)} checkpoint(s) are kept under refs/exo/archive/checkpoints/ "
+                            f"(exo checkpoints {agent.id})")
     # 5. Undo what the backend wrote, remove the worktree, delete the branch (each step repeatable).
     undone, warn = _undo(env, agent)
     if warn:

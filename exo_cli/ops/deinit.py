@@ -5,10 +5,13 @@ archives and checkpoints, its pull request records, and what of that holds work.
 the removal, every piece listed, unless ``--force``: then live agents are stopped, the work of
 each worktree and branch is archived as ``exo complete --force`` archives it, into
 ``<git common dir>/exo-archive/`` (outside exo's state, which goes), earlier archives move
-there too, archive and checkpoint refs stay as they are, and the result says where everything
+there too (and the checkpoints' copies of ignored files), archive and checkpoint refs stay as
+they are, and the result says where everything
 is and how to restore it. Nothing overrides what is in the way: another process inside a
 worktree, a branch of exo's checked out elsewhere, something in exo's worktree folder that no
-record names (``exo doctor`` first), a live agent on another host.
+record names (``exo doctor`` first), a live agent on another host. The checkpoints of an agent
+that ended with nothing to lose (completed, or stopped with its work merged) hold no work: without
+``--force`` they go with exo.
 
 Then the steps, in an order that a kill at any point leaves repeatable (the state folder, which
 holds the record of what ``exo init`` wrote, goes last): the agents' windows and what their
@@ -31,7 +34,7 @@ from exo_cli.adapters import keep
 from exo_cli.adapters.git import Git, remove_exclude
 from exo_cli.errors import StateError
 from exo_cli.ops import complete, footprint
-from exo_cli.records import LIVE_STATUSES, ROOT, Agent, PullRequest
+from exo_cli.records import LIVE_STATUSES, ROOT, Agent, PullRequest, checkpoint_key
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -70,8 +73,9 @@ class Survey(NamedTuple):
     trees: list[Tree]
     strays: list[str]  # what is in exo's worktree folder that no record names
     archives: list[str]
-    checkpoints: list[str]
+    checkpoints: list[str]  # checkpoint refs that hold work: of a live agent, one with work, or no agent of here
     prs: list[PullRequest]
+    spent: dict[str, str]  # checkpoint ref -> commit, of agents whose work is safe (gone with exo)
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ def deinit(env: Env, *, force: bool = False, dry_run: bool = False, config: bool
     """
     repo = env.repo
     has_state = env.has_state()
-    s = _survey(env) if has_state else Survey([], [], [], [], [], [], [], [])
+    s = _survey(env) if has_state else Survey([], [], [], [], [], [], [], [], {})
     holds, blocked = _holds(s), _blocked(s)
     common: dict[str, Any] = dict(repo=str(repo.root), holds=holds, blocked=blocked)
     if dry_run:
@@ -172,9 +176,18 @@ def _survey(env: Env, *, settle: float = 0.0) -> Survey:
     kept_files = env.state_path / "archive"
     if kept_files.is_dir():
         archives += [str(p) for p in sorted(kept_files.iterdir())]
-    checkpoints = [ref for ref, _ in git.refs_under(CHECKPOINT_REFS)]
+    # A checkpoint holds work as long as its agent could still need it: live, or with work in its checkout.
+    # Those of an agent that ended with nothing to lose (`complete` checked it, or this survey) go with exo.
+    unsafe = {a.id for a in live} | {t.agent.id for t in trees if t.losses}
+    safe = {checkpoint_key(a) for a in local if a.id not in unsafe}
+    checkpoints, spent = [], {}
+    for ref, sha in git.refs_under(CHECKPOINT_REFS):
+        if ref[len(CHECKPOINT_REFS):].split("/", 1)[0] in safe:
+            spent[ref] = sha
+        else:
+            checkpoints.append(ref)
     prs = list(env.store.prs(state="open"))
-    return Survey(live, elsewhere, local, trees, _strays(env, trees), archives, checkpoints, prs)
+    return Survey(live, elsewhere, local, trees, _strays(env, trees), archives, checkpoints, prs, spent)
 
 
 def _trees(env: Env, agents: list[Agent], *, settle: float) -> list[Tree]:
@@ -282,7 +295,10 @@ def _force(env: Env, s: Survey) -> tuple[Survey, dict[str, str], list[str], str 
             if kept.folder:
                 folders.append(kept.folder)
     folders += _move_archives(env.state_path / "archive", root)
+    # the checkpoints' copies of ignored files (their refs stay): under root/checkpoints/<key>/blobs/
+    folders += _move_archives(env.state_path / "checkpoints", root / "checkpoints")
     _fault(True, "deinit.archived", env)
+    s = s._replace(checkpoints=s.checkpoints + list(s.spent), spent={})  # --force keeps every checkpoint
     return s, refs, restore, str(root) if folders else None
 
 
@@ -334,10 +350,17 @@ def _steps(env: Env, s: Survey, *, config: bool, apply: bool) -> tuple[list[str]
     warnings: list[str] = []
     state = env.state_path
     record = footprint.load(state)
+    git = Git(env.repo.root)
     removed += _agents_out(env, s, apply=apply, warnings=warnings)
     _fault(apply, "deinit.agents", env)
     removed += _trees_out(env, s, apply=apply, warnings=warnings)
     _fault(apply, "deinit.trees", env)
+    if s.spent:
+        removed.append(f"{len(s.spent)} checkpoint ref(s) of agents that ended with nothing to lose")
+        for ref, sha in s.spent.items() if apply else ():
+            git.delete_ref(ref, sha)  # only while it still points there
+        if apply:
+            _rmdir_empty(env.repo.common_dir / "refs" / "exo")  # git leaves the emptied folders of loose refs
     if state.is_dir():
         removed += _running_out(env, apply=apply, warnings=warnings)
     _fault(apply, "deinit.stopped", env)
@@ -345,7 +368,6 @@ def _steps(env: Env, s: Survey, *, config: bool, apply: bool) -> tuple[list[str]
 
     common = env.repo.common_dir
     exclude = _exclude_lines(common)
-    git = Git(env.repo.root)
     removed += rootwire.unwire(env.repo.root, record, exclude, apply=apply, kept=kept,
                                committed=lambda rel: _committed(git, rel))
     _fault(apply, "deinit.unwired", env)
@@ -363,6 +385,15 @@ def _steps(env: Env, s: Survey, *, config: bool, apply: bool) -> tuple[list[str]
     if state.is_dir() or env.store_url:
         removed += _state_out(env, apply=apply, kept=kept)
     return removed, kept, warnings
+
+
+def _rmdir_empty(top: Path) -> None:
+    """Remove the empty folders under ``top`` and ``top`` itself when it is left empty (never a file)."""
+    if not top.is_dir() or top.is_symlink():
+        return
+    for folder, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)  # refused while anything is in it
 
 
 def _fault(apply: bool, name: str, env: Env) -> None:

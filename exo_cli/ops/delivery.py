@@ -129,6 +129,12 @@ def deliver(env: Env, msg_id: int, recipient: Agent) -> str:
         return "queued"
     if not env.store.claim_delivery(msg_id):
         return "queued"
+    from exo_cli.ops import turnend
+
+    if turnend.is_due(env, recipient):  # the turn it rests after is checkpointed before it starts another
+        from exo_cli.ops.checkpoints import take_due
+
+        take_due(env, recipient)
     try:
         mux = panes.mux_for(env, loc.mux)
         mux.send_text(loc, render(msg))

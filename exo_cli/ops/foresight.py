@@ -2,8 +2,9 @@
 
 After each of an agent's turns the stop hook checks (``hooks._foresight_due``) whether the
 agent's branch, its base or a live sibling's branch moved since the last check (read from the
-ref files: no git process); when one did, it starts ``exo conflicts AGENT --check`` in the background (one ``posix_spawn``;
-the hook's answer never waits for it). That check runs ``git merge-tree --write-tree`` of the
+ref files: no git process); when one did, it starts ``exo conflicts AGENT --check`` in the
+background (``turnend.after_exit``: one ``posix_spawn``, shared with the turn's checkpoint; the
+hook's answer never waits for it). That check runs ``git merge-tree --write-tree`` of the
 branch against its base and against each live sibling's branch (no checkout is touched),
 records the conflicting paths under ``conflicts:<agent>`` and, once per new conflict with a
 sibling, posts an event to both agents that they get at their next turn (a conflict with the
@@ -62,25 +63,9 @@ def recorded(env: Env, agent_id: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-# Leave the agent's worktree at once for / (a process working inside a worktree would hold up
-# `exo complete`; `-C` names the repository without entering it), wait for the hook process ($1)
-# to exit (5 s at most), then run the check: the hook answers with no other process of exo's
-# competing for the CPU (a POSIX shell loop costs about a millisecond).
-_AFTER_EXIT = ('cd / || exit 1; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; '
-               'i=$((i+1)); done; shift; exec "$@"')
-
-
-def start_check(env: Env, agent: Agent) -> bool:
-    """Start ``exo conflicts AGENT --check`` in the background (working in /), once this process has exited."""
-    import os
-
-    from exo_cli.adapters.proc import spawn_detached
-    from exo_cli.selfcmd import exo_command
-
-    root = str(env.repo.root)
-    argv = ["/bin/sh", "-c", _AFTER_EXIT, "sh", str(os.getpid()),
-            *exo_command(), "-C", root, "conflicts", agent.id, "--check"]
-    return spawn_detached(argv, env.environ) is not None
+def check_command(agent: Agent) -> list[str]:
+    """The background command of the check (``exo conflicts AGENT --check``, run by ``turnend.after_exit``)."""
+    return ["-C", agent.repo or agent.worktree or "/", "conflicts", agent.id, "--check"]
 
 
 def _merge(git: Any, ours: str, theirs: str) -> list[str] | None:

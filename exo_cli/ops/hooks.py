@@ -1,18 +1,16 @@
 """``exo hook EVENT --cli CLI``: the agent CLIs' hooks (Claude Code, Gemini CLI, Codex CLI, exo's own).
 
-Each hook reads the CLI's JSON (stdin; Codex ``notify``: the last argv) and answers in
-that CLI's format:
+Each hook reads the CLI's JSON (stdin; Codex ``notify``: the last argv) and answers in that CLI's format:
 
 - additional context: ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``
-  with E = SessionStart / UserPromptSubmit (Claude, Codex, exo) or SessionStart /
-  BeforeAgent (Gemini);
+  with E = SessionStart / UserPromptSubmit (Claude, Codex, exo) or SessionStart / BeforeAgent (Gemini);
 - keep going after a turn: ``{"decision": "block", "reason": R}`` (Claude, Codex, exo) or
   ``{"decision": "deny", "reason": R}`` (Gemini AfterAgent);
 - otherwise ``{}`` (neutral); Codex ``notify`` prints nothing.
 
-Hooks run on the agent's hot path: this module imports only the stdlib and light exo
-modules, and a hook fails open (``fail_open``): any error becomes one warning line on
-stderr, a neutral answer and exit 0, and a hook never creates a state database.
+Hooks run on the agent's hot path: this module imports only the stdlib and light exo modules, and a
+hook fails open (``fail_open``): any error becomes one warning line on stderr, a neutral answer and
+exit 0, and a hook never creates a state database.
 
 Per-agent hook bookkeeping (consecutive stop-hook blocks, the last turn id, the Codex
 thread, the transcript offset, rebase failures) lives in ``kv`` under ``hook:<agent id>``.
@@ -27,6 +25,7 @@ import time
 from exo_cli.limits import clip
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import delivery as msgs
+from exo_cli.ops import turnend
 from exo_cli.ops.rebase import rebase_onto_base
 from exo_cli.records import (
     AGENT_CLIS,
@@ -218,6 +217,7 @@ def _pending_text(env: Env, agent: Agent) -> str:
 
 
 def on_session_start(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
+    _checkpoint(env, agent, None, due=True)  # a headless CLI's next turn is a new session: the last one's checkpoint
     sid = data.get("session_id")
     changes: dict[str, Any] = {"status": WORKING, "status_reason": "session started"}
     if isinstance(sid, str) and sid:
@@ -296,7 +296,16 @@ def wait_mcp_ready(env: Env, agent_id: str, timeout: float) -> bool:
             waiter.wait(min(left, 1.0))
 
 
+def _checkpoint(env: Env, agent: Agent, turn: int | None, *, due: bool = False) -> str:
+    """The turn's checkpoint taken now ("checkpoint"; "" when none): only then does the heavy module load."""
+    if not (turnend.is_due(env, agent) if due else turnend.eligible(agent)):
+        return ""
+    from exo_cli.ops.checkpoints import take_quietly
+    return "checkpoint" * take_quietly(env, agent, turn=turn, due=due)
+
+
 def on_prompt(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> HookResult:
+    _checkpoint(env, agent, None, due=True)  # the last turn's checkpoint, before this turn can change a file
     _update(env, agent, status=WORKING, status_reason=None)
     pending = _pending_text(env, agent)
     return HookResult("prompt", cli, agent.id, context_output(cli, "prompt", pending),
@@ -434,8 +443,9 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
             tokens = 0
 
     reasons: list[str] = []
+    turn_no = agent.turns + (1 if first_for_turn else 0)  # the turn this stop ends, as its checkpoints say
     if can_block:
-        rebase = rebase_onto_base(env, agent, state)
+        rebase = rebase_onto_base(env, agent, state, turn=turn_no)
         sha, base = rebase.sha or "", rebase.base
         if rebase.status not in ("none", "up-to-date"):
             actions.append(f"rebase:{rebase.status}")
@@ -497,17 +507,24 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     # one short transaction for the record, counters and bookkeeping
     env.store.record_turn(agent.id, changes, turns=1 if first_for_turn else 0, tokens=tokens,
                           kv=(_key(agent.id), json.dumps(state, separators=(",", ":"))))
-    if foresee:  # in the background, once this hook has exited: the answer never waits for the merges
-        from exo_cli.ops.foresight import start_check
+    # The turn's checkpoint: before the answer when the agent goes on at once, else in the background.
+    ckpt = _checkpoint(env, agent, turn_no) if blocking else "checkpoint-due" * turnend.mark_due(env, agent, turn=turn_no)
+    later = [turnend.due_command(agent)] if ckpt == "checkpoint-due" else []
+    if foresee:  # the merges of conflict foresight too: the answer never waits for them
+        from exo_cli.ops.foresight import check_command
 
-        if start_check(env, agent):
-            actions.append("foresight")
+        later.append(check_command(agent))
+    if turnend.after_exit(env, later):
+        actions += ["foresight"] * foresee
+    actions += [ckpt] if ckpt else []
     if not blocking and can_block and agent.status != DONE and "block-limit" not in actions:
         # A message posted while this hook ran saw the agent still working and was queued; now
         # that the record says idle, a later sender types it, and one in between is taken here.
         if env.store.messages(recipient=agent.id, unconsumed=True, undelivered=True, limit=1):
             late = msgs.claim_pending(env, agent.id)
             if late:
+                if _checkpoint(env, agent, None, due=True):  # it goes on at once: its checkpoint cannot wait
+                    actions.append("checkpoint")
                 state["blocks"] = 1
                 env.store.update_agent(agent.id, status=WORKING, status_reason="continuing with messages")
                 save_state(env, agent.id, state)

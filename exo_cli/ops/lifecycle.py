@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.ops.history import CURSOR_KEY, retire
-from exo_cli.records import DEAD, DONE, LIVE_STATUSES, ROOT, Agent
+from exo_cli.records import DEAD, DONE, LIVE_STATUSES, ROOT, Agent, in_subtree
 from exo_cli.registry import Range, op
 from exo_cli.validate import check_name, check_timeout
 
@@ -61,18 +61,6 @@ def descendants(agents: list[Agent], agent_id: str) -> list[Agent]:
     return out
 
 
-def _in_subtree(agents: list[Agent], ancestor: str, agent_id: str) -> bool:
-    by_id = {a.id: a for a in agents}
-    cur = by_id.get(agent_id)
-    hops = 0
-    while cur is not None and hops < 1000:
-        if cur.parent == ancestor:
-            return True
-        cur = by_id.get(cur.parent or "")
-        hops += 1
-    return False
-
-
 # --------------------------------------------------------------------------- kill
 
 
@@ -109,7 +97,7 @@ def kill(env: Env, *, agent: str) -> KillResult:
     target = _get(env, agent)
     everyone = current_agents(env)
     caller = env.caller
-    if not caller.is_human and caller.agent_id != target.id and not _in_subtree(everyone, caller.agent_id, target.id):
+    if not caller.is_human and caller.agent_id != target.id and not in_subtree(everyone, caller.agent_id, target.id):
         raise StateError(f"{target.id} is not in your subtree", hint="You may only kill agents you (or your children) spawned.",
                          agent=target.id, caller=caller.agent_id)
     killed: list[str] = []

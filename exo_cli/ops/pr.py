@@ -272,11 +272,14 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         refuse_paused(env, pr.base, number)
         head_sha = Git(env.repo.root).rev(head_ref)
         fault.point("merge.locked", env.environ)
+        from exo_cli.ops.checkpoints import before_branch_moves
+
+        unsaved = before_branch_moves(env, pr.base, "merge")  # an agent's checkout of the base: checkpointed first
         outcome = forge.merge(pr, strategy=strategy, message=message, head_ref=head_ref)
         fault.point("merge.moved", env.environ)
         env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
                             merged_at=time.time(), data={**pr.data, "head_sha": head_sha})
-    warnings = list(outcome.warnings)
+    warnings = [*unsaved, *outcome.warnings]
     notified = notify_merged(env, _get(env, number), sender=env.caller.agent_id)
     if forge.kind == "local":
         elsewhere = [a for a in (env.store.agent(t) for t in notified) if a is not None and not env.runs_here(a)]

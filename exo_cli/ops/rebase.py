@@ -71,7 +71,8 @@ class RebaseResult(NamedTuple):
     files: list[str] = []  # noqa: RUF012 - never mutated
 
 
-def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None) -> RebaseResult:
+def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None, *,
+                     turn: int | None = None) -> RebaseResult:
     """Rebase the agent's branch onto its parent branch when that moved ahead (local refs only).
 
     Never touches the network. Skipped when the worktree is not on the agent's branch or
@@ -80,7 +81,8 @@ def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None
     silently: a ``.env`` the parent now tracks would replace the agent's own).
     On a conflict the rebase is aborted (the branch and files are exactly as before) and the
     conflicting files are returned. With ``state`` (the hook's bookkeeping), a parent tip
-    already checked is recognised by reading the ref files, without running git.
+    already checked is recognised by reading the ref files, without running git. The checkout is
+    checkpointed (as the end of turn ``turn``) before the rebase starts.
     """
     wt = agent.worktree
     if not wt or not os.path.isdir(wt):
@@ -123,6 +125,9 @@ def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None
     if in_the_way:  # git would overwrite an ignored file without a word (and refuse an untracked one midway)
         return RebaseResult("in-the-way", base, sha, "untracked or ignored files the rebase would overwrite",
                             in_the_way)
+    from exo_cli.ops.checkpoints import before_change
+
+    before_change(env, agent, "rebase", turn=turn)  # a warning at most: the rebase itself loses nothing
     proc = git.rebase(sha)
     if proc.returncode == 0:
         if state is not None:

@@ -149,6 +149,7 @@ class BoardApp(App[None]):
         Binding("w", "answer", "Answer"),
         Binding("m", "merge", "Merge"),
         Binding("c", "complete", "Complete"),
+        Binding("u", "undo", "Undo"),
         Binding("k", "kill", "Kill"),
         Binding("e", "events", "Events", show=False),  # named on the events' line itself
         Binding("q", "quit", "Quit"),
@@ -191,7 +192,7 @@ class BoardApp(App[None]):
         yield Table(id="agents", cursor_type="row", show_row_labels=False)
         yield Static(cell("INBOX", style="bold"), id="inbox-title")
         yield Table(id="inbox", cursor_type="row", show_row_labels=False)
-        yield Footer()
+        yield Footer(compact=True)  # every key fits in 80 columns
 
     def on_mount(self) -> None:
         self.watch_team()
@@ -412,6 +413,15 @@ class BoardApp(App[None]):
             aid = row.agent.id
             self._confirm(f"Complete {aid} (close its bead, stop it, remove its worktree if nothing is lost)?",
                           "complete", lambda: invoke("complete", self.env, target=aid), lambda r: f"completed {aid}")
+
+    def action_undo(self) -> None:
+        row = self._selected()
+        if row is not None:
+            aid = row.agent.id
+            self._confirm(f"Undo {aid}'s last turn (its checkout back as its checkpoint before it; what it has now "
+                          "is checkpointed first)?", "undo", lambda: invoke("undo", self.env, agent=aid),
+                          lambda r: f"{aid}: checkpoint {r.restored} restored ({len(r.files)} file(s)); "
+                                    f"exo undo {aid} --to {r.saved} puts back what it had")
 
     def action_kill(self) -> None:
         row = self._selected()
