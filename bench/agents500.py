@@ -46,12 +46,9 @@ exec {tmux} "$@"
 
 
 def clean_env() -> dict[str, str]:
-    """The benchmark's environment: a git identity, and none of an agent's or a tmux pane's variables."""
-    env = {**bench_env(), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
-           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
-    for var in ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "EXO_STORE_URL", "TMUX", "TMUX_PANE"):
-        env.pop(var, None)
-    return env
+    """The benchmark's environment (the user's shell already scrubbed out by ``_common``) with a git identity."""
+    return {**bench_env(), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
+            "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
 
 
 def make_repo(root: Path, env: dict[str, str]) -> Path:

@@ -10,6 +10,7 @@ it finishes, then the summary table is printed last. A script that fails shows a
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -45,7 +46,15 @@ def _ratio_rows(out: str, names: list[str], budget: float) -> list[Row]:
 
 
 def parse_startup(out: str) -> list[Row]:
-    return _ratio_rows(out, ["exo --help", "exo status --json", "exo agents --json"], 1.3)
+    rows: list[Row] = []
+    for m in re.finditer(r"^(exo .+?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", out, re.M):
+        name, (ms, ratio, cpu_ms, cpu_ratio) = m.group(1), (float(g) for g in m.groups()[1:])
+        rows.append((f"{name} (wall)", f"{ratio:.2f}x import click ({ms:.0f} ms)", "<= 1.3x", _verdict(ratio <= 1.3)))
+        rows.append((f"{name} (cpu)", f"{cpu_ratio:.2f}x import click ({cpu_ms:.0f} ms)", "<= 1.3x",
+                     _verdict(cpu_ratio <= 1.3)))
+    if not rows:
+        raise ValueError("no command line")
+    return rows
 
 
 def parse_hooks(out: str) -> list[Row]:
@@ -208,23 +217,30 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown bench: {', '.join(unknown)} (known: {', '.join(BENCHES)})")
     rows: list[Row] = []
+    loads: list[str] = []  # the 1-minute load average around each bench, one per row
     for name in chosen:
         parse, quick_args = BENCHES[name]
         argv = [sys.executable, str(HERE / f"{name}.py"), *(quick_args if args.quick else [])]
         print(f"== {name}: {' '.join(argv[1:])}", flush=True)
-        t0 = time.perf_counter()
+        t0, load0 = time.perf_counter(), os.getloadavg()[0]
         proc = subprocess.run(argv, cwd=HERE.parent, capture_output=True, text=True)
+        load = f"{load0:.1f}..{os.getloadavg()[0]:.1f}"
         print(proc.stdout + proc.stderr, end="", flush=True)
-        print(f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(f"   ({time.perf_counter() - t0:.0f} s, load average {load})", flush=True)
         try:
             if proc.returncode != 0:
                 raise ValueError(f"exit {proc.returncode}")
-            rows.extend(parse(proc.stdout))
+            got = parse(proc.stdout)
         except ValueError as exc:
-            rows.append((name, f"error: {exc}", "-", "gap"))
-    widths = [max(len(r[i]) for r in [("bench", "figure", "budget", "ok/gap"), *rows]) for i in range(4)]
+            got = [(name, f"error: {exc}", "-", "gap")]
+        rows += got
+        loads += [load] * len(got)
+    head = ("bench", "figure", "budget", "ok/gap", "load (1 min)")
+    table = [(*row, load) for row, load in zip(rows, loads, strict=True)]
+    widths = [max(len(r[i]) for r in [head, *table]) for i in range(len(head))]
     print()
-    for row in [("bench", "figure", "budget", "ok/gap"), tuple("-" * w for w in widths), *rows]:
+    print(f"on {os.cpu_count()} CPUs; a ratio holds only when it holds across repeated runs (see bench/README.md)")
+    for row in [head, tuple("-" * w for w in widths), *table]:
         print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |")
     return 0
 

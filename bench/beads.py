@@ -89,9 +89,7 @@ def main() -> int:
         sys.exit("--beads is too small for those spawns")
     precompile()
     tmp = Path(tempfile.mkdtemp(prefix="exo-bench-beads-"))
-    env = {**bench_env(), **GIT_IDENTITY}
-    for var in ("EXO_AGENT", "EXO_PARENT", "EXO_ROLE", "EXO_STATE_DIR", "BEADS_DIR", "TMUX", "TMUX_PANE"):
-        env.pop(var, None)
+    env = {**bench_env(), **GIT_IDENTITY}  # the user's shell already scrubbed out (``_common``)
     repo = None
     rows: list[tuple[str, int, Counter[str]]] = []
     try:

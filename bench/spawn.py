@@ -10,7 +10,9 @@ one call takes at most 1.0x the bare loop, measured in the same run. To keep the
 - both start their own private tmux server and get a fresh, identical repository per
   repetition (created outside the timing);
 - the repetitions are interleaved (the order alternates), the first one is a dropped warm-up,
-  and the medians are compared. The load average is printed: the machine may be busy.
+  and the medians of wall time are compared. The load average is printed (the machine may be busy),
+  and so is the CPU time of each side (user + system of the command and its children: git and the
+  tmux client; the agents are the tmux server's children, on both sides).
 
     python bench/spawn.py [--runs 7] [--agents 10,30] [--default-demo | --light]
 
@@ -27,6 +29,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -104,10 +107,13 @@ def pane_commands(sock: str, count: int, expected: list[str], timeout: float = 1
 
 
 def measure(opts: argparse.Namespace, count: int, exo: list[str], env: dict[str, str]
-            ) -> tuple[dict[str, list[float]], list[float], list[str]]:
-    """``opts.runs`` interleaved runs of both sides with ``count`` agents: seconds per side, load averages, agent argv."""
+            ) -> tuple[dict[str, list[float]], dict[str, list[float]], list[float], list[str]]:
+    """``opts.runs`` interleaved runs of both sides with ``count`` agents: wall seconds per side, CPU seconds per side
+    (user + system of the command and its children: git, the tmux client; not the tmux server nor the agents, which
+    tmux starts), load averages, agent argv."""
     workers = [x for i in range(1, count + 1) for x in ("--worker", f"w{i}")]
     times: dict[str, list[float]] = {"exo spawn": [], "shell loop": []}
+    cpu: dict[str, list[float]] = {"exo spawn": [], "shell loop": []}
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="exo-bench-") as tmp:
         root = Path(tmp)
@@ -132,9 +138,9 @@ def measure(opts: argparse.Namespace, count: int, exo: list[str], env: dict[str,
                 else:
                     sock = f"exo-bench-{uuid.uuid4().hex[:8]}"
                     argv = ["bash", "-c", BASELINE, "bash", str(repo), sock, str(count), *agent]
-                t0 = time.perf_counter()
+                t0, used0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
                 proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True)
-                elapsed = time.perf_counter() - t0
+                elapsed, used = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
                 try:
                     if proc.returncode != 0:
                         sys.exit(f"{name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -143,10 +149,11 @@ def measure(opts: argparse.Namespace, count: int, exo: list[str], env: dict[str,
                     subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
                 if run:
                     times[name].append(elapsed)
+                    cpu[name].append(used.ru_utime - used0.ru_utime + used.ru_stime - used0.ru_stime)
             if seen["exo spawn"] != seen["shell loop"] or len(seen["exo spawn"]) != count:
                 sys.exit(f"unfair run: the agents' command lines differ:\n{seen}")
             load.append(os.getloadavg()[0])
-    return times, load, agent
+    return times, cpu, load, agent
 
 
 def main() -> None:
@@ -163,13 +170,16 @@ def main() -> None:
     env = bench_env()
     exo = exo_argv()
     for count in (int(x) for x in opts.agents.split(",") if x):
-        times, load, agent = measure(opts, count, exo, env)
+        times, cpu, load, agent = measure(opts, count, exo, env)
         print(f"-- {count} agents; agent command (both sides): {' '.join(agent)}")
         print(f"load average (1 min) during the runs: {min(load):.2f}..{max(load):.2f} on {os.cpu_count()} CPUs")
         for name, values in times.items():
             print(f"{name:12s} median {statistics.median(values) * 1000:7.1f} ms  "
                   f"(min {min(values) * 1000:.1f}, max {max(values) * 1000:.1f}, n={len(values)})")
         ratio = statistics.median(times["exo spawn"]) / statistics.median(times["shell loop"])
+        cpu_ms = {name: statistics.median(values) * 1000 for name, values in cpu.items()}
+        print(f"cpu (user + system, children included; not the agents): exo spawn {cpu_ms['exo spawn']:.1f} ms, "
+              f"shell loop {cpu_ms['shell loop']:.1f} ms, ratio {cpu_ms['exo spawn'] / cpu_ms['shell loop']:.2f}")
         print(f"ratio of the minimums: {min(times['exo spawn']) / min(times['shell loop']):.2f}")
         pairs = sorted(e / s for e, s in zip(times["exo spawn"], times["shell loop"], strict=True))
         print(f"per-run ratios: {' '.join(f'{r:.2f}' for r in pairs)}")

@@ -35,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import _common  # noqa: E402, F401 - cleans this process's environment (what the user's shell carries) on import
 
 WRITER = r"""
 import os, random, sys, time

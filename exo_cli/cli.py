@@ -13,22 +13,8 @@ from typing import Any
 import click
 
 from exo_cli import __version__
-from exo_cli.errors import INTERNAL_EXIT, ExoError, UsageError
-
-
-def report(error: ExoError, *, as_json: bool) -> None:
-    """Print an error: the error object on stdout under --json, Error:/Hint: on stderr otherwise."""
-    if as_json:
-        from exo_cli.render.jsonout import dump_json
-
-        sys.stdout.write(dump_json(error.to_dict()) + "\n")
-        sys.stdout.flush()
-        return
-    from exo_cli.render import warn  # a message may quote what an agent wrote: made safe there
-
-    warn(f"Error: {error.message}")
-    if error.hint:
-        warn(f"Hint: {error.hint}")
+from exo_cli.errors import ExoError, UsageError
+from exo_cli.render import guarded, report
 
 
 class ExoGroup(click.Group):
@@ -138,36 +124,19 @@ def run_cli(args: list[str]) -> None:
         if fast_complete(cli, os.environ):
             sys.exit(0)
     as_json = "--json" in args
-    try:
-        rv = cli.main(args=args, prog_name="exo", standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.stderr.write("Aborted.\n")
-        sys.exit(130)
-    except click.exceptions.ClickException as exc:
-        if as_json:
-            report(UsageError(exc.format_message(), hint="See `exo --help`."), as_json=True)
-        else:
-            _show_click_error(exc)
-        sys.exit(exc.exit_code)
-    except ExoError as exc:  # raised outside a subcommand (e.g. by the group callback)
-        report(exc, as_json=as_json)
-        sys.exit(exc.exit_code)
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.stderr.write("Interrupted.\n")
-        sys.exit(130)
-    except Exception as exc:  # a bug: exit 70, traceback only when asked for
-        if os.environ.get("EXO_DEBUG") == "1":
-            import traceback
 
-            traceback.print_exc()
-        else:
-            from exo_cli.render import warn
+    def call() -> int | None:
+        try:
+            rv = cli.main(args=args, prog_name="exo", standalone_mode=False)
+        except click.exceptions.Abort:
+            sys.stderr.write("Aborted.\n")
+            return 130
+        except click.exceptions.ClickException as exc:
+            if as_json:
+                report(UsageError(exc.format_message(), hint="See `exo --help`."), as_json=True)
+            else:
+                _show_click_error(exc)
+            return exc.exit_code
+        return rv if isinstance(rv, int) else 0
 
-            warn(f"Error: internal error: {type(exc).__name__}: {exc}")
-            warn("Hint: this is a bug in exo; rerun with EXO_DEBUG=1 for a traceback and report it.")
-        sys.exit(INTERNAL_EXIT)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    sys.exit(guarded(call, as_json=as_json))

@@ -4,7 +4,9 @@ Agent CLIs run ``exo hook ...`` after every tool call and turn of every agent, s
 path must cost little more than Python's own start: ``main`` hands it to
 ``hookrun.run`` (stdlib and the light exo modules only) before Click is imported; any
 argv the hook runner does not recognise (``--help``, a bad option) falls through to the
-Click command line (``cli.py``), which answers exactly as before.
+Click command line (``cli.py``), which answers exactly as before. ``exo status`` and ``exo
+agents`` (``exo ls``), run by people, scripts and team leads all the time, go the same way
+through ``readrun``.
 """
 
 from __future__ import annotations
@@ -49,12 +51,21 @@ def main(argv: list[str] | None = None) -> None:
         import gc
 
         gc.disable()
+    if args[:1] in (["status"], ["agents"], ["ls"]):  # the team's most frequent reads, without Click
+        from exo_cli.readrun import run as read
+
+        code = read(args[0], args[1:])
+        if code is not None:
+            if argv is None:
+                _exit_now(code)
+            sys.exit(code)
     from exo_cli.cli import run_cli
 
+    at_once = quick or (argv is None and bool(args) and args[0] in AT_ONCE)
     try:
         run_cli(args)
     except SystemExit as exc:
-        if quick and (exc.code is None or isinstance(exc.code, int)):
+        if at_once and (exc.code is None or isinstance(exc.code, int)):
             _exit_now(exc.code or 0)
         raise
 
@@ -62,6 +73,10 @@ def main(argv: list[str] | None = None) -> None:
 # Commands that only read (and at most mark a vanished agent dead) and end quickly: the ones
 # run most often, by people and scripts (docs/performance.md).
 QUICK = frozenset({"status", "agents", "ls", "--help", "-h", "--version", "-V"})
+# Commands that end at once too (``_exit_now``) though they write: ``exo spawn``, once its agents run (its
+# threads have ended, every record is committed), whose teardown (collecting all it allocated, and the
+# database's closing checkpoint) cost a fifth of a 10-agent spawn (bench/spawn.py).
+AT_ONCE = frozenset({"spawn"})
 
 
 def _exit_now(code: int) -> None:
@@ -69,9 +84,10 @@ def _exit_now(code: int) -> None:
 
     Tearing the interpreter down (freeing every module, a last garbage collection, closing
     the database, which may checkpoint it) costs a hook about a tenth of Python's start, and
-    ``exo agents`` with hundreds of agents more. Everything a hook or a quick command wrote is
-    already committed, its output is flushed here, and with no other thread running and no
-    exit handler registered there is nothing else to run; otherwise exit normally.
+    ``exo agents`` with hundreds of agents more, ``exo spawn`` a fifth of its time. Everything a
+    hook or such a command wrote is already committed, its output is flushed here, and with no
+    other thread running and no exit handler registered (a temporary folder's finalizer is one)
+    there is nothing else to run; otherwise exit normally.
     """
     import atexit
 

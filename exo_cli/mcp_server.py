@@ -373,7 +373,7 @@ def serve(env: Env, role: str, compat: tuple[str, ...] | list[str] | None = None
             server = build_server(env, role, compat)
             start_background_tasks(env, env.role_cap or role)
     except ExoError as exc:
-        from exo_cli.main import report
+        from exo_cli.render import report
 
         report(exc, as_json=False)
         raise SystemExit(exc.exit_code) from exc

@@ -36,21 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from shell_env import KEEP, SCRUB_EXACT, SCRUB_PREFIX, private, scrub, tmux_env, tmux_servers  # noqa: F401 - one list
 
 RUN_VAR = "PYTEST_EXO_RUN"  # this run's token, inherited by what the run starts (not EXO_*: tests drop those)
-KEEP = ("EXO_UPDATE_SNAPSHOTS", "EXO_TEST_")  # the suite's own knobs, set on purpose for a run
-SCRUB_EXACT = ("TMUX", "TMUX_PANE", "BEADS_DIR", "HANGAR_ROOT", "_EXO_COMPLETE", "STY", "WINDOW")
-SCRUB_PREFIX = ("EXO_", "ZELLIJ", "GIT_", "PG")
 GRACE = 20.0  # seconds a process found at the end has to end by itself before it counts as left behind
 GRACE_VAR = "EXO_TEST_LEFTOVER_GRACE"  # another grace, in seconds (tests/test_leftovers.py's inner runs)
-
-
-def scrub(environ: MutableMapping[str, str]) -> list[str]:
-    """Take out of ``environ`` what a user's shell may carry that exo (or git, libpq) would read."""
-    gone = [k for k in environ if (k in SCRUB_EXACT or k.startswith(SCRUB_PREFIX)) and not k.startswith(KEEP)]
-    for k in gone:
-        del environ[k]
-    return sorted(gone)
 
 
 def begin(environ: MutableMapping[str, str]) -> Path:
@@ -58,11 +48,7 @@ def begin(environ: MutableMapping[str, str]) -> Path:
     scrub(environ)
     # Short, under /tmp: tmux sockets live under it (a unix socket path holds about 104 bytes).
     root = Path(tempfile.mkdtemp(prefix="exo-run-", dir=os.path.realpath("/tmp")))
-    xdg = root / "xdg"
-    xdg.mkdir(mode=0o700)
-    environ["TMUX_TMPDIR"] = str(root)
-    environ["XDG_RUNTIME_DIR"] = str(xdg)
-    environ["NO_COLOR"] = "1"
+    private(environ, root)
     environ[RUN_VAR] = uuid.uuid4().hex
     return root
 
@@ -159,22 +145,6 @@ def processes(roots: Iterable[str | Path], token: str | None, *, skip: Iterable[
     return found
 
 
-def _tmux_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
-
-
-def tmux_servers(root: Path) -> list[Path]:
-    """The sockets under ``root`` (a ``TMUX_TMPDIR``) where a tmux server still answers."""
-    if shutil.which("tmux") is None:
-        return []
-    out = []
-    for sock in sorted(root.glob("tmux-*/*")):
-        if sock.is_socket() and subprocess.run(["tmux", "-S", str(sock), "list-sessions"], capture_output=True,
-                                               env=_tmux_env(), timeout=30).returncode == 0:
-            out.append(sock)
-    return out
-
-
 def _same(p: Leftover) -> bool:
     st = _stat(p.pid)
     return st is not None and st[2] == p.start and st[0] not in ("Z", "X")
@@ -200,7 +170,7 @@ def finish(root: Path, basetemp: Path | None, token: str | None, *, grace: float
     report = []
     for sock in tmux_servers(root):
         report.append(f"tmux server on {sock}")
-        subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, env=_tmux_env(), timeout=30)
+        subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, env=tmux_env(), timeout=30)
     roots = [root] + ([basetemp] if basetemp is not None else [])
     found = processes(roots, token, skip=_helpers())
     deadline = time.monotonic() + grace

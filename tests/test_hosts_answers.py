@@ -28,6 +28,13 @@ from conftest import Exo
 HUGE = "HUGE"  # the fake prints 20 MiB for this answer (exo reads at most 16)
 
 
+def field_names(cls: type) -> list[str]:
+    """The fields of a result class: a dataclass's, or a record's (NamedTuple: the hot paths' results)."""
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    return list(cls._fields)  # type: ignore[attr-defined]
+
+
 def _fields() -> dict[str, int]:
     """Every field name of every result class a host answers with, each given a number."""
     from exo_cli.ops.complete import CompleteResult
@@ -41,7 +48,7 @@ def _fields() -> dict[str, int]:
     names: dict[str, int] = {}
     for cls in (CompleteResult, DiffResult, Hello, KillResult, ReadManyResult, ReadResult, ReapResult, SpawnResult,
                 StatusResult):
-        names.update({f.name: 7 for f in dataclasses.fields(cls)})
+        names.update({name: 7 for name in field_names(cls)})
     names.update({f: 7 for f in Agent._fields})
     return names
 

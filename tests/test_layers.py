@@ -3,7 +3,7 @@
 exo is two floors under two front ends: ``adapters/`` (the only code touching the outside
 world: git, SQLite, processes, /proc, files and locks, multiplexers, agent CLIs, beads, forges)
 under ``ops/`` (every operation), under the registry and the front ends (``commands/`` with
-``main``, ``cli`` and ``hookrun``, and ``mcp_server``), which render through ``render/``. The small shared modules
+``main``, ``cli``, ``hookrun`` and ``readrun``, and ``mcp_server``), which render through ``render/``. The small shared modules
 (records, errors, validate, config, env, selfcmd) sit beside them.
 
 Every import counts, at the top of a module, inside a function or under ``TYPE_CHECKING``
@@ -29,7 +29,7 @@ PACKAGE = "exo_cli"
 ADAPTERS = "exo_cli.adapters"
 OPS = "exo_cli.ops"
 FRONT_ENDS = ("exo_cli.registry", "exo_cli.commands", "exo_cli.main", "exo_cli.cli", "exo_cli.hookrun",
-              "exo_cli.mcp_server", "exo_cli.render")
+              "exo_cli.readrun", "exo_cli.mcp_server", "exo_cli.render")
 OUTSIDE_WORLD = ("subprocess", "sqlite3", "_sqlite3", "fcntl")  # only adapters/ touches these
 
 # (importer, what) -> why it is still allowed. ``importer`` covers its submodules too

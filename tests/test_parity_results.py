@@ -267,6 +267,8 @@ def extra_fields(op: registry.Op, tool: registry.Tool) -> set[str]:
     def names(cls: Any) -> set[str]:
         if dataclasses.is_dataclass(cls):
             return {f.name for f in dataclasses.fields(cls) if f.repr}
+        if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields"):  # a record (NamedTuple)
+            return set(cls._fields)
         return set()
 
     return names(mine) - names(base)

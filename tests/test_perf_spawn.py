@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, Exo
+from conftest import ROOT, Exo, run_exo
 from exo_cli.adapters.mux.tmux import StartRequest, Tmux
 from exo_cli.errors import ExoError, InvalidInput, StateError
 from exo_cli.ops.spawn.starter import Starter, run_all
@@ -250,3 +250,20 @@ def test_spawn_of_several_workers_uses_one_new_window_call(repo: Path, exo: Exo,
         assert "sk-perf-canary" not in listing.stdout
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+
+
+def test_spawn_ends_at_once_with_its_records_committed(sleepers: Path) -> None:
+    """`exo spawn` ends without the interpreter's teardown (``main.AT_ONCE``), as the quick reads and the hooks
+    do: the database is left as such an end leaves it (its WAL in place, no closing checkpoint), and everything
+    the spawn recorded is there for the next command."""
+    wal = sleepers / ".git" / "exo" / "state.db-wal"
+    assert run_exo("init", cwd=sleepers).returncode == 0
+    assert not wal.exists()  # exo init ends as usual: closing the database checkpoints it and removes the WAL
+    proc = run_exo("spawn", "--worker", "s1", "--worker", "s2", "--prompt", "x", "--agent", "custom", "--mux",
+                   "headless", "--json", cwd=sleepers)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(name for name, _ in json.loads(proc.stdout)["worktrees"]) == ["s1", "s2"]
+    assert wal.exists()
+    listed = json.loads(run_exo("agents", "--json", cwd=sleepers).stdout)
+    assert sorted((a["name"], a["status"] in ("starting", "working", "idle")) for a in listed["agents"]) == [
+        ("s1", True), ("s2", True)]

@@ -11,10 +11,10 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from exo_cli.errors import ExoError, NotFound, StateError
+from exo_cli.lite import NamedTuple
 from exo_cli.records import RETIRED_SEP, ROOT, Agent, pick_agent
 from exo_cli.registry import op
 
@@ -158,9 +158,13 @@ def in_parallel(fn: Callable[[T], None], items: Iterable[T]) -> None:
 # --------------------------------------------------------------------------- exo hosts
 
 
-@dataclass(frozen=True)
-class HostView:
-    """One configured host as seen from here."""
+class HostView(NamedTuple):
+    """One configured host as seen from here.
+
+    The result records of this module are NamedTuples (``exo_cli.lite``'s), not dataclasses: every
+    ``exo status`` imports this module (``ops.remote`` routes it), and a dataclass costs several
+    times more to define (see ``ops.status.AgentView``).
+    """
 
     name: str
     ssh: str
@@ -177,8 +181,7 @@ class HostView:
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class Hello:
+class Hello(NamedTuple):
     """What exo on a host says of itself and its clone (the answer to a ``hello`` request)."""
 
     protocol: int
@@ -191,8 +194,7 @@ class Hello:
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class HostsResult:
+class HostsResult(NamedTuple):
     this_host: str
     hosts: list[HostView]
 

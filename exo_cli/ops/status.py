@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from exo_cli.adapters.git import Git
+from exo_cli.lite import NamedTuple
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.records import ROOT, Agent
 from exo_cli.registry import op
@@ -42,8 +42,13 @@ class TeamSummary(TypedDict):
 
 
 class AgentView(NamedTuple):
-    """One row of ``exo agents`` (a NamedTuple: ~4x cheaper to define than a dataclass, and this
-    module is on the path of every `exo status`; it serializes the same through to_jsonable)."""
+    """One row of ``exo agents``.
+
+    The records of this module are NamedTuples (``exo_cli.lite``'s), not dataclasses: defining a
+    dataclass costs several times more, and importing ``dataclasses`` imports ``inspect``, on the
+    path of every ``exo status`` and ``exo agents``. They serialize, have a schema and travel
+    between hosts exactly as dataclasses do (``records.to_jsonable``, ``schema``, ``wire``).
+    """
 
     id: str
     name: str
@@ -70,16 +75,14 @@ class AgentView(NamedTuple):
     host: str = ""  # the host it runs on ("" for records made before hosts)
 
 
-@dataclass(frozen=True)
-class AgentsResult:
+class AgentsResult(NamedTuple):
     agents: list[AgentView]
-    count: int
+    count: int  # type: ignore[assignment]  # the field (a public JSON name) stands for tuple.count here
     by_status: dict[str, int]
     this_host: str = ""  # this machine's name among exo's hosts
 
 
-@dataclass(frozen=True)
-class StatusResult:
+class StatusResult(NamedTuple):
     repo: str
     worktree: str
     state_dir: str
@@ -91,7 +94,7 @@ class StatusResult:
     bead: str | None
     git: GitState
     pr: PrBrief | None
-    team: TeamSummary | None = field(default=None)
+    team: TeamSummary | None = None
 
 
 def _views(env: Env, agents: list[Agent]) -> list[AgentView]:

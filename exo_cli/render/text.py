@@ -12,7 +12,6 @@ rich costs ~80 ms to import, so it is imported only when stdout is a colour TTY.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -128,7 +127,7 @@ def cell(text: Any, *, style: str = "", safe_already: bool = False) -> Any:
 
 def generic(out: Out, result: Any) -> None:
     """Fallback view: the result's fields as key/value lines."""
-    data = to_jsonable(result) if dataclasses.is_dataclass(result) else result
+    data = to_jsonable(result)  # a dataclass or a record (NamedTuple) as its fields
     if isinstance(data, dict):
         out.kv([(k, v if not isinstance(v, dict | list) else _short(v)) for k, v in data.items()])
     else:

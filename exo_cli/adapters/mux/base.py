@@ -13,11 +13,11 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from exo_cli.errors import ExternalFailure, InvalidInput
+from exo_cli.lite import NamedTuple
 from exo_cli.records import MUXES
 from exo_cli.validate import visible
 
@@ -25,9 +25,13 @@ from exo_cli.validate import visible
 LAUNCHER = Path(__file__).with_name("_launch.py")
 
 
-@dataclass(frozen=True)
-class Location:
-    """Where an agent runs: enough to find, observe, type into and stop it later."""
+class Location(NamedTuple):
+    """Where an agent runs: enough to find, observe, type into and stop it later.
+
+    ``Location`` and ``PaneState`` are records (``exo_cli.lite``'s NamedTuple), not dataclasses:
+    every ``exo status`` and ``exo agents`` with agents builds them, and a dataclass costs several
+    times more to define (and imports ``inspect``).
+    """
 
     mux: str
     session: str | None = None
@@ -51,7 +55,7 @@ class Location:
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict without the unset fields."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: v for k, v in zip(self._fields, self, strict=True) if v is not None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Location:
@@ -62,11 +66,10 @@ class Location:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-_LOCATION_FIELDS = frozenset(f.name for f in fields(Location))
+_LOCATION_FIELDS = frozenset(Location._fields)
 
 
-@dataclass(frozen=True)
-class PaneState:
+class PaneState(NamedTuple):
     """One observation of an agent's pane or process."""
 
     location: Location

@@ -21,12 +21,11 @@ import contextlib
 import errno
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters.files import ensure_private_dir
 from exo_cli.adapters.mux.base import (
@@ -43,6 +42,9 @@ from exo_cli.adapters.mux.base import (
 from exo_cli.adapters.proc import command_name, kill_group, pid_alive, proc_start_time, reap
 from exo_cli.errors import EnvironmentError_, InvalidInput, NotFound, StateError
 from exo_cli.validate import check_name
+
+if TYPE_CHECKING:
+    import subprocess
 
 RUNNER = Path(__file__).with_name("_runner.py")
 CHANNELS = ("none", "stdin", "resume")
@@ -93,6 +95,8 @@ class Headless:
         if chan["mode"] == "resume":
             chan["resume"] = check_argv(chan.get("resume") or [])
         self._check_program(argv[0], env, cwd)
+        import subprocess  # here: observing agents (every `exo status`) never needs it
+
         log = Path(log_path) if log_path is not None else self.records_dir / f"{name}.log"
         folder = self.records_dir
         inbox = folder / f"{name}.inbox"
