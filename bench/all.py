@@ -172,6 +172,25 @@ def parse_hosts(out: str) -> list[Row]:
     ]
 
 
+def parse_broker(out: str) -> list[Row]:
+    first = _num(r"ratio ([\d.]+)x \(budget 0\.35x\)", out)
+    per = _num(r"([\d.]+) MiB per agent", out)
+    holders = int(_num(r"processes holding the SDK: (\d+)", out))
+    hook = _num(r"python -c pass: [\d.]+ ms; ratio ([\d.]+)x", out)
+    burst = _num(r"direct; ratio ([\d.]+)x", out)
+    wake = _num(r"through the relays: p50 ([\d.]+) ms", out)
+    lost = int(_num(r"lost (\d+), duplicated", out)) + int(_num(r"duplicated (\d+)", out))
+    return [
+        ("relay exo mcp to tools/list vs import mcp.server.lowlevel", f"{first:.2f}x", "<= 0.35x",
+         _verdict(first <= 0.35)),
+        ("30 agents: (broker + relays) RSS / 30; SDK holders", f"{per:.1f} MiB; {holders}", "<= 20 MiB; 1",
+         _verdict(per <= 20 and holders == 1)),
+        ("exo hook stop through the relay vs python -c pass", f"{hook:.2f}x", "<= 1.5x", _verdict(hook <= 1.5)),
+        ("20 hooks at once, p99 relay / direct", f"{burst:.2f}x", "<= 2x", _verdict(burst <= 2.0)),
+        ("note -> wake through the relays, p50", f"{wake:.1f} ms", "< 20 ms, none lost", _verdict(wake < 20 and not lost)),
+    ]
+
+
 BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "startup": (parse_startup, ["--runs", "10"]),
     "hooks": (parse_hooks, ["--runs", "15"]),
@@ -184,6 +203,7 @@ BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "foresight": (parse_foresight, ["--runs", "5"]),
     "checkpoints": (parse_checkpoints, ["--runs", "5"]),
     "hosts": (parse_hosts, ["--runs", "5"]),
+    "broker": (parse_broker, ["--runs", "7", "--notes", "5"]),
 }
 
 

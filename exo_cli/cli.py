@@ -102,7 +102,7 @@ def cli(ctx: click.Context, directory: str | None) -> None:
         if "\x00" in directory or not os.path.isdir(directory):
             raise click.BadParameter(f"{directory!r} is not a directory", param_hint="-C")
         directory = os.path.abspath(directory)
-    ctx.obj = Env(cwd=directory)
+    ctx.obj = Env(cwd=directory, cwd_given=directory is not None)
 
 
 def _show_click_error(exc: click.exceptions.ClickException) -> None:

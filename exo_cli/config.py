@@ -26,6 +26,7 @@ class EnvVars:
 
     AGENT = "EXO_AGENT"  # identity of the agent a process belongs to (checked against records)
     PROOF = "EXO_AGENT_PROOF"  # the per-agent secret that proves EXO_AGENT (in the agent's env only)
+    SOCKET = "EXO_SOCKET"  # the agent's own socket to the team broker: its relays talk to exo through it
     PARENT = "EXO_PARENT"
     ROLE = "EXO_ROLE"
     STATE_DIR = "EXO_STATE_DIR"
@@ -48,6 +49,7 @@ class EnvVars:
         "EXO_STORE_URL": "store.url",
         "EXO_STORE_TIMEOUT": "timeouts.store",
         "EXO_SSH_COMMAND": "ssh.command",
+        "EXO_BROKER": "broker.enabled",
     }
     HOST = "EXO_HOST"  # this machine's name among exo's hosts (else the state folder's host-name, else hostname)
 
@@ -96,6 +98,8 @@ DEFAULTS: dict[str, Any] = {
     "store": {"url": ""},
     "notify": {"command": [], "desktop": False},
     "ssh": {"command": "ssh", "persist": 600},
+    # the team broker: every agent reaches exo through its own socket (docs/architecture.md "The broker")
+    "broker": {"enabled": True, "idle_exit": 5},
     "hosts": {},
 }
 
@@ -248,6 +252,8 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "ssh.command": (_is_argv, "a command (a string split as a shell would, or a list of strings), e.g. "
                     "\"ssh -F ~/.ssh/exo\""),
     "ssh.persist": (_is_seconds, "a whole number of seconds"),
+    "broker.enabled": (_is_bool, "true or false"),
+    "broker.idle_exit": (_is_seconds, "a whole number of seconds"),
     "hosts": (_is_hosts_table, "a table of host name -> { ssh = DESTINATION, path = CLONE, exo = COMMAND, env = [NAMES] }"),
 }
 _SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}

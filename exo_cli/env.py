@@ -36,9 +36,12 @@ AGENT_VAR = "EXO_AGENT"
 PROOF_VAR = "EXO_AGENT_PROOF"
 STATE_DIR_VAR = "EXO_STATE_DIR"
 STORE_URL_VAR = "EXO_STORE_URL"
+# The agent's own socket to the team broker (spawn sets it): a process carrying it sends its calls
+# there (registry.invoke, hooks, exo mcp) and never touches the state itself.
+SOCKET_VAR = "EXO_SOCKET"
 # Variables exo sets only in an agent's environment: a process carrying one is an agent until
 # its claim is proven or refused, never the human.
-MARKER_VARS = (AGENT_VAR, PROOF_VAR, "EXO_PARENT", "EXO_ROLE")
+MARKER_VARS = (AGENT_VAR, PROOF_VAR, "EXO_PARENT", "EXO_ROLE", SOCKET_VAR)
 # Where an agent's record keeps the SHA-256 of its proof (the proof itself is never stored).
 PROOF_FIELD = "proof_sha256"
 # The state folder's file naming this machine among exo's hosts (see ``Env.host_name``).
@@ -51,7 +54,7 @@ class Caller(NamedTuple):
 
     agent_id: str  # "root" for the human
     role: str  # "human" | "tl" | "dev"
-    via: str  # "ancestry" | "env" | "worktree" | "none"
+    via: str  # "ancestry" | "env" | "socket" (the broker: the agent's own socket) | "worktree" | "none"
 
     @property
     def is_human(self) -> bool:
@@ -74,11 +77,21 @@ class Env:
         role_cap: str | None = None,
         pid: int | None = None,
         caller: Caller | None = None,
+        shared: Mapping[str, Any] | None = None,
+        cwd_given: bool = False,
     ) -> None:
         """``caller`` fixes who is calling instead of ``identify`` (a spawn into another repository acts
-        there as that repository's root)."""
+        there as that repository's root; the broker, the agent whose socket a request came through).
+        ``shared`` hands over values a long-lived front end already has (the broker's ``state_path`` and
+        ``store``), so each request does not open the store again. ``cwd_given``: the caller named the
+        folder (``-C``) rather than running there."""
         if caller is not None:
             self.__dict__["caller"] = caller
+        for name, value in (shared or {}).items():
+            if name not in ("state_path", "store", "repo", "runtime_dir"):
+                raise ValueError(f"Env cannot share {name!r}")
+            self.__dict__[name] = value
+        self.cwd_given = cwd_given
         self.cwd = Path(cwd if cwd is not None else os.getcwd()).absolute()
         self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
         self.overrides = dict(overrides or {})
@@ -226,6 +239,10 @@ class Env:
 
     @cached_property
     def store(self) -> Store:
+        if self.relayed:
+            raise StateError("An agent reaches exo's state through its broker, never directly",
+                             hint=f"Run exo from the agent's own session: ${SOCKET_VAR} names its socket.",
+                             socket=self.relayed)
         from exo_cli.adapters.store import open_store, point_to, pointed_team, pointed_url
 
         url = self.store_url
@@ -290,6 +307,11 @@ class Env:
 
     @cached_property
     def caller(self) -> Caller:
+        if self.relayed:  # its broker knows which agent this socket belongs to
+            from exo_cli.relay import whoami
+
+            agent_id, role = whoami(self.environ)
+            return Caller(agent_id, role, "socket")
         return identify(self)
 
     @property
@@ -299,6 +321,17 @@ class Env:
         if self.role_cap and ROLE_RANK[self.role_cap] < ROLE_RANK[role]:
             return self.role_cap
         return role
+
+    @property
+    def relayed(self) -> str | None:
+        """The socket this process's calls go through (an agent's relay), or None to run them here.
+
+        An agent spawned with a socket carries ``EXO_SOCKET``; an ``Env`` whose caller was fixed by
+        the front end that made it (the broker, answering on that socket) runs its calls itself.
+        """
+        if "caller" in self.__dict__:
+            return None
+        return self.environ.get(SOCKET_VAR) or None
 
     def caller_agent(self) -> Agent | None:
         if self.caller.is_human:

@@ -114,3 +114,18 @@ def external(what: str, proc: Any, *, hint: str | None = None, **data: Any) -> E
         stderr=stderr[-4000:],
         **data,
     )
+
+
+def rebuild(data: Any, *, default: str = "exo failed without saying why") -> ExoError:
+    """The ExoError an error object (``to_dict()["error"]``) stands for: same class, message, hint and data.
+
+    For answers that crossed a wire (the broker's, another host's). Text is made terminal-safe by
+    whoever prints it; an object that is not one becomes an ExternalFailure saying ``default``.
+    """
+    if not isinstance(data, dict):
+        return ExternalFailure(default)
+    cls = BY_NAME.get(str(data.get("name")), ExoError)
+    extra = {k: v for k, v in data["data"].items() if k not in ("hint", "message")} \
+        if isinstance(data.get("data"), dict) else {}  # those two are the error's own arguments
+    hint = data.get("hint")
+    return cls(str(data.get("message") or "failed"), hint=hint if isinstance(hint, str) else None, **extra)

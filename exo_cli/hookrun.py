@@ -65,8 +65,6 @@ def _warn(text: str) -> None:
 
 def answer(env: Env, event: str, cli: str, payload: str | None, as_json: bool) -> None:
     """Run the hook and print its answer; fail open: any error is one warning line on stderr."""
-    import json
-
     from exo_cli.ops import hooks
     from exo_cli.registry import invoke
 
@@ -80,12 +78,48 @@ def answer(env: Env, event: str, cli: str, payload: str | None, as_json: bool) -
         if result.warning:
             _warn(f"exo hook {event}: warning: {result.warning}")
     except Exception as exc:  # fail open: never brick the agent
-        msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-        _warn(f"exo hook {event}: warning: {' '.join(str(msg).split())} (exo ignored this hook)")
-    if as_json:
+        _ignored(event, exc)
+    if result is not None:
         from exo_cli.records import to_jsonable
 
-        sys.stdout.write(json.dumps(to_jsonable(result) if result is not None else {"output": output}) + "\n")
+        _print(output, to_jsonable(result), as_json)
+    else:
+        _print(output, None, as_json)
+
+
+def relayed(event: str, cli: str, payload: str | None, as_json: bool) -> None:
+    """The hook of an agent with a socket: its broker runs it (``relay.hook``); fail open as ``answer`` does.
+
+    Nothing here opens exo's state: a broker that cannot be reached (nor started) gives the
+    neutral answer and one warning line, exactly as a broken state does on the direct path.
+    """
+    from exo_cli import relay
+
+    try:
+        if payload is None:
+            payload = _stdin()
+        result = relay.hook(event, cli, payload, as_json)
+        output = result.get("output")
+        if result.get("warning"):
+            _warn(f"exo hook {event}: warning: {result['warning']}")
+        _print(output, result, as_json)
+    except Exception as exc:  # fail open: never brick the agent
+        from exo_cli.ops.hooks import neutral
+
+        _ignored(event, exc)
+        _print(neutral(event, cli), None, as_json)
+
+
+def _ignored(event: str, exc: BaseException) -> None:
+    msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+    _warn(f"exo hook {event}: warning: {' '.join(str(msg).split())} (exo ignored this hook)")
+
+
+def _print(output: object, result: object, as_json: bool) -> None:
+    import json
+
+    if as_json:
+        sys.stdout.write(json.dumps(result if result is not None else {"output": output}) + "\n")
     elif output is not None:
         sys.stdout.write(json.dumps(output, ensure_ascii=False) + "\n")
     sys.stdout.flush()
@@ -101,10 +135,13 @@ def run(argv: list[str]) -> int | None:
         os.getcwd()
     except OSError:
         return None  # no working folder: the command line reports it as it always did
-    from exo_cli.env import Env
-
     try:
-        answer(Env(), event, cli, payload, as_json)
+        if os.environ.get("EXO_SOCKET"):  # an agent with a socket: its broker answers (env.SOCKET_VAR)
+            relayed(event, cli, payload, as_json)
+        else:
+            from exo_cli.env import Env
+
+            answer(Env(), event, cli, payload, as_json)
     except BrokenPipeError:  # as the command line does: the reader went away
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -37,6 +37,15 @@ def main(argv: list[str] | None = None) -> None:
             import gc
 
             gc.enable()
+    if args[:1] == ["mcp"] and argv is None:
+        import os
+
+        if os.environ.get("EXO_SOCKET"):  # an agent's exo mcp: a relay to its broker, without Click
+            from exo_cli import relay_mcp
+
+            parsed = relay_mcp.parse(args[1:])
+            if parsed is not None:
+                sys.exit(relay_mcp.serve(os.environ, *parsed))
     quick = argv is None and (not args or args[0] in QUICK)
     if quick:  # a short read: nothing it allocates outlives it
         import gc

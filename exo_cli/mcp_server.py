@@ -215,6 +215,9 @@ class _Server(MCPServer):
 
     on_listed: Callable[[], None] | None = None
     exo_tools: dict[str, Callable[..., Any]]
+    # The broker's session for a relay: the prefix of each tool call's request key (the relay's id);
+    # a call sent again after the broker restarted carries the same key (``cancel.key``).
+    key_prefix: str | None = None
 
     async def list_tools(self) -> Any:
         tools = await super().list_tools()
@@ -232,7 +235,14 @@ class _Server(MCPServer):
             return await super().call_tool(name, arguments, context)
         if not isinstance(arguments, dict):
             return error_result(UsageError(f"Invalid arguments for {name}: expected an object", tool=name))
-        return await fn(**arguments)
+        request_id = getattr(getattr(context, "request_context", None), "request_id", None)
+        if self.key_prefix is None or request_id is None:
+            return await fn(**arguments)
+        token = cancel.REQUEST_KEY.set(f"{self.key_prefix}:{request_id}")
+        try:
+            return await fn(**arguments)
+        finally:
+            cancel.REQUEST_KEY.reset(token)
 
 
 def compat_sets(env: Env, requested: tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
@@ -270,7 +280,7 @@ def build_server(env: Env, role: str = "auto", compat: tuple[str, ...] | list[st
     """An MCPServer listing the registry's tools that ``role`` may use (plus the ``compat`` sets').
 
     An agent's server records, once its client has listed the tools, that it is ready
-    (``hooks.mark_mcp_ready``): the Claude agent's session-start hook waits for that.
+    (``mcpready.mark_mcp_ready``): the Claude agent's session-start hook waits for that.
     """
     sets = compat_sets(env, compat)
     served_role = serving_role(env, role)
@@ -279,7 +289,7 @@ def build_server(env: Env, role: str = "auto", compat: tuple[str, ...] | list[st
     server = _Server("exo", version=__version__, instructions=INSTRUCTIONS, tools=[t for _, _, t in tools])
     server.exo_tools = {t.name: t.fn for _, _, t in tools}
     if not env.caller.is_human:
-        from exo_cli.ops.hooks import mark_mcp_ready
+        from exo_cli.ops.mcpready import mark_mcp_ready
 
         agent_id = env.caller.agent_id
         server.on_listed = lambda: mark_mcp_ready(env, agent_id)
@@ -308,6 +318,44 @@ def start_background_tasks(env: Env, role: str) -> list[threading.Thread]:
         t.start()
         threads.append(t)
     return threads
+
+
+def serve_socket(env: Env, role: str, compat: list[str], sock: Any, *, started: Callable[[str], None],
+                 refused: Callable[[BaseException], None], key_prefix: str | None = None) -> None:
+    """Serve one MCP session over a connected socket: the broker's session for an agent's relay.
+
+    The server is built as ``exo mcp`` builds it (``build_server``: the same tools, roles and
+    ``--compat`` sets); ``started(role)`` is told the role served before the first MCP line (the
+    relay's hello answer), ``refused(exc)`` why no server could be built. The session then reads
+    and writes MCP's newline-delimited JSON-RPC on the socket until the relay closes it; a
+    cancelled tool call reaches its operation as from stdio.
+    """
+    try:
+        server = build_server(env, role, compat or None)
+    except Exception as exc:  # an unknown --compat set, an unreadable state: told to the relay
+        refused(exc)
+        return
+    if isinstance(server, _Server):
+        server.key_prefix = key_prefix
+    started(env.role_cap or role)
+    from mcp.server.stdio import stdio_server
+
+    rfile = sock.makefile("r", encoding="utf-8", errors="replace", newline="")
+    wfile = sock.makefile("w", encoding="utf-8", newline="")
+
+    async def session() -> None:
+        async with stdio_server(stdin=anyio.wrap_file(rfile), stdout=anyio.wrap_file(wfile)) as (reader, writer):
+            low = server._lowlevel_server
+            await low.run(reader, writer, low.create_initialization_options())
+
+    try:
+        anyio.run(session)
+    except (OSError, ValueError) as exc:  # the relay went away mid-write
+        log.info("MCP session ended: %s", exc)
+    finally:
+        for f in (rfile, wfile):
+            with contextlib.suppress(OSError, ValueError):
+                f.close()
 
 
 def serve(env: Env, role: str, compat: tuple[str, ...] | list[str] | None = None) -> None:

@@ -153,6 +153,10 @@ class Op(NamedTuple):
     compat: tuple[Tool, ...] = ()
     # the parameter naming the agent the operation acts on: the call runs on that agent's host
     on_host: str | None = None
+    # parameters naming a file or folder: the broker refuses any outside the calling agent's own folders
+    paths: tuple[str, ...] = ()
+    # file parameter -> the parameter its text goes to: an agent's relay reads the file and sends the text
+    reads: Mapping[str, str] = {}  # noqa: RUF012 - never mutated
     # parameter -> its command-line flag, when it is not ``--<public name>`` (``show_all``: ``--all``)
     flags: Mapping[str, str] = {}  # noqa: RUF012 - never mutated
 
@@ -349,9 +353,12 @@ def op(
     no_tools: str | None = None,
     names: Mapping[str, str] | None = None,
     on_host: str | None = None,
+    paths: tuple[str, ...] = (),
+    reads: Mapping[str, str] | None = None,
     flags: Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare ``fn`` as the operation ``name`` (``on_host``: the parameter naming the agent whose host runs it)."""
+    """Declare ``fn`` as the operation ``name`` (``on_host``: the parameter naming the agent whose host runs it;
+    ``paths``: parameters naming files or folders; ``reads``: file parameter -> the parameter its text fills)."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         declared = dict(help or {})
@@ -374,6 +381,8 @@ def op(
             no_tools=no_tools,
             names=dict(names or {}),
             on_host=on_host,
+            paths=tuple(paths),
+            reads=dict(reads or {}),
             flags=dict(flags or {}),
         )
         return fn
@@ -391,15 +400,19 @@ def extend(name: str, *tools: Tool) -> None:
 
 
 _loaded = False
+# Imported before the rest, as ``exo mcp`` has always imported them: the order operations register
+# in is the order their tools are listed in (``tests/snapshots/``), so every server (``exo mcp``, the
+# broker's sessions) loads the registry this way before any other operation module.
+FIRST = ("exo_cli.ops.watch",)
 
 
 def load_all() -> dict[str, Op]:
-    """Import every module under ``ops/`` once; each ``@op`` fills ``OPS``."""
+    """Import every module under ``ops/`` once (``FIRST`` first); each ``@op`` fills ``OPS``."""
     global _loaded
     if not _loaded:
         import importlib
 
-        for mod in op_modules():
+        for mod in (*FIRST, *op_modules()):
             importlib.import_module(mod)
         _loaded = True
     return OPS
@@ -438,6 +451,10 @@ def check_role(operation: Op, env: Env) -> None:
 def invoke(name: str, env: Env, /, **kwargs: Any) -> Any:
     """Call operation ``name`` for the caller in ``env`` after checking its role."""
     operation = get(name)
+    if env.relayed:  # an agent with a socket: its broker runs the call, as that agent
+        from exo_cli.relay import call
+
+        return call(env, operation, kwargs)
     env.follow_store()
     check_role(operation, env)
     if operation.on_host is not None and ROUTER is not None:

@@ -23,6 +23,9 @@ from typing import Any
 from exo_cli.errors import UsageError
 from exo_cli.registry import Arg, Choice, Range
 
+if typing.TYPE_CHECKING:
+    from exo_cli.registry import Op
+
 JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
 
@@ -243,3 +246,30 @@ def check_arguments(tool: str, schema: Mapping[str, Any], arguments: Any) -> dic
         )  # fmt: skip
     return typing.cast(dict[str, Any], value)
 
+
+
+def check_call(operation: Op, args: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's arguments (from a wire: another host, the broker) checked against the operation's parameters.
+
+    Checked as a tool call's are (``check_arguments``): an unknown name or a wrong type is a UsageError
+    naming it. A None for a parameter whose default is None counts as not given.
+    """
+    schema, none_defaults = _call_schema(operation)
+    given = {k: v for k, v in args.items() if not (v is None and k in none_defaults)}
+    return check_arguments(operation.name, schema, given)
+
+
+_CALL_SCHEMAS: dict[Any, tuple[dict[str, Any], frozenset[str]]] = {}
+
+
+def _call_schema(operation: Op) -> tuple[dict[str, Any], frozenset[str]]:
+    """The input schema of all of ``operation``'s parameters, and those defaulting to None (made once per function)."""
+    found = _CALL_SCHEMAS.get(operation.func)
+    if found is None:
+        from exo_cli.registry import resolve
+
+        params = operation.params()
+        declared = [Arg(p.name, resolve(operation.func, p.annotation), p.default, "", p.name) for p in params]
+        found = (input_schema(declared), frozenset(p.name for p in params if p.default is None))
+        _CALL_SCHEMAS[operation.func] = found
+    return found

@@ -64,6 +64,8 @@ ENVIRONMENT_OTHER = [
     ("EXO_CONFIG_DIR", "The folder of the user configuration file (default: $XDG_CONFIG_HOME/exo or ~/.config/exo)."),
     ("EXO_AGENT", "Set by exo in every agent's environment: its name. Accepted as the caller's identity only "
                   "when it names a recorded agent."),
+    ("EXO_SOCKET", "Set by exo in every agent's environment: the agent's own socket to the team broker. A "
+                   "process that carries it sends its calls, hooks and MCP session there."),
     ("EXO_DEBUG", "1: print a traceback on an internal error; debug logs from exo mcp."),
     ("EXO_PROCESS_READER", "psutil: read processes through psutil even where /proc exists (for tests)."),
     ("EXO_HOST", "This machine's name among exo's hosts (default: the state folder's host-name, else the hostname)."),
@@ -77,9 +79,11 @@ FILES = [
     ("exo.toml", "Team configuration at the repository root (written by exo init)."),
     (".exo/config.toml", "Local configuration in the main checkout, hidden from git."),
     ("~/.config/exo/config.toml", "User configuration ($EXO_CONFIG_DIR/config.toml when set)."),
-    ("<git common dir>/exo/", "exo's state: state.db (SQLite), agents/ (each agent's private folder), logs/."),
+    ("<git common dir>/exo/", "exo's state: state.db (SQLite), agents/ (each agent's private folder), logs/, "
+                              "broker.log."),
     (".exo/worktrees/", "The agents' worktrees (or worktree.root, or <hangar>/worktrees)."),
-    ("$XDG_RUNTIME_DIR/exo-<hash>/", "Doorbell sockets, launch FIFOs and headless records (else /tmp/exo-<uid>-<hash>/)."),
+    ("$XDG_RUNTIME_DIR/exo-<hash>/", "Doorbell sockets, launch FIFOs, headless records, the broker's control "
+                                     "socket (broker/) and the agents' sockets (s/) (else /tmp/exo-<uid>-<hash>/)."),
 ]
 
 

@@ -107,6 +107,30 @@ def kv_keys(store: object, prefix: str) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
+def brokers_stopped(tmp_path: Path) -> Iterator[None]:
+    """Stop the team brokers a test started (its repositories under ``tmp_path``, found by their log).
+
+    A broker leaves by itself a few seconds after its last agent, but a test's end may come first,
+    and the run's PostgreSQL cluster may be gone by then (torn down at the end of the run).
+    """
+    yield
+    base = tmp_path
+    logs = [*base.glob(".git/exo/broker.log"), *base.glob("*/.git/exo/broker.log"),
+            *base.glob("*/*/.git/exo/broker.log")]
+    if not logs:
+        return
+    from exo_cli import __version__
+    from exo_cli.adapters import broker
+    from exo_cli.adapters.files import runtime_dir_for
+
+    for log in logs:
+        try:
+            broker.stop(broker.Paths(runtime_dir_for(str(log.parent.resolve()), create=False)), __version__, timeout=30)
+        except Exception:  # noqa: BLE001 - a test that broke its state on purpose: the run's sweep names it
+            pass
+
+
+@pytest.fixture(autouse=True)
 def store_kind(request: pytest.FixtureRequest, isolate: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which store this test runs on; on PostgreSQL, EXO_STORE_URL names the private cluster."""
     kind = getattr(request, "param", "sqlite")
@@ -202,22 +226,31 @@ def tmux_socket(tmp_path: Path) -> Iterator[str]:
 
 
 def stop_repo_agents(repo: Path, *, tmux: bool = True) -> None:
-    """Leave nothing running for ``repo``: its private tmux server and every headless agent group."""
+    """Leave nothing running for ``repo``: its private tmux server, every headless agent group and its broker."""
+    from exo_cli import __version__
+    from exo_cli.adapters import broker
     from exo_cli.adapters.proc import kill_group
     from exo_cli.env import Env
+    from exo_cli.ops.broker import paths
 
     env = Env(cwd=repo)
     if tmux:
         subprocess.run(["tmux", "-L", f"exo-{env.repo_id}", "kill-server"], capture_output=True)
-    if not env.has_state():
-        return
-    for a in env.store.agents():
+    try:
+        agents = env.store.agents() if env.has_state() else []
+    except Exception:  # noqa: BLE001 - a broken state in a test of just that
+        agents = []
+    for a in agents:
         pgid = a.location.get("pgid")
         if a.location.get("mux") == "headless" and pgid:
             try:
                 kill_group(pgid, grace=0.5, leader_start_time=a.location.get("start_time"))
             except Exception:  # noqa: BLE001 - already gone
                 pass
+    try:  # last: an agent still running could start it again
+        broker.stop(paths(env), __version__, timeout=30)
+    except Exception:  # noqa: BLE001 - no state, no repository: no broker either
+        pass
 
 
 _PROOFS: dict[tuple[str, str], str] = {}
@@ -281,14 +314,22 @@ def agent_process_environ(pid: int) -> dict[str, str]:
     return wait_for(search, what=f"an agent process under pid {pid}")  # type: ignore[no-any-return]
 
 
-def live_agent_vars(repo: Path, agent_id: str) -> dict[str, str]:
-    """``EXO_AGENT`` and its proof as the running agent's own process has them (from /proc, as only
-    the same Unix user can read them): the identity spawn really gave it."""
+def live_agent_environ(repo: Path, agent_id: str) -> dict[str, str]:
+    """The whole environment of the running agent's own process (from /proc)."""
     from exo_cli.env import Env
 
     record = Env(cwd=repo).store.agent(agent_id)
     assert record is not None and record.location.get("pid"), f"{agent_id} has no recorded process"
-    environ = agent_process_environ(int(record.location["pid"]))
+    return agent_process_environ(int(record.location["pid"]))
+
+
+def live_agent_vars(repo: Path, agent_id: str) -> dict[str, str]:
+    """``EXO_AGENT`` and its proof as the running agent's own process has them (from /proc, as only
+    the same Unix user can read them): the identity spawn really gave it. Not its socket: a test
+    that passes these to an exo of its own acts for the agent on the direct path (``EXO_SOCKET``
+    would send the call through the agent's socket, where the test's process proves itself by the
+    proof all the same)."""
+    environ = live_agent_environ(repo, agent_id)
     return {k: environ[k] for k in ("EXO_AGENT", "EXO_AGENT_PROOF")}
 
 

@@ -512,3 +512,31 @@ def test_mcp_entry_names_tmux_tmpdir_whatever_env_the_cli_gives_its_servers(tmp_
     assert entry["env"] == {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(ctx.state_dir), "TMUX_TMPDIR": "/tmp/tt"}
     without = make_ctx(tmp_path, tmp_path)
     assert "TMUX_TMPDIR" not in backend.mcp_server(without, backend.base_env(without, IDENTITY))["env"]
+
+
+SOCKET = "/tmp/exo-0-0123456789ab/s/0123456789ab/sock"
+
+
+@pytest.mark.parametrize("cli", ["claude", "gemini", "codex"])
+def test_with_a_socket_the_mcp_wiring_names_it_and_no_secret(tmp_path: Path, fake_exo: Path, cli: str) -> None:
+    """Each CLI's MCP entry carries EXO_SOCKET (its exo mcp is a relay to the broker) and never the proof,
+    not even by name (Codex's env_vars); without a socket the entry is as it was."""
+    import json
+    import tomllib
+
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    ctx = make_ctx(tmp_path, wt)
+    identity = {**IDENTITY, "EXO_AGENT_PROOF": "p" * 64, "EXO_SOCKET": SOCKET}
+    launch = backends.get_backend(cli).prepare(ctx, identity)
+    assert launch.env["EXO_SOCKET"] == SOCKET and launch.env["EXO_AGENT_PROOF"] == "p" * 64  # the agent's own env
+    if cli == "codex":
+        entry = tomllib.loads((ctx.agent_dir / "codex-home" / "config.toml").read_text())["mcp_servers"]["exo"]
+    elif cli == "claude":
+        entry = json.loads((ctx.agent_dir / "mcp.json").read_text())["mcpServers"]["exo"]
+    else:
+        entry = json.loads((wt / ".gemini" / "settings.json").read_text())["mcpServers"]["exo"]
+    assert entry["env"] == {"EXO_AGENT": "ada", "EXO_STATE_DIR": str(ctx.state_dir), "EXO_SOCKET": SOCKET}
+    assert "env_vars" not in entry
+    for f in launch.files:
+        assert "p" * 64 not in Path(f).read_text()

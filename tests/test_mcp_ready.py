@@ -24,7 +24,7 @@ from test_messages_helpers import EXO, agent_vars, env_for, hook_json, make_agen
 from conftest import kv_keys
 from exo_cli.adapters import agents as backends
 from exo_cli.config import EnvVars
-from exo_cli.ops import hooks
+from exo_cli.ops import mcpready
 
 MCP_WAIT = EnvVars.MCP_WAIT  # set by the Claude backend, read by the session-start hook
 
@@ -39,7 +39,7 @@ def test_claude_backend_asks_the_hook_to_wait_for_exos_mcp_server(tmp_path: Path
 def test_session_start_returns_once_its_own_claudes_server_listed_tools(repo: Path) -> None:
     make_agent(repo, "w1", task="Add a flag", status="starting")
     # The marker names this test process, an ancestor of the hook: the hook's own agent CLI.
-    env_for(repo).store.kv_set(hooks.mcp_ready_key("w1"), str(os.getpid()))
+    env_for(repo).store.kv_set(mcpready.mcp_ready_key("w1"), str(os.getpid()))
     proc = run_hook(repo, "w1", "session-start", "claude", START["claude"], extra_env={MCP_WAIT: "20"})
     out = hook_json(proc)
     assert "Add a flag" in out["hookSpecificOutput"]["additionalContext"]
@@ -50,7 +50,7 @@ def test_session_start_ignores_a_marker_of_another_process_and_gives_up(repo: Pa
     make_agent(repo, "w1", task="Add a flag", status="starting")
     other = subprocess.Popen(["true"])  # say an earlier claude of this agent: not the hook's ancestor
     other.wait()
-    env_for(repo).store.kv_set(hooks.mcp_ready_key("w1"), str(other.pid))
+    env_for(repo).store.kv_set(mcpready.mcp_ready_key("w1"), str(other.pid))
     proc = run_hook(repo, "w1", "session-start", "claude", START["claude"], extra_env={MCP_WAIT: "0.3"})
     out = hook_json(proc)  # fails open: the context still comes
     assert "Add a flag" in out["hookSpecificOutput"]["additionalContext"]
@@ -84,7 +84,7 @@ def test_a_waiting_hook_wakes_when_the_server_marks_itself_ready(repo: Path) -> 
             if env_for(repo).store.agent("w1").status == "working":
                 break
             time.sleep(0.05)
-        hooks.mark_mcp_ready(env_for(repo, "w1"), "w1")
+        mcpready.mark_mcp_ready(env_for(repo, "w1"), "w1")
         assert hook.stdout is not None and hook.stderr is not None
         out, err = hook.stdout.read(), hook.stderr.read()
         hook.wait(timeout=60)
@@ -102,7 +102,7 @@ def test_an_agents_mcp_server_marks_itself_ready_when_tools_are_listed(repo: Pat
 
     make_agent(repo, "w1", task="Add a flag")
     env = env_for(repo, "w1")
-    key = hooks.mcp_ready_key("w1")
+    key = mcpready.mcp_ready_key("w1")
     server = build_server(env, "auto")
     assert env.store.kv_get(key) is None
 

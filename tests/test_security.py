@@ -24,7 +24,15 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, Exo, agent_process_environ, agent_vars, run_exo, stop_repo_agents
+from conftest import (
+    ROOT,
+    Exo,
+    agent_process_environ,
+    agent_vars,
+    live_agent_environ,
+    run_exo,
+    stop_repo_agents,
+)
 from exo_cli import registry
 from exo_cli.env import Env
 
@@ -179,12 +187,13 @@ def _check_proofs(team: Path, tmp_path: Path, bases: list[Path]) -> None:
                             capture_output=True, text=True)
     assert server.returncode == 0 and "EXO_AGENT_PROOF" not in server.stdout
     assert not any(p in server.stdout for p, _ in proofs.values())
-    # Codex gets exo's MCP server entry with the proof passed by name only.
+    # Codex gets exo's MCP server entry naming the agent's socket to the broker: no secret, not even by name.
     import tomllib
 
     codex_env = json.loads((tmp_path / "out" / "codex-codex-t.json").read_text())["env"]
     codex_cfg = tomllib.loads((Path(codex_env["CODEX_HOME"]) / "config.toml").read_text())
-    assert codex_cfg["mcp_servers"]["exo"]["env_vars"] == ["EXO_AGENT_PROOF"], codex_cfg["mcp_servers"]
+    entry = codex_cfg["mcp_servers"]["exo"]
+    assert "env_vars" not in entry and entry["env"]["EXO_SOCKET"] == codex_env["EXO_SOCKET"], entry
 
 
 def test_a_tls_proof_never_reaches_its_children(team: Path, tmp_path: Path) -> None:
@@ -461,15 +470,29 @@ EXPECTED = {  # what each attempt must end with: (exit code, a phrase of the err
     "setsid-mcp-empty-state": (4, "EXO_STATE_DIR="),
     "setsid-done-for-sib": (5, "does not prove EXO_AGENT=sib"),
 }
+# With a socket to the broker the variables an attempt sets claim nothing: every call comes through
+# mallory's own socket, so it acts as mallory (a dev), whatever EXO_AGENT, EXO_ROLE or EXO_STATE_DIR say.
+EXPECTED_BROKER = {
+    **{name: (5, "dev role cannot") for name in EXPECTED if EXPECTED[name][0]},
+    "setsid-own-note": (0, ""),
+    "setsid-mcp-empty-state": (0, ""),  # an MCP session as mallory: its stdin is closed, so it ends at once
+    "setsid-done-for-sib": (0, '"agent_id": "mallory"'),  # done for itself, not for sib
+}
 
 
 @pytest.mark.skipif(__import__("shutil").which("setsid") is None, reason="setsid is not installed")
-def test_a_dev_that_leaves_its_process_tree_gets_no_other_identity(repo: Path, tmp_path: Path,
+@pytest.mark.parametrize("broker", [True, False], ids=["broker", "direct"])
+def test_a_dev_that_leaves_its_process_tree_gets_no_other_identity(repo: Path, tmp_path: Path, broker: bool,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A dev agent (a real process exo spawned) tries the plausible ways around its role: direct calls,
     then `setsid -f`, `nohup` and `( cmd & )` children claiming its TL, the root or a sibling, an
     empty EXO_STATE_DIR, EXO_ROLE=tl, no EXO_AGENT. Every one is refused; its own detached
-    process is still itself (its proof), and nothing changed."""
+    process is still itself (its proof, or its socket to the broker), and nothing changed. Both
+    ways an agent reaches exo: through its socket (the broker decides who it is) and directly (an
+    agent spawned without one)."""
+    if not broker:
+        monkeypatch.setenv("EXO_BROKER", "0")
+    expected = EXPECTED_BROKER if broker else EXPECTED
     other = tmp_path / "other"
     other.mkdir()
     subprocess.run(["git", "init", "-q", "-b", "main", str(other)], check=True)
@@ -496,10 +519,11 @@ def test_a_dev_that_leaves_its_process_tree_gets_no_other_identity(repo: Path, t
                             author="sib", state="open")
         r = exo("spawn", "--worker", "mallory", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
         assert r.exit_code == 0, r.stdout
-        got = wait_until(lambda: len(list(out.glob("*.json"))) == len(EXPECTED) and list(out.glob("*.json")),
+        assert ("EXO_SOCKET" in live_agent_environ(repo, "mallory")) is broker
+        got = wait_until(lambda: len(list(out.glob("*.json"))) == len(expected) and list(out.glob("*.json")),
                          60, "every attempt")
         results = {p.stem: json.loads(p.read_text()) for p in got}
-        for name, (code, phrase) in EXPECTED.items():
+        for name, (code, phrase) in expected.items():
             res = results[name]
             assert res["rc"] == code, (name, res)
             assert phrase in res["out"] + res["err"], (name, res)
@@ -508,6 +532,8 @@ def test_a_dev_that_leaves_its_process_tree_gets_no_other_identity(repo: Path, t
         # Nothing happened: sib runs and is not done, the PR is open, nobody else was spawned, the note is mallory's.
         sib = env.store.agent("sib")
         assert sib is not None and sib.status != "done" and sib.output is None
+        if broker:  # mallory's "done for sib" was mallory's own
+            assert env.store.agent("mallory").output == "forged"  # type: ignore[union-attr]
         assert env.store.pr(1).state == "open"  # type: ignore[union-attr]
         assert {a.id for a in env.store.agents()} == {"lead", "sib", "mallory"}
         assert not (other / ".git" / "exo").exists()

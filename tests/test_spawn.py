@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, Exo, git, live_agent_vars, run_exo, state_text, stop_repo_agents
+from conftest import ROOT, Exo, git, live_agent_vars, run_exo, state_text, stop_repo_agents, wait_for
 from exo_cli.env import Env
 
 AGENT = r'''
@@ -231,12 +231,13 @@ def test_runtime_folder_goes_with_the_last_agent_unless_someone_waits(team: Path
         assert exo("complete", "h2", "--json").exit_code == 0
         assert (runtime / "bell").is_dir()
     assert exo("reap", "--json").exit_code == 0
-    assert not runtime.exists()  # the last agent is gone and nobody waits: nothing left behind
+    # the last agent is gone and nobody waits: nothing left behind, once the team's broker has left too
+    wait_for(lambda: not runtime.exists(), what="the runtime folder to go with the broker")
     # a new spawn makes it again
     assert spawn_json(exo, "--worker", "h3", "--prompt", "x", "--agent", "custom", "--mux", "headless")[0] == 0
     assert (runtime / "headless" / "h3.json").is_file()
     assert exo("kill", "h3", "--json").exit_code == 0
-    assert not runtime.exists()
+    wait_for(lambda: not runtime.exists(), what="the runtime folder to go with the broker")
 
 
 def doctor_consistent(exo: Exo) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from exo_cli.errors import EnvironmentError_
+from exo_cli.errors import EnvironmentError_, InvalidInput, NotFound
 
 TYPE_CHECKING = False
 
@@ -37,6 +37,24 @@ def ensure_private_dir(path: Path, *, parents: bool = False) -> Path:
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
     return path
+
+
+def read_named_text(name: str, cwd: Path, *, field: str, what: str) -> str:
+    """The UTF-8 text of the file a user named (``~`` expanded, relative to ``cwd``).
+
+    NotFound when it cannot be read, InvalidInput for a name the OS refuses (a NUL) or a file that
+    is not UTF-8 text. Used for file arguments (``--prompt-file``): read where the caller runs, by
+    the caller (an agent's relay sends the text, never the path, to the broker).
+    """
+    path = Path(name)
+    try:
+        path = Path(os.path.expanduser(name))  # ValueError for a NUL after "~"
+        path = path if path.is_absolute() else cwd / path
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise NotFound(f"Cannot read {what} {path}: {exc.strerror}", path=str(path)) from exc
+    except ValueError as exc:  # a NUL in the path, or a file that is not UTF-8 text
+        raise InvalidInput(f"Cannot read {what} {name!r}: {exc}", field=field) from exc
 
 
 def sha256_hex(data: bytes) -> str:
@@ -145,7 +163,8 @@ def release_runtime_dir(path: Path) -> bool:
     """Remove exo's runtime folder ``path`` unless a process still waits on one of its doorbells.
 
     A doorbell socket somebody has bound (a ``wait`` or ``question`` under way) keeps the
-    folder; sockets left by processes that are gone do not. Only a folder of ours named
+    folder, and so does a broker that answers on its control socket (it removes its own files
+    when it leaves); sockets left by processes that are gone do not. Only a folder of ours named
     ``exo-...`` is removed. Returns True when the folder is gone.
     """
     import shutil
@@ -158,6 +177,10 @@ def release_runtime_dir(path: Path) -> bool:
     except FileNotFoundError:
         return True
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    from exo_cli.adapters.brokerio import answers
+
+    if answers(str(path / "broker" / "ctl")):
         return False
     try:
         names = os.listdir(path / "bell")

@@ -113,6 +113,14 @@ def ancestors(pid: int, limit: int = 64) -> list[int]:
     return chain
 
 
+def parent_of(pid: int) -> int:
+    """The parent of ``pid`` (``os.getppid()`` for this process; 0 when unknown)."""
+    if pid == os.getpid():
+        return os.getppid()
+    chain = ancestors(pid, limit=2)
+    return chain[1] if len(chain) > 1 else 0
+
+
 def cmdline(pid: int) -> str:
     """The command line of ``pid``, its arguments joined by spaces ("" when unknown)."""
     try:
@@ -336,6 +344,27 @@ def run_token() -> str:
     except OSError:
         sid = 0
     return f"{sid}-{os.urandom(8).hex()}"
+
+
+def environ_value(pid: int, name: str, *, depth: int = 3) -> str | None:
+    """The value of ``name`` in the environment of ``pid``, else of its first descendant that has it (breadth
+    first, ``depth`` generations: a runner keeps its agent's environment in memory, its child has it)."""
+    needle = name.encode() + b"="
+    level = [pid]
+    for _ in range(depth + 1):
+        for p in level:
+            try:
+                with open(f"{PROC_ROOT}/{p}/environ", "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                continue
+            for entry in data.split(b"\0"):
+                if entry.startswith(needle):
+                    return entry[len(needle):].decode("utf-8", "surrogateescape")
+        level = [c for p in level for c in children_of(p)]
+        if not level:
+            break
+    return None
 
 
 def carrying(name: str, value: str, *, prefix: bool = False) -> list[int]:

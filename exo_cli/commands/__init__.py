@@ -58,6 +58,8 @@ COMMANDS: dict[str, Entry] = {
     "config": Entry("exo_cli.commands.config:config", "Show the effective configuration and where it comes from."),
     "store": Entry("exo_cli.commands.store:store",
                    "Where exo keeps this repository's state: move it between SQLite and PostgreSQL."),
+    "broker": Entry("exo_cli.commands.broker:broker",
+                    "The team broker: one exo process per repository that serves every agent on its own socket."),
     "hosts": Entry("exo_cli.commands.hosts:hosts", "List the configured hosts with reachability, exo version and store."),
     "host-call": Entry("exo_cli.commands.hostcall:host_call", "Answer one request of another host's exo (one JSON line on stdin).",
                        hidden=True),

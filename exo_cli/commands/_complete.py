@@ -53,7 +53,7 @@ SPECS: dict[str, Spec] = {
     "beads show": Spec((kinds.BEAD,)),
     "config": Spec((kinds.CONFIG_KEY,), repeat=True),
 }
-GROUPS = ("beads", "pr", "store")  # commands whose first word is a subcommand
+GROUPS = ("beads", "broker", "pr", "store")  # commands whose first word is a subcommand
 
 # Click's fish script splits each answer ("plain,VALUE<TAB>HELP") at every comma, which cuts a
 # description at its first comma and a value that holds one (`exo send a,b`): this one splits at

@@ -56,7 +56,7 @@ def demo(env: Any, mux: str | None, path: str | None, keep: bool, timeout: float
 
     # An agent found by its process ancestry or its recorded identity is refused like any
     # human-only operation; a human whose shell merely sits in an agent's worktree is not.
-    if env.caller.via in ("ancestry", "env"):
+    if env.caller.via in ("ancestry", "env", "socket"):
         check_role(get("demo"), env)
     # The demo never works on the caller's repository: run it as the human from outside any
     # repository (so a shell inside an agent's worktree is no obstacle), paths made absolute here.

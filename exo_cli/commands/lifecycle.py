@@ -51,10 +51,14 @@ def render_read(out: Out, result: ReadResult | ReadManyResult) -> None:
 def render_doctor(out: Out, result: DoctorResult) -> None:
     if result.consistent:
         out.line("Everything is consistent.")
-        return
-    rows = [[p.kind, p.subject, p.detail, p.action, "yes" if p.repaired else "no"] for p in result.problems]
-    out.table(["PROBLEM", "SUBJECT", "DETAIL", "ACTION", "REPAIRED"], rows)
-    out.line(f"{result.repaired} repaired, {result.remaining} remaining")
+    else:
+        rows = [[p.kind, p.subject, p.detail, p.action, "yes" if p.repaired else "no"] for p in result.problems]
+        out.table(["PROBLEM", "SUBJECT", "DETAIL", "ACTION", "REPAIRED"], rows)
+        out.line(f"{result.repaired} repaired, {result.remaining} remaining")
+    b = result.broker
+    if b is not None and (b.running or b.sockets):
+        state = f"running (pid {b.pid}, exo {b.exo})" if b.running else "not running"
+        out.line(f"broker: {state}; {sum(1 for s in b.sockets if s.present)} agent socket(s)")
 
 
 @click.command(help=op_help("kill") + "\n\n\b\nExamples:\n  exo kill auth\n  exo kill w1 --json")

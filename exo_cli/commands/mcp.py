@@ -42,6 +42,12 @@ def mcp(env: Any, role: str, compat: tuple[str, ...]) -> None:
       exo mcp --role dev
       exo mcp --compat termtile --compat ikigai
     """
+    if env.relayed:  # an agent with a socket: its broker serves the session (no SDK here)
+        import sys
+
+        from exo_cli import relay_mcp
+
+        sys.exit(relay_mcp.serve(env.environ, role, list(compat)))
     from exo_cli.mcp_server import serve
 
     serve(env, role, compat)

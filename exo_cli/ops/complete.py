@@ -204,10 +204,11 @@ def unpushed_commits(env: Env, branch: str) -> list[str]:
     return git.log(f"{up}..refs/heads/{branch}", "%h %s")
 
 
-def _own_pids() -> set[int]:
+def _own_pids(env: Env) -> set[int]:
+    """This process and its ancestors, and the caller's (in the broker: the agent's relay and its own)."""
     from exo_cli.adapters.proc import ancestors
 
-    return set(ancestors(os.getpid()))
+    return set(ancestors(os.getpid())) | set(ancestors(env.pid))
 
 
 def _locations(agent: Agent) -> list[dict[str, Any]]:
@@ -224,7 +225,7 @@ def _agent_groups(agent: Agent) -> set[int]:
     return out
 
 
-def _processes(agent: Agent, worktree: str, *, settle: float) -> list[dict[str, Any]]:
+def _processes(env: Env, agent: Agent, worktree: str, *, settle: float) -> list[dict[str, Any]]:
     """Processes inside the worktree other than exo itself.
 
     With ``settle`` 0 (the agent may still run), the agent's own processes are not counted;
@@ -235,7 +236,7 @@ def _processes(agent: Agent, worktree: str, *, settle: float) -> list[dict[str, 
     groups = _agent_groups(agent)
     deadline = time.monotonic() + settle
     while True:
-        found = processes_inside(worktree, exclude=_own_pids())
+        found = processes_inside(worktree, exclude=_own_pids(env))
         agents_own = [p for p in found if p["pgid"] in groups or p["sid"] in groups]
         if not settle:
             return [p for p in found if p not in agents_own]
@@ -280,7 +281,7 @@ def blockers(env: Env, agent: Agent, *, settle: float = 3.0) -> dict[str, list[A
     out: dict[str, list[Any]] = {}
     wt = agent.worktree
     if wt and os.path.isdir(wt) and made_worktree(agent):
-        procs = _processes(agent, wt, settle=settle)
+        procs = _processes(env, agent, wt, settle=settle)
         if procs:
             out["processes"] = procs
     if agent.branch and made_branch(agent):
@@ -474,7 +475,7 @@ def complete(env: Env, *, target: str | None = None, force: bool = False) -> Com
                               warnings=[warn] if warn else [])
     _check_permission(env, agent)
     base: dict[str, Any] = dict(agent=agent.id, bead=bead, worktree=agent.worktree, branch=agent.branch)
-    self_complete = env.caller.agent_id == agent.id and env.caller.via in ("ancestry", "env")
+    self_complete = env.caller.agent_id == agent.id and env.caller.via in ("ancestry", "env", "socket")
     if self_complete:
         closed, warn = _close_bead(env, bead, agent) if bead else (False, None)
         env.store.update_agent(agent.id, status=DONE, status_reason=REMOVAL_DEFERRED,

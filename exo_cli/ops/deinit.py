@@ -449,7 +449,7 @@ def _trees_out(env: Env, s: Survey, *, apply: bool, warnings: list[str]) -> list
 
 
 def _running_out(env: Env, *, apply: bool, warnings: list[str]) -> list[str]:
-    """Stop exo's tmux server and remove its runtime folder."""
+    """Stop exo's tmux server and the team broker, and remove the runtime folder."""
     from exo_cli.adapters.files import release_runtime_dir
     from exo_cli.adapters.mux.tmux import Tmux
     from exo_cli.ops import panes
@@ -460,6 +460,15 @@ def _running_out(env: Env, *, apply: bool, warnings: list[str]) -> list[str]:
         out.append(f"exo's tmux server (tmux -S {mux.socket_path()})")
         if apply:
             mux.kill_server()
+    from exo_cli import __version__
+    from exo_cli.adapters import broker as brokers
+    from exo_cli.ops.broker import paths
+
+    running = brokers.read_pid(paths(env))
+    if running:  # the team broker (its agents are gone: deinit refuses while any holds work or runs)
+        out.append(f"exo's broker (pid {running.get('pid')})")
+        if apply:
+            brokers.stop(paths(env), __version__)
     runtime = env.runtime_dir
     if runtime.exists():
         out.append(f"the runtime folder {runtime}")

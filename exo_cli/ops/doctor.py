@@ -18,7 +18,9 @@ repaired, and nothing that holds work or runs is ever removed or killed:
   lose nothing (``adapters.keep.survey``: files, ignored files, nested repositories,
   operations in progress, commits only its HEAD reaches); its branch is kept;
 - an empty folder there is removed only when exo recorded creating it (the ledger
-  ``Worktrees.create`` writes); stale git metadata is pruned.
+  ``Worktrees.create`` writes); stale git metadata is pruned;
+- the team broker is started again when live agents with a socket lost it, and the socket files
+  nobody answers on (a broker killed with ``kill -9``, agents that are gone) are removed.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from exo_cli.registry import op
 if TYPE_CHECKING:
     from exo_cli.adapters.mux import PaneState
     from exo_cli.env import Env
+    from exo_cli.ops.broker import BrokerStatus
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class DoctorResult:
     consistent: bool
     dry_run: bool
     kept: list[str]
+    broker: BrokerStatus | None = None  # the team broker after the repairs (None outside a repository's state)
 
     @property
     def exit_code(self) -> int:
@@ -272,11 +276,15 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
             if start is not None:
                 loc["start_time"] = start
         created = not main and c.made_by_exo(path)
+        spec = {"phase": "spawned", "rebuilt": True, "worktree_created": created, "branch_created": created}
+        from exo_cli.ops import broker
+
+        key = broker.key_of_process(env, st.pid) if st.pid else None
+        if key:  # its relays keep their socket: the broker opens it again for the rebuilt record
+            spec[broker.KEY_FIELD] = key
         agent = Agent(id=name, name=name, role="dev", parent=ROOT, status=WORKING, backend=_backend_of(env, st),
                       mux=st.location.mux, worktree=str(path), branch=branch, repo=str(env.repo.root), location=loc,
-                      status_reason=agentctl.REBUILT, created_at=now, updated_at=now, status_at=now,
-                      spec={"phase": "spawned", "rebuilt": True, "worktree_created": created,
-                            "branch_created": created})
+                      status_reason=agentctl.REBUILT, created_at=now, updated_at=now, status_at=now, spec=spec)
         quiet = now - st.activity if isinstance(st.activity, int | float) else None
         status, why = agentctl.rest_by_output(env, agent, st, quiet)  # its hooks say more from its next turn on
         rebuilt[name] = agent._replace(status=status, status_reason=f"{agentctl.REBUILT}; {why}")
@@ -523,6 +531,14 @@ def stale_metadata(c: Checkup) -> Iterator[Finding]:
         yield Finding("stale-metadata", "git worktree", "; ".join(stale[:5]), "git worktree prune", prune)
 
 
+def broker_files(c: Checkup) -> Iterator[Finding]:
+    """The team broker: started again for live agents with a socket; its stale sockets and files removed."""
+    from exo_cli.ops import broker
+
+    for kind, subject, detail, action, repair in broker.leftovers(c.env, c.records):
+        yield Finding(kind, subject, detail, action, repair)
+
+
 CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
     lost_records,
     interrupted_spawns,
@@ -533,6 +549,7 @@ CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
     orphan_worktrees,
     stray_folders,
     stale_metadata,
+    broker_files,
 )
 
 
@@ -572,8 +589,11 @@ def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorRes
 
         release_runtime(env)  # nothing of the team left running or on screen: its tmux server stops too
     repaired = sum(1 for p in problems if p.repaired)
+    from exo_cli.ops.broker import broker_status
+
     return DoctorResult(problems=problems, repaired=repaired, remaining=len(problems) - repaired,
-                        consistent=not problems, dry_run=dry_run, kept=checkup.kept)
+                        consistent=not problems, dry_run=dry_run, kept=checkup.kept,
+                        broker=broker_status(env) if env.has_state() else None)
 
 
 def _settle(finding: Finding, *, dry_run: bool) -> Problem:

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 from exo_cli.limits import clip
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import delivery as msgs
-from exo_cli.ops import turnend
+from exo_cli.ops import mcpready, turnend
 from exo_cli.ops.rebase import rebase_onto_base
 from exo_cli.records import (
     AGENT_CLIS,
@@ -237,63 +236,14 @@ def on_session_start(env: Env, agent: Agent, cli: str, data: dict[str, Any]) -> 
         text += "\n\nMessages for you:\n" + pending
     actions = ["working", "session_id" if "session_id" in changes else "no-session-id"]
     warning = None
-    wait = _mcp_wait(env) if cli == "claude" else 0.0  # a Gemini or Codex child of a Claude agent inherits it
+    wait = mcpready.mcp_wait(env) if cli == "claude" else 0.0  # a Gemini or Codex child of a Claude agent inherits it
     if wait > 0:
-        if wait_mcp_ready(env, agent.id, wait):
+        if mcpready.wait_mcp_ready(env, agent.id, wait):
             actions.append("mcp-ready")
         else:
             warning = f"exo's MCP server did not answer within {wait:g}s; starting without waiting for it"
     return HookResult("session-start", cli, agent.id, context_output(cli, "session-start", text), actions,
                       warning)
-
-
-def mcp_ready_key(agent_id: str) -> str:
-    """The kv key (and doorbell) where an agent's exo MCP server says it listed its tools."""
-    from exo_cli.records import MCP_READY_KEY
-
-    return MCP_READY_KEY.format(agent=agent_id)
-
-
-def mark_mcp_ready(env: Env, agent_id: str) -> None:
-    """Record (for ``wait_mcp_ready``) that this MCP server answered tools/list: its parent's pid."""
-    key = mcp_ready_key(agent_id)
-    env.store.kv_set(key, str(os.getppid()))
-    env.store.bell.ring(key)
-
-
-def _mcp_wait(env: Env) -> float:
-    """Seconds session-start waits for the agent's own exo MCP server (``EXO_MCP_WAIT``, set by the
-    Claude backend: its TUI sends the first prompt while MCP servers still connect, and a first
-    ``mcp__exo__*`` call then fails)."""
-    from exo_cli.config import EnvVars
-
-    try:
-        return float(env.environ.get(EnvVars.MCP_WAIT) or 0)
-    except ValueError:
-        return 0.0
-
-
-def wait_mcp_ready(env: Env, agent_id: str, timeout: float) -> bool:
-    """Wait until the exo MCP server of the agent CLI process running this hook has listed its tools.
-
-    The server records its parent's pid (``mark_mcp_ready``); it counts only when that
-    process is an ancestor of this hook, i.e. the same agent CLI process (a marker left by
-    an earlier run of the agent does not). Returns False after ``timeout`` seconds.
-    """
-    from exo_cli.adapters.proc import ancestors
-
-    mine = set(ancestors(os.getpid()))
-    key = mcp_ready_key(agent_id)
-    deadline = time.monotonic() + timeout
-    with env.store.bell.listen([key]) as waiter:
-        while True:
-            raw = env.store.kv_get(key) or ""
-            if raw.isdigit() and int(raw) in mine:
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            waiter.wait(min(left, 1.0))
 
 
 def _checkpoint(env: Env, agent: Agent, turn: int | None, *, due: bool = False) -> str:

@@ -93,13 +93,14 @@ def _serve(req: dict[str, Any], *, cwd: str, environ: Mapping[str, str]) -> Any:
             return _deliver_here(env, msg_id, args["agent"])
         raise InvalidInput("Unknown host request")
     from exo_cli.registry import get, invoke
+    from exo_cli.schema import check_call
 
     operation = str(req.get("op"))
     try:
         spec = get(operation)
     except KeyError:
         raise NotFound(f"exo {__version__} on this host has no operation {operation!r}", op=operation) from None
-    return invoke(operation, env, **_arguments(spec, args))
+    return invoke(operation, env, **check_call(spec, args))
 
 
 def _checked(req: dict[str, Any]) -> tuple[str, dict[str, str]]:
@@ -139,17 +140,6 @@ def _settings(via: Any) -> dict[str, Any]:
     if not isinstance(settings, dict) or not set(settings) <= set(AGENT_SETTINGS):
         raise InvalidInput(f"A spawn request's settings may name only {', '.join(AGENT_SETTINGS)}", field="settings")
     return dict(settings)
-
-
-def _arguments(spec: Any, args: dict[str, Any]) -> dict[str, Any]:
-    """The operation's arguments checked against its parameters' types, as a tool call's are (UsageError)."""
-    from exo_cli.registry import Arg, resolve
-    from exo_cli.schema import check_arguments, input_schema
-
-    params = {p.name: p for p in spec.params()}
-    given = {k: v for k, v in args.items() if not (v is None and k in params and params[k].default is None)}
-    declared = [Arg(p.name, resolve(spec.func, p.annotation), p.default, "", p.name) for p in params.values()]
-    return check_arguments(spec.name, input_schema(declared), given)
 
 
 def _join(env: Env, store: Mapping[str, Any]) -> None:

@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
-from exo_cli import cancel
+from exo_cli import cancel, fault
 from exo_cli.errors import InvalidInput, NotFound, StateError, UsageError
+from exo_cli.ops import requestkeys
 from exo_cli.ops.delivery import (
     ANSWER,
     ANSWERED,
@@ -262,9 +263,11 @@ def question(env: Env, *, message: str, timeout: Annotated[float, Range(0)] | No
     store = env.store
     # a store that restarts meanwhile is reached again within the question's own timeout
     with store.patience(timeout), store.bell.listen([me.id]) as waiter:
-        found = _ticket(env, me, message)
+        again = requestkeys.replayed(env, "question", me.id)  # the same request sent again: its ticket
+        found = store.message(again) if isinstance(again, int) else _ticket(env, me, message)
         if found is None:
             ticket = post(env, QUESTION, me.id, parent_id, message, state=PENDING)
+            requestkeys.note(env, "question", me.id, ticket)
             parent = find_agent(env, parent_id) if parent_id != ROOT else None
             if parent is not None:
                 _deliver(env, ticket, parent)
@@ -531,6 +534,9 @@ def wait(env: Env, *, agents: list[str] | None = None, timeout: Annotated[float,
     targets = [find_agent(env, r) for r in refs]
     store = env.store
     settled: dict[str, WaitEntry] = {}
+    again = _again(env, me, targets, settled)
+    if again is not None:
+        return again
     deadline = None if timeout is None else time.monotonic() + timeout
     next_live = time.monotonic() + LIVENESS_EVERY
     # until idle: any change of an agent wakes it (its status is the answer, not a message to me); a store
@@ -584,11 +590,11 @@ def _received(env: Env, me: str, target: Agent, settled: dict[str, WaitEntry]) -
         got = m
         break
     if got is not None:
-        if got.id in _take(env, [*events, got.id]):
+        if got.id in requestkeys.take(env, me, [*events, got.id]):
             settled[target.id] = WaitEntry(target.id, target.name, "received", got.body, got.kind)
             return True
     elif events:
-        _take(env, events)
+        requestkeys.take(env, me, events)
     return False
 
 
@@ -604,24 +610,34 @@ def _take_batch(env: Env, me: str, bound: int) -> WaitResult | None:
             return None
         more = len(pending) > bound
         pending = pending[:bound]
-        taken = set(_take(env, [m.id for m in pending]))
+        taken = set(requestkeys.take(env, me, [m.id for m in pending]))
         if not taken:
             continue  # all taken by another waiter meanwhile: look again
-        names: dict[str, str] = {}
-        entries = []
-        for m in pending:
-            if m.id not in taken:
-                continue
-            name = m.data.get("from_name") or names.get(m.sender)
-            if name is None:
-                name = names[m.sender] = agent_name(env, m.sender)
-            entries.append(WaitEntry(agent_id=m.sender, name=name, status="received", message=m.body, kind=m.kind))
-        return WaitResult(results=entries, timed_out=False, more=more)
+        fault.point("wait.taken", env.environ)
+        return WaitResult(results=_entries(env, [m for m in pending if m.id in taken]), timed_out=False, more=more)
 
 
-def _take(env: Env, ids: list[int]) -> list[int]:
-    """Consume (and mark delivered) these messages in one write; return the ids this call took."""
-    return env.store.consume(ids, delivered=True)
+def _entries(env: Env, messages: list[Message]) -> list[WaitEntry]:
+    names: dict[str, str] = {}
+    entries = []
+    for m in messages:
+        name = m.data.get("from_name") or names.get(m.sender)
+        if name is None:
+            name = names[m.sender] = agent_name(env, m.sender)
+        entries.append(WaitEntry(agent_id=m.sender, name=name, status="received", message=m.body, kind=m.kind))
+    return entries
+
+
+def _again(env: Env, me: str, targets: list[Agent], settled: dict[str, WaitEntry]) -> WaitResult | None:
+    """A wait sent again under its key (``requestkeys.taken_before``): without agents, the messages its
+    first attempt took are the answer; with agents they settle those they came from (None: wait on)."""
+    found = requestkeys.taken_before(env, me)
+    if found and not targets:
+        return WaitResult(results=_entries(env, found), timed_out=False)
+    for m in found:
+        if m.kind != EVENT and m.sender in {t.id for t in targets} and m.sender not in settled:
+            settled[m.sender] = WaitEntry(m.sender, agent_name(env, m.sender), "received", m.body, m.kind)
+    return None
 
 
 def _partial(env: Env, targets: list[Agent], settled: dict[str, WaitEntry]) -> list[WaitEntry]:

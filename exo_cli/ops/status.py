@@ -155,7 +155,24 @@ def team_agents(env: Env, *, history: bool = False) -> list[Agent]:
     agents = [a for a in env.store.agents() if a.id != ROOT and (history or not a.retired)]
     from exo_cli.ops import agentctl
 
-    return agentctl.refresh(env, agents)
+    agents = agentctl.refresh(env, agents)
+    if env.caller.is_human and _broker_lost(env, agents):  # the human's look at the team starts it again
+        from exo_cli.ops import broker
+
+        broker.revive(env, agents)
+    return agents
+
+
+def _broker_lost(env: Env, agents: list[Agent]) -> bool:
+    """Whether live agents of this host have a socket and nothing answers on the broker's (one connect, and
+    only then: the read path stays light, ``ops.broker`` is imported only to start it again)."""
+    if not any(a.live and a.spec.get("socket_key") and env.runs_here(a) for a in agents):
+        return False
+    from exo_cli.adapters.broker import Paths
+    from exo_cli.adapters.brokerio import answers
+    from exo_cli.adapters.files import runtime_dir_for
+
+    return not answers(str(Paths(runtime_dir_for(str(env.state_dir.resolve()), create=False)).ctl))
 
 
 @op(

@@ -42,14 +42,15 @@ _AFTER_EXIT = ('cd / || exit 1; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -l
 
 
 def after_exit(env: Env, commands: Sequence[Sequence[str]]) -> bool:
-    """Run the exo ``commands`` (arguments after ``exo``) in the background, in order, once this process has exited."""
+    """Run the exo ``commands`` (arguments after ``exo``) in the background, in order, once the caller's process
+    has exited (``env.pid``: this process, or in the broker the agent's relay that sent the hook)."""
     if not commands:
         return False
     from exo_cli.adapters.proc import spawn_detached
     from exo_cli.selfcmd import exo_command
 
     exo = exo_command()
-    argv = ["/bin/sh", "-c", _AFTER_EXIT, "sh", str(os.getpid())]
+    argv = ["/bin/sh", "-c", _AFTER_EXIT, "sh", str(env.pid)]
     for words in commands:
         argv += [str(len(exo) + len(words)), *exo, *words]
     return spawn_detached(argv, env.environ) is not None

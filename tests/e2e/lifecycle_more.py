@@ -50,10 +50,16 @@ def _descends(pid: int, ancestor: int) -> bool:
 
 
 def assert_mcp_server_has_the_agents_proof(agent_pid: int) -> None:
-    """exo's MCP server, started by the agent CLI (a descendant of its pane process), has the agent's
-    own EXO_AGENT_PROOF in its environment: proven even where ancestry could not be read."""
-    proof = _environ(agent_pid)["EXO_AGENT_PROOF"]
-    servers = []
+    """exo's MCP server, started by the agent CLI (a descendant of its pane process), reaches exo as the agent.
+
+    An agent spawned with a socket to the team broker (``EXO_SOCKET``): every such server is a relay
+    on that very socket, holding no MCP SDK (no ``pydantic_core`` mapped: the broker serves the
+    session), and carries no proof but the agent's own (Codex passes none: the socket and its
+    ancestry prove it). Without a socket: the server has the agent's own EXO_AGENT_PROOF, proven
+    even where ancestry could not be read.
+    """
+    agent = _environ(agent_pid)
+    servers: list[tuple[int, dict[str, str]]] = []
     for name in Path("/proc").iterdir():
         if not name.name.isdigit():
             continue
@@ -62,9 +68,17 @@ def assert_mcp_server_has_the_agents_proof(agent_pid: int) -> None:
         except OSError:
             continue
         if b"mcp" in cmd and b"--role" in cmd and _descends(int(name.name), agent_pid):
-            servers.append(_environ(int(name.name)))
+            servers.append((int(name.name), _environ(int(name.name))))
     assert servers, "no exo MCP server runs under the agent"
-    assert all(env.get("EXO_AGENT_PROOF") == proof for env in servers), [e.get("EXO_AGENT_PROOF") for e in servers]
+    socket = agent.get("EXO_SOCKET")
+    if socket:
+        assert all(env.get("EXO_SOCKET") == socket for _, env in servers), [e.get("EXO_SOCKET") for _, e in servers]
+        assert all(env.get("EXO_AGENT_PROOF") in (None, agent["EXO_AGENT_PROOF"]) for _, env in servers)
+        sdk = [pid for pid, _ in servers if "_pydantic_core" in Path(f"/proc/{pid}/maps").read_text()]
+        assert not sdk, f"exo MCP servers {sdk} hold the SDK: not relays to the broker"
+        return
+    proof = agent["EXO_AGENT_PROOF"]
+    assert all(env.get("EXO_AGENT_PROOF") == proof for _, env in servers), [e.get("EXO_AGENT_PROOF") for _, e in servers]
 
 
 def make_repo(path: Path) -> Path:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from exo_cli.adapters.agents.base import (
     HOOK_EVENTS,
@@ -65,6 +66,19 @@ def available(name: str, path_env: str | None, *, command: str | Sequence[str] |
     return shutil.which(name, path=path_env)
 
 
+def transcript_roots(environ: Mapping[str, str], home: Path) -> list[Path]:
+    """The folders the agent CLIs keep their transcripts in (what a hook's ``transcript_path`` names).
+
+    Claude: ``$CLAUDE_CONFIG_DIR/projects`` or ``~/.claude/projects``; Gemini: ``~/.gemini/tmp``;
+    Codex: ``$CODEX_HOME/sessions`` or ``~/.codex/sessions`` (an agent's private Codex home links
+    its ``sessions`` there).
+    """
+    from exo_cli.adapters.agents.claude import config_dir
+    from exo_cli.adapters.agents.codex import user_codex_home
+
+    return [config_dir(environ, home) / "projects", home / ".gemini" / "tmp", user_codex_home(environ, home) / "sessions"]
+
+
 __all__ = [
     "BACKENDS",
     "HOOK_EVENTS",
@@ -77,4 +91,5 @@ __all__ = [
     "hook_argv",
     "hook_command",
     "mcp_argv",
+    "transcript_roots",
 ]

@@ -25,6 +25,7 @@ HOOK_EVENTS = ("session-start", "prompt", "stop", "stop-failure", "session-end",
 """The events ``exo hook`` understands (the hook command contract)."""
 
 ROLES = ("tl", "dev")
+SOCKET = "EXO_SOCKET"  # config.EnvVars.SOCKET: the agent's own socket to the team broker
 
 
 def hook_argv(event: str, cli: str) -> list[str]:
@@ -124,11 +125,15 @@ class Backend:
         """Return exo's stdio MCP server entry (command, args, env without any secret).
 
         The env names what the server must find whatever environment the agent CLI gives it
-        (Codex drops ``TMUX_TMPDIR``, for one): the agent, the state folder and, when set, where
-        tmux keeps its sockets. The runtime folder needs nothing: it follows from the state folder.
+        (Codex drops ``TMUX_TMPDIR``, for one): the agent, the state folder, the agent's socket to
+        the team broker (``EXO_SOCKET``: its ``exo mcp`` is then a relay, proven by the socket
+        and its process ancestry) and, when set, where tmux keeps its sockets. The runtime folder
+        needs nothing: it follows from the state folder.
         """
         argv = mcp_argv()
         entry_env = {"EXO_AGENT": env["EXO_AGENT"], "EXO_STATE_DIR": env["EXO_STATE_DIR"]}
+        if env.get(SOCKET):  # the relay's way to the broker: a path, no secret
+            entry_env[SOCKET] = env[SOCKET]
         if env.get("TMUX_TMPDIR"):
             entry_env["TMUX_TMPDIR"] = env["TMUX_TMPDIR"]
         return {"command": argv[0], "args": argv[1:], "env": entry_env}

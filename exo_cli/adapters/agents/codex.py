@@ -106,9 +106,13 @@ def config_text(user_text: str, *, user_file: Path, own_file: Path, mcp_entry: M
                          path=str(user_file)) from exc
     doc["notify"] = hook_argv("notify", "codex")
     servers = _table(doc, "mcp_servers")
-    # env_vars: Codex starts MCP servers with a reduced environment; the agent's proof passes by
-    # name only (its value is never written to the config file).
-    servers["exo"] = {**mcp_entry, "env_vars": [EnvVars.PROOF], "required": True}
+    # env_vars: Codex starts MCP servers with a reduced environment; without a socket the agent's
+    # proof passes by name only (its value is never written to the config file). With one, the
+    # entry names the socket and the relay needs no secret (its process descends from the agent).
+    entry = {**mcp_entry}
+    if EnvVars.SOCKET not in dict(mcp_entry.get("env") or {}):
+        entry["env_vars"] = [EnvVars.PROOF]
+    servers["exo"] = {**entry, "required": True}
     if trusted_project is not None:
         projects = _table(doc, "projects")
         projects[str(trusted_project)] = {"trust_level": "trusted"}

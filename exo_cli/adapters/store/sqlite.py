@@ -95,10 +95,23 @@ class SqliteStore(Store):
     # -- connection and transactions -------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and not conn.in_transaction and self._file_id() != getattr(self._local, "file_id", None):
+            # the database file was removed or replaced since (state lost, `exo doctor` rebuilt it): a
+            # long-lived process (the team broker, an MCP server) opens the one every new exo process opens
+            conn.close()
+            conn = self._local.conn = None
         if conn is None:
             conn = self._open()
             self._local.conn = conn
+            self._local.file_id = self._file_id()
         return conn
+
+    def _file_id(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
 
     def _open(self) -> sqlite3.Connection:
         fresh = not self.path.exists()

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 PENDING = "pending"
 # Environment variables of the caller that never pass to an agent (identity is exo's to set;
 # a TL's proof must never reach its children).
-DROP_VARS = ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_FAULT", "TMUX_PANE")
+DROP_VARS = ("EXO_AGENT", "EXO_AGENT_PROOF", "EXO_PARENT", "EXO_ROLE", "EXO_SOCKET", "EXO_FAULT", "TMUX_PANE")
 
 
 class Call:

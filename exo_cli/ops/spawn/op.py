@@ -154,6 +154,8 @@ SPAWN_HELP = {
         "edit": "it opens $EDITOR, which needs a terminal",
         "demo_script": "a test and demo aid: the tools' demo agents read [demo] script from the configuration",
     },
+    paths=("prompt_file", "repo", "demo_script"),
+    reads={"prompt_file": "prompt"},
 )
 def spawn(
     env: Env,

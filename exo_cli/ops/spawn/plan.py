@@ -97,14 +97,9 @@ def read_prompts(env: Env, prompt: list[str], prompt_file: str | None, *, edit: 
     if prompt_file:
         if prompts:
             raise UsageError("Give --prompt or --prompt-file, not both")
-        try:
-            p = Path(os.path.expanduser(prompt_file))  # ValueError for a NUL after "~"
-            p = p if p.is_absolute() else env.cwd / p
-            prompts = [p.read_text(encoding="utf-8")]
-        except OSError as exc:
-            raise NotFound(f"Cannot read prompt file {p}: {exc.strerror}", path=str(p)) from exc
-        except ValueError as exc:  # a NUL in the path, or a file that is not UTF-8 text
-            raise InvalidInput(f"Cannot read prompt file {prompt_file!r}: {exc}", field="prompt_file") from exc
+        from exo_cli.adapters.files import read_named_text
+
+        prompts = [read_named_text(prompt_file, env.cwd, field="prompt_file", what="prompt file")]
     if edit and not prompts:
         raise UsageError("--edit needs an interactive terminal: write the prompt with --prompt or --prompt-file")
     return prompts
@@ -130,6 +125,8 @@ def target_env(env: Env, repo: str | None) -> Env:
     from exo_cli.env import HUMAN, STATE_DIR_VAR
     from exo_cli.env import Env as EnvCls
 
+    if "\0" in repo:  # os.path.expanduser and the file system refuse it with a ValueError
+        raise InvalidInput(f"Invalid repository path {repo!r}: it contains a NUL character", field="repo")
     path = Path(os.path.expanduser(repo))
     if not path.is_absolute():
         path = env.cwd / path

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli import fault
 from exo_cli.adapters import worktree as wt
-from exo_cli.env import PROOF_FIELD, PROOF_VAR, new_proof
+from exo_cli.env import PROOF_FIELD, PROOF_VAR, SOCKET_VAR, new_proof
 from exo_cli.errors import ExoError, InvalidInput, StateError, UsageError
 from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, host_fields, private_dir
 from exo_cli.ops.spawn.context import context_text, first_prompt
@@ -367,7 +367,7 @@ def _identity(call: Call, agent: Agent, spec: dict[str, Any]) -> dict[str, str]:
     env = call.env
     proof, digest = new_proof()
     spec[PROOF_FIELD] = digest
-    return {
+    identity = {
         "EXO_AGENT": agent.id,
         PROOF_VAR: proof,
         "EXO_PARENT": call.common.parent,
@@ -376,13 +376,40 @@ def _identity(call: Call, agent: Agent, spec: dict[str, Any]) -> dict[str, str]:
         "BEADS_DIR": str(env.repo.root / ".beads"),
         **wt.port_env(spec.get("ports") or {}),
     }
+    sock = _socket(call, agent, spec)
+    if sock is not None:
+        identity[SOCKET_VAR] = sock
+    return identity
+
+
+def _socket(call: Call, agent: Agent, spec: dict[str, Any]) -> str | None:
+    """The agent's own socket to the team broker (``EXO_SOCKET``), opened before the agent starts.
+
+    Its folder's name is recorded first (``spec["socket_key"]``: a restarted broker opens the same
+    path again). When the broker cannot serve it (disabled, another exo version still serving
+    agents, it cannot start) the agent works on the direct path with its proof, with a warning.
+    """
+    from exo_cli.ops import broker
+
+    env = call.env
+    if not broker.enabled(env):
+        return None
+    spec[broker.KEY_FIELD] = broker.new_key(agent.id)
+    env.store.update_agent(agent.id, spec=spec)
+    try:
+        return broker.register(env, agent.id)
+    except ExoError as exc:
+        spec.pop(broker.KEY_FIELD, None)
+        env.store.update_agent(agent.id, spec=spec)
+        call.warn(f"{agent.id}: works without exo's broker ({exc.message})" + (f" {exc.hint}" if exc.hint else ""))
+        return None
 
 
 def beside_agent(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without the agent's proof, for the processes exo starts beside the agent (the post-create
-    command, the services on every multiplexer). They keep its markers (``EXO_AGENT``...), so exo refuses them
-    as unproven: they are neither that agent nor the human."""
-    return {k: v for k, v in environ.items() if k != PROOF_VAR}
+    """``environ`` without the agent's proof and socket, for the processes exo starts beside the agent (the
+    post-create command, the services on every multiplexer). They keep its markers (``EXO_AGENT``...), so exo
+    refuses them as unproven: they are neither that agent nor the human."""
+    return {k: v for k, v in environ.items() if k not in (PROOF_VAR, SOCKET_VAR)}
 
 
 def _fill_worktree(call: Call, agent: Agent, spec: dict[str, Any], path: Path, environ: dict[str, str]) -> None:
