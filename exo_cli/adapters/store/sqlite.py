@@ -72,8 +72,7 @@ _KV_UPSERT = "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDA
 
 
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
+    return "locked" in str(exc).lower() or "busy" in str(exc).lower()
 
 
 class SqliteStore(Store):
@@ -135,6 +134,8 @@ class SqliteStore(Store):
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
                 raise
+            from exo_cli.adapters.store.full import raise_if_full  # only then: hooks stay light
+            raise_if_full(self.path, exc)  # a full disk is no broken database: never "move it aside"
             raise StateError(
                 f"exo's state database is unreadable: {self.path} ({exc})",
                 hint=f"Move {self.path} aside (mv {self.path} {self.path}.broken) and run `exo doctor`: it rebuilds "
@@ -155,6 +156,8 @@ class SqliteStore(Store):
                 raise InvalidInput(f"Invalid value {exc.object[:80]!r}: it is not valid UTF-8 text") from exc
             except sqlite3.OperationalError as exc:
                 if not _is_locked(exc):
+                    from exo_cli.adapters.store.full import raise_if_full  # only then: hooks stay light
+                    raise_if_full(self.path, exc)
                     raise
                 if time.monotonic() > deadline:
                     raise self._locked_error() from exc
@@ -232,14 +235,16 @@ class SqliteStore(Store):
             try:
                 self.refuse_if_moved(conn)  # a process that outlived a migrate never writes the old file
                 yield conn
+                self._retry(lambda: conn.execute("COMMIT"))
             except UnicodeEncodeError as exc:  # nothing half-written: the transaction is rolled back
                 conn.execute("ROLLBACK")
                 raise InvalidInput(f"Invalid value {exc.object[:80]!r}: it is not valid UTF-8 text") from exc
-            except BaseException:
-                conn.execute("ROLLBACK")
+            except BaseException as exc:
+                if conn.in_transaction:  # a full disk may have rolled it back (or the COMMIT failed: not yet)
+                    conn.execute("ROLLBACK")
+                from exo_cli.adapters.store.full import raise_if_full  # only then: hooks stay light
+                raise_if_full(self.path, exc)
                 raise
-            else:
-                self._retry(lambda: conn.execute("COMMIT"))
 
     def query(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Rows of one read (for this class's methods and tests; not part of ``Store``)."""
