@@ -28,9 +28,15 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0755", "tmpfs", str(mnt)], capture_output=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root with CAP_SYS_ADMIN): {r.stderr.decode().strip()}")
+    repo = mnt / "repo"  # a repository with exo's state on it
     try:
+        repo.mkdir()
+        git(repo, "init", "-q", "-b", "main")
+        git(repo, "commit", "-q", "--allow-empty", "-m", "initial")
+        assert run_exo("init", cwd=repo).returncode == 0
         yield mnt
     finally:
+        stop_repo_agents(repo)
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
@@ -55,29 +61,22 @@ def _fill(folder: Path) -> Path:
 
 def test_a_full_disk_is_an_environment_error_and_nothing_is_half_written(small_disk: Path) -> None:
     repo = small_disk / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "commit", "-q", "--allow-empty", "-m", "initial")
-    try:
-        assert run_exo("init", cwd=repo).returncode == 0
-        assert run_exo("send", "root", "before", "--json", cwd=repo).returncode == 0
-        filler = _fill(small_disk)
-        for n in range(5):  # a write that fits in what SQLite already had may pass: one of them meets the full disk
-            r = run_exo("send", "root", f"on a full disk {n}", "--json", cwd=repo)
-            if r.returncode != 0:
-                break
-        assert r.returncode == 7, r.stdout + r.stderr
-        err = json.loads(r.stdout)["error"]
-        assert err["name"] == "EnvironmentError" and "space" in err["message"], err
-        assert "Traceback" not in r.stderr
-        filler.unlink()
-        r = run_exo("send", "root", "after", "--json", cwd=repo)
-        assert r.returncode == 0, r.stdout + r.stderr
-        bodies = [m.body for m in Env(cwd=repo).store.messages(recipient="root")]
-        assert bodies[0] == "before" and bodies[-1] == "after"
-        assert len(bodies) == len(set(bodies))  # each stored at most once
-    finally:
-        stop_repo_agents(repo)
+    assert run_exo("send", "root", "before", "--json", cwd=repo).returncode == 0
+    filler = _fill(small_disk)
+    for n in range(5):  # a write that fits in what SQLite already had may pass: one of them meets the full disk
+        r = run_exo("send", "root", f"on a full disk {n}", "--json", cwd=repo)
+        if r.returncode != 0:
+            break
+    assert r.returncode == 7, r.stdout + r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert err["name"] == "EnvironmentError" and "space" in err["message"], err
+    assert "Traceback" not in r.stderr
+    filler.unlink()
+    r = run_exo("send", "root", "after", "--json", cwd=repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    bodies = [m.body for m in Env(cwd=repo).store.messages(recipient="root")]
+    assert bodies[0] == "before" and bodies[-1] == "after"
+    assert len(bodies) == len(set(bodies))  # each stored at most once
 
 
 def _agent_env(repo: Path, name: str) -> dict[str, str]:
@@ -99,28 +98,21 @@ def _agent_env(repo: Path, name: str) -> dict[str, str]:
 def test_an_agent_on_a_full_disk_gets_an_environment_error_through_its_broker_and_its_hooks_fail_open(
         small_disk: Path) -> None:
     repo = small_disk / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "commit", "-q", "--allow-empty", "-m", "initial")
-    try:
-        assert run_exo("init", cwd=repo).returncode == 0
-        (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
-        r = run_exo("spawn", "--worker", "w1", "--prompt", "x", "--agent", "custom", "--mux", "headless", cwd=repo)
-        assert r.returncode == 0, r.stdout + r.stderr
-        env = _agent_env(repo, "w1")
-        assert env.get("EXO_SOCKET")  # it reaches exo through its broker
-        wt = repo / ".exo" / "worktrees" / "w1"
-        filler = _fill(small_disk)
-        for n in range(5):
-            r = run_exo("note", f"on a full disk {n}", "--json", cwd=wt, env=env)
-            if r.returncode != 0:
-                break
-        assert r.returncode == 7, r.stdout + r.stderr
-        assert json.loads(r.stdout)["error"]["name"] == "EnvironmentError" and "Traceback" not in r.stderr
-        hook = run_exo("hook", "stop", "--cli", "claude", cwd=wt, env=env, input="{}")
-        assert hook.returncode == 0 and json.loads(hook.stdout) == {}, hook.stdout + hook.stderr
-        filler.unlink()
-        r = run_exo("note", "after", "--json", cwd=wt, env=env)
-        assert r.returncode == 0, r.stdout + r.stderr
-    finally:
-        stop_repo_agents(repo)
+    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    r = run_exo("spawn", "--worker", "w1", "--prompt", "x", "--agent", "custom", "--mux", "headless", cwd=repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    env = _agent_env(repo, "w1")
+    assert env.get("EXO_SOCKET")  # it reaches exo through its broker
+    wt = repo / ".exo" / "worktrees" / "w1"
+    filler = _fill(small_disk)
+    for n in range(5):
+        r = run_exo("note", f"on a full disk {n}", "--json", cwd=wt, env=env)
+        if r.returncode != 0:
+            break
+    assert r.returncode == 7, r.stdout + r.stderr
+    assert json.loads(r.stdout)["error"]["name"] == "EnvironmentError" and "Traceback" not in r.stderr
+    hook = run_exo("hook", "stop", "--cli", "claude", cwd=wt, env=env, input="{}")
+    assert hook.returncode == 0 and json.loads(hook.stdout) == {}, hook.stdout + hook.stderr
+    filler.unlink()
+    r = run_exo("note", "after", "--json", cwd=wt, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
