@@ -183,13 +183,7 @@ def owns(path: str, inode: int) -> bool:
 
 def unlink_owned(path: str, inode: int) -> bool:
     """Remove ``path`` if it still names our socket; True when removed (never another owner's)."""
-    if not owns(path, inode):
-        return False
-    try:
-        os.unlink(path)
-    except OSError:
-        return False
-    return True
+    return owns(path, inode) and _unlink(path)
 
 
 def unlink_stale(path: str) -> bool:
@@ -198,8 +192,10 @@ def unlink_stale(path: str) -> bool:
         st = os.lstat(path)
     except OSError:
         return False
-    if not stat.S_ISSOCK(st.st_mode) or answers(path):
-        return False
+    return stat.S_ISSOCK(st.st_mode) and not answers(path) and _unlink(path)
+
+
+def _unlink(path: str) -> bool:
     try:
         os.unlink(path)
     except OSError:
