@@ -196,23 +196,9 @@ class SqliteStore(Store):
                 f"exo's state database {self.path} has schema {version}, newer than this exo ({SCHEMA_VERSION})",
                 hint="Upgrade exo.",
             )
+        from exo_cli.adapters.store.sqlschema import bring_up_to_date
 
-        def apply() -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                current = conn.execute("PRAGMA user_version").fetchone()[0]
-                from exo_cli.adapters.store.sqlschema import MIGRATIONS
-
-                for v in range(current + 1, SCHEMA_VERSION + 1):
-                    for stmt in MIGRATIONS[v]:
-                        conn.execute(stmt)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-        self._retry(apply)
+        self._retry(lambda: bring_up_to_date(conn))
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

@@ -1,4 +1,4 @@
-"""The SQLite store's schema: the statements of each schema version (``sqlite.py`` applies them on open).
+"""The SQLite store's schema: the statements of each schema version, applied on open (``bring_up_to_date``).
 
 Imported only when a database is created or older than this exo, so no hook pays for it.
 """
@@ -6,6 +6,9 @@ Imported only when a database is created or older than this exo, so no hook pays
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from exo_cli.adapters.store import SCHEMA_VERSION
 
 MIGRATIONS: dict[int, Sequence[str]] = {
     1: (
@@ -41,3 +44,19 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         "CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     ),
 }
+
+
+def bring_up_to_date(conn: Any) -> None:
+    """Apply, in one write transaction, the migrations from the database's version to ``SCHEMA_VERSION``
+    (a process that raced this one to it finds nothing left to do)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        for v in range(current + 1, SCHEMA_VERSION + 1):
+            for stmt in MIGRATIONS[v]:
+                conn.execute(stmt)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
