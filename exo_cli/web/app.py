@@ -34,7 +34,7 @@ HEADERS = [(b"content-security-policy", CSP.encode()), (b"referrer-policy", b"no
            (b"cross-origin-opener-policy", b"same-origin"), (b"cross-origin-resource-policy", b"same-origin"),
            (b"cache-control", b"no-store")]
 HTTP = {2: 400, 3: 404, 4: 400, 5: 409, 6: 502, 7: 503}  # an ExoError's exit code -> the HTTP status
-ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
+ASSETS = {"app.js": "text/javascript", "app.css": "text/css", "highlight.css": "text/css"}
 
 # The actions: the page's name -> (the operation, its arguments and their JSON types). The
 # operation checks the values; this table only keeps a request from passing anything else.
@@ -82,6 +82,12 @@ def build(env: Any, auth: rules.Auth, hub: Hub, *, on_exchange: Any = None) -> A
     """The application: the page, its assets, the reads, the actions and the event stream."""
     cookie_name = auth.cookie
     page = asset("index.html")
+    assets: dict[str, str] = {}  # read (or made by Pygments) once, on first use
+
+    def cached(name: str) -> str:
+        if name not in assets:
+            assets[name] = pygments_css() if name == "highlight.css" else asset(name)
+        return assets[name]
 
     def signed_in(request: Request) -> bool:
         return auth.signed_in(request.cookies.get(cookie_name))
@@ -105,11 +111,9 @@ def build(env: Any, auth: rules.Auth, hub: Hub, *, on_exchange: Any = None) -> A
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
-        if name == "highlight.css":
-            return Response(pygments_css(), media_type="text/css")
         if name not in ASSETS:
             return PlainTextResponse("Not found\n", status_code=404)
-        return Response(asset(name), media_type=ASSETS[name])
+        return Response(cached(name), media_type=ASSETS[name])
 
     async def call(request: Request, name: str, **kwargs: Any) -> Response:
         if not signed_in(request):
