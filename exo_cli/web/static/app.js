@@ -89,14 +89,14 @@ function teamPage() {
     const a = r.agent;
     const pr = a.pr ? "#" + a.pr.number + " " + a.pr.state : "";
     return el("tr", {class: r.needs ? "needs needs-" + r.needs : "", "data-agent": a.id},
-      el("td", {class: "needs"}, r.needs ? NEEDS_TEXT[r.needs] || r.needs : ""),
-      el("td", {style: null}, "\u00a0\u00a0".repeat(Math.max(0, a.depth - 1)), link(["agent", a.id], a.name),
+      el("td", {class: "why"}, r.needs ? NEEDS_TEXT[r.needs] || r.needs : ""),
+      el("td", {}, "\u00a0\u00a0".repeat(Math.max(0, a.depth - 1)), link(["agent", a.id], a.name),
         a.name !== a.id ? el("span", {class: "dim"}, " (" + a.id + ")") : ""),
       el("td", {}, a.status, a.status_reason ? el("span", {class: "dim"}, " " + a.status_reason) : ""),
       hosts && el("td", {}, r.host),
       el("td", {}, a.task || ""),
       el("td", {}, a.pr ? link(["pr", String(a.pr.number)], pr) : ""),
-      el("td", {}, [a.turns, a.tool_calls, a.tokens].join(" / ")),
+      el("td", {}, [a.turns, a.tool_calls, a.tokens].map((n) => Number(n || 0).toLocaleString("en-US")).join(" / ")),
       extra.map((k) => el("td", {}, typeof a[k] === "object" ? JSON.stringify(a[k]) : String(a[k] ?? ""))),
       el("td", {class: "body"}, a.last_message || ""),
       el("td", {}, r.conflicts.join("; ")),
@@ -195,10 +195,10 @@ function fillAgentHead(head, id) {
     "Complete " + id + " (close its bead, stop it, remove its worktree if nothing is lost)?")}, "Complete"));
   buttons.push(el("button", {class: "kill danger", onclick: () => act("kill", {agent: id},
     "Kill " + id + " and its descendants (worktrees are kept)?")}, "Kill"));
-  head.replaceChildren(el("h2", {}, a.name, el("span", {class: "dim"}, " " + a.id)),
-    el("p", {}, el("strong", {}, a.status), r.needs ? el("span", {class: "needs"}, " — " + (NEEDS_TEXT[r.needs] || r.needs)) : "",
+  head.replaceChildren(el("h2", {}, a.name, a.name !== a.id ? el("span", {class: "dim"}, " " + a.id) : ""),
+    el("p", {}, el("strong", {}, a.status), r.needs ? el("span", {class: "why"}, " — " + (NEEDS_TEXT[r.needs] || r.needs)) : "",
       " · " + a.backend + " · " + (a.branch || "no branch") + (r.host ? " · " + r.host : ""),
-      " · turns " + a.turns + ", tools " + a.tool_calls + ", tokens " + a.tokens,
+      " · turns " + a.turns + ", tools " + a.tool_calls + ", tokens " + Number(a.tokens || 0).toLocaleString("en-US"),
       a.pr ? " · PR #" + a.pr.number + " " + a.pr.state : ""),
     el("p", {class: "body"}, a.task || ""), el("div", {class: "actions"}, buttons));
 }
