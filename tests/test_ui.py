@@ -70,7 +70,8 @@ def test_the_token_works_once_and_a_foreign_host_or_missing_origin_is_refused(se
     # Signed in and from the page: the operation answers, with its own refusal (no agent w9: NotFound, 404)
     status, _, text = c.request("POST", "/api/act/send", headers={"Origin": origin, rules.HEADER: header}, body=msg)
     assert status == 404 and json.loads(text)["error"]["name"] == "NotFound"
-    for bad in ({"to": "w9", "message": "x"}, {"to": ["w9"]}, {"to": ["w9"], "message": "x", "extra": 1}, [1]):
+    for bad in ({"to": "w9", "message": "x"}, {"to": ["w9"]}, {"to": ["w9"], "message": "x", "extra": 1}, [1],
+                {"to": [1], "message": "x"}, {"to": ["w9"], "message": True}):
         status, _, text = c.request("POST", "/api/act/send", headers={"Origin": origin, rules.HEADER: header},
                                     body=bad)
         assert status == 400 and json.loads(text)["error"]["name"] == "InvalidInput", (bad, text)
@@ -223,3 +224,32 @@ def test_redirect_file_is_private(tmp_path: Path) -> None:
     browser.forget(path)
     assert not path.exists()
     assert not browser.can_open({}) or sys.platform == "darwin"
+
+
+def test_a_page_that_stops_reading_keeps_only_the_newest_events() -> None:
+    """A stalled tab never makes the server hold every snapshot; the end of the stream still gets through."""
+    import asyncio
+
+    from exo_cli.web.live import END, QUEUE_MAX, Page
+
+    async def scenario() -> list[tuple[str, str]]:
+        page = Page(loop=asyncio.get_running_loop())
+        for i in range(QUEUE_MAX * 4):
+            page.push(("board", str(i)))
+        await asyncio.sleep(0)
+        assert page.queue.qsize() == QUEUE_MAX
+        page.push(END)
+        await asyncio.sleep(0)
+        return [page.queue.get_nowait() for _ in range(page.queue.qsize())]
+
+    got = asyncio.run(scenario())
+    assert got == [END]
+
+
+def test_exo_ui_is_the_humans(repo: Path) -> None:
+    """A dev agent running `exo ui` is refused before anything listens (the board is the human's)."""
+    from test_messages_helpers import make_agent, run_exo_as
+
+    make_agent(repo, "w5", status="working")
+    proc = run_exo_as(repo, "w5", "ui", "--no-open")
+    assert proc.returncode == 5 and "cannot board" in proc.stderr and "exo ui:" not in proc.stdout, proc.stderr

@@ -38,7 +38,7 @@ ASSETS = {"app.js": "text/javascript", "app.css": "text/css", "highlight.css": "
 
 # The actions: the page's name -> (the operation, its arguments and their JSON types). The
 # operation checks the values; this table only keeps a request from passing anything else.
-ACTIONS: dict[str, tuple[str, dict[str, type | tuple[type, ...]]]] = {
+ACTIONS: dict[str, tuple[str, dict[str, type]]] = {  # a list is a list of strings
     "answer": ("answer", {"agent": str, "message": str}),
     "send": ("send", {"to": list, "message": str}),
     "merge": ("pr_merge", {"number": int}),
@@ -174,8 +174,10 @@ def build(env: Any, auth: rules.Auth, hub: Hub, *, on_exchange: Any = None) -> A
             if not isinstance(body, dict) or set(body) - set(params):
                 raise InvalidInput(f"{what} takes a JSON object with {', '.join(params)}")
             for key, kind in params.items():
-                if key not in body or not isinstance(body[key], kind) or isinstance(body[key], bool):
-                    raise InvalidInput(f"{what} needs {key!r} ({getattr(kind, '__name__', kind)})")
+                value = body.get(key)
+                if (not isinstance(value, kind) or isinstance(value, bool)
+                        or (isinstance(value, list) and not all(isinstance(v, str) for v in value))):
+                    raise InvalidInput(f"{what} needs {key!r} ({'a list of strings' if kind is list else kind.__name__})")
         except ExoError as exc:
             return failure(exc)
         response = await call(request, name, **body)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,15 @@ TICK = 0.25  # the longest a thread sleeps before it looks at ``stop`` again
 PANE_LINES = 300
 KEEPALIVE = 15.0  # seconds between comments on a quiet stream (proxies drop silent ones)
 END = ("", "")  # the sentinel that ends a stream
+QUEUE_MAX = 16  # events waiting for a page that reads slowly (or not at all); the oldest go first
+
+
+def failure_json(exc: BaseException) -> str:
+    """An error for the page: an ExoError's message and hint; anything else named as a bug in exo."""
+    if isinstance(exc, ExoError):
+        return to_json({"message": exc.message, "hint": getattr(exc, "hint", None)})
+    return to_json({"message": f"internal error: {type(exc).__name__}: {exc}",
+                    "hint": "This is a bug in exo; `exo board` shows the same team."})
 
 
 def frame(event: str, data: str) -> str:
@@ -40,12 +48,22 @@ class Page:
 
     loop: asyncio.AbstractEventLoop
     agent: str = ""
-    queue: asyncio.Queue[tuple[str, str]] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[tuple[str, str]] = field(default_factory=lambda: asyncio.Queue(QUEUE_MAX))
     pane: str | None = None  # the last pane text sent
 
     def push(self, item: tuple[str, str]) -> None:
         with contextlib.suppress(RuntimeError):  # its loop is closed: the server is stopping
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+            self.loop.call_soon_threadsafe(self._offer, item)
+
+    def _offer(self, item: tuple[str, str]) -> None:
+        """In the page's loop: a page that stopped reading keeps only the newest events (each snapshot is
+        whole, so an older one is worth nothing); the end of the stream always gets through."""
+        if item == END:
+            while not self.queue.empty():
+                self.queue.get_nowait()
+        elif self.queue.full():
+            self.queue.get_nowait()
+        self.queue.put_nowait(item)
 
 
 class Hub:
@@ -114,8 +132,8 @@ class Hub:
         """Take a board snapshot; send it to every page when it changed."""
         try:
             data = to_json(invoke("board", self.env))
-        except ExoError as exc:
-            self._send("failure", to_json({"message": exc.message, "hint": getattr(exc, "hint", None)}))
+        except Exception as exc:  # a refusal (state unreadable) or a bug: said on the page, the watch goes on
+            self._send("failure", failure_json(exc))
             return
         with self.lock:
             if data == self.board:
@@ -146,11 +164,13 @@ class Hub:
             with self.lock:
                 wanted = sorted({p.agent for p in self.pages if p.agent})
             if wanted:
-                self.panes(wanted)
+                try:
+                    self.panes(wanted)
+                except Exception as exc:  # a bug: said on the pages, the panes keep being read
+                    self._send("failure", failure_json(exc))
 
     def panes(self, agents: list[str]) -> None:
         """Read the panes of ``agents`` in one call and send each page its agent's text when it changed."""
-        start = time.monotonic()
         try:
             found = invoke("read", self.env, agent=agents, lines=PANE_LINES, clean=True)
         except ExoError:  # one of them is gone: read each alone, so the others still update
@@ -170,4 +190,3 @@ class Hub:
                     p.pane = data
             for p in pages:
                 p.push(("pane", data))
-        self.last_read = time.monotonic() - start

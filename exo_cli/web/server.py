@@ -33,9 +33,11 @@ class Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, hub: Hub) -> None:
         super().__init__(config)
         self.hub = hub
+        self.on_exit: Callable[[], None] = lambda: None  # uvicorn raises SIGTERM again once stopped: no finally runs
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.hub.close()
+        self.on_exit()
         super().handle_exit(sig, frame)
 
 
@@ -105,6 +107,7 @@ def run(env: Any, *, port: int, open_browser: bool, say: Callable[[str], None]) 
     opened: list[Any] = [None]
     server, auth, hub = make(env, sock, on_exchange=lambda: browser.forget(opened[0]))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/?token={auth.token}"
+    server.on_exit = lambda: browser.forget(opened[0])
     say(f"exo ui: {url}")
     say("The link works once (it signs one browser in); Ctrl-C stops the server.")
     if open_browser:
