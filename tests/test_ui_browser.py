@@ -133,6 +133,15 @@ def test_team_live_note_answer_merge_and_hostile_text(browser: Any, served: tupl
     expect(page.locator("#pr-state")).to_have_text("merged")
     assert asked and f"Merge PR #{number}" in asked[0]
     assert HOSTILE_FILE in git(repo, "ls-tree", "-r", "--name-only", "main")
+    # a field a later version adds to an agent's row (a cost, a sandbox) gets a column, its value as text
+    page.goto(running.base + "/#/team")
+    expect(rows).to_have_count(2)
+    page.evaluate("""hostile => { board.rows[0].agent.cost_usd = 1.25; board.rows[1].agent.sandbox = {kind: hostile};
+                                  onBoard(); }""", HOSTILE)
+    expect(page.locator("#team thead")).to_contain_text("cost usd")
+    expect(page.locator("#team thead")).to_contain_text("sandbox")
+    expect(page.locator("#team tbody")).to_contain_text('{"kind":"<script>window.__pwned=1</script><img')
+    assert page.locator("main script, main img, main b").count() == 0
     assert page.evaluate("window.__pwned") is None
     assert page.errors == []
     page.close()

@@ -6,7 +6,12 @@
 const TOKEN = document.querySelector('meta[name="exo-token"]').getAttribute("content");
 const NEEDS_TEXT = {asking: "asks you", permission: "needs a permission", dialog: "blocked on a dialog",
   failed: "turn failed", "pr-ready": "PR ready", dead: "dead"};
-const EXTRA = ["sandbox", "queue", "cost"]; // columns others add to an agent's row: shown when present
+// The fields of an agent's row this page shows in its own columns or leaves out; any other field (a sandbox,
+// a queue position, a cost, added by later versions) gets a column of its own when an agent has it.
+const KNOWN = new Set(["id", "name", "role", "parent", "depth", "status", "status_reason", "backend", "mux", "task",
+  "bead", "branch", "base_branch", "worktree", "location", "pr", "last_message", "age_seconds", "status_age_seconds",
+  "turns", "tool_calls", "tokens", "host"]);
+const EXTRA_MAX = 80; // characters of such a field's value
 let board = null;
 let source = null;
 let sourceAgent = null;
@@ -81,10 +86,11 @@ function teamPage() {
   if (!board) return el("p", {class: "dim"}, "Loading…");
   if (!list.length) return el("p", {class: "dim"}, "No agents. Start one with `exo spawn`.");
   const hosts = list.some((r) => r.host);
-  const extra = EXTRA.filter((k) => list.some((r) => r.agent[k] !== undefined && r.agent[k] !== null));
+  const extra = [...new Set(list.flatMap((r) => Object.keys(r.agent)))]
+    .filter((k) => !KNOWN.has(k) && list.some((r) => r.agent[k] !== undefined && r.agent[k] !== null && r.agent[k] !== ""));
   const head = el("tr", {}, el("th", {}, ""), el("th", {}, "Agent"), el("th", {}, "Status"), hosts && el("th", {}, "Host"),
     el("th", {}, "Task"), el("th", {}, "PR"), el("th", {}, "Turns / tools / tokens"),
-    extra.map((k) => el("th", {}, k)), el("th", {}, "Last message"), el("th", {}, "Conflicts"), el("th", {}, "Age"));
+    extra.map((k) => el("th", {}, k.replace(/_/g, " "))), el("th", {}, "Last message"), el("th", {}, "Conflicts"), el("th", {}, "Age"));
   const body = list.map((r) => {
     const a = r.agent;
     const pr = a.pr ? "#" + a.pr.number + " " + a.pr.state : "";
@@ -97,12 +103,18 @@ function teamPage() {
       el("td", {}, a.task || ""),
       el("td", {}, a.pr ? link(["pr", String(a.pr.number)], pr) : ""),
       el("td", {}, [a.turns, a.tool_calls, a.tokens].map((n) => Number(n || 0).toLocaleString("en-US")).join(" / ")),
-      extra.map((k) => el("td", {}, typeof a[k] === "object" ? JSON.stringify(a[k]) : String(a[k] ?? ""))),
+      extra.map((k) => el("td", {}, extraText(a[k]))),
       el("td", {class: "body"}, a.last_message || ""),
       el("td", {}, r.conflicts.join("; ")),
       el("td", {}, ago(a.age_seconds)));
   });
   return el("table", {id: "team"}, el("thead", {}, head), el("tbody", {}, body));
+}
+
+function extraText(v) {
+  if (v === null || v === undefined) return "";
+  const text = typeof v === "object" ? JSON.stringify(v) : String(v);
+  return text.length > EXTRA_MAX ? text.slice(0, EXTRA_MAX - 1) + "…" : text;
 }
 
 function messagesOf(id) { return board ? board.inbox.filter((m) => m.sender === id) : []; }
