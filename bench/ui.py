@@ -61,6 +61,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="exo-bench-ui-", dir="/tmp"))
     cluster = None
+    server: subprocess.Popen[str] | None = None
     try:
         repo = work / "repo"
         repo.mkdir()
@@ -99,13 +100,13 @@ def main() -> None:
             for run in range(args.runs + 1):  # the first, to warm Chromium's caches up, is not counted
                 page.goto(base + "/#/team")
                 page.reload()
-                page.wait_for_function(f"document.querySelectorAll('#team tbody tr').length === {args.agents}",
+                page.wait_for_function(f"() => document.querySelectorAll('#team tbody tr').length === {args.agents}",
                                        timeout=60_000)
                 if run:
                     paints.append(float(page.evaluate("document.body.dataset.painted")))
             lat = []
             page.goto(base + "/#/team")
-            page.wait_for_function("document.querySelectorAll('#team tbody tr').length > 0", timeout=60_000)
+            page.wait_for_function("() => document.querySelectorAll('#team tbody tr').length > 0", timeout=60_000)
             for i in range(args.notes):
                 marker = f"bench-note-{i}-{time.time_ns()}"
                 page.evaluate(OBSERVE, marker)
@@ -113,9 +114,14 @@ def main() -> None:
                 invoke("note", writer, message=marker)
                 lat.append(float(page.evaluate("window.__seen")) - t0)
             browser.close()
-        server.send_signal(signal.SIGINT)
-        server.wait(30)
     finally:
+        if server is not None:  # before the cluster: the server's store goes with it
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
         if cluster is not None:
             cluster.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -142,6 +142,16 @@ class Hub:
         self._send("board", data)
 
     def _watch_team(self) -> None:
+        """Snapshots at every ring until ``stop``; a store that fails (PostgreSQL down) is said on the pages and
+        listened to again after ``fallback`` seconds, so the page comes back with the store."""
+        while not self.stop.is_set():
+            try:
+                self._listen()
+            except Exception as exc:
+                self._send("failure", failure_json(exc))
+                self.stop.wait(self.fallback)
+
+    def _listen(self) -> None:
         while not self.stop.is_set() and not self.env.has_state():  # no agent yet: wait for the first one
             self.snapshot()
             self.changed.wait(self.fallback)
@@ -149,7 +159,6 @@ class Hub:
         if self.stop.is_set():
             return
         with self.env.store.bell.listen([TEAM_BELL]) as waiter:
-            quiet = 0.0
             while not self.stop.is_set():
                 self.snapshot()
                 self.changed.clear()
