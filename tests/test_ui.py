@@ -253,3 +253,50 @@ def test_exo_ui_is_the_humans(repo: Path) -> None:
     make_agent(repo, "w5", status="working")
     proc = run_exo_as(repo, "w5", "ui", "--no-open")
     assert proc.returncode == 5 and "cannot board" in proc.stderr and "exo ui:" not in proc.stdout, proc.stderr
+
+
+def test_the_page_comes_back_with_a_restarted_store(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL stopped under an open page: the page is told, and once the server is back the snapshots
+    follow the doorbell again (the watch is not lost). A private cluster: the shared one is left alone."""
+    from pg_cluster import Cluster, pg_bin
+
+    bindir = pg_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed")
+    cluster = Cluster(bindir).start()
+    running = None
+    try:
+        monkeypatch.setenv("EXO_STORE_URL", cluster.url())
+        monkeypatch.setenv("EXO_STORE_TIMEOUT", "2")
+        from test_messages_helpers import make_agent
+
+        make_agent(repo, "w1", status="working")
+        running = start(env_for(repo), fallback=1, pane_every=3600)
+        c = Client(running.base)
+        c.sign_in(running.auth.token)
+        conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=90)
+        conn.request("GET", "/api/events", headers={"Cookie": c.cookie, "Host": f"127.0.0.1:{c.port}"})
+        resp = conn.getresponse()
+
+        def next_event(kind: str, pred=lambda d: True):  # type: ignore[no-untyped-def]
+            event, deadline = "", time.monotonic() + 120  # keepalives keep the socket busy: a deadline of its own
+            while True:
+                assert time.monotonic() < deadline, f"no {kind} event"
+                line = resp.readline().decode()
+                assert line, "the stream ended"
+                if line.startswith("event: "):
+                    event = line[7:].strip()
+                elif line.startswith("data: ") and event == kind and pred(json.loads(line[6:])):
+                    return json.loads(line[6:])
+
+        next_event("board")
+        cluster.stop_server()
+        assert "PostgreSQL" in next_event("failure")["message"]
+        cluster.start_server()
+        make_agent(repo, "w2", status="working")
+        next_event("board", lambda d: "w2" in {r["agent"]["id"] for r in d["rows"]})
+        conn.close()
+    finally:
+        if running is not None:
+            running.stop()
+        cluster.stop()
