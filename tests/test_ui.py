@@ -300,3 +300,42 @@ def test_the_page_comes_back_with_a_restarted_store(repo: Path, monkeypatch: pyt
         if running is not None:
             running.stop()
         cluster.stop()
+
+
+def test_open_agent_pages_are_read_with_one_call(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages on two live agents and one not started: one ``read`` of the live ones per round (one capture call per
+    multiplexer), the other read alone once it failed the shared call; each page sent its agent's text once, and
+    again only when it changed."""
+    import asyncio
+
+    from pr_helpers import make_agent
+
+    from exo_cli.web import live
+
+    team(repo)  # w1 live (headless), w3 never started
+    make_agent(repo, "w2", start=[sys.executable, "-c", "print('w2 here', flush=True); import time; time.sleep(600)"])
+    wait_for(lambda: "w2 here" in live.invoke("read", env_for(repo), agent="w2").text, what="w2's log")
+    calls: list[object] = []
+    real = live.invoke
+
+    def counting(name: str, env: object, **kw: object) -> object:
+        if name == "read":
+            calls.append(kw["agent"])
+        return real(name, env, **kw)
+
+    monkeypatch.setattr(live, "invoke", counting)
+    hub = live.Hub(env_for(repo))
+
+    async def scenario() -> list[list[tuple[str, str]]]:
+        pages = [hub.open("w1"), hub.open("w2"), hub.open("w1"), hub.open("w3")]
+        await asyncio.to_thread(hub.panes, ["w1", "w2", "w3"])
+        await asyncio.to_thread(hub.panes, ["w1", "w2", "w3"])  # nothing changed: nothing sent
+        await asyncio.sleep(0)
+        return [[p.queue.get_nowait() for _ in range(p.queue.qsize())] for p in pages]
+
+    try:
+        got = asyncio.run(scenario())
+    finally:
+        stop_repo_agents(repo, tmux=False)
+    assert calls == [["w1", "w2", "w3"], "w1", "w2", "w3", ["w1", "w2"], "w3"]
+    assert [[json.loads(d)["agent"] for e, d in q if e == "pane"] for q in got] == [["w1"], ["w2"], ["w1"], []]

@@ -78,6 +78,7 @@ class Hub:
         self.board: str | None = None  # the last snapshot's JSON
         self.changed = threading.Event()  # set by an action: take a snapshot now
         self.threads: list[threading.Thread] = []
+        self.unreadable: set[str] = set()  # agents whose pane could not be read: read alone (``panes``)
 
     # -- pages ---------------------------------------------------------------------------------
     def open(self, agent: str = "") -> Page:
@@ -179,18 +180,25 @@ class Hub:
                     self._send("failure", failure_json(exc))
 
     def panes(self, agents: list[str]) -> None:
-        """Read the panes of ``agents`` in one call and send each page its agent's text when it changed."""
-        try:
-            found = invoke("read", self.env, agent=agents, lines=PANE_LINES, clean=True)
-        except ExoError:  # one of them is gone: read each alone, so the others still update
-            found = None
+        """Read the panes of ``agents`` in one call and send each page its agent's text when it changed.
+
+        An agent that cannot be read (gone, not started yet) would fail the whole call: it is read alone
+        from then on, until it can be, and the others stay in the one call."""
+        batch = [a for a in agents if a not in self.unreadable]
+        alone = [a for a in agents if a in self.unreadable]
         results: list[Any] = []
-        if found is not None:
-            results = list(found.results)
-        else:
-            for a in agents:
-                with contextlib.suppress(ExoError):
-                    results.append(invoke("read", self.env, agent=a, lines=PANE_LINES, clean=True))
+        if batch:
+            try:
+                results = list(invoke("read", self.env, agent=batch, lines=PANE_LINES, clean=True).results)
+            except ExoError:
+                alone = agents
+        for a in alone:
+            try:
+                results.append(invoke("read", self.env, agent=a, lines=PANE_LINES, clean=True))
+            except ExoError:
+                self.unreadable.add(a)
+            else:
+                self.unreadable.discard(a)
         for r in results:
             data = to_json(r)
             with self.lock:
