@@ -112,6 +112,18 @@ def test_team_live_note_answer_merge_and_hostile_text(browser: Any, served: tupl
     t.join(60)
     assert getattr(out.get("answer"), "answer", None) == "8080"
     expect(page.locator(".item.pending")).to_have_count(0)
+    # send from the inbox: the message reaches w1 through the operation
+    page.select_option("#send-to", "w1")
+    page.fill("#send-text", "from the page " + HOSTILE)
+    page.click("#send-box button")
+    expect(page.locator("#flash")).to_have_text("send: done")
+    sent = [m for m in env_for(repo).store.messages(recipient="w1") if m.body.startswith("from the page")]
+    assert sent and sent[0].body == "from the page " + HOSTILE  # the operation got the exact text
+    # the pull requests and the conflicts foreseen (none here)
+    page.click("#nav-prs")
+    expect(page.locator('#prs tr[data-pr="1"]')).to_contain_text("PR <script>")
+    page.click("#nav-conflicts")
+    expect(page.locator("#conflicts")).to_have_text("No conflict foreseen.")
     # the agent page: its pane (the headless log) and its diff, hostile lines as text
     page.goto(running.base + "/#/agent/w1")
     expect(page.locator("#pane")).to_contain_text("<script>window.__pwned=1</script>")
