@@ -17,7 +17,7 @@ import pytest
 from pr_helpers import env_for, git
 from ui_helpers import HOSTILE, HOSTILE_FILE, ask, team
 
-from conftest import stop_repo_agents
+from conftest import stop_repo_agents, wait_for
 from exo_cli import registry
 from exo_cli.web.server import Running, start
 
@@ -154,6 +154,15 @@ def test_team_live_note_answer_merge_and_hostile_text(browser: Any, served: tupl
     expect(page.locator("#team thead")).to_contain_text("sandbox")
     expect(page.locator("#team tbody")).to_contain_text('{"kind":"<script>window.__pwned=1</script><img')
     assert page.locator("main script, main img, main b").count() == 0
+    # a hidden tab gives its stream back (a browser holds at most 6 connections to one server), and takes one
+    # again when shown; the server forgets the page
+    visible = "v => { Object.defineProperty(document, 'hidden', {value: !v, configurable: true}); " \
+              "document.dispatchEvent(new Event('visibilitychange')); }"
+    page.evaluate(visible, False)
+    expect(page.locator("#conn")).to_have_text("paused")
+    wait_for(lambda: not running.hub.pages, what="the server to forget the hidden page")
+    page.evaluate(visible, True)
+    expect(page.locator("#conn")).to_have_text("live")
     assert page.evaluate("window.__pwned") is None
     assert page.errors == []
     page.close()

@@ -324,5 +324,19 @@ function render() {
   connect(page === "agent" ? arg : "");
 }
 
+// A hidden tab gives its event stream back: a browser opens at most 6 connections to one server, and each
+// open page holds one. Shown again, it reconnects and gets the latest snapshot at once.
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden && source) {
+    source.close();
+    source = null;
+    const conn = document.getElementById("conn");
+    conn.textContent = "paused";
+    conn.className = "conn";
+  } else if (!document.hidden && !source) {
+    const [page, arg] = route();
+    connect(page === "agent" ? arg : "");
+  }
+});
 window.addEventListener("hashchange", () => { flash(""); render(); });
 render();
