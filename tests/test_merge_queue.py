@@ -1,0 +1,275 @@
+"""The merge queue (issue 34): real repositories, real gates (failing, flaky, slow), a real detached runner.
+
+Gates are shell commands run in the candidate's clone: each appends the commit it tested to a
+log outside the repository, so the base's history can be replayed against what passed. A PR
+that adds a file named ``BAD`` fails the gate; ``FLAKY`` makes the gate fail on its first run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pr_helpers import commit, env_for, git, make_agent
+
+from conftest import run_exo, wait_for
+from exo_cli import registry
+from exo_cli.errors import InvalidInput, StateError
+from exo_cli.ops import mergequeue as mq
+from exo_cli.ops.queuerun import advance
+
+GATE = ('echo "$(git rev-parse HEAD) {verdict}" >> "{log}"; '
+        'if [ -e FLAKY ] && [ ! -e "{log}.flaked" ]; then touch "{log}.flaked"; exit 1; fi; '
+        'if [ -e BAD ]; then echo "BAD is here: failing"; exit 3; fi')
+
+
+def configure(repo: Path, log: Path, *, batch: int = 4, extra: str = "") -> None:
+    gate = GATE.format(log=log, verdict="ran")
+    (repo / ".exo").mkdir(exist_ok=True)
+    (repo / ".exo" / "config.toml").write_text(
+        f"[merge]\nbatch = {batch}\nwindow = 0\n{extra}\n[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 60\n")
+
+
+@pytest.fixture
+def team(repo: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    log = tmp_path / "gates.log"
+    from exo_cli.adapters.git import add_exclude
+
+    add_exclude(repo / ".git", "/.exo/")
+    configure(repo, log)
+    yield repo, log
+
+
+def pr_of(repo: Path, name: str, files: dict[str, str], **kw: Any) -> int:
+    agent = make_agent(repo, name, **kw)
+    for path, text in files.items():
+        commit(agent.worktree or "", path, text)
+    got = registry.invoke("pr_file", env_for(agent.worktree or "", name), title=f"{name} work")
+    return int(got.pr.number)
+
+
+def enqueue(repo: Path, number: int, **kw: Any) -> Any:
+    env = env_for(repo)
+    env.queue_runner = lambda *_: True  # type: ignore[attr-defined]  # the test advances the queue itself
+    return registry.invoke("pr_merge", env, number=number, **kw)
+
+
+def runs(log: Path) -> list[str]:
+    return [ln.split()[0] for ln in log.read_text().splitlines()] if log.exists() else []
+
+
+def passed(repo: Path) -> set[str]:
+    """The commits the runner recorded as passing every gate (the queue's own gate log)."""
+    env = env_for(repo)
+    path = Path(mq.folder(env, "main"), "runs.log")
+    text = path.read_text() if path.exists() else ""
+    return {ln.split()[0] for ln in text.splitlines() if ln.split()[1] == "pass"}
+
+
+def base_positions(repo: Path, since: str) -> list[str]:
+    """Every commit the base was moved to after ``since`` (its reflog, newest first)."""
+    moves = git(repo, "log", "-g", "--format=%H", "refs/heads/main").split()
+    return moves[:moves.index(since)]
+
+
+def entry(repo: Path, number: int) -> dict[str, Any]:
+    pr = env_for(repo).store.pr(number)
+    assert pr is not None
+    return mq.entry(pr) | {"pr_state": pr.state, "merge_commit": pr.merge_commit}
+
+
+def test_batch_lands_exactly_the_tested_commit(team: tuple[Path, Path]) -> None:
+    repo, log = team
+    start = git(repo, "rev-parse", "main")
+    numbers = [pr_of(repo, f"w{i}", {f"f{i}.txt": f"{i}\n"}) for i in range(3)]
+    got = [enqueue(repo, n) for n in numbers]
+    assert [(g.state, g.position, g.merge_commit) for g in got] == [("queued", 1, None), ("queued", 2, None),
+                                                                   ("queued", 3, None)]
+    assert git(repo, "rev-parse", "main") == start  # nothing lands before the gates pass
+    pin = git(repo, "rev-parse", f"refs/exo/queue/pr/{numbers[0]}")
+    assert pin == git(repo, "rev-parse", "main.w0")
+    assert advance(env_for(repo), "main") == 3
+    assert len(runs(log)) == 1  # one batch, one gate run
+    assert git(repo, "rev-parse", "main") == runs(log)[0]  # the base moved to exactly what passed
+    assert base_positions(repo, start) == [git(repo, "rev-parse", "main")]
+    assert git(repo, "rev-parse", "main") in passed(repo)
+    for n in numbers:
+        e = entry(repo, n)
+        assert (e["pr_state"], e["state"]) == ("merged", "merged")
+        assert git(repo, "merge-base", "--is-ancestor", e["merge_commit"], "main", check=False) == ""
+    assert git(repo, "for-each-ref", "refs/exo/queue/pr/") == ""  # pins let go once merged
+    assert sorted(os.listdir(Path(mq.folder(env_for(repo), "main"), "clones"))) == []  # no clone left
+    assert (repo / "f2.txt").read_text() == "2\n"  # the base's checkout fast-forwarded
+    kinds = [e["kind"] for e in env_for(repo).store.events(limit=100)]
+    assert kinds.count("pr-queued") == 3 and kinds.count("pr-merged") == 3
+
+
+def test_red_batch_retried_then_bisected_culprit_bounced_to_its_author(team: tuple[Path, Path]) -> None:
+    repo, log = team
+    start = git(repo, "rev-parse", "main")
+    numbers = [pr_of(repo, f"w{i}", {f"f{i}.txt": "x\n", **({"BAD": "x\n"} if i == 2 else {})}) for i in range(4)]
+    for n in numbers:
+        enqueue(repo, n)
+    assert advance(env_for(repo), "main") == 3
+    # batch of 4 (red), its retry (red), prefix of 2 (green: lands), prefix of 3 (red: #3 is the culprit),
+    # then the 4th alone on the new base
+    assert len(runs(log)) == 5
+    states = {n: entry(repo, n)["state"] for n in numbers}
+    assert states == {numbers[0]: "merged", numbers[1]: "merged", numbers[2]: "bounced", numbers[3]: "merged"}
+    bounced = entry(repo, numbers[2])
+    assert bounced["pr_state"] == "open" and "BAD is here" in bounced["tail"] and Path(bounced["log"]).is_file()
+    for sha in base_positions(repo, start):  # nothing untested was ever the base
+        assert sha in passed(repo)
+    assert not (repo / "BAD").exists()
+    msgs = env_for(repo).store.messages(recipient="w2", kinds=["pr-bounced"])
+    assert len(msgs) == 1 and "BAD is here" in msgs[0].body and msgs[0].data["pr"] == numbers[2]
+    assert git(repo, "for-each-ref", f"refs/exo/queue/pr/{numbers[2]}") == ""
+    # fixed and merged again: it re-enters the queue and lands
+    wt = env_for(repo).store.agent("w2").worktree  # type: ignore[union-attr]
+    git(wt, "rm", "-q", "BAD")
+    git(wt, "commit", "-q", "-m", "fix")
+    assert enqueue(repo, numbers[2]).state == "queued"
+    assert advance(env_for(repo), "main") == 1
+    assert entry(repo, numbers[2])["pr_state"] == "merged"
+
+
+def test_flaky_gate_is_retried_once_and_nobody_bounces(team: tuple[Path, Path]) -> None:
+    repo, log = team
+    numbers = [pr_of(repo, "w0", {"FLAKY": "1\n"}), pr_of(repo, "w1", {"g.txt": "1\n"})]
+    for n in numbers:
+        enqueue(repo, n)
+    assert advance(env_for(repo), "main") == 2
+    assert len(runs(log)) == 2 and Path(f"{log}.flaked").exists()
+    assert [entry(repo, n)["state"] for n in numbers] == ["merged", "merged"]
+
+
+def test_conflict_bounces_with_the_paths_and_priority_orders(team: tuple[Path, Path]) -> None:
+    repo, log = team
+    a = pr_of(repo, "w0", {"same.txt": "a\n"})
+    b = pr_of(repo, "w1", {"same.txt": "b\n"})
+    c = pr_of(repo, "w2", {"other.txt": "c\n"})
+    enqueue(repo, a, priority=3)
+    enqueue(repo, b)
+    assert enqueue(repo, c, priority=0).position == 1  # priority 0 goes first
+    view = registry.invoke("pr_queue", env_for(repo), base="main")
+    assert [e.pr for e in view.entries] == [c, b, a]
+    assert advance(env_for(repo), "main") == 2
+    e = entry(repo, a)
+    assert e["state"] == "bounced" and e["files"] == ["same.txt"] and "conflicts" in e["reason"]
+    assert (repo / "same.txt").read_text() == "b\n"
+    assert len(runs(log)) == 1  # a conflict costs no gate run
+
+
+def test_dirty_base_checkout_leaves_it_tested_until_clean(team: tuple[Path, Path]) -> None:
+    repo, _ = team
+    n = pr_of(repo, "w0", {"f.txt": "1\n"})
+    enqueue(repo, n)
+    (repo / "README.md").write_text("the human's edit\n")
+    t = threading.Thread(target=advance, args=(env_for(repo), "main"), daemon=True)
+    t.start()
+    wait_for(lambda: any("cannot land" in m.body for m in env_for(repo).store.messages(recipient="root")),
+             what="the human told")
+    assert entry(repo, n)["state"] == "tested"
+    assert entry(repo, n)["pr_state"] == "open"
+    git(repo, "checkout", "--", "README.md")
+    t.join(timeout=120)
+    assert not t.is_alive() and entry(repo, n)["pr_state"] == "merged" and (repo / "f.txt").exists()
+
+
+def test_base_that_moved_is_rebuilt_and_retested(team: tuple[Path, Path], tmp_path: Path) -> None:
+    repo, log = team
+    # the gate itself moves the base the first time (as a plain merge or a human's commit would meanwhile)
+    mover = tmp_path / "moved"
+    gate = GATE.format(log=log, verdict="ran") + (
+        f'; if [ ! -e "{mover}" ]; then touch "{mover}"; '
+        f'git -C "{repo}" commit -q --allow-empty -m "meanwhile on main"; fi')
+    configure(repo, log, extra="")
+    (repo / ".exo" / "config.toml").write_text(
+        f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
+    n = pr_of(repo, "w0", {"f.txt": "1\n"})
+    enqueue(repo, n)
+    assert advance(env_for(repo), "main") == 1
+    assert len(runs(log)) == 2  # built again on the moved base and tested again
+    assert git(repo, "rev-parse", "main") == runs(log)[-1]
+    assert git(repo, "log", "-1", "--format=%s", "main~1") == "meanwhile on main"
+
+
+def test_now_is_the_humans_and_recorded_and_agents_are_refused(team: tuple[Path, Path]) -> None:
+    repo, log = team
+    configure(repo, log, extra='bases = "*"')
+    lead = make_agent(repo, "lead", role="tl")
+    sub = pr_of(repo, "w1", {"g.txt": "1\n"}, parent="lead", base="main.lead")
+    with pytest.raises(StateError, match="Only the human"):
+        registry.invoke("pr_merge", env_for(lead.worktree or "", "lead"), number=sub, now=True)
+    lead_env = env_for(lead.worktree or "", "lead")
+    lead_env.queue_runner = lambda *_: True  # type: ignore[attr-defined]
+    assert registry.invoke("pr_merge", lead_env, number=sub).state == "queued"  # "*": worker -> lead too
+    n = pr_of(repo, "w0", {"f.txt": "1\n"})
+    got = registry.invoke("pr_merge", env_for(repo), number=n, now=True)
+    assert got.state == "merged" and got.merge_commit and runs(log) == []
+    pr = env_for(repo).store.pr(n)
+    assert pr is not None and pr.data["queue_bypassed"]["by"] == "root"
+    with pytest.raises(InvalidInput, match="batch"):
+        (repo / ".exo" / "config.toml").write_text("[merge]\nbatch = 0\n")
+        registry.invoke("pr_queue", env_for(repo))
+
+
+def test_bad_gate_config_is_named(repo: Path, tmp_path: Path) -> None:
+    (repo / "exo.toml").write_text('[[merge.gates]]\ncommand = "true"\ntimeout = -1\n')
+    proc = run_exo("pr", "queue", cwd=repo)
+    assert proc.returncode == 4 and "merge.gates entry 1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("point", ["queue.cloned", "queue.landing", "queue.landed"])
+def test_kill_9_at_each_step_resumes_without_loss_or_double_merge(team: tuple[Path, Path], point: str) -> None:
+    repo, _ = team
+    numbers = [pr_of(repo, f"w{i}", {f"f{i}.txt": f"{i}\n"}) for i in range(2)]
+    for n in numbers:
+        enqueue(repo, n)
+    start = git(repo, "rev-parse", "main")
+    died = run_exo("pr", "queue", "--run", "--base", "main", cwd=repo, env={"EXO_FAULT": point}, timeout=180)
+    assert died.returncode == 137, died.stderr
+    assert git(repo, "status", "--porcelain") == ""  # never a half-merged checkout
+    after_kill = git(repo, "rev-parse", "main")
+    assert after_kill in (start, *passed(repo))
+    done = run_exo("pr", "queue", "--run", "--base", "main", "--json", cwd=repo, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert [entry(repo, n)["pr_state"] for n in numbers] == ["merged", "merged"]
+    assert git(repo, "rev-list", "--count", f"{start}..main") == "2"  # each PR merged once
+    assert (repo / "f0.txt").exists() and (repo / "f1.txt").exists()
+    assert os.listdir(Path(mq.folder(env_for(repo), "main"), "clones")) == []
+    merged = [e for e in env_for(repo).store.events(limit=100) if e["kind"] == "pr-merged"]
+    assert len(merged) == 2
+
+
+def test_detached_runner_and_wait_from_the_command_line(team: tuple[Path, Path]) -> None:
+    repo, log = team
+    good = pr_of(repo, "w0", {"f.txt": "1\n"})
+    bad = pr_of(repo, "w1", {"BAD": "1\n"})
+    queued = run_exo("pr", "merge", str(good), "--json", cwd=repo, timeout=120)
+    assert queued.returncode == 0, queued.stderr
+    out = json.loads(queued.stdout)
+    assert out["state"] in ("queued", "testing", "merged") and out["merge_commit"] in (None, out["pr"]["merge_commit"])
+    waited = run_exo("pr", "merge", str(bad), "--wait", "--json", cwd=repo, timeout=300)
+    assert waited.returncode == 5, waited.stderr
+    assert json.loads(waited.stdout)["state"] == "bounced"
+    wait_for(lambda: entry(repo, good)["pr_state"] == "merged", timeout=120, what="the detached runner landed it")
+    wait_for(lambda: not mq.runner_alive(env_for(repo), "main"), timeout=60, what="the runner exits when empty")
+    shown = run_exo("pr", "queue", "--json", cwd=repo)
+    states = {e["pr"]: e["state"] for e in json.loads(shown.stdout)["entries"]}
+    assert states == {good: "merged", bad: "bounced"}
+
+
+def test_no_gates_means_plain_merge_and_queue_flags_refused(repo: Path) -> None:
+    n = pr_of(repo, "w0", {"f.txt": "1\n"})
+    with pytest.raises(InvalidInput, match="none serves main"):
+        registry.invoke("pr_merge", env_for(repo), number=n, wait=True)
+    got = registry.invoke("pr_merge", env_for(repo), number=n)
+    assert got.state == "merged" and got.position is None and got.queue is None
+    _ = subprocess  # real processes run through run_exo
