@@ -103,7 +103,7 @@ def test_batch_lands_exactly_the_tested_commit(team: tuple[Path, Path]) -> None:
         e = entry(repo, n)
         assert (e["pr_state"], e["state"]) == ("merged", "merged")
         assert git(repo, "merge-base", "--is-ancestor", e["merge_commit"], "main", check=False) == ""
-    assert git(repo, "for-each-ref", "refs/exo/queue/pr/") == ""  # pins let go once merged
+    assert git(repo, "for-each-ref", "refs/exo/queue/") == ""  # pins and candidates let go once merged
     assert sorted(os.listdir(Path(mq.folder(env_for(repo), "main"), "clones"))) == []  # no clone left
     assert (repo / "f2.txt").read_text() == "2\n"  # the base's checkout fast-forwarded
     kinds = [e["kind"] for e in env_for(repo).store.events(limit=100)]
@@ -210,9 +210,14 @@ def test_now_is_the_humans_and_recorded_and_agents_are_refused(team: tuple[Path,
     lead_env = env_for(lead.worktree or "", "lead")
     lead_env.queue_runner = lambda *_: True  # type: ignore[attr-defined]
     assert registry.invoke("pr_merge", lead_env, number=sub).state == "queued"  # "*": worker -> lead too
+    with pytest.raises(StateError, match="wait in the merge queue") as refused:
+        registry.invoke("complete", env_for(repo), target="w1")
+    assert refused.value.data["prs"] == [sub]
     n = pr_of(repo, "w0", {"f.txt": "1\n"})
-    got = registry.invoke("pr_merge", env_for(repo), number=n, now=True)
+    assert enqueue(repo, n).state == "queued"
+    got = registry.invoke("pr_merge", env_for(repo), number=n, now=True)  # the human merges it around the queue
     assert got.state == "merged" and got.merge_commit and runs(log) == []
+    assert entry(repo, n)["state"] == "merged" and git(repo, "for-each-ref", f"refs/exo/queue/pr/{n}") == ""
     pr = env_for(repo).store.pr(n)
     assert pr is not None and pr.data["queue_bypassed"]["by"] == "root"
     with pytest.raises(InvalidInput, match="batch"):

@@ -313,6 +313,9 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         if now:  # the human's bypass of the queue is recorded on the PR and as an event
             data["queue_bypassed"] = {"by": env.caller.agent_id, "at": time.time()}
             env.store.event("pr-queue-bypassed", pr.author, {"pr": number, "base": pr.base})
+        if mergequeue.entry(pr).get("state") in mergequeue.WAITING:  # merged around the queue: it leaves it
+            data["queue"] = {**mergequeue.entry(pr), "state": "merged", "at": time.time()}
+            Git(env.repo.root).delete_ref(mergequeue.PIN.format(number=number), str(data["queue"].get("pinned")))
         env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
                             merged_at=time.time(), data=data)
     warnings = [*unsaved, *outcome.warnings]

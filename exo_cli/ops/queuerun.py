@@ -51,17 +51,31 @@ def advance(env: Env, base: str) -> int:
     """Advance the queue of ``base`` until it is empty; how many entries landed (0: another runner holds it)."""
     from exo_cli.adapters.files import state_lock
 
-    with state_lock(env.state_dir, f"mq-run-{mq.key(base)}", blocking=False) as lock:
-        if not lock.held:
-            return 0
-        lock.write(f"{os.getpid()} {env.host_name}\n")
-        recover(env, base)
-        landed = 0
-        while True:
-            batch = pick(env, base)
-            if not batch:
+    landed = 0
+    while True:
+        with state_lock(env.state_dir, f"mq-run-{mq.key(base)}", blocking=False) as lock:
+            if not lock.held:
                 return landed
-            landed += step(env, base, batch)
+            lock.write(f"{os.getpid()} {env.host_name}\n")
+            recover(env, base)
+            while True:
+                batch = pick(env, base)
+                if not batch:
+                    drop_candidates(env, base)
+                    break
+                landed += step(env, base, batch)
+        # an entry enqueued while this runner was letting go saw it alive and started none: look once more
+        if not mq.waiting(env, base):
+            return landed
+
+
+def drop_candidates(env: Env, base: str) -> None:
+    """Delete the candidate refs of ``base`` (kept while the queue runs, so git's gc never takes a tested commit)."""
+    git = Git(env.repo.root)
+    prefix = CANDIDATE.format(key=mq.key(base), i="")
+    for line in git.out(["for-each-ref", "--format=%(objectname) %(refname)", prefix]).splitlines():
+        sha, ref = line.split(" ", 1)
+        git.delete_ref(ref, sha)
 
 
 def recover(env: Env, base: str) -> None:
