@@ -110,8 +110,11 @@ def test_batch_lands_exactly_the_tested_commit(team: tuple[Path, Path]) -> None:
     assert kinds.count("pr-queued") == 3 and kinds.count("pr-merged") == 3
 
 
-def test_red_batch_retried_then_bisected_culprit_bounced_to_its_author(team: tuple[Path, Path]) -> None:
+def test_red_batch_retried_then_bisected_culprit_bounced_to_its_author(team: tuple[Path, Path], tmp_path: Path) -> None:
     repo, log = team
+    told = tmp_path / "notified.jsonl"
+    with (repo / ".exo" / "config.toml").open("a") as f:
+        f.write(f"[notify]\ncommand = {json.dumps(['sh', '-c', f'cat >> {told}; echo >> {told}'])}\n")
     start = git(repo, "rev-parse", "main")
     numbers = [pr_of(repo, f"w{i}", {f"f{i}.txt": "x\n", **({"BAD": "x\n"} if i == 2 else {})}) for i in range(4)]
     for n in numbers:
@@ -130,6 +133,12 @@ def test_red_batch_retried_then_bisected_culprit_bounced_to_its_author(team: tup
     msgs = env_for(repo).store.messages(recipient="w2", kinds=["pr-bounced"])
     assert len(msgs) == 1 and "BAD is here" in msgs[0].body and msgs[0].data["pr"] == numbers[2]
     assert git(repo, "for-each-ref", f"refs/exo/queue/pr/{numbers[2]}") == ""
+    def events() -> list[dict[str, Any]]:
+        return [json.loads(ln) for ln in told.read_text().splitlines() if ln.strip()] if told.exists() else []
+
+    wait_for(lambda: len([e for e in events() if e["event"] in ("pr-queued", "pr-bounced")]) >= 5,
+             what="the human's notifier told of each enqueue and the bounce")
+    assert [e["pr"] for e in events() if e["event"] == "pr-bounced"] == [numbers[2]]
     # fixed and merged again: it re-enters the queue and lands
     wt = env_for(repo).store.agent("w2").worktree  # type: ignore[union-attr]
     git(wt, "rm", "-q", "BAD")

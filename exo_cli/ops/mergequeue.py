@@ -134,7 +134,17 @@ def enqueue(env: Env, pr: PullRequest, *, strategy: str, priority: int, head_ref
     if not again:
         env.store.event("pr-queued", pr.author, {"pr": pr.number, "head": pr.head, "base": pr.base,
                                                   "pinned": head, "priority": priority})
+        signal(env, "pr-queued", pr, f"PR #{pr.number}: {pr.title} ({pr.head} -> {pr.base}) joined the merge queue")
     return Enqueued("queued", position(env, pr.base, pr.number))
+
+
+def signal(env: Env, kind: str, pr: PullRequest, text: str, **data: Any) -> None:
+    """Raise the attention event ``kind`` when ``pr``'s author is a child of the root (as ``pr-filed`` is)."""
+    author = env.store.agent(pr.author) if pr.author != ROOT else None
+    if author is not None and (author.parent or ROOT) == ROOT:
+        from exo_cli.ops import attention
+
+        attention.signal(env, kind, author, text, pr=pr.number, **data)
 
 
 def position(env: Env, base: str, number: int) -> int | None:

@@ -314,6 +314,7 @@ def bounce(env: Env, pr: PullRequest, reason: str, *, files: list[str] | None, r
     data = {"pr": pr.number, "head": pr.head, "base": pr.base, "reason": reason, "files": files,
             "log": run.log if run else None}
     env.store.event("pr-bounced", pr.author, data)
+    mq.signal(env, "pr-bounced", pr, f"PR #{pr.number} ({pr.head} -> {pr.base}) bounced: {reason}")
     detail = ("Conflicting paths: " + ", ".join(files[:20]) if files else
               f"The end of its log ({run.log if run else ''}):\n{tail}" if tail else "")
     body = (f"Your PR #{pr.number} ({pr.head} -> {pr.base}) was bounced from the merge queue: {reason}. "
