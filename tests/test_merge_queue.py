@@ -26,7 +26,7 @@ from exo_cli.ops.queuerun import advance
 
 GATE = ('echo "$(git rev-parse HEAD) {verdict}" >> "{log}"; '
         'if [ -e FLAKY ] && [ ! -e "{log}.flaked" ]; then touch "{log}.flaked"; exit 1; fi; '
-        'if [ -e BAD ]; then echo "BAD is here: failing"; exit 3; fi')
+        'if [ -e BAD ]; then printf "BAD is here: failing\\033[2J\\003\\n"; exit 3; fi')
 
 
 def configure(repo: Path, log: Path, *, batch: int = 4, extra: str = "") -> None:
@@ -127,6 +127,9 @@ def test_red_batch_retried_then_bisected_culprit_bounced_to_its_author(team: tup
     assert states == {numbers[0]: "merged", numbers[1]: "merged", numbers[2]: "bounced", numbers[3]: "merged"}
     bounced = entry(repo, numbers[2])
     assert bounced["pr_state"] == "open" and "BAD is here" in bounced["tail"] and Path(bounced["log"]).is_file()
+    assert "^[[2J^C" in bounced["tail"] and "\x1b" not in bounced["tail"]  # a gate's output never acts on a terminal
+    rows = {a.id: a.pr for a in registry.invoke("agents", env_for(repo)).agents}
+    assert rows["w2"]["queue"] == "bounced" and rows["w0"]["queue"] is None and rows["w0"]["state"] == "merged"
     for sha in base_positions(repo, start):  # nothing untested was ever the base
         assert sha in passed(repo)
     assert not (repo / "BAD").exists()

@@ -301,8 +301,10 @@ def stuck(env: Env, base: str, batch: list[PullRequest], exc: StateError) -> Non
 def bounce(env: Env, pr: PullRequest, reason: str, *, files: list[str] | None, run: GateRun | None) -> None:
     """Take ``pr`` out of the queue and send the reason to its author (its parent when the author is gone)."""
     from exo_cli.limits import clip
+    from exo_cli.validate import visible
 
-    tail = clip(run.tail, "tail", "message")[0] if run is not None else None
+    # what a gate printed is shown to a person and typed into an agent's pane: no control character acts
+    tail = visible(clip(run.tail, "tail", "message")[0]) if run is not None else None
     with mq.entries_lock(env, pr.base):
         fresh = env.store.pr(pr.number) or pr
         q = mq.entry(fresh)
