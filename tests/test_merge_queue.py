@@ -243,15 +243,21 @@ def test_bad_gate_config_is_named(repo: Path, tmp_path: Path) -> None:
     assert proc.returncode == 4 and "merge.gates entry 1" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("point", ["queue.cloned", "queue.landing", "queue.landed"])
-def test_kill_9_at_each_step_resumes_without_loss_or_double_merge(team: tuple[Path, Path], point: str) -> None:
-    repo, _ = team
+@pytest.mark.parametrize("point", ["queue.cloned", "mid-gate", "queue.landing", "queue.landed"])
+def test_kill_9_at_each_step_resumes_without_loss_or_double_merge(team: tuple[Path, Path], point: str,
+                                                                  tmp_path: Path) -> None:
+    repo, log = team
+    if point == "mid-gate":  # the gate itself kills its runner, the first time, while it runs
+        gate = f'if [ ! -e "{tmp_path}/killed" ]; then touch "{tmp_path}/killed"; kill -9 $PPID; sleep 1; fi; true'
+        configure(repo, log, extra="")
+        (repo / ".exo" / "config.toml").write_text(f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
     numbers = [pr_of(repo, f"w{i}", {f"f{i}.txt": f"{i}\n"}) for i in range(2)]
     for n in numbers:
         enqueue(repo, n)
     start = git(repo, "rev-parse", "main")
-    died = run_exo("pr", "queue", "--run", "--base", "main", cwd=repo, env={"EXO_FAULT": point}, timeout=180)
-    assert died.returncode == 137, died.stderr
+    died = run_exo("pr", "queue", "--run", "--base", "main", cwd=repo,
+                   env={"EXO_FAULT": point if point.startswith("queue.") else ""}, timeout=180)
+    assert died.returncode in (137, -9), died.stderr  # -9: the gate killed it
     assert git(repo, "status", "--porcelain") == ""  # never a half-merged checkout
     after_kill = git(repo, "rev-parse", "main")
     assert after_kill in (start, *passed(repo))
@@ -289,4 +295,6 @@ def test_no_gates_means_plain_merge_and_queue_flags_refused(repo: Path) -> None:
         registry.invoke("pr_merge", env_for(repo), number=n, wait=True)
     got = registry.invoke("pr_merge", env_for(repo), number=n)
     assert got.state == "merged" and got.position is None and got.queue is None
+    (repo / "exo.toml").write_text('[forge]\nkind = "github"\n[[merge.gates]]\ncommand = "true"\n')
+    assert mq.gates(env_for(repo), "main")  # gates apply to main; on GitHub the merge says they did not run
     _ = subprocess  # real processes run through run_exo

@@ -286,7 +286,8 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         raise StateError("Only the human bypasses the merge queue (--now)", hint="Merge without --now: the "
                          "PR joins the queue and lands once the gates pass.", pr=number)
     forge = forge_for(env, pr.forge, runner=gh_runner(env))
-    queued = not now and forge.kind == "local" and bool(mergequeue.gates(env, pr.base))
+    gated = not now and bool(mergequeue.gates(env, pr.base))
+    queued = gated and forge.kind == "local"
     if not queued and (priority is not None or wait):
         raise InvalidInput(f"--priority and --wait apply to the merge queue, and none serves {pr.base}",
                            hint="Configure [[merge.gates]] (docs/merge-queue.md), or leave them out.", pr=number)
@@ -319,6 +320,9 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
                             merged_at=time.time(), data=data)
     warnings = [*unsaved, *outcome.warnings]
+    if gated:  # said, never silent: the gates configured for this base did not run
+        warnings.append(f"merge.gates are not applied on the {forge.kind} forge yet: PR #{number} was merged "
+                        "without them")
     notified = notify_merged(env, _get(env, number), sender=env.caller.agent_id)
     if forge.kind == "local":
         elsewhere = [a for a in (env.store.agent(t) for t in notified) if a is not None and not env.runs_here(a)]
