@@ -174,6 +174,9 @@ def test_conflict_bounces_with_the_paths_and_priority_orders(team: tuple[Path, P
     assert advance(env_for(repo), "main") == 2
     e = entry(repo, a)
     assert e["state"] == "bounced" and e["files"] == ["same.txt"] and "conflicts" in e["reason"]
+    # the idle author of the bounced PR conflicts with the new base: told at once, once (with its bounce)
+    told = [m for m in env_for(repo).store.messages(recipient="w0") if m.data.get("event") == "conflict"]
+    assert len(told) == 1 and told[0].data["paths"] == ["same.txt"]
     assert (repo / "same.txt").read_text() == "b\n"
     assert len(runs(log)) == 1  # a conflict costs no gate run
 

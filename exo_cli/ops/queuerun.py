@@ -266,7 +266,39 @@ def land(env: Env, base: str, batch: list[PullRequest], commits: list[str], base
         with mq.entries_lock(env, base):
             for pr, made in zip(batch, commits, strict=True):
                 merged(env, pr, made)
+    warn_conflicting(env, base, tip, skip={p.author for p in batch})
     return len(batch)
+
+
+def warn_conflicting(env: Env, base: str, tip: str, *, skip: set[str]) -> list[str]:
+    """Tell each idle agent working off ``base`` whose branch now conflicts with it, at once (once per base tip).
+
+    Its next stop would find out by failing to rebase; an idle agent has no next stop until
+    someone wakes it, so the notice is typed in now.
+    """
+    from exo_cli.ops.delivery import deliver, post_notice
+    from exo_cli.records import AT_REST
+
+    git = Git(env.repo.root)
+    told: list[str] = []
+    for agent in env.store.agents():
+        if agent.base_branch != base or not agent.branch or agent.id in skip or agent.status not in AT_REST \
+                or agent.retired:
+            continue
+        try:
+            paths = git.merge_tree(tip, f"refs/heads/{agent.branch}").conflicts
+        except ExoError:
+            continue
+        if not paths or not env.store.kv_claim(f"mq-conflict-{agent.id}-{tip}", "1"):
+            continue
+        listed = ", ".join(sorted(set(paths))[:10])
+        msg = post_notice(env, "event", ROOT, agent.id,
+                          f"The merge queue just landed into {base}, and your branch {agent.branch} now conflicts "
+                          f"with it in: {listed}. Rebase onto {base} and resolve them before you file or merge again.",
+                          data={"event": "conflict", "base": base, "paths": sorted(set(paths))})
+        deliver(env, msg, agent)
+        told.append(agent.id)
+    return told
 
 
 def merged(env: Env, pr: PullRequest, made: str) -> None:
