@@ -301,3 +301,14 @@ def test_no_gates_means_plain_merge_and_queue_flags_refused(repo: Path) -> None:
     (repo / "exo.toml").write_text('[forge]\nkind = "github"\n[[merge.gates]]\ncommand = "true"\n')
     assert mq.gates(env_for(repo), "main")  # gates apply to main; on GitHub the merge says they did not run
     _ = subprocess  # real processes run through run_exo
+
+
+def test_author_with_descendants_open_prs_is_refused_unless_forced(team: tuple[Path, Path]) -> None:
+    repo, _ = team
+    lead_pr = pr_of(repo, "lead", {"l.txt": "1\n"}, role="tl")
+    pr_of(repo, "w9", {"w.txt": "1\n"}, parent="lead", base="main.lead")  # its worker's PR into main.lead
+    with pytest.raises(StateError, match="descendants with open PRs into main.lead: w9") as refused:
+        enqueue(repo, lead_pr)
+    assert refused.value.data["reason"] == "open-descendants" and entry(repo, lead_pr).get("state") is None
+    got = enqueue(repo, lead_pr, force=True)
+    assert (got.state, got.position, got.strategy) == ("queued", 1, "merge")  # a subtree's PR merges, as plain
