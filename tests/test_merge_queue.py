@@ -240,6 +240,19 @@ def test_now_is_the_humans_and_recorded_and_agents_are_refused(team: tuple[Path,
         registry.invoke("pr_queue", env_for(repo))
 
 
+def test_gate_logs_are_pruned_to_the_newest(repo: Path) -> None:
+    from exo_cli.ops import queuerun
+
+    env = env_for(repo)
+    logs = Path(mq.folder(env, "main"), "logs")
+    logs.mkdir(parents=True)
+    for i in range(queuerun.KEEP_LOGS + 5):
+        (logs / f"{i:06d}.log").write_text("x\n")
+    queuerun.prune_logs(env, "main")
+    kept = sorted(os.listdir(logs))
+    assert len(kept) == queuerun.KEEP_LOGS and kept[0] == "000005.log"
+
+
 def test_bad_gate_config_is_named(repo: Path, tmp_path: Path) -> None:
     (repo / "exo.toml").write_text('[[merge.gates]]\ncommand = "true"\ntimeout = -1\n')
     proc = run_exo("pr", "queue", cwd=repo)
@@ -312,3 +325,24 @@ def test_author_with_descendants_open_prs_is_refused_unless_forced(team: tuple[P
     assert refused.value.data["reason"] == "open-descendants" and entry(repo, lead_pr).get("state") is None
     got = enqueue(repo, lead_pr, force=True)
     assert (got.state, got.position, got.strategy) == ("queued", 1, "merge")  # a subtree's PR merges, as plain
+
+
+def test_gate_deadline_ends_the_whole_group_and_bounces_with_its_log(team: tuple[Path, Path], tmp_path: Path) -> None:
+    from exo_cli.adapters.gates import run_gate
+
+    pids = tmp_path / "pids"
+    command = f'sleep 300 & echo $! > "{pids}"; setsid sleep 300 & echo $! >> "{pids}"; echo started; sleep 300'
+    run = run_gate(tmp_path, command, 1, {"PATH": os.environ["PATH"]}, tmp_path / "gate.log")
+    assert run.timed_out and not run.ok and run.code is None
+    assert "started" in run.tail and "timed out after 1s" in run.tail
+    for pid in (int(p) for p in pids.read_text().split()):  # its background child and the one in a session of
+        wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists()  # its own (found by its token) are gone too
+                 or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], what=f"pid {pid} ended")
+    repo, _ = team
+    (repo / ".exo" / "config.toml").write_text('[merge]\nwindow = 0\n[[merge.gates]]\ncommand = "echo slow; sleep 300"\n'
+                                                "timeout = 1\n")
+    n = pr_of(repo, "w0", {"f.txt": "1\n"})
+    enqueue(repo, n)
+    advance(env_for(repo), "main")
+    e = entry(repo, n)
+    assert e["state"] == "bounced" and "timed out" in e["tail"] and "slow" in e["tail"]

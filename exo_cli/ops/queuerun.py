@@ -84,6 +84,7 @@ def recover(env: Env, base: str) -> None:
 
     for clone in leftovers(os.path.join(mq.folder(env, base), "clones")):
         remove_clone(clone)
+    prune_logs(env, base)
     git = Git(env.repo.root)
     tip = git.rev(f"refs/heads/{base}")
     with mq.entries_lock(env, base):
@@ -94,6 +95,33 @@ def recover(env: Env, base: str) -> None:
                 merged(env, pr, made)
             elif q.get("state") == "testing":
                 mq.set_entry(env, pr, state="queued", candidate=None, base_sha=None)
+
+
+KEEP_LOGS = 200  # gate logs kept per base (the newest; a bounced entry's log is among them while it is recent)
+
+
+def prune_logs(env: Env, base: str) -> None:
+    """Remove all but the newest ``KEEP_LOGS`` gate logs of ``base`` (and trim ``runs.log`` to as many lines x 20)."""
+    import contextlib
+
+    logs = os.path.join(mq.folder(env, base), "logs")
+    try:
+        names = sorted(os.listdir(logs))  # named by the time they started
+    except OSError:
+        return
+    for name in names[:-KEEP_LOGS]:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(logs, name))
+    runs = os.path.join(mq.folder(env, base), "runs.log")
+    with contextlib.suppress(OSError):
+        with open(runs, encoding="utf-8") as f:
+            lines = f.readlines()
+        if len(lines) > KEEP_LOGS * 20:
+            from pathlib import Path
+
+            from exo_cli.adapters.files import atomic_write
+
+            atomic_write(Path(runs), "".join(lines[-KEEP_LOGS * 10:]))
 
 
 def pick(env: Env, base: str) -> list[PullRequest]:
