@@ -171,6 +171,10 @@ def test_conflict_bounces_with_the_paths_and_priority_orders(team: tuple[Path, P
     assert enqueue(repo, c, priority=0).position == 1  # priority 0 goes first
     view = registry.invoke("pr_queue", env_for(repo), base="main")
     assert [e.pr for e in view.entries] == [c, b, a]
+    from exo_cli.render.teamboard import summary
+
+    board = registry.invoke("board", env_for(repo))
+    assert summary(board) == "exo board: 3 agent(s) · merge queue main: 3 waiting"  # queued: not "ready for you"
     assert advance(env_for(repo), "main") == 2
     e = entry(repo, a)
     assert e["state"] == "bounced" and e["files"] == ["same.txt"] and "conflicts" in e["reason"]

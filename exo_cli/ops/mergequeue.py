@@ -184,6 +184,22 @@ def runner_alive(env: Env, base: str) -> bool:
         return not lock.held
 
 
+def summary_lines(env: Env) -> list[str]:
+    """One line per base whose queue has entries waiting: how many, the batch under test, what waits to land."""
+    by_base: dict[str, list[PullRequest]] = {}
+    for p in env.store.prs(state="open"):
+        if entry(p).get("state") in WAITING:
+            by_base.setdefault(p.base, []).append(p)
+    out = []
+    for base in sorted(by_base):
+        prs = by_base[base]
+        testing = [f"#{p.number}" for p in prs if entry(p).get("state") == "testing"]
+        tested = [f"#{p.number}" for p in prs if entry(p).get("state") == "tested"]
+        out.append(f"merge queue {base}: {len(prs)} waiting" + (f", testing {' '.join(testing)}" if testing else "")
+                   + (f", {' '.join(tested)} passed, waiting to land" if tested else ""))
+    return out
+
+
 def author_queued(env: Env, agent_id: str) -> list[int]:
     """The numbers of the PRs ``agent_id`` filed that wait in a merge queue (``complete`` refuses meanwhile)."""
     if agent_id == ROOT:

@@ -161,7 +161,8 @@ def summary(result: Any) -> str:
     needs = f", {result.needs_you} need you" if result.needs_you else ""
     pending = sum(1 for i in result.inbox if i.pending)
     asks = f", {pending} question(s) waiting" if pending else ""
-    return f"exo board: {result.count} agent(s){needs}{asks}"
+    queue = "".join(f" · {clean(q)}" for q in getattr(result, "queue", None) or [])
+    return f"exo board: {result.count} agent(s){needs}{asks}{queue}"
 
 
 INBOX_PLAIN = 10  # inbox lines of ``exo agents --watch`` (every pending question is shown, even beyond)
