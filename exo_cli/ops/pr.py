@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from exo_cli.env import Env
 
 STRATEGIES = ("squash", "merge")
+RESTART_EVERY = 3.0  # seconds: how often `pr merge --wait` may start a merge queue runner that is gone
 STATES = ("open", "merged", "closed", "all")
 
 
@@ -357,12 +358,15 @@ def _enqueue(env: Env, pr: PullRequest, *, strategy: str, priority: int | None, 
     mq.start_runner(env, pr.base)
     if wait:
         deadline = time.monotonic() + float(env.config.get("timeouts.wait") or 600)
+        started = time.monotonic()
         while time.monotonic() < deadline:
             q = mq.entry(_get(env, pr.number))
             if q.get("state") in ("merged", "bounced"):
                 break
-            if not mq.runner_alive(env, pr.base):  # it died (or ended): start another, the queue resumes
+            # it died (or ended): start another, at most every few seconds (one that cannot start is no storm)
+            if time.monotonic() - started > RESTART_EVERY and not mq.runner_alive(env, pr.base):
                 mq.start_runner(env, pr.base)
+                started = time.monotonic()
             time.sleep(0.1)
     fresh = _get(env, pr.number)
     q = mq.entry(fresh)
