@@ -350,3 +350,24 @@ def test_gate_deadline_ends_the_whole_group_and_bounces_with_its_log(team: tuple
     advance(env_for(repo), "main")
     e = entry(repo, n)
     assert e["state"] == "bounced" and "timed out" in e["tail"] and "slow" in e["tail"]
+
+
+def test_a_failing_runner_tells_the_human_and_the_next_one_resumes(team: tuple[Path, Path]) -> None:
+    repo, _ = team
+    n = pr_of(repo, "w0", {"f.txt": "1\n"})
+    gone = pr_of(repo, "w1", {"g.txt": "1\n"})
+    enqueue(repo, n)
+    enqueue(repo, gone)
+    env = env_for(repo)
+    pr = env.store.pr(gone)
+    assert pr is not None
+    mq.set_entry(env, pr, pinned="0" * 40)  # a record whose commit git does not have: bounced, never a stuck queue
+    blocker = repo / ".git" / "refs" / "exo" / "queue" / "candidate"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a folder\n")  # git cannot write the candidate's ref: a real git failure
+    assert advance(env_for(repo), "main") == 0
+    assert entry(repo, n)["state"] == "queued" and entry(repo, gone)["state"] == "bounced"
+    told = [m for m in env_for(repo).store.messages(recipient="root") if "stopped" in m.body]
+    assert len(told) == 1 and "exo pr queue --run --base main" in told[0].body
+    blocker.unlink()
+    assert advance(env_for(repo), "main") == 1 and entry(repo, n)["pr_state"] == "merged"

@@ -63,10 +63,31 @@ def advance(env: Env, base: str) -> int:
                 if not batch:
                     drop_candidates(env, base)
                     break
-                landed += step(env, base, batch)
+                try:
+                    landed += step(env, base, batch)
+                except ExoError as exc:  # git or the store failed: say so (once), leave the entries queued
+                    failed(env, base, exc)
+                    return landed
         # an entry enqueued while this runner was letting go saw it alive and started none: look once more
         if not mq.waiting(env, base):
             return landed
+
+
+def failed(env: Env, base: str, exc: ExoError) -> None:
+    """Tell the human, once per message, that the runner of ``base`` stopped; its entries wait for the next one."""
+    with mq.entries_lock(env, base):
+        for pr in mq.waiting(env, base):
+            if mq.entry(pr).get("state") == "testing":
+                mq.set_entry(env, pr, state="queued", candidate=None, base_sha=None)
+    import hashlib
+
+    digest = hashlib.sha1(f"{base}\0{exc.message}".encode()).hexdigest()[:16]
+    if env.store.kv_claim(f"mq-failed-{digest}", str(time.time())):
+        from exo_cli.ops.delivery import post_notice
+
+        post_notice(env, "pr-queued", ROOT, ROOT,
+                    f"The merge queue of {base} stopped: {exc.message}. Its entries stay queued; "
+                    f"`exo pr queue --run --base {base}` tries again.", data={"base": base, "error": exc.to_dict()})
 
 
 def drop_candidates(env: Env, base: str) -> None:
@@ -150,6 +171,10 @@ def step(env: Env, base: str, batch: list[PullRequest]) -> int:
         for pr in batch:
             bounce(env, pr, f"the base branch {base} does not exist", files=None, run=None)
         return 0
+    for pr in batch:  # a pinned head git no longer has (a record edited by hand, a pruned object): out of the queue
+        if git.rev(f"{mq.entry(pr).get('pinned')}^{{commit}}") is None:
+            bounce(env, pr, "its pinned head is gone from the repository", files=None, run=None)
+            return 0
     built = build(env, git, base, batch, base_sha)
     if built.conflict is not None:
         i, paths = built.conflict
