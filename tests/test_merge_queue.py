@@ -371,3 +371,15 @@ def test_a_failing_runner_tells_the_human_and_the_next_one_resumes(team: tuple[P
     assert len(told) == 1 and "exo pr queue --run --base main" in told[0].body
     blocker.unlink()
     assert advance(env_for(repo), "main") == 1 and entry(repo, n)["pr_state"] == "merged"
+
+
+def test_on_the_postgresql_store(team: tuple[Path, Path], pg_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXO_STORE_URL", pg_cluster.url())
+    repo, log = team
+    good, bad = pr_of(repo, "w0", {"f.txt": "1\n"}), pr_of(repo, "w1", {"BAD": "1\n"})
+    assert env_for(repo).store.__class__.__name__ == "PostgresStore"
+    enqueue(repo, good)
+    enqueue(repo, bad)
+    assert advance(env_for(repo), "main") == 1
+    assert (entry(repo, good)["state"], entry(repo, bad)["state"]) == ("merged", "bounced")
+    assert git(repo, "rev-parse", "main") in passed(repo)
