@@ -383,3 +383,16 @@ def test_on_the_postgresql_store(team: tuple[Path, Path], pg_cluster: Any, monke
     assert advance(env_for(repo), "main") == 1
     assert (entry(repo, good)["state"], entry(repo, bad)["state"]) == ("merged", "bounced")
     assert git(repo, "rev-parse", "main") in passed(repo)
+
+
+def test_gates_removed_after_enqueue_land_nothing_untested(team: tuple[Path, Path]) -> None:
+    repo, _ = team
+    n = pr_of(repo, "w0", {"f.txt": "1\n"})
+    enqueue(repo, n)
+    start = git(repo, "rev-parse", "main")
+    (repo / ".exo" / "config.toml").write_text("[merge]\nwindow = 0\n")
+    advance(env_for(repo), "main")
+    e = entry(repo, n)
+    assert e["state"] == "bounced" and "no merge gate applies" in e["tail"] and git(repo, "rev-parse", "main") == start
+    got = registry.invoke("pr_merge", env_for(repo), number=n)  # merged again: a plain merge now
+    assert got.state == "merged" and got.merge_commit

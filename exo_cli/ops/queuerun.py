@@ -257,7 +257,9 @@ def gate(env: Env, base: str, commit: str) -> GateRun:
             last = run_gate(clone, g["command"], float(g.get("timeout", mq.DEFAULT_TIMEOUT)), environ, log)
             if not last.ok:
                 return last
-        return last or GateRun("(no gate)", 0, False, log, "", 0.0)
+        # no gate applies any more (the configuration changed since it was enqueued): nothing lands untested
+        return last if mq.gates(env, base) and last is not None else \
+            GateRun("(no gate)", 1, False, log, f"no merge gate applies to {base} any more; merge it again", 0.0)
     except ExoError as exc:
         return GateRun("(preparing the clone)", 1, False, log, exc.message, 0.0)
     finally:
