@@ -396,3 +396,17 @@ def test_gates_removed_after_enqueue_land_nothing_untested(team: tuple[Path, Pat
     assert e["state"] == "bounced" and "no merge gate applies" in e["tail"] and git(repo, "rev-parse", "main") == start
     got = registry.invoke("pr_merge", env_for(repo), number=n)  # merged again: a plain merge now
     assert got.state == "merged" and got.merge_commit
+
+
+def test_doctor_removes_a_dead_runners_clone_and_restarts_the_queue(team: tuple[Path, Path]) -> None:
+    repo, _ = team
+    n = pr_of(repo, "w0", {"f.txt": "1\n"})
+    enqueue(repo, n)
+    left = Path(mq.folder(env_for(repo), "main"), "clones", "1.0-99999")
+    (left / "src").mkdir(parents=True)
+    started: list[str] = []
+    env = env_for(repo)
+    env.queue_runner = lambda _env, base: started.append(base) or True  # type: ignore[attr-defined]
+    found = {(p.kind, p.subject) for p in registry.invoke("doctor", env).problems}
+    assert {("queue-clone", "main"), ("queue-stalled", "main")} <= found
+    assert not left.exists() and started == ["main"]

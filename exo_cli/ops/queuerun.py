@@ -427,3 +427,34 @@ def tell(env: Env, pr: PullRequest, body: str, data: dict[str, Any]) -> None:
     rec = env.store.agent(parent)
     if rec is not None:
         deliver(env, msg, rec)
+
+
+def _removed(clone: str) -> bool:
+    from exo_cli.adapters.gates import remove_clone
+
+    remove_clone(clone)
+    return not os.path.lexists(clone)
+
+
+def leftovers(env: Env) -> list[tuple[str, str, str, str, Any]]:
+    """What ``exo doctor`` repairs of the merge queues: clones a dead runner left, and queues no runner advances.
+
+    Each is (kind, subject, detail, action, repair); a base whose runner is alive is left to it.
+    """
+    from exo_cli.adapters.gates import leftovers as clones_in
+
+    out: list[tuple[str, str, str, str, Any]] = []
+    if not env.has_state():
+        return out
+    bases = sorted({p.base for p in env.store.prs() if mq.entry(p)})
+    for base in bases:
+        if mq.runner_alive(env, base):
+            continue
+        for clone in clones_in(os.path.join(mq.folder(env, base), "clones")):
+            out.append(("queue-clone", base, f"a candidate clone a merge queue runner left: {clone}", "removed",
+                        lambda clone=clone: _removed(clone)))
+        waiting = mq.waiting(env, base)
+        if waiting:
+            out.append(("queue-stalled", base, f"{len(waiting)} PR(s) wait in the merge queue and no runner advances it",
+                        "started a runner", lambda base=base: mq.start_runner(env, base)))
+    return out
