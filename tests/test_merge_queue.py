@@ -414,3 +414,8 @@ def test_doctor_removes_a_dead_runners_clone_and_restarts_the_queue(team: tuple[
     assert [(kind, subject) for kind, subject, *_ in found] == [("queue-clone", "main"), ("queue-stalled", "main")]
     assert all(repair() for *_, repair in found)
     assert not left.exists() and started == ["main"]
+    from exo_cli import mcp_server
+
+    assert queuerun.resume_queues in mcp_server.BACKGROUND  # the root's session resumes a stalled queue too
+    queuerun.resume_queues(env)
+    assert started == ["main", "main"]

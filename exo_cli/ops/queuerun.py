@@ -458,3 +458,12 @@ def leftovers(env: Env) -> list[tuple[str, str, str, str, Any]]:
             out.append(("queue-stalled", base, f"{len(waiting)} PR(s) wait in the merge queue and no runner advances it",
                         "started a runner", lambda base=base: mq.start_runner(env, base)))
     return out
+
+
+def resume_queues(env: Env) -> None:
+    """Entry for ``mcp_server.BACKGROUND``: the root TL's session starts a runner for each queue nobody advances."""
+    if not env.caller.is_human or not env.has_state():
+        return
+    for base in sorted({p.base for p in env.store.prs(state="open") if mq.entry(p).get("state") in mq.WAITING}):
+        if not mq.runner_alive(env, base):
+            mq.start_runner(env, base)
