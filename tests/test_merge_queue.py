@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -317,7 +316,6 @@ def test_no_gates_means_plain_merge_and_queue_flags_refused(repo: Path) -> None:
     assert got.state == "merged" and got.position is None and got.queue is None
     (repo / "exo.toml").write_text('[forge]\nkind = "github"\n[[merge.gates]]\ncommand = "true"\n')
     assert mq.gates(env_for(repo), "main")  # gates apply to main; on GitHub the merge says they did not run
-    _ = subprocess  # real processes run through run_exo
 
 
 def test_author_with_descendants_open_prs_is_refused_unless_forced(team: tuple[Path, Path]) -> None:
