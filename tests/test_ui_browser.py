@@ -122,6 +122,7 @@ def test_team_live_note_answer_merge_and_hostile_text(browser: Any, served: tupl
     # the pull requests and the conflicts foreseen (none here)
     page.click("#nav-prs")
     expect(page.locator('#prs tr[data-pr="1"]')).to_contain_text("PR <script>")
+    expect(page.locator("#queue")).to_have_text("The merge queue is empty.")  # no merge gates here
     page.click("#nav-conflicts")
     expect(page.locator("#conflicts")).to_have_text("No conflict foreseen.")
     # the agent page: its pane (the headless log) and its diff, hostile lines as text
@@ -166,3 +167,42 @@ def test_team_live_note_answer_merge_and_hostile_text(browser: Any, served: tupl
     assert page.evaluate("window.__pwned") is None
     assert page.errors == []
     page.close()
+
+
+def test_merge_through_the_queue_and_a_hostile_gate_log(browser: Any, repo: Path) -> None:
+    """With merge gates, Merge enqueues (the page says where the PR stands); the gate fails with hostile output,
+    and the queue on the page shows the bounce and its log as text."""
+    import json
+
+    from exo_cli.adapters.git import add_exclude
+    from exo_cli.ops.queuerun import advance
+
+    add_exclude(repo / ".git", "/.exo/")
+    (repo / ".exo").mkdir(exist_ok=True)
+    gate = "printf '%s\\n' " + json.dumps(HOSTILE) + "; exit 3"
+    (repo / ".exo" / "config.toml").write_text(f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
+    env = env_for(repo)
+    env.store.agents()
+    env.queue_runner = lambda *_: True  # type: ignore[attr-defined]  # the test advances the queue itself
+    made = team(repo)
+    running = start(env, fallback=3600, pane_every=3600)
+    try:
+        page = new_page(browser, running)
+        number = made["pr"].pr.number
+        page.goto(running.base + f"/#/pr/{number}")
+        page.on("dialog", lambda d: d.accept())
+        page.click("#pr button.merge")
+        playwright.expect(page.locator("#flash")).to_contain_text(f"PR #{number} queued, position 1")
+        page.click("#nav-prs")
+        playwright.expect(page.locator(f'#queue tr[data-queue="{number}"]')).to_contain_text("queued")
+        assert advance(env_for(repo), "main") == 0  # the gate fails: nothing lands
+        row = page.locator(f'#queue tr[data-queue="{number}"]')
+        playwright.expect(row).to_contain_text("bounced")  # the bounce told w1: the board moved, the page followed
+        row.locator("button").click()
+        playwright.expect(page.locator("#queue pre").first).to_contain_text("<script>window.__pwned=1</script>")
+        assert page.locator("main script, main img, main b").count() == 0
+        assert page.evaluate("window.__pwned") is None and page.errors == []
+        page.close()
+    finally:
+        running.stop()
+        stop_repo_agents(repo, tmux=False)

@@ -18,8 +18,8 @@ def ui(env: Any, port: int, no_open: bool) -> None:
     """Serve the board in a browser, on 127.0.0.1 behind a one-time link.
 
     The page shows the team (those that need you first), each agent's live pane, messages,
-    diff and checkpoints, your inbox (answer, send), the pull requests (diff, merge) and the
-    conflicts foreseen, pushed live as the team changes. Every action is the same operation
+    diff and checkpoints, your inbox (answer, send), the pull requests and the merge queue
+    (diff, gate logs, merge) and the conflicts foreseen, pushed live as the team changes. Every action is the same operation
     as the command, with your role; destructive ones ask first. The printed link works
     once: it signs one browser in with a cookie. Reach it from another machine with
     `ssh -L PORT:127.0.0.1:PORT`. Ctrl-C stops the server.

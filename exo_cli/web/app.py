@@ -130,6 +130,9 @@ def build(env: Any, auth: rules.Auth, hub: Hub, *, on_exchange: Any = None) -> A
     async def prs(request: Request) -> Response:
         return await call(request, "pr_list")
 
+    async def queue(request: Request) -> Response:
+        return await call(request, "pr_queue")
+
     async def conflicts(request: Request) -> Response:
         return await call(request, "conflicts")
 
@@ -193,7 +196,7 @@ def build(env: Any, auth: rules.Auth, hub: Hub, *, on_exchange: Any = None) -> A
 
     routes = [
         Route("/", home), Route("/static/{name}", static),
-        Route("/api/board", board), Route("/api/prs", prs), Route("/api/conflicts", conflicts),
+        Route("/api/board", board), Route("/api/prs", prs), Route("/api/queue", queue), Route("/api/conflicts", conflicts),
         Route("/api/read/{agent}", read), Route("/api/diff/{agent}", diff),
         Route("/api/checkpoints/{agent}", checkpoints), Route("/api/pr/{number:int}", pr),
         Route("/api/act/{action}", act, methods=["POST"]), Route("/api/events", events),

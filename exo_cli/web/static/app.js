@@ -24,7 +24,7 @@ function el(tag, attrs, ...children) {
     if (k === "onclick" || k === "onsubmit") node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -73,7 +73,9 @@ async function act(name, args, ask) {
     headers: {"Content-Type": "application/json", "X-Exo-Token": TOKEN}, body: JSON.stringify(args)});
   const body = await r.json().catch(() => null);
   if (!r.ok) { flash(name + " refused: " + errorText(body, r), true); return null; }
-  flash(name + ": done");
+  if (name === "merge" && body && !body.merge_commit) {  // merge gates: the PR waits in the merge queue
+    flash("merge: PR #" + body.pr.number + " " + body.state + (body.position ? ", position " + body.position : "") + " in the merge queue");
+  } else flash(name + ": done");
   return body;
 }
 
@@ -251,7 +253,25 @@ function prsPage() {
         el("td", {}, p.author), el("td", {}, p.head + " → " + p.base), el("td", {}, p.state + (p.draft ? " (draft)" : "")),
         el("td", {}, p.review || ""), el("td", {}, p.checks || "")))));
   }).catch((e) => node.replaceChildren(el("p", {class: "dim"}, e.message)));
-  return el("div", {}, el("h2", {}, "Pull requests"), node);
+  return el("div", {}, el("h2", {}, "Pull requests"), node, el("h2", {}, "Merge queue"), queueView());
+}
+
+function queueView() {
+  const node = el("div", {id: "queue"}, el("p", {class: "dim"}, "Loading…"));
+  getJSON("/api/queue").then((q) => {
+    if (!q.entries.length) { node.replaceChildren(el("p", {class: "dim"}, "The merge queue is empty.")); return; }
+    node.replaceChildren(el("table", {}, el("tr", {}, ["#", "PR", "Base", "State", "Priority", "Why", ""].map((h) => el("th", {}, h))),
+      q.entries.map((e) => {
+        const log = el("pre", {hidden: true}, e.tail || e.log || "");
+        return [el("tr", {"data-queue": e.pr}, el("td", {}, e.position ?? ""),
+          el("td", {}, link(["pr", String(e.pr)], "#" + e.pr), " " + e.title), el("td", {}, e.base),
+          el("td", {}, e.state + (q.batch.includes(e.pr) ? " (in the batch under test)" : "")), el("td", {}, e.priority),
+          el("td", {}, [e.reason || "", (e.files || []).join(", ")].filter(Boolean).join(": ")),
+          el("td", {}, e.tail || e.log ? el("button", {onclick: () => { log.hidden = !log.hidden; }}, "Gate log") : "")),
+          el("tr", {}, el("td", {colspan: 7}, log))];
+      })));
+  }).catch((e) => node.replaceChildren(el("p", {class: "dim"}, e.message)));
+  return node;
 }
 
 function prPage(number) {
