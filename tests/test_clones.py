@@ -237,3 +237,77 @@ def test_a_branch_is_only_fast_forwarded_from_a_clone(team: Path, exo: Exo) -> N
     git(clone, "rebase", "-q", "origin/main.w1")  # the agent's side: fetch from the repository, then rebase
     assert registry.invoke("pr_file", env_for(clone, "w1"), title="x").pr.head == "main.w1"
     assert git(team, "rev-parse", "main.w1") == git(clone, "rev-parse", "HEAD")
+
+
+def stop(clone: Path, agent: str) -> dict:
+    """The agent's stop hook, run in its clone as its CLI runs it (the agent's side: no socket here)."""
+    from conftest import agent_vars
+
+    r = Exo(clone)("hook", "stop", "--cli", "claude", "--json", input="{}", env=agent_vars(clone, agent))
+    assert r.exit_code == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)
+
+
+def test_a_lead_and_two_workers_in_clones_merge_into_main(team: Path, exo: Exo) -> None:
+    r = exo("spawn", "--subtree", "--task", "lead the work", "--branch", "lead", "--agent", "custom", "--mux",
+            "headless", "--layout", "clone", "--json")
+    assert r.exit_code == 0, r.stdout
+    lead = Path(r.json()["worktrees"][0][1])  # type: ignore[index]
+    commit_in(lead, "plan.md", "plan\n", "lead: plan")
+    as_lead = env_for(lead, "lead")
+    assert as_lead.repo.root == team and as_lead.state_dir == team / ".git" / "exo"  # the team, not the clone's
+    spawned = registry.invoke("spawn", as_lead, worker=["w1", "w2"], prompt=["one", "two"], agent="custom",
+                              mux="headless", layout="clone")
+    assert not spawned.errors, spawned.errors
+    clones = dict(spawned.worktrees)
+    assert git(team, "rev-parse", "main.lead") == git(lead, "rev-parse", "HEAD")  # its plan reached its children
+    for name in ("w1", "w2"):
+        wc = Path(clones[name])
+        assert (wc / "plan.md").is_file() and git(wc, "branch", "--show-current") == f"main.lead.{name}"
+        commit_in(wc, f"{name}.txt", f"{name}\n", f"{name}: work")
+        pr = registry.invoke("pr_file", env_for(wc, name), title=f"{name} work").pr
+        merged = registry.invoke("pr_merge", as_lead, number=pr.number)
+        assert merged.pr.state == "merged", merged
+    assert not (lead / ".git" / "exo").exists()  # nothing of exo's state in the clone
+    commit_in(lead, "notes.md", "lead notes\n", "lead: notes")  # it worked on meanwhile
+    out = stop(lead, "lead")  # merges into its branch reach the clone: rebased there, by its own side
+    assert any(a.startswith("rebase-here:") for a in out["actions"]), out
+    assert (lead / "w1.txt").is_file() and (lead / "w2.txt").is_file()
+    assert git(lead, "log", "-1", "--format=%s") == "lead: notes"
+    stop(lead, "lead")  # the next stop fast-forwards the repository's branch to the clone's
+    assert git(team, "rev-parse", "main.lead") == git(lead, "rev-parse", "HEAD")
+    pr = registry.invoke("pr_file", as_lead, title="lead's work").pr
+    assert exo("pr", "merge", str(pr.number), "--json").exit_code == 0
+    files = git(team, "ls-tree", "--name-only", "main").split()
+    assert {"plan.md", "notes.md", "w1.txt", "w2.txt"} <= set(files)
+
+
+def test_doctor_removes_a_clean_orphan_clone_keeps_one_with_work_and_drops_stale_refs(team: Path, exo: Exo) -> None:
+    from exo_cli.env import Env
+
+    data = spawn_clone(exo, "w1", "w2")
+    paths = dict(data["worktrees"])
+    commit_in(Path(paths["w2"]), "mine.txt", "only here\n", "w2: only here")
+    assert exo("kill", "w1").exit_code == 0 and exo("kill", "w2").exit_code == 0
+    env = Env(cwd=team)
+    for name in ("w1", "w2"):
+        env.store.delete_agent(name)  # records lost
+    git(team, "update-ref", "refs/exo/clones/ghost/base", "main")
+    r = exo("doctor", "--json")
+    found = {(p["kind"], p["subject"]): p for p in r.json()["problems"]}  # type: ignore[index]
+    assert ("orphan-clone", paths["w1"]) in found, r.stdout
+    assert found[("orphan-clone", paths["w1"])]["repaired"], r.stdout
+    assert not Path(paths["w1"]).exists()
+    w2 = found[("orphan-clone", paths["w2"])]
+    assert not w2["repaired"] and "left alone" in w2["action"], w2
+    assert Path(paths["w2"], "mine.txt").is_file()
+    assert ("stale-clone-refs", "refs/exo/clones/ghost/") not in found  # an orphan clone is there: kept
+    assert git(team, "for-each-ref", "--format=%(refname)", "refs/exo/clones/w2/")  # w2's work stays kept
+    import shutil
+
+    shutil.rmtree(paths["w2"])
+    r = exo("doctor", "--json")
+    kinds = {(p["kind"], p["subject"]) for p in r.json()["problems"]}  # type: ignore[index]
+    for gone in ("ghost", "w1", "w2"):
+        assert ("stale-clone-refs", f"refs/exo/clones/{gone}/") in kinds, kinds
+    assert git(team, "for-each-ref", "refs/exo/clones/") == ""

@@ -256,7 +256,7 @@ def survey(env: Env, agent: Agent) -> keep.Inventory | None:
     with checkout.reading(env, agent, fetch=True) as (here, fetched):  # a clone: its work fetched first
         clone = checkout.clone_state(env, agent, fetched, here) if checkout.is_clone(agent) else None
         inv = keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
-                          limit=limit, clone=clone)  # type: ignore[arg-type]
+                          limit=limit, clone=clone)
     from exo_cli.ops import tasks
 
     synced = set(tasks.synced_tracker_files(env, agent.id, wt))  # exo reconstitute's copy: not the agent's work

@@ -36,9 +36,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from exo_cli.adapters import keep
+from exo_cli.adapters import clones, keep
 from exo_cli.adapters.worktree import created_folders, made_by_exo
 from exo_cli.errors import ExoError, StateError
+from exo_cli.ops import doctorclones
 from exo_cli.ops.lifecycle import reaped_worktrees, remember_reaped
 from exo_cli.records import AGENT_CLIS, DEAD, DONE, LIVE_STATUSES, ROOT, WORKING, Agent
 from exo_cli.registry import op
@@ -499,7 +500,7 @@ def stray_folders(c: Checkup) -> Iterator[Finding]:
     claimed = c.claimed()
     for child in sorted(root.iterdir()):
         real = os.path.realpath(child)
-        if real in registered or real in claimed:
+        if real in registered or real in claimed or clones.is_clone(child):  # a clone: orphan_clones' business
             continue
         empty = child.is_dir() and not child.is_symlink() and not any(child.iterdir())
         if empty and c.made_by_exo(child):
@@ -547,8 +548,10 @@ CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
     finished_windows,
     orphan_windows,
     orphan_worktrees,
+    doctorclones.orphan_clones,
     stray_folders,
     stale_metadata,
+    doctorclones.stale_clone_refs,
     broker_files,
 )
 
