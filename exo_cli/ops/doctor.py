@@ -532,6 +532,16 @@ def stale_metadata(c: Checkup) -> Iterator[Finding]:
         yield Finding("stale-metadata", "git worktree", "; ".join(stale[:5]), "git worktree prune", prune)
 
 
+def orphan_clones(c: Checkup) -> Iterator[Finding]:
+    """Agents' own clones no record names: removed when exo made them and nothing would be lost (``doctorclones``)."""
+    return (Finding(*r) for r in doctorclones.orphan_clones(c.env, c.claimed(), c.made_by_exo))
+
+
+def stale_clone_refs(c: Checkup) -> Iterator[Finding]:
+    """``refs/exo/clones/<id>/`` of clones that are gone: deleted (``doctorclones``)."""
+    return (Finding(*r) for r in doctorclones.stale_clone_refs(c.env, c.claimed()))
+
+
 def broker_files(c: Checkup) -> Iterator[Finding]:
     """The team broker: started again for live agents with a socket; its stale sockets and files removed."""
     from exo_cli.ops import broker
@@ -548,10 +558,10 @@ CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
     finished_windows,
     orphan_windows,
     orphan_worktrees,
-    doctorclones.orphan_clones,
+    orphan_clones,
     stray_folders,
     stale_metadata,
-    doctorclones.stale_clone_refs,
+    stale_clone_refs,
     broker_files,
 )
 

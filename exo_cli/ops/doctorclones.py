@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters import clones, keep
 from exo_cli.errors import ExoError, StateError
@@ -24,21 +24,20 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from exo_cli.env import Env
-    from exo_cli.ops.doctor import Checkup, Finding
+
+# (kind, subject, detail, action, repair): ``doctor.Finding``'s fields (doctor makes them into one)
+Row = tuple[str, str, str, str, "Callable[[], bool] | None"]
 
 
-def _finding(*args: object) -> Finding:
-    from exo_cli.ops.doctor import Finding
-
-    return Finding(*args)  # type: ignore[arg-type]
+def _finding(kind: str, subject: str, detail: str, action: str, repair: Callable[[], bool] | None = None) -> Row:
+    return kind, subject, detail, action, repair
 
 
-def clone_folders(c: Checkup) -> list[Path]:
-    """The clones in exo's worktree root that no agent record names."""
-    root = c.env.worktree_root
+def clone_folders(env: Env, claimed: set[str]) -> list[Path]:
+    """The clones in exo's worktree root that no agent record names (``claimed``: the real paths records name)."""
+    root = env.worktree_root
     if not root.is_dir():
         return []
-    claimed = c.claimed()
     return [p for p in sorted(root.iterdir()) if os.path.realpath(p) not in claimed and clones.is_clone(p)]
 
 
@@ -76,15 +75,15 @@ def losses(env: Env, path: Path) -> list[str]:
     return reasons
 
 
-def orphan_clones(c: Checkup) -> Iterator[Finding]:
+def orphan_clones(env: Env, claimed: set[str], made_by_exo: Callable[[Any], bool]) -> Iterator[Row]:
     """Clones in exo's worktree root with no agent record: removed only when exo made them and nothing would be lost."""
-    for path in clone_folders(c):
-        if not c.made_by_exo(path):
+    for path in clone_folders(env, claimed):
+        if not made_by_exo(path):
             yield _finding("orphan-clone", str(path), "a clone no agent record names, and exo did not record "
                            "creating it", "left alone: not exo's")
             continue
         try:
-            reasons = losses(c.env, path)
+            reasons = losses(env, path)
         except (ExoError, OSError) as exc:
             reasons = [f"unreadable: {getattr(exc, 'message', exc)}"]
         if reasons:
@@ -92,7 +91,7 @@ def orphan_clones(c: Checkup) -> Iterator[Finding]:
                            "left alone: take its work (git fetch CLONE BRANCH), then remove the folder yourself")
         else:
             yield _finding("orphan-clone", str(path), "an agent's clone with no agent record; exo made it; nothing "
-                           "in it would be lost", "remove the folder", partial(_remove, c.env, path))
+                           "in it would be lost", "remove the folder", partial(_remove, env, path))
 
 
 def _remove(env: Env, path: Path) -> bool:
@@ -102,15 +101,14 @@ def _remove(env: Env, path: Path) -> bool:
     return True
 
 
-def stale_clone_refs(c: Checkup) -> Iterator[Finding]:
+def stale_clone_refs(env: Env, claimed: set[str]) -> Iterator[Row]:
     """``refs/exo/clones/<id>/`` whose agent is gone and whose clone is gone: deleted."""
-    env = c.env
     rows = env.git.run(["for-each-ref", "--format=%(refname)", clones.CLONE_REFS], check=False).stdout.split()
     ids = sorted({r[len(clones.CLONE_REFS):].split("/", 1)[0] for r in rows if r.startswith(clones.CLONE_REFS)})
     if not ids:
         return
     known = {a.id: a for a in env.store.agents()} if env.has_state() else {}
-    orphans = bool(clone_folders(c))
+    orphans = bool(clone_folders(env, claimed))
     for agent_id in ids:
         agent = known.get(agent_id)
         if agent is not None and agent.worktree and os.path.isdir(agent.worktree):
