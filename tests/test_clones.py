@@ -311,3 +311,19 @@ def test_doctor_removes_a_clean_orphan_clone_keeps_one_with_work_and_drops_stale
     for gone in ("ghost", "w1", "w2"):
         assert ("stale-clone-refs", f"refs/exo/clones/{gone}/") in kinds, kinds
     assert git(team, "for-each-ref", "refs/exo/clones/") == ""
+
+
+@pytest.mark.parametrize("point", ["spawn.worktree", "spawn.prepared"])
+def test_a_clone_spawn_killed_midway_is_cleaned_by_the_retry(team: Path, point: str) -> None:
+    from conftest import run_exo
+
+    args = ("spawn", "--worker", "crashy", "--prompt", "x", "--agent", "custom", "--mux", "headless",
+            "--layout", "clone", "--json")
+    assert run_exo(*args, cwd=team, env={"EXO_FAULT": point}).returncode == 137
+    assert (team / ".exo" / "worktrees" / "crashy" / ".git").is_dir()  # the clone was made before the kill
+    r = run_exo(*args, cwd=team)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["agents"][0]["layout"] == "clone"
+    doc = json.loads(run_exo("doctor", "--json", cwd=team).stdout)
+    assert doc["problems"] == [], doc
+    assert git(team, "for-each-ref", "--format=%(refname)", "refs/exo/clones/") == "refs/exo/clones/crashy/base"
