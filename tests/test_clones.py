@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,10 @@ from pr_helpers import env_for
 
 from conftest import ROOT, Exo, git, stop_repo_agents
 from exo_cli import registry
+from exo_cli.env import Env
+from exo_cli.errors import StateError
+
+BEADS = Path(__file__).parent / "fixtures" / "beads" / "small"
 
 HOOKS = ("pre-commit", "post-commit", "post-checkout", "post-merge", "pre-push", "pre-rebase", "post-rewrite",
          "reference-transaction", "post-index-change", "pre-auto-gc", "pre-receive", "post-receive", "update",
@@ -114,8 +119,14 @@ def plant(clone: Path, marks: Path) -> None:
 def test_a_hostile_clone_runs_nothing_of_its_own(team: Path, exo: Exo, tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
+    (team / ".beads").mkdir()
+    shutil.copyfile(BEADS / "issues.jsonl", team / ".beads" / "issues.jsonl")
+    shutil.copyfile(BEADS / "config.yaml", team / ".beads" / "config.yaml")
+    git(team, "add", ".beads")
+    git(team, "commit", "-q", "-m", "beads")
     data = spawn_clone(exo, "w1")
     clone = Path(data["worktrees"][0][1])
+    Env(cwd=team).store.update_agent("w1", bead="ex-a1")  # reconstitute rewrites its bead's context
     commit_in(clone, "src/app.py", "print('w1')\n", "w1: app")
     plant(clone, marks)
     (clone / "src" / "app.py").write_text("print('changed')\n")  # uncommitted: status, checkpoints, complete see it
@@ -133,6 +144,15 @@ def test_a_hostile_clone_runs_nothing_of_its_own(team: Path, exo: Exo, tmp_path:
     (clone / "src" / "app.py").write_text("print('changed again')\n")
     run("undo", "undo", "w1", "--force", "--json")
     assert (clone / "src" / "app.py").read_text() == "print('changed')\n", steps["undo"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (clone / ".exo").rename(tmp_path / "exo-folder")
+    (clone / ".exo").symlink_to(outside)  # exo's own folder in the clone, now a link out of it
+    with pytest.raises(StateError, match="never writes through a link|a link"):
+        registry.invoke("reconstitute", env_for(clone, "w1"))
+    assert list(outside.iterdir()) == []
+    (clone / ".exo").unlink()
+    (tmp_path / "exo-folder").rename(clone / ".exo")
     filed = registry.invoke("pr_file", env_for(clone, "w1"), title="w1 work")
     run("pr-show", "pr", "show", str(filed.pr.number), "--diff", "--json")
     run("pr-merge", "pr", "merge", str(filed.pr.number), "--json")
@@ -145,7 +165,7 @@ def test_a_hostile_clone_runs_nothing_of_its_own(team: Path, exo: Exo, tmp_path:
     assert status["git"]["branch"] == "main.w1" and " M src/app.py" in status["git"]["dirty"]
     assert steps["checkpoint"][0] == 0 and steps["undo"][0] == 0, (steps["checkpoint"], steps["undo"])
     assert steps["pr-merge"][0] == 0, steps["pr-merge"]
-    assert "src/app.py" in git(team, "show", "--stat", "main")
+    assert "src/app.py" in git(team, "ls-tree", "-r", "--name-only", "main")
     assert steps["complete"][0] == 5 and "uncommitted" in steps["complete"][1], steps["complete"]
     assert steps["complete-force"][0] == 0, steps["complete-force"]
     assert not clone.exists()
@@ -283,8 +303,6 @@ def test_a_lead_and_two_workers_in_clones_merge_into_main(team: Path, exo: Exo) 
 
 
 def test_doctor_removes_a_clean_orphan_clone_keeps_one_with_work_and_drops_stale_refs(team: Path, exo: Exo) -> None:
-    from exo_cli.env import Env
-
     data = spawn_clone(exo, "w1", "w2")
     paths = dict(data["worktrees"])
     commit_in(Path(paths["w2"]), "mine.txt", "only here\n", "w2: only here")
@@ -303,8 +321,6 @@ def test_doctor_removes_a_clean_orphan_clone_keeps_one_with_work_and_drops_stale
     assert Path(paths["w2"], "mine.txt").is_file()
     assert ("stale-clone-refs", "refs/exo/clones/ghost/") not in found  # an orphan clone is there: kept
     assert git(team, "for-each-ref", "--format=%(refname)", "refs/exo/clones/w2/")  # w2's work stays kept
-    import shutil
-
     shutil.rmtree(paths["w2"])
     r = exo("doctor", "--json")
     kinds = {(p["kind"], p["subject"]) for p in r.json()["problems"]}  # type: ignore[index]

@@ -182,6 +182,15 @@ def write_inside(root: str | os.PathLike[str], rel: str, data: bytes, *, mode: i
             os.close(d)
 
 
+def unlink_in(path: Path) -> None:
+    """Remove file ``path`` from its folder, opened without following a link (FileNotFoundError when gone)."""
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.unlink(path.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def good_ref(name: str, prefix: str = "refs/heads/") -> bool:
     """Whether ``name`` is a ref under ``prefix`` exo takes from a clone (no tricks in its name)."""
     rest = name[len(prefix):]
