@@ -349,3 +349,15 @@ def test_a_clone_spawn_killed_midway_is_cleaned_by_the_retry(team: Path, point: 
     doc = json.loads(run_exo("doctor", "--json", cwd=team).stdout)
     assert doc["problems"] == [], doc
     assert git(team, "for-each-ref", "--format=%(refname)", "refs/exo/clones/") == "refs/exo/clones/crashy/base"
+
+
+def test_doctor_rebuilds_the_record_of_a_live_agent_in_its_clone(team: Path, exo: Exo) -> None:
+    data = spawn_clone(exo, "w1")
+    clone = Path(data["worktrees"][0][1])
+    Env(cwd=team).store.delete_agent("w1")  # its record lost; its process runs on in its clone
+    r = exo("doctor", "--json")
+    kinds = [(p["kind"], p["subject"], p["repaired"]) for p in r.json()["problems"]]  # type: ignore[index]
+    assert ("lost-record", "w1", True) in kinds and not any(k[0] == "orphan-clone" for k in kinds), kinds
+    rows = exo("agents", "--json").json()["agents"]  # type: ignore[index]
+    assert [(a["id"], a["layout"], a["branch"], a["worktree"]) for a in rows] == [
+        ("w1", "clone", "main.w1", str(clone))]

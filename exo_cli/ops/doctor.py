@@ -226,11 +226,16 @@ def _worktree_of(c: Checkup, cwd: str | None) -> tuple[str, dict[str, str]] | No
         return None
     real = os.path.realpath(cwd)
     best = None
-    for path, attrs in c.worktrees().items():
+    for path, attrs in _checkouts(c).items():
         top = os.path.realpath(path)
         if (real == top or real.startswith(top.rstrip("/") + "/")) and (best is None or len(top) > len(best[0])):
             best = (top, path, attrs)
     return (best[1], best[2]) if best else None
+
+
+def _checkouts(c: Checkup) -> dict[str, Any]:
+    """Every worktree (``git worktree list``) and every agent's clone no record names (``layout: clone``)."""
+    return {**c.worktrees(), **doctorclones.clone_checkouts(c.env, c.claimed())}
 
 
 def lost_records(c: Checkup) -> Iterator[Finding]:
@@ -277,7 +282,8 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
             if start is not None:
                 loc["start_time"] = start
         created = not main and c.made_by_exo(path)
-        spec = {"phase": "spawned", "rebuilt": True, "worktree_created": created, "branch_created": created}
+        spec = {"phase": "spawned", "rebuilt": True, "worktree_created": created, "branch_created": created,
+                "layout": attrs.get("layout", "worktree")}
         from exo_cli.ops import broker
 
         key = broker.key_of_process(env, st.pid) if st.pid else None
@@ -294,7 +300,7 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
     if not c.records and not (env.has_state() and env.store.events(limit=1)):
         # no record and no history: the state was lost (not emptied by reap); exo's worktrees are its agents'
         taken = {os.path.realpath(a.worktree or "") for a in rebuilt.values()}
-        for path, attrs in c.worktrees().items():
+        for path, attrs in _checkouts(c).items():
             real = os.path.realpath(path)
             if not real.startswith(root_real + os.sep) or real in taken or "prunable" in attrs:
                 continue
@@ -308,7 +314,7 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
                 worktree=str(path), branch=branch, repo=str(env.repo.root),
                 status_reason=f"{agentctl.REBUILT}; no live agent", created_at=now, updated_at=now,
                 status_at=now, spec={"phase": "spawned", "rebuilt": True, "worktree_created": created,
-                                     "branch_created": created})
+                                     "branch_created": created, "layout": attrs.get("layout", "worktree")})
     by_branch = {a.branch: a for a in [*c.records, *rebuilt.values()] if a.branch}
     for name, a in list(rebuilt.items()):
         stem = a.branch.rsplit(".", 1)[0] if a.branch and "." in a.branch else None

@@ -41,6 +41,16 @@ def clone_folders(env: Env, claimed: set[str]) -> list[Path]:
     return [p for p in sorted(root.iterdir()) if os.path.realpath(p) not in claimed and clones.is_clone(p)]
 
 
+def clone_checkouts(env: Env, claimed: set[str]) -> dict[str, dict[str, str]]:
+    """The unclaimed clones as ``git worktree list`` shows a worktree: path -> {branch, layout} (their HEAD read
+    as a file; for rebuilding the record of an agent that runs in one)."""
+    out: dict[str, dict[str, str]] = {}
+    for path in clone_folders(env, claimed):
+        head = clones.read_refs(path).head or ""
+        out[str(path)] = {"branch": head if head.startswith("refs/heads/") else "", "layout": "clone"}
+    return out
+
+
 def _stub(path: Path) -> Agent:
     """A stand-in record to read an orphan clone through exo's reader (never stored)."""
     now = time.time()
