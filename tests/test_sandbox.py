@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,34 @@ def test_private_home_never_writes_through_what_the_agent_planted(tmp_path: Path
     make_home(private, real_home=real, cli="codex", clone="/w/c", environ={})
     assert (real / ".codex" / "config.toml").read_text() == 'model = "o3"\n' and (real / ".codex" / "auth.json").read_text() == "{}"
     assert not (private / ".codex").is_symlink()
+
+
+def test_doctor_and_init_say_whether_bubblewrap_works(exo: object, tmp_path: Path) -> None:
+    """Real bwrap first; then none on PATH; then a bwrap that cannot make a namespace.
+
+    The last is a stand-in (a script named bwrap that fails as bwrap does where the kernel or a
+    container forbids user namespaces): such a machine cannot be made here.
+    """
+    import shutil
+
+    real = shutil.which("bwrap")
+    if real is not None:
+        done = exo("doctor", "--json")  # type: ignore[operator]
+        assert done.json()["sandbox"]["available"] is True and "bubblewrap" in done.json()["sandbox"]["detail"]
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("git", "tmux"):
+        found = shutil.which(tool)
+        if found:
+            (bare / tool).symlink_to(found)
+    path = f"{bare}:{Path(sys.executable).parent}"
+    done = exo("init", "--json", env={"PATH": path})  # type: ignore[operator]
+    assert done.exit_code == 0, done.stderr
+    assert any("bubblewrap is not installed" in w and "apt-get install bubblewrap" in w for w in done.json()["warnings"])
+    doctor = exo("doctor", env={"PATH": path})  # type: ignore[operator]
+    assert "sandbox: unavailable (bubblewrap is not installed (no bwrap on PATH))" in doctor.stdout
+    (bare / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    (bare / "bwrap").chmod(0o755)
+    doctor = exo("doctor", "--json", env={"PATH": path})  # type: ignore[operator]
+    assert doctor.json()["sandbox"] == {"available": False, "detail": "bwrap does not work here: bwrap: No permissions "
+                                        "to create new namespace"}

@@ -423,21 +423,22 @@ def bwrap_path(environ: Mapping[str, str] | None = None) -> str | None:
     return shutil.which(BWRAP, path=(environ or os.environ).get("PATH"))
 
 
-def probe(*, timeout: float = 20.0) -> tuple[bool, str]:
+def probe(*, path: str | None = None, timeout: float = 20.0) -> tuple[bool, str]:
     """Whether bubblewrap works here: (True, its version) or (False, why not).
 
     Runs ``true`` in the smallest sandbox exo makes (own pid namespace, no capabilities); a
     kernel without unprivileged user namespaces, or a container that forbids them, fails here.
+    ``path``: the PATH to look for ``bwrap`` on (this process's by default).
     """
     from exo_cli.adapters.procrun import run_captured
 
-    found = bwrap_path()
+    found = bwrap_path({"PATH": path} if path is not None else None)
     if found is None:
         return False, "bubblewrap is not installed (no bwrap on PATH)"
     argv = [found, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--cap-drop", "ALL",
             "--new-session", "--die-with-parent", "--", "true"]
     try:
-        done = run_captured(argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, timeout, None)
+        done = run_captured(argv, {"PATH": path or os.environ.get("PATH", "/usr/bin:/bin")}, timeout, None)
         version = run_captured([found, "--version"], {}, timeout, None)
     except OSError as exc:
         return False, f"bwrap cannot start: {exc.strerror or exc}"
