@@ -190,3 +190,33 @@ def test_doctor_and_init_say_whether_bubblewrap_works(exo: object, tmp_path: Pat
     doctor = exo("doctor", "--json", env={"PATH": path})  # type: ignore[operator]
     assert doctor.json()["sandbox"] == {"available": False, "detail": "bwrap does not work here: bwrap: No permissions "
                                         "to create new namespace"}
+
+
+def test_assemble_follows_links_and_guards_the_home(tmp_path: Path) -> None:
+    """A linked secret folder is hidden where it points; a writable folder holding a linked ~/.bashrc is refused."""
+    home, dots = tmp_path / "home", tmp_path / "dotfiles"
+    (dots / "aws").mkdir(parents=True)
+    (dots / "bashrc").write_text("# mine\n")
+    home.mkdir()
+    (home / ".aws").symlink_to(dots / "aws")
+    (home / ".bashrc").symlink_to(dots / "bashrc")
+    (home / ".netrc").write_text("machine x password y\n")
+    repo, clone = tmp_path / "repo", tmp_path / "clone"
+    for d in (repo / ".git", clone):
+        d.mkdir(parents=True)
+    (repo / ".git" / "config").write_text("[core]\n")
+    agent = sandbox.Agent(clone=str(clone), repository=str(repo), state_dir=str(repo / ".git" / "exo"),
+                          runtime_dir=str(tmp_path / "rt"), home=str(home), private_home=str(tmp_path / "ph"),
+                          cache=str(tmp_path / "cache"), empty=str(tmp_path / "empty"))
+    plan = sandbox.assemble(agent, ["sh"], cli="demo", environ={"PATH": "/bin", "SSH_AUTH_SOCK": "/x/s"})
+    assert str(dots / "aws") in plan.hidden and str(home / ".netrc") in plan.hidden_files
+    assert str(repo / ".git" / "config") in plan.hidden_files  # no cleaned copy given: hidden
+    assert plan.env == {"PATH": "/bin", "HOME": str(tmp_path / "ph"), "TMPDIR": "/tmp",
+                        **sandbox.cache_env(str(tmp_path / "cache"))}
+    for bad in (str(dots), "~", str(repo)):
+        with pytest.raises(InvalidInput, match="cannot make"):
+            sandbox.build(sandbox.assemble(agent, ["sh"], cli="demo", environ={}, paths=[bad]))
+    with pytest.raises(InvalidInput, match="not a folder"):
+        sandbox.assemble(agent, ["sh"], cli="demo", environ={}, paths=["~/work"])
+    (home / "work").mkdir()
+    assert str(home / "work") in sandbox.assemble(agent, ["sh"], cli="demo", environ={}, paths=["~/work"]).writable

@@ -255,11 +255,7 @@ def cache_env(cache: str) -> dict[str, str]:
 
 def secret_paths(home: str, extra: Iterable[str] = ()) -> list[str]:
     """The user's secret folders and files (``SECRETS`` under ``home``, then ``extra`` with ``~`` expanded)."""
-    out = [os.path.join(home, rel) for rel in (*SECRETS, *CLI_FOLDERS)]
-    for item in extra:
-        path = os.path.join(home, item[2:]) if item == "~" or item.startswith("~/") else item
-        out.append(path)
-    return out
+    return [os.path.join(home, rel) for rel in (*SECRETS, *CLI_FOLDERS)] + [_home_relative(p, home) for p in extra]
 
 
 def protected_paths(home: str) -> list[str]:
@@ -359,7 +355,11 @@ def assemble(agent: Agent, argv: Iterable[str], *, cli: str, environ: Mapping[st
     ``[sandbox]``'s. Hidden paths that do not exist are left out (a missing mount point cannot
     be made on a read-only root); a hidden file gets the empty file, a hidden folder a tmpfs.
     """
-    repo = _norm(agent.repository)
+    repo = os.path.realpath(agent.repository)
+    for path in paths:
+        if not os.path.isdir(_home_relative(path, agent.home)):
+            raise InvalidInput(f"[sandbox] paths names {path!r}, which is not a folder", field="paths", path=path,
+                               hint="Create it, or remove it from [sandbox] paths.")
     folders, socket_files = socket_places(environ, home=agent.home, store_url=store_url, tmux_socket=tmux_socket)
     wanted_hidden = [repo, agent.state_dir, agent.runtime_dir, *folders, *socket_files,
                      *secret_paths(agent.home, hide), os.path.join(repo, ".git", "exo")]
@@ -367,10 +367,10 @@ def assemble(agent: Agent, argv: Iterable[str], *, cli: str, environ: Mapping[st
         wanted_hidden.append(agent.checkouts)
     hidden: list[str] = []
     hidden_files: list[str] = []
-    for path in _unique(wanted_hidden):
-        if os.path.isdir(path) and not os.path.islink(path):
+    for path in _unique(os.path.realpath(p) for p in wanted_hidden):  # a linked ~/.aws: what it points at
+        if os.path.isdir(path):
             hidden.append(path)
-        elif os.path.lexists(path):
+        elif os.path.exists(path):
             hidden_files.append(path)
     files = list(agent.credentials)
     git_dir = os.path.join(repo, ".git")
@@ -380,16 +380,24 @@ def assemble(agent: Agent, argv: Iterable[str], *, cli: str, environ: Mapping[st
             files.append((agent.git_config, config))
         else:
             hidden_files.append(config)
+    # a start-up file linked from a dotfiles folder: the folder it lives in is protected as well
+    protect = _unique([*protected_paths(agent.home), *(os.path.realpath(p) for p in protected_paths(agent.home))])
     inside = {**allowed_env(environ, cli=cli, extra=env), **(set_env or {})}
     inside.update(HOME=agent.private_home, TMPDIR="/tmp", **cache_env(agent.cache))
     return Plan(
         argv=tuple(argv), cwd=agent.clone, env=inside, empty=agent.empty,
-        writable=tuple(_unique([agent.clone, agent.private_home, agent.cache, *paths])),
-        sockets=(agent.socket_dir,) if agent.socket_dir else (),
+        writable=tuple(_unique(os.path.realpath(_home_relative(p, agent.home))
+                               for p in [agent.clone, agent.private_home, agent.cache, *paths])),
+        sockets=(os.path.realpath(agent.socket_dir),) if agent.socket_dir else (),
         readable=(git_dir,) if os.path.isdir(git_dir) else (),
         hidden=tuple(hidden), hidden_files=tuple(hidden_files), files=tuple(files),
-        devices=tuple(devices), protect=tuple(protected_paths(agent.home)), network=network or Network(), tty=tty,
+        devices=tuple(devices), protect=tuple(protect), network=network or Network(), tty=tty,
     )  # fmt: skip
+
+
+def _home_relative(path: str, home: str) -> str:
+    """``~`` and ``~/x`` as the user's HOME and a path in it; anything else as it is."""
+    return os.path.join(home, path[2:]) if path == "~" or path.startswith("~/") else path
 
 
 def clean_git_config(text: str) -> str:
