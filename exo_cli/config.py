@@ -15,7 +15,7 @@ from typing import Any
 
 from exo_cli.config_paths import config_files
 from exo_cli.errors import InvalidInput
-from exo_cli.records import BACKENDS, MCP_COMPAT, MUXES
+from exo_cli.records import BACKENDS, LAYOUTS, MCP_COMPAT, MUXES
 from exo_cli.validate import MAX_TIMEOUT
 
 FORGES = ("auto", "local", "github")
@@ -76,6 +76,7 @@ DEFAULTS: dict[str, Any] = {
         "copy": [],
         "symlink": [],
         "post_create": [],
+        "layout": "worktree",
     },
     "services": {},
     "forge": {"kind": "auto", "remote": "origin"},
@@ -229,6 +230,7 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "worktree.copy": (_is_str_list, "a list of relative paths"),
     "worktree.symlink": (_is_str_list, "a list of relative paths"),
     "worktree.post_create": (_is_cmd, "a command (string or list of strings)"),
+    "worktree.layout": (_choice(*LAYOUTS), "one of " + ", ".join(LAYOUTS)),
     "services": (_is_table, "a table of service name -> settings"),
     "forge.kind": (_choice(*FORGES), "one of " + ", ".join(FORGES)),
     "forge.remote": (_is_str, "a remote name"),

@@ -107,9 +107,18 @@ class Env:
     # -- repository and state ---------------------------------------------------------------
     @cached_property
     def repo(self) -> RepoInfo:
+        """The repository around cwd; inside an agent's own clone, the repository exo made it from (the team's)."""
         from exo_cli.adapters.git import Git
 
-        return Git(self.cwd).discover()
+        found = Git(self.cwd).discover()
+        if (found.common_dir / "objects" / "info" / "alternates").exists():  # a clone --shared: maybe an agent's
+            from exo_cli.adapters.clones import home_of
+            from exo_cli.config_paths import user_config_dir
+
+            home = home_of(user_config_dir(self.environ), found.toplevel)
+            if home is not None and home != found.root:
+                return Git(home).discover()
+        return found
 
     @cached_property
     def state_path(self) -> Path:

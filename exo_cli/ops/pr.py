@@ -152,6 +152,9 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
         head, worktree = Git(env.cwd).current_branch(), str(env.repo.toplevel)
         if head is None:
             raise StateError("You are not on a branch (detached HEAD)", hint="Check out your branch first.")
+    from exo_cli.ops import checkout
+
+    checkout.sync_own(env, agent)  # an agent's clone: its commits into the repository, its branch fast-forwarded
     base = base_branch(env, agent, head)
     if base == head:
         raise StateError(f"{head} is the base branch itself: a pull request goes from a task branch into it",
@@ -264,6 +267,9 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         from exo_cli.ops.hostgit import fetch_head
 
         head_ref = fetch_head(env, pr.head)
+    from exo_cli.ops import checkout
+
+    synced = checkout.sync_owners(env, [pr.head, pr.base])  # agents' clones: their branches as they have them
     with merge_lock(env, pr.base):
         # under the lock: another merge may have merged (or closed) this PR, or moved the base, meanwhile
         pr = _get(env, number)
@@ -279,7 +285,7 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         fault.point("merge.moved", env.environ)
         env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
                             merged_at=time.time(), data={**pr.data, "head_sha": head_sha})
-    warnings = [*unsaved, *outcome.warnings]
+    warnings = [*synced, *unsaved, *outcome.warnings]
     notified = notify_merged(env, _get(env, number), sender=env.caller.agent_id)
     if forge.kind == "local":
         elsewhere = [a for a in (env.store.agent(t) for t in notified) if a is not None and not env.runs_here(a)]
@@ -401,8 +407,11 @@ def show_pr(env: Env, *, number: Annotated[int, Range(1)], diff: bool = False) -
         return view(pr)
     from dataclasses import asdict
 
+    from exo_cli.ops import checkout
     from exo_cli.ops.diff import branch_diff
 
+    if pr.state == "open":
+        checkout.sync_owners(env, [pr.head])
     git = Git(env.repo.root)
     head, base = f"refs/heads/{pr.head}", f"refs/heads/{pr.base}"
     if pr.state == "merged" and pr.merge_commit and git.rev(f"{pr.merge_commit}^1"):

@@ -245,6 +245,7 @@ def _record(call: Call, req: Request, agent_id: str, *, path: Path, branch: str 
         "common": asdict(common),
         "phase": "recorded",
         "creates_worktree": not common.no_worktree,
+        "layout": "none" if common.no_worktree else common.layout,
         "worktree_created": False,
         "branch_created": False,
         "base": common.base or common.parent_branch,
@@ -350,8 +351,16 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
 
 
 def _make_worktree(env: Env, agent: Agent, spec: dict[str, Any], path: Path) -> None:
-    """Create the worktree and its branch at the recorded base commit; phase ``worktree``."""
-    env.worktrees.create(path=path, branch=agent.branch or "", base_commit=spec["base_commit"])
+    """Create the worktree (or the agent's own clone) and its branch at the recorded base commit; phase ``worktree``."""
+    if spec.get("layout") == "clone":
+        env.worktrees.create_clone(path=path, branch=agent.branch or "", base_commit=spec["base_commit"],
+                                   agent_id=agent.id)
+        from exo_cli.adapters.clones import record_home
+        from exo_cli.config_paths import user_config_dir
+
+        record_home(user_config_dir(env.environ), path, env.repo.root)  # exo inside it finds this team
+    else:
+        env.worktrees.create(path=path, branch=agent.branch or "", base_commit=spec["base_commit"])
     spec.update(phase="worktree", worktree_created=True, branch_created=True)
     env.store.update_agent(agent.id, spec=spec)
     fault.point("spawn.worktree", env.environ)
