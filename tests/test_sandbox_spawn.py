@@ -1,0 +1,110 @@
+"""``exo spawn --sandbox``: an agent in bubblewrap, in its own clone, on tmux and headless.
+
+The agent is a custom command (a shell) that commits in its clone, reaches exo through its
+socket (``exo note``) and tries what a sandbox refuses: writing the main checkout, reading its
+``.env`` and the user's ``~/.ssh``. Then the rules of ``decide``: flags that exclude each other,
+``--skip-permissions`` where bubblewrap does not work, a backend not verified inside.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, Exo, git, stop_repo_agents, wait_for
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+AGENT = r"""
+out=.exo/sandbox-result
+{ echo work > agent.txt && git add agent.txt && git commit -qm 'agent work' && echo commit=ok || echo commit=refused
+  echo pwned >> "$REPO/README.md" 2>/dev/null && echo write_main=ok || echo write_main=refused
+  cat "$REPO/.env" >/dev/null 2>&1 && echo read_env=ok || echo read_env=refused
+  cat "$HOME_REAL/.ssh/id_ed25519" >/dev/null 2>&1 && echo ssh=ok || echo ssh=refused
+  test -z "$CANARY" && echo env=refused || echo env=ok
+  exo note 'from the sandbox' >/dev/null 2>&1 && echo note=ok || echo note=refused
+  test -t 0 && echo tty=yes || echo tty=no
+} > "$out.tmp" 2>/dev/null
+mv "$out.tmp" "$out"
+exec sleep 600
+"""
+
+
+# the post-create command runs what the repository holds: inside the agent's sandbox too
+POST_CREATE = 'echo pwned >> "$REPO/README.md" && echo post_create=ok > post.txt || echo post_create=refused > post.txt'
+
+
+@pytest.fixture
+def team(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    (repo / ".env").write_text("SECRET=1\n")
+    (repo / "exo.toml").write_text(f'[agent]\ncommand = ["sh", "-c", {json.dumps(AGENT)}, "{{prompt}}"]\n'
+                                   f'[worktree]\npost_create = ["sh", "-c", {json.dumps(POST_CREATE)}]\n'
+                                   '[sandbox]\nenv = ["REPO", "HOME_REAL"]\n')
+    git(repo, "add", "exo.toml")
+    git(repo, "commit", "-q", "-m", "exo.toml")
+    home = Path(__import__("os").environ["HOME"])
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "id_ed25519").write_text("canary")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("REPO", str(repo))
+    monkeypatch.setenv("HOME_REAL", str(home))
+    monkeypatch.setenv("CANARY", "in-the-spawning-env")
+    yield repo
+    stop_repo_agents(repo)
+
+
+def _result(clone: Path) -> dict[str, str]:
+    path = clone / ".exo" / "sandbox-result"
+    wait_for(path.exists, timeout=120, what="the sandboxed agent's report")
+    return dict(line.split("=", 1) for line in path.read_text().split())
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mux", ["headless", "tmux"])
+def test_a_sandboxed_agent_commits_and_reaches_exo_but_nothing_else(team: Path, exo: Exo, mux: str) -> None:
+    r = exo("spawn", "--worker", "w1", "--prompt", "go", "--agent", "custom", "--mux", mux, "--sandbox", "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    spawned = r.json()["agents"][0]  # type: ignore[index]
+    assert spawned["sandboxed"] is True and spawned["layout"] == "clone"
+    clone = Path(spawned["worktree"])
+    assert _result(clone) == {"commit": "ok", "note": "ok", "write_main": "refused", "read_env": "refused",
+                              "ssh": "refused", "env": "refused", "tty": "yes" if mux == "tmux" else "no"}
+    assert (clone / "post.txt").read_text() == "post_create=refused\n"
+    assert git(clone, "log", "-1", "--format=%s") == "agent work"
+    assert (team / "README.md").read_text() == "# demo\n"
+    agents = exo("agents", "--json").json()["agents"]  # type: ignore[index]
+    assert [(a["id"], a["sandboxed"], a["last_message"]) for a in agents] == [("w1", True, "from the sandbox")]
+    assert "clone (sandboxed)" in exo("agents").stdout
+    assert exo("kill", "w1").exit_code == 0
+
+
+def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path) -> None:
+    base = ("spawn", "--worker", "w1", "--prompt", "go", "--mux", "headless")
+    r = exo(*base, "--agent", "custom", "--sandbox", "--no-worktree")
+    assert r.exit_code == 2 and "excludes --no-worktree" in r.stderr
+    r = exo(*base, "--agent", "custom", "--sandbox", "--layout", "worktree")
+    assert r.exit_code == 2 and "excludes --layout worktree" in r.stderr
+    r = exo(*base, "--agent", "gemini", "--sandbox")
+    assert r.exit_code == 2 and "gemini backend is not verified inside the sandbox" in r.stderr
+    # a machine without bubblewrap: PATH without bwrap
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("git", "tmux", "sh", "sleep"):
+        found = shutil.which(tool)
+        if found:
+            (bare / tool).symlink_to(found)
+    path = {"PATH": f"{bare}:{Path(sys.executable).parent}"}
+    r = exo(*base, "--agent", "custom", "--sandbox", env=path)
+    assert r.exit_code == 7 and "bubblewrap is not installed" in r.stderr
+    r = exo(*base, "--agent", "custom", "--skip-permissions", env={**path, "EXO_SANDBOX": "auto"})
+    assert r.exit_code == 7 and "Refusing to let agents run tools without asking" in r.stderr
+    assert "--no-sandbox" in r.stderr
+    assert exo("agents", "--json").json()["agents"] == []  # type: ignore[index]
+    r = exo(*base, "--agent", "custom", "--skip-permissions", "--no-sandbox", "--json", env={**path, "EXO_SANDBOX": "auto"})
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["agents"][0]["sandboxed"] is False  # type: ignore[index]
