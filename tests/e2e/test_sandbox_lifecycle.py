@@ -123,3 +123,41 @@ def test_codex_sandboxed_commits_and_notes(require_cli: Callable[[str], Path], m
         assert_no_egress(model_server)
     finally:
         lc.close()
+
+
+def test_gemini_sandboxed_commits_and_notes(require_cli: Callable[[str], Path], model_server: ModelServer,
+                                           agent_home: Callable[..., AgentHome], tmp_path: Path) -> None:
+    """Gemini CLI in the sandbox: its settings in the clone, its private HOME, its shell walled in."""
+    from e2e.lifecycle_more import Lifecycle, lifecycle_env, make_repo
+    from e2e.model_server import tool_results
+
+    require_cli("gemini")
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    repo = make_repo(tmp_path / "repo")
+    home = agent_home("gemini")
+    lc = Lifecycle(repo, home, model_server, lifecycle_env(home, drop=["GEMINI_CLI_TRUST_WORKSPACE"],
+                                                          extra=runtime_vars(tmp_path)))
+    try:
+        readme = repo / "README.md"
+        model_server.script(
+            {"tool": "run_shell_command", "input": {"command": "printf 'hi\\n' > hello.txt && git add hello.txt && git "
+                                                    f"commit -q -m 'Add hello.txt' && echo COMMITTED; (echo x >> {readme})"
+                                                    " 2>/dev/null && echo WROTE-MAIN || echo DENIED-MAIN"}},
+            {"tool": "mcp_exo_note", "input": {"message": "NOTE-GEMINI-SANDBOXED"}},
+            {"text": "GEMINI-SANDBOXED-DONE"},
+        )
+        spawned = lc.exo_json("spawn", "--worker", "w1", "--agent", "gemini", "--skip-permissions", "--sandbox",
+                              "--mux", "tmux", "--prompt", "commit and report")
+        assert spawned["errors"] == [] and spawned["agents"][0]["sandboxed"] is True
+        rec = lc.wait_status("w1", "idle", timeout=120, since_turns=0)
+        assert rec["output"] == "GEMINI-SANDBOXED-DONE"
+        requests = model_server.agent_requests()
+        out = json.dumps(tool_results(requests[1]))
+        assert "COMMITTED" in out and "DENIED-MAIN" in out, out
+        assert git(Path(spawned["agents"][0]["worktree"]), "log", "-1", "--format=%s") == "Add hello.txt"
+        waited = lc.exo_json("wait", "w1", "--timeout", "30")
+        assert [(e["kind"], e["message"]) for e in waited["results"]] == [("note", "NOTE-GEMINI-SANDBOXED")]
+        assert_no_egress(model_server)
+    finally:
+        lc.close()

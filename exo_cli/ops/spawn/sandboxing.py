@@ -6,7 +6,8 @@ A sandboxed agent works in its own ``git clone --shared`` (the only layout that 
 sandboxed). ``--skip-permissions`` (or a CLI's bypass flag in ``agent.args``) with a mode other
 than ``off`` is refused where bubblewrap does not work, unless ``--no-sandbox``: never silently
 unsandboxed. ``wrap`` fills the agent's private HOME and turns its launch into the ``bwrap``
-command line (adapters/sandbox.py); the record says ``sandboxed``.
+command line (adapters/sandbox.py); the record says ``sandboxed``. Every backend runs inside
+(the real Claude Code, Gemini CLI and Codex: tests/e2e/test_sandbox_lifecycle.py).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
     from exo_cli.adapters.agents import Launch
     from exo_cli.env import Env
 
-# Agent CLIs verified inside the sandbox (each with its private HOME); Gemini is not yet.
-SANDBOXABLE = ("claude", "codex", "custom", "demo")
 BYPASS_FLAGS = ("--dangerously-skip-permissions", "--dangerously-bypass-approvals-and-sandbox", "--yolo", "-y",
                 "--approval-mode=yolo")
 HINT = "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or spawn with --no-sandbox."
@@ -50,25 +49,11 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
         if bypass:
             raise EnvironmentError_(
                 "Refusing to let agents run tools without asking (--skip-permissions or a bypass flag in agent.args) "
-                "outside a sandbox: " + ("they work in a worktree" if status.available else status.detail),
+                "outside a sandbox: " + (status.detail if not status.available else "they work in the repository itself"
+                                          if no_worktree else "they work in a worktree"),
                 hint="Spawn with --no-sandbox to run them unsandboxed anyway." + ("" if status.available else " " + HINT))
         return False
-    if backend not in SANDBOXABLE:
-        if required:
-            raise UsageError(f"the {backend} backend is not verified inside the sandbox yet",
-                             hint="Spawn it with --no-sandbox.", backend=backend)
-        if bypass:
-            raise UsageError(f"the {backend} backend is not verified inside the sandbox yet, and runs tools without "
-                             "asking", hint="Spawn it with --no-sandbox to run it unsandboxed anyway.", backend=backend)
-        return False
     return True
-
-
-def check_backend(backend: str) -> None:
-    """UsageError for an agent CLI not verified inside the sandbox (a spec of the call may name one)."""
-    if backend not in SANDBOXABLE:
-        raise UsageError(f"the {backend} backend is not verified inside the sandbox yet",
-                         hint="Spawn it with --no-sandbox.", backend=backend)
 
 
 def private_places(agent_dir: Path) -> tuple[Path, Path]:

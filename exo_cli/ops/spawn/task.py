@@ -339,7 +339,6 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
     if call.common.sandbox:  # its own HOME first: the backend's trust entries and Codex's folder go there
         from exo_cli.ops.spawn import sandboxing
 
-        sandboxing.check_backend(req.agent)
         private, binds = sandboxing.make_home(env, backend=req.agent, path=path, agent_dir=Path(spec["agent_dir"]),
                                               environ=base_env)
         spec.update(sandboxed=True, sandbox_home=str(private), sandbox_binds=binds)
