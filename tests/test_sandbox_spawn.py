@@ -43,8 +43,9 @@ POST_CREATE = 'echo pwned >> "$REPO/README.md" && echo post_create=ok > post.txt
 def team(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (repo / ".env").write_text("SECRET=1\n")
     (repo / "exo.toml").write_text(f'[agent]\ncommand = ["sh", "-c", {json.dumps(AGENT)}, "{{prompt}}"]\n'
-                                   f'[worktree]\npost_create = ["sh", "-c", {json.dumps(POST_CREATE)}]\n'
-                                   '[sandbox]\nenv = ["REPO", "HOME_REAL"]\n')
+                                   f'[worktree]\npost_create = ["sh", "-c", {json.dumps(POST_CREATE)}]\n')
+    (repo / ".exo").mkdir()
+    (repo / ".exo" / "config.toml").write_text('[sandbox]\nenv = ["REPO", "HOME_REAL"]\n')  # the user's, not the repo's
     git(repo, "add", "exo.toml")
     git(repo, "commit", "-q", "-m", "exo.toml")
     home = Path(__import__("os").environ["HOME"])
@@ -109,3 +110,11 @@ def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path) -
     if shutil.which("bwrap") is not None:  # where bubblewrap works, auto refuses only an unsandboxed layout
         r = exo(*base, "--agent", "custom", "--skip-permissions", "--layout", "worktree", env={"EXO_SANDBOX": "auto"})
         assert r.exit_code == 7 and "outside a sandbox: they work in a worktree" in r.stderr
+
+
+def test_the_repositorys_exo_toml_cannot_widen_the_sandbox(team: Path, exo: Exo) -> None:
+    """[sandbox] paths, env or devices in the committed exo.toml are refused (a repository would open the walls)."""
+    (team / "exo.toml").write_text((team / "exo.toml").read_text() + '[sandbox]\npaths = ["/etc"]\n')
+    r = exo("spawn", "--worker", "w1", "--prompt", "go", "--agent", "custom", "--mux", "headless", "--sandbox")
+    assert r.exit_code == 4 and "sandbox.paths in the repository's exo.toml would widen" in r.stderr
+    assert exo("agents", "--json").json()["agents"] == []  # type: ignore[index]
