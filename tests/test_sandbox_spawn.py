@@ -66,8 +66,10 @@ def _result(clone: Path) -> dict[str, str]:
 
 
 @needs_bwrap
-@pytest.mark.parametrize("mux", ["headless", "tmux"])
-def test_a_sandboxed_agent_commits_and_reaches_exo_but_nothing_else(team: Path, exo: Exo, mux: str) -> None:
+@pytest.mark.parametrize(("mux", "store_kind"), [("headless", "sqlite"), ("tmux", "sqlite"), ("headless", "postgres")],
+                         indirect=["store_kind"])
+def test_a_sandboxed_agent_commits_and_reaches_exo_but_nothing_else(team: Path, exo: Exo, mux: str,
+                                                                    store_kind: str) -> None:
     r = exo("spawn", "--worker", "w1", "--prompt", "go", "--agent", "custom", "--mux", mux, "--sandbox", "--json")
     assert r.exit_code == 0, r.stdout + r.stderr
     spawned = r.json()["agents"][0]  # type: ignore[index]
