@@ -92,6 +92,10 @@ def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path) -
     assert r.exit_code == 2 and "excludes --no-worktree" in r.stderr
     r = exo(*base, "--agent", "custom", "--sandbox", "--layout", "worktree")
     assert r.exit_code == 2 and "excludes --layout worktree" in r.stderr
+    if shutil.which("bwrap") is not None:
+        r = exo("spawn", "--subtree", "--task", "t", "--branch", "b1", "--agent", "claude", "--fork-session",
+                "--parent-session-id", "s1", "--sandbox", "--mux", "headless")
+        assert r.exit_code == 2 and "--fork-session does not work with a sandboxed agent" in r.stderr, r.stderr
     # a machine without bubblewrap: PATH without bwrap
     bare = tmp_path / "bin"
     bare.mkdir()
