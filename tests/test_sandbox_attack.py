@@ -34,7 +34,8 @@ from exo_cli.adapters.sandbox_home import make_home
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 ATTACKS = ("sqlite", "postgres", "hooks_path", "move_main", "delete_pack", "write_sibling", "write_main",
-           "read_env", "other_socket", "tmux", "ssh_canary", "env_canary", "claude_settings", "bashrc")
+           "read_env", "other_socket", "tmux", "ssh_canary", "env_canary", "claude_settings", "bashrc",
+           "replace_own_socket")
 SECRET = "sk-canary-4f1d"
 
 SCRIPT = r'''
@@ -80,6 +81,7 @@ attempt("env_canary", lambda: cfg["secret"] in os.environ.get("CANARY_TOKEN", ""
 attempt("claude_settings", lambda: write(cfg["home"] + "/.claude/settings.json"))
 attempt("bashrc", lambda: write(cfg["home"] + "/.bashrc"))
 attempt("own_socket", lambda: talk(cfg["own"]))
+attempt("replace_own_socket", lambda: os.unlink(cfg["own"]) or True)
 print(json.dumps(out))
 '''
 

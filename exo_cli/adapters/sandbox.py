@@ -112,8 +112,8 @@ class Plan:
     """Everything one sandboxed command may see and write. Paths are absolute host paths.
 
     ``writable``: bound read-write at the same path (the clone, the private HOME, the cache, the
-    user's ``[sandbox] paths``); ``sockets``: socket folders bound read-write at the same path
-    (the agent's own, under a hidden runtime folder); ``readable``: bound read-only at the same
+    user's ``[sandbox] paths``); ``sockets``: socket folders bound read-only at the same path (the
+    agent's own, under a hidden runtime folder: it connects, but cannot replace the socket); ``readable``: bound read-only at the same
     path, to show again what a hidden folder holds (the repository's ``.git``); ``hidden``:
     folders covered by an empty tmpfs; ``hidden_files``: files covered by ``empty`` (an empty file
     exo owns); ``files``: (source, destination) files bound read-only (credentials, a cleaned
@@ -174,8 +174,10 @@ def build(plan: Plan, *, bwrap: str = BWRAP) -> tuple[list[str], dict[str, str]]
         mounts.append((path, 1, ["--ro-bind", plan.empty, path]))
     for path in _unique(plan.readable):
         mounts.append((path, 2, ["--ro-bind", path, path]))
-    for path in _unique([*plan.writable, *plan.sockets]):
+    for path in _unique(plan.writable):
         mounts.append((path, 3, ["--bind", path, path]))
+    for path in _unique(plan.sockets):  # read-only: a socket there still connects, and cannot be replaced
+        mounts.append((path, 3, ["--ro-bind", path, path]))
     for source, dest in plan.files:
         mounts.append((dest, 4, ["--ro-bind", source, dest]))
     for source, dest in plan.network.binds:
