@@ -111,14 +111,11 @@ class Env:
         from exo_cli.adapters.git import Git
 
         found = Git(self.cwd).discover()
-        if (found.common_dir / "objects" / "info" / "alternates").exists():  # a clone --shared: maybe an agent's
-            from exo_cli.adapters.clones import home_of
-            from exo_cli.config_paths import user_config_dir
+        if not (found.common_dir / "objects" / "info" / "alternates").exists():  # no clone --shared: no agent's
+            return found
+        from exo_cli.adapters.clones import team_repo
 
-            home = home_of(user_config_dir(self.environ), found.toplevel)
-            if home is not None and home != found.root:
-                return Git(home).discover()
-        return found
+        return team_repo(found, self.environ)
 
     @cached_property
     def state_path(self) -> Path:

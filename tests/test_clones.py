@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,10 @@ from pr_helpers import env_for
 
 from conftest import ROOT, Exo, git, stop_repo_agents
 from exo_cli import registry
+from exo_cli.env import Env
+from exo_cli.errors import StateError
+
+BEADS = Path(__file__).parent / "fixtures" / "beads" / "small"
 
 HOOKS = ("pre-commit", "post-commit", "post-checkout", "post-merge", "pre-push", "pre-rebase", "post-rewrite",
          "reference-transaction", "post-index-change", "pre-auto-gc", "pre-receive", "post-receive", "update",
@@ -57,6 +62,8 @@ def commit_in(clone: Path, name: str, text: str, msg: str) -> str:
 def test_spawn_into_a_shared_clone_shown_and_kept_by_refs(team: Path, exo: Exo) -> None:
     git(team, "gc", "-q")  # one pack: a plain local clone would hard-link it
     packs = sorted((team / ".git" / "objects" / "pack").glob("*.pack"))
+    (team / ".exo").mkdir(exist_ok=True)
+    (team / ".exo" / "config.toml").write_text('[worktree]\npost_create = ["touch", "post-created"]\n')
     data = spawn_clone(exo, "w1")
     assert data["agents"][0]["layout"] == "clone"
     clone = Path(data["worktrees"][0][1])
@@ -69,6 +76,10 @@ def test_spawn_into_a_shared_clone_shown_and_kept_by_refs(team: Path, exo: Exo) 
     assert git(team, "rev-parse", "refs/exo/clones/w1/base") == git(team, "rev-parse", "main")
     assert git(team, "rev-parse", "refs/heads/main.w1") == git(team, "rev-parse", "main")
     assert "/.exo/" in (clone / ".git" / "info" / "exclude").read_text()
+    assert (clone / "post-created").is_file()  # the post-create command ran in the clone
+    human = Exo(clone)("agents", "--json")  # a human's exo inside the clone: the team, no state made there
+    assert human.exit_code == 0 and [a["id"] for a in human.json()["agents"]] == ["w1"]  # type: ignore[index]
+    assert not (clone / ".git" / "exo").exists()
     listed = exo("agents", "--json").json()
     assert [(a["id"], a["layout"]) for a in listed["agents"]] == [("w1", "clone")]  # type: ignore[index]
     text = exo("agents").stdout
@@ -114,8 +125,14 @@ def plant(clone: Path, marks: Path) -> None:
 def test_a_hostile_clone_runs_nothing_of_its_own(team: Path, exo: Exo, tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
+    (team / ".beads").mkdir()
+    shutil.copyfile(BEADS / "issues.jsonl", team / ".beads" / "issues.jsonl")
+    shutil.copyfile(BEADS / "config.yaml", team / ".beads" / "config.yaml")
+    git(team, "add", ".beads")
+    git(team, "commit", "-q", "-m", "beads")
     data = spawn_clone(exo, "w1")
     clone = Path(data["worktrees"][0][1])
+    Env(cwd=team).store.update_agent("w1", bead="ex-a1")  # reconstitute rewrites its bead's context
     commit_in(clone, "src/app.py", "print('w1')\n", "w1: app")
     plant(clone, marks)
     (clone / "src" / "app.py").write_text("print('changed')\n")  # uncommitted: status, checkpoints, complete see it
@@ -133,6 +150,15 @@ def test_a_hostile_clone_runs_nothing_of_its_own(team: Path, exo: Exo, tmp_path:
     (clone / "src" / "app.py").write_text("print('changed again')\n")
     run("undo", "undo", "w1", "--force", "--json")
     assert (clone / "src" / "app.py").read_text() == "print('changed')\n", steps["undo"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (clone / ".exo").rename(tmp_path / "exo-folder")
+    (clone / ".exo").symlink_to(outside)  # exo's own folder in the clone, now a link out of it
+    with pytest.raises(StateError, match="never writes through a link|a link"):
+        registry.invoke("reconstitute", env_for(clone, "w1"))
+    assert list(outside.iterdir()) == []
+    (clone / ".exo").unlink()
+    (tmp_path / "exo-folder").rename(clone / ".exo")
     filed = registry.invoke("pr_file", env_for(clone, "w1"), title="w1 work")
     run("pr-show", "pr", "show", str(filed.pr.number), "--diff", "--json")
     run("pr-merge", "pr", "merge", str(filed.pr.number), "--json")
@@ -145,7 +171,7 @@ def test_a_hostile_clone_runs_nothing_of_its_own(team: Path, exo: Exo, tmp_path:
     assert status["git"]["branch"] == "main.w1" and " M src/app.py" in status["git"]["dirty"]
     assert steps["checkpoint"][0] == 0 and steps["undo"][0] == 0, (steps["checkpoint"], steps["undo"])
     assert steps["pr-merge"][0] == 0, steps["pr-merge"]
-    assert "src/app.py" in git(team, "show", "--stat", "main")
+    assert "src/app.py" in git(team, "ls-tree", "-r", "--name-only", "main")
     assert steps["complete"][0] == 5 and "uncommitted" in steps["complete"][1], steps["complete"]
     assert steps["complete-force"][0] == 0, steps["complete-force"]
     assert not clone.exists()
@@ -237,3 +263,101 @@ def test_a_branch_is_only_fast_forwarded_from_a_clone(team: Path, exo: Exo) -> N
     git(clone, "rebase", "-q", "origin/main.w1")  # the agent's side: fetch from the repository, then rebase
     assert registry.invoke("pr_file", env_for(clone, "w1"), title="x").pr.head == "main.w1"
     assert git(team, "rev-parse", "main.w1") == git(clone, "rev-parse", "HEAD")
+
+
+def stop(clone: Path, agent: str) -> dict:
+    """The agent's stop hook, run in its clone as its CLI runs it (the agent's side: no socket here)."""
+    from conftest import agent_vars
+
+    r = Exo(clone)("hook", "stop", "--cli", "claude", "--json", input="{}", env=agent_vars(clone, agent))
+    assert r.exit_code == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)
+
+
+def test_a_lead_and_two_workers_in_clones_merge_into_main(team: Path, exo: Exo) -> None:
+    r = exo("spawn", "--subtree", "--task", "lead the work", "--branch", "lead", "--agent", "custom", "--mux",
+            "headless", "--layout", "clone", "--json")
+    assert r.exit_code == 0, r.stdout
+    lead = Path(r.json()["worktrees"][0][1])  # type: ignore[index]
+    commit_in(lead, "plan.md", "plan\n", "lead: plan")
+    as_lead = env_for(lead, "lead")
+    assert as_lead.repo.root == team and as_lead.state_dir == team / ".git" / "exo"  # the team, not the clone's
+    spawned = registry.invoke("spawn", as_lead, worker=["w1", "w2"], prompt=["one", "two"], agent="custom",
+                              mux="headless", layout="clone")
+    assert not spawned.errors, spawned.errors
+    clones = dict(spawned.worktrees)
+    assert git(team, "rev-parse", "main.lead") == git(lead, "rev-parse", "HEAD")  # its plan reached its children
+    for name in ("w1", "w2"):
+        wc = Path(clones[name])
+        assert (wc / "plan.md").is_file() and git(wc, "branch", "--show-current") == f"main.lead.{name}"
+        commit_in(wc, f"{name}.txt", f"{name}\n", f"{name}: work")
+        pr = registry.invoke("pr_file", env_for(wc, name), title=f"{name} work").pr
+        merged = registry.invoke("pr_merge", as_lead, number=pr.number)
+        assert merged.pr.state == "merged", merged
+    assert not (lead / ".git" / "exo").exists()  # nothing of exo's state in the clone
+    commit_in(lead, "notes.md", "lead notes\n", "lead: notes")  # it worked on meanwhile
+    out = stop(lead, "lead")  # merges into its branch reach the clone: rebased there, by its own side
+    assert any(a.startswith("rebase-here:") for a in out["actions"]), out
+    assert (lead / "w1.txt").is_file() and (lead / "w2.txt").is_file()
+    assert git(lead, "log", "-1", "--format=%s") == "lead: notes"
+    stop(lead, "lead")  # the next stop fast-forwards the repository's branch to the clone's
+    assert git(team, "rev-parse", "main.lead") == git(lead, "rev-parse", "HEAD")
+    pr = registry.invoke("pr_file", as_lead, title="lead's work").pr
+    assert exo("pr", "merge", str(pr.number), "--json").exit_code == 0
+    files = git(team, "ls-tree", "--name-only", "main").split()
+    assert {"plan.md", "notes.md", "w1.txt", "w2.txt"} <= set(files)
+
+
+def test_doctor_removes_a_clean_orphan_clone_keeps_one_with_work_and_drops_stale_refs(team: Path, exo: Exo) -> None:
+    data = spawn_clone(exo, "w1", "w2")
+    paths = dict(data["worktrees"])
+    commit_in(Path(paths["w2"]), "mine.txt", "only here\n", "w2: only here")
+    assert exo("kill", "w1").exit_code == 0 and exo("kill", "w2").exit_code == 0
+    env = Env(cwd=team)
+    for name in ("w1", "w2"):
+        env.store.delete_agent(name)  # records lost
+    git(team, "update-ref", "refs/exo/clones/ghost/base", "main")
+    r = exo("doctor", "--json")
+    found = {(p["kind"], p["subject"]): p for p in r.json()["problems"]}  # type: ignore[index]
+    assert ("orphan-clone", paths["w1"]) in found, r.stdout
+    assert found[("orphan-clone", paths["w1"])]["repaired"], r.stdout
+    assert not Path(paths["w1"]).exists()
+    w2 = found[("orphan-clone", paths["w2"])]
+    assert not w2["repaired"] and "left alone" in w2["action"], w2
+    assert Path(paths["w2"], "mine.txt").is_file()
+    assert ("stale-clone-refs", "refs/exo/clones/ghost/") not in found  # an orphan clone is there: kept
+    assert git(team, "for-each-ref", "--format=%(refname)", "refs/exo/clones/w2/")  # w2's work stays kept
+    shutil.rmtree(paths["w2"])
+    r = exo("doctor", "--json")
+    kinds = {(p["kind"], p["subject"]) for p in r.json()["problems"]}  # type: ignore[index]
+    for gone in ("ghost", "w1", "w2"):
+        assert ("stale-clone-refs", f"refs/exo/clones/{gone}/") in kinds, kinds
+    assert git(team, "for-each-ref", "refs/exo/clones/") == ""
+
+
+@pytest.mark.parametrize("point", ["spawn.worktree", "spawn.prepared"])
+def test_a_clone_spawn_killed_midway_is_cleaned_by_the_retry(team: Path, point: str) -> None:
+    from conftest import run_exo
+
+    args = ("spawn", "--worker", "crashy", "--prompt", "x", "--agent", "custom", "--mux", "headless",
+            "--layout", "clone", "--json")
+    assert run_exo(*args, cwd=team, env={"EXO_FAULT": point}).returncode == 137
+    assert (team / ".exo" / "worktrees" / "crashy" / ".git").is_dir()  # the clone was made before the kill
+    r = run_exo(*args, cwd=team)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["agents"][0]["layout"] == "clone"
+    doc = json.loads(run_exo("doctor", "--json", cwd=team).stdout)
+    assert doc["problems"] == [], doc
+    assert git(team, "for-each-ref", "--format=%(refname)", "refs/exo/clones/") == "refs/exo/clones/crashy/base"
+
+
+def test_doctor_rebuilds_the_record_of_a_live_agent_in_its_clone(team: Path, exo: Exo) -> None:
+    data = spawn_clone(exo, "w1")
+    clone = Path(data["worktrees"][0][1])
+    Env(cwd=team).store.delete_agent("w1")  # its record lost; its process runs on in its clone
+    r = exo("doctor", "--json")
+    kinds = [(p["kind"], p["subject"], p["repaired"]) for p in r.json()["problems"]]  # type: ignore[index]
+    assert ("lost-record", "w1", True) in kinds and not any(k[0] == "orphan-clone" for k in kinds), kinds
+    rows = exo("agents", "--json").json()["agents"]  # type: ignore[index]
+    assert [(a["id"], a["layout"], a["branch"], a["worktree"]) for a in rows] == [
+        ("w1", "clone", "main.w1", str(clone))]

@@ -42,8 +42,7 @@ from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked
 from exo_cli.adapters.git import Git
 from exo_cli.errors import ExoError, StateError
 
-IDENTITY = {"GIT_AUTHOR_NAME": "exo", "GIT_AUTHOR_EMAIL": "exo@localhost",
-            "GIT_COMMITTER_NAME": "exo", "GIT_COMMITTER_EMAIL": "exo@localhost"}
+IDENTITY = clones.IDENTITY  # who writes exo's own commits
 # The private folder's attributes, above every .gitattributes: no conversion, no filter program.
 RAW = "* -text -filter -ident -working-tree-encoding\n"
 NO_SPLIT = ["-c", "core.splitIndex=false"]

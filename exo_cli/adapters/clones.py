@@ -37,12 +37,17 @@ import re
 import shutil
 import stat
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from exo_cli.adapters import gitdir
 from exo_cli.adapters.files import atomic_write, ensure_private_dir
 from exo_cli.adapters.git import Git
 from exo_cli.errors import StateError, external
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from exo_cli.adapters.gitformats import RepoInfo
 
 CLONE_REFS = "refs/exo/clones/"
 IDENTITY = {"GIT_AUTHOR_NAME": "exo", "GIT_AUTHOR_EMAIL": "exo@localhost",
@@ -175,6 +180,15 @@ def write_inside(root: str | os.PathLike[str], rel: str, data: bytes, *, mode: i
     finally:
         for d in reversed(fds):
             os.close(d)
+
+
+def unlink_in(path: Path) -> None:
+    """Remove file ``path`` from its folder, opened without following a link (FileNotFoundError when gone)."""
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.unlink(path.name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def good_ref(name: str, prefix: str = "refs/heads/") -> bool:
@@ -320,7 +334,9 @@ class Reader:
             index = None
         if index is not None:
             atomic_write(g / "index", index, mode=0o600, fsync=False)
-        else:
+            if not self.git().run(["ls-files", "--", ":(exclude)*"], check=False).ok:
+                index = None  # git cannot read it here (a split index's shared part is the clone's): from HEAD
+        if index is None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(g / "index")
             if refs.head:
@@ -386,7 +402,8 @@ def fetch(reader: Reader, agent_id: str) -> Fetched:
 
 
 class Advanced(NamedTuple):
-    """What ``advance`` did to the repository's branch: ``moved``, ``same``, ``created`` or ``refused``."""
+    """What ``advance`` did to the repository's branch: ``moved``, ``same``, ``created``, ``behind`` (the
+    repository's is ahead: left as it is) or ``refused`` (they moved apart)."""
 
     outcome: str
     old: str | None
@@ -404,6 +421,8 @@ def advance(repo: Git, branch: str, new: str | None) -> Advanced:
         proc = repo.run(["update-ref", "-m", "exo: clone branch", ref, new, ""], check=False)
         return Advanced("created", None, new) if proc.ok else Advanced("refused", None, new, proc.stderr.strip())
     if not repo.is_ancestor(old, new):
+        if repo.is_ancestor(new, old):  # merged into in the repository: the clone catches up at its stop
+            return Advanced("behind", old, new, f"{branch} in the repository is ahead of the clone's")
         return Advanced("refused", old, new, f"{branch} in the repository has commits the clone's {branch} "
                                               "does not (it was merged into or moved): rebase on it first")
     where = repo.worktree_of(branch)
@@ -433,7 +452,7 @@ def remove_clone(path: str | os.PathLike[str]) -> None:
     shutil.rmtree(path)
 
 
-def in_progress(clone: str | os.PathLike[str]) -> list[str]:
+def operations_in_progress(clone: str | os.PathLike[str]) -> list[str]:
     """The operations in progress in the clone (as ``gitdir.operations``, its files never followed out of it)."""
     if not is_clone(clone):
         return []
@@ -498,3 +517,12 @@ def home_of(folder: Path, toplevel: Path) -> Path | None:
             if rec["clone"] == real and (rec["dev"], rec["ino"]) == (st.st_dev, st.st_ino):
                 return Path(str(rec["repo"]))
     return None
+
+
+def team_repo(found: RepoInfo, environ: Mapping[str, str]) -> RepoInfo:
+    """The repository ``found`` (discovered around a folder) stands for: inside an agent's own clone, the
+    repository exo made it from (``home_of``, from the user's exo folder), else ``found`` itself."""
+    from exo_cli.config_paths import user_config_dir
+
+    home = home_of(user_config_dir(environ), found.toplevel)
+    return Git(home).discover() if home is not None and home != found.root else found

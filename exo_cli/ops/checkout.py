@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from exo_cli.adapters.keep import Clone
     from exo_cli.env import Env
     from exo_cli.records import Agent
 
@@ -34,7 +35,7 @@ class Synced(NamedTuple):
     """What ``sync`` did: the fetched state (None for a worktree) and what happened to the branch."""
 
     fetched: clones.Fetched | None
-    outcome: str  # "worktree" | "same" | "moved" | "created" | "refused" | "no-branch"
+    outcome: str  # "worktree" | "same" | "moved" | "created" | "behind" | "refused" | "no-branch"
     refused: str = ""  # why the repository's branch was not moved (the agent should rebase)
 
 
@@ -48,6 +49,10 @@ def folder(env: Env, agent: Agent) -> Path:
     return env.state_dir / "clones" / agent.id
 
 
+def _lock_of(env: Env, agent: Agent) -> Path:
+    return env.state_dir / "clones" / f"{agent.id}.lock"  # never with_suffix: ids have dots (main.w1)
+
+
 def _reader(env: Env, agent: Agent) -> clones.Reader:
     return clones.Reader(Git(env.repo.root), env.repo.common_dir, str(agent.worktree or ""), folder(env, agent))
 
@@ -56,7 +61,7 @@ def _reader(env: Env, agent: Agent) -> clones.Reader:
 def _held(env: Env, agent: Agent) -> Iterator[clones.Reader]:
     reader = _reader(env, agent)
     folder(env, agent).parent.mkdir(parents=True, exist_ok=True)
-    with locked(folder(env, agent).with_suffix(".lock")):
+    with locked(_lock_of(env, agent)):
         yield reader
 
 
@@ -95,10 +100,10 @@ def forget(env: Env, agent: Agent) -> None:
     if is_clone(agent):
         shutil.rmtree(folder(env, agent), ignore_errors=True)
         with contextlib.suppress(OSError):
-            folder(env, agent).with_suffix(".lock").unlink()
+            _lock_of(env, agent).unlink()
 
 
-def clone_state(env: Env, agent: Agent, synced: Synced, git: Git) -> object:
+def clone_state(env: Env, agent: Agent, synced: Synced, git: Git) -> Clone:
     """What ``keep.survey`` needs of a clone (``keep.Clone``), from a ``reading(fetch=True)``."""
     from exo_cli.adapters.keep import Clone
 
@@ -106,7 +111,7 @@ def clone_state(env: Env, agent: Agent, synced: Synced, git: Git) -> object:
     state = dict(fetched.state) if fetched else {}
     if fetched:
         state.update({f"branch {name}": oid for name, oid in fetched.branches.items()})
-    in_progress = clones.in_progress(str(agent.worktree or ""))
+    in_progress = clones.operations_in_progress(str(agent.worktree or ""))
     return Clone(git=git, state=state, in_progress=in_progress, refs=clones.clone_refs(agent.id))
 
 

@@ -256,7 +256,7 @@ def survey(env: Env, agent: Agent) -> keep.Inventory | None:
     with checkout.reading(env, agent, fetch=True) as (here, fetched):  # a clone: its work fetched first
         clone = checkout.clone_state(env, agent, fetched, here) if checkout.is_clone(agent) else None
         inv = keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
-                          limit=limit, clone=clone)  # type: ignore[arg-type]
+                          limit=limit, clone=clone)
     from exo_cli.ops import tasks
 
     synced = set(tasks.synced_tracker_files(env, agent.id, wt))  # exo reconstitute's copy: not the agent's work
@@ -297,7 +297,7 @@ def blockers(env: Env, agent: Agent, *, settle: float = 3.0) -> dict[str, list[A
     return out
 
 
-def _remove_checkout(env: Env, agent: Agent, *, force: bool) -> tuple[bool, str]:
+def remove_checkout(env: Env, agent: Agent, *, force: bool) -> tuple[bool, str]:
     """Remove the agent's worktree (``git worktree remove``) or its own clone (with exo's refs and folder for it)."""
     from exo_cli.ops import checkout
 
@@ -588,7 +588,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
 
         tasks.restore_synced_tracker(env, agent.id, str(agent.worktree))  # exo's own copy goes back first
         # forced only once its content is archived (git refuses nested repositories and dirty files otherwise)
-        ok, why = _remove_checkout(env, agent, force=bool(check.inventory.losses()))
+        ok, why = remove_checkout(env, agent, force=bool(check.inventory.losses()))
         if not ok:
             from exo_cli.errors import external
 
@@ -638,4 +638,4 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
 
 
 __all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "exo_owned", "made_branch", "made_worktree",
-           "survey", "unmerged_commits"]
+           "remove_checkout", "survey", "unmerged_commits"]

@@ -183,6 +183,8 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     author = agent.id if agent is not None else ROOT
     existing = next((p for p in env.store.prs(head=head, state="open")), None)
     forge = forge_for(env, existing.forge if existing else None, runner=gh_runner(env))
+    if agent is not None and checkout.is_clone(agent):
+        worktree = None  # pushed from the repository (its branch as just fetched), never from inside the clone
     filed = forge.file(head=head, base=base, title=title, body=body, draft=draft, existing=existing,
                        worktree=worktree)
     if across and forge.kind == "local":  # the parent's host fetches it from the shared remote to merge it

@@ -231,8 +231,14 @@ def write_if_changed(worktree: Path, rel: str, data: bytes) -> bool:
     """Replace ``worktree/rel`` with ``data`` atomically unless it already holds exactly that, never through a
     link (an agent's checkout is its own: a link there could point anywhere)."""
     from exo_cli.adapters.clones import write_inside
+    from exo_cli.errors import StateError
 
-    return write_inside(worktree, rel, data)
+    try:
+        return write_inside(worktree, rel, data)
+    except OSError as exc:
+        raise StateError(f"Not writing {rel} in {worktree}: {exc.strerror or exc} (a folder on the way is a link, "
+                         "or no folder)", hint=f"Look at {worktree / rel} and what leads to it; exo never writes "
+                         "through a link in an agent's checkout.", path=str(worktree / rel)) from exc
 
 
 def save_bead_snapshot(env: Env, agent: str, bead: Bead) -> None:

@@ -173,7 +173,7 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
         refs.readd_worktree(shadow.main, wt, branch=rec.branch, commit=str(last.meta.get("head") or last.commit))
         recreated = True
     agent_git = shadow.agent_git_dir()
-    busy = clones.in_progress(wt) if clone else gitdir.operations(agent_git)
+    busy = clones.operations_in_progress(wt) if clone else gitdir.operations(agent_git)
     if busy:
         raise StateError(f"A {', '.join(busy)} is in progress in {rec.id}'s checkout", agent=rec.id,
                          hint="Finish or abort it (git rebase --abort, git merge --abort), then undo.")
