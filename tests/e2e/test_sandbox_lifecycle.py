@@ -97,7 +97,8 @@ def test_codex_sandboxed_commits_and_notes(require_cli: Callable[[str], Path], m
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     repo = make_repo(tmp_path / "repo")
-    (repo / "exo.toml").write_text('[sandbox]\nenv = ["FAKE_API_KEY"]\n')  # the key the test's provider names
+    (repo / ".exo").mkdir()  # the user's local config (never the repository's exo.toml, which may not widen it)
+    (repo / ".exo" / "config.toml").write_text('[sandbox]\nenv = ["FAKE_API_KEY"]\n')  # the test provider's key
     home = agent_home("codex")
     lc = Lifecycle(repo, home, model_server, lifecycle_env(home, extra=runtime_vars(tmp_path)))
     try:
