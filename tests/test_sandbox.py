@@ -49,12 +49,14 @@ def test_tty_network_and_devices(tmp_path: Path) -> None:
     tui, _ = sandbox.build(_plan(tmp_path, tty=True, network=sandbox.Network("none"), devices=("/dev/nvidia0",)))
     assert "--new-session" not in tui and "--unshare-net" in tui
     assert ("/dev/nvidia0", "/dev/nvidia0") in _pairs(tui, "--dev-bind")
-    bridge = sandbox.Network("bridge", binds=((f"{tmp_path}/net", "/run/exo-net"),), env=(("HTTPS_PROXY", "x"),),
-                             start=("socat", "TCP-LISTEN:1,fork", "UNIX-CONNECT:/run/exo-net/s"))
-    argv, env = sandbox.build(_plan(tmp_path, argv=("claude", "a b"), network=bridge, env={"TMUX": "t", "A": "1"}))
-    assert "--unshare-net" in argv and (f"{tmp_path}/net", "/run/exo-net") in _pairs(argv, "--bind")
-    assert argv[argv.index("--") + 1:] == ["/bin/sh", "-c", "socat TCP-LISTEN:1,fork UNIX-CONNECT:/run/exo-net/s & "
-                                           'exec "$@"', "sh", "claude", "a b"]
+    from types import SimpleNamespace
+
+    net = SimpleNamespace(binds=((f"{tmp_path}/net", "/run/exo-net"),), env={"HTTPS_PROXY": "x"},
+                          prelude=("python3", "-m", "bridge", "--"))  # the shape of the proxy's NetworkPlan
+    argv, env = sandbox.build(_plan(tmp_path, argv=("claude", "a b"), network=sandbox.Network.bridge(net),
+                                    env={"TMUX": "t", "A": "1"}))
+    assert "--unshare-net" in argv and (f"{tmp_path}/net", "/run/exo-net") in _pairs(argv, "--ro-bind")
+    assert argv[argv.index("--") + 1:] == ["python3", "-m", "bridge", "--", "claude", "a b"]
     assert env == {"A": "1", "HTTPS_PROXY": "x"}  # TMUX never crosses, whatever the plan says
 
 

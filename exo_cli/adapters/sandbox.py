@@ -20,15 +20,14 @@ command, for a multiplexer's pane, the headless runner or ``run``. What the sand
   inherits it, so no value ever appears on a command line.
 
 The network is ``Network``: ``host`` (the host's network, today's default), ``none`` (its own
-empty network namespace) or ``bridge`` (its own namespace plus binds, variables and a process
-started inside first, such as the inner end of a proxy bridge).
+empty network namespace) or ``bridge`` (its own namespace plus read-only binds, variables and a
+prelude before the command: the allow-list proxy's ``NetworkPlan``, ``Network.bridge``).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from exo_cli.errors import EnvironmentError_, InvalidInput
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+    from typing import Any
 
     from exo_cli.adapters.procrun import Captured
 
@@ -96,15 +96,23 @@ CACHE_ENV = (("XDG_CACHE_HOME", ""), ("npm_config_cache", "npm"), ("PIP_CACHE_DI
 class Network:
     """How the sandbox reaches the network: ``host``, ``none`` or ``bridge`` (see the module).
 
-    ``binds``: (host folder, folder inside) bound writable, such as the folder of a proxy's Unix
-    socket; ``env``: variables set inside (``HTTPS_PROXY``...); ``start``: a program started
-    inside before the command, left running beside it (it ends with the sandbox's pid namespace).
+    The shape of the allow-list proxy's ``NetworkPlan`` (issue 32): ``binds``: (host folder,
+    folder inside) bound read-only, such as the folder of the proxy's Unix socket (a socket in a
+    read-only folder still connects); ``env``: variables set inside (``HTTPS_PROXY``...);
+    ``prelude``: a command put before the agent's argv (the bridge's inner end, which ``exec``s the
+    agent once its listeners are up). ``bridge`` (and ``none``) get a network namespace of their own.
     """
 
     kind: str = "host"
     binds: tuple[tuple[str, str], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
-    start: tuple[str, ...] = ()
+    prelude: tuple[str, ...] = ()
+
+    @classmethod
+    def bridge(cls, plan: Any) -> Network:
+        """The ``bridge`` network of a ``NetworkPlan`` (its ``binds``, ``env`` and ``prelude``)."""
+        return cls("bridge", tuple((str(a), str(b)) for a, b in plan.binds), tuple(dict(plan.env).items()),
+                   tuple(plan.prelude))
 
 
 @dataclass(frozen=True)
@@ -181,7 +189,7 @@ def build(plan: Plan, *, bwrap: str = BWRAP) -> tuple[list[str], dict[str, str]]
     for source, dest in plan.files:
         mounts.append((dest, 4, ["--ro-bind", source, dest]))
     for source, dest in plan.network.binds:
-        mounts.append((dest, 3, ["--bind", source, dest]))
+        mounts.append((dest, 4, ["--ro-bind", source, dest]))
     for device in _unique(plan.devices):
         mounts.append((device, 6, ["--dev-bind", device, device]))
     mounts.sort(key=lambda m: (_depth(m[0]), m[1]))
@@ -201,10 +209,7 @@ def build(plan: Plan, *, bwrap: str = BWRAP) -> tuple[list[str], dict[str, str]]
     if plan.die_with_parent:
         argv.append("--die-with-parent")
     argv += ["--chdir", plan.cwd, "--"]
-    command = list(plan.argv)
-    if plan.network.start:
-        # the helper runs beside the command; the sandbox's pid namespace ends it with the command
-        command = ["/bin/sh", "-c", f"{shlex.join(plan.network.start)} & exec \"$@\"", "sh", *command]
+    command = [*plan.network.prelude, *plan.argv]  # the bridge execs the command once it listens
     env = {k: v for k, v in plan.env.items() if k not in NEVER_ENV}
     env.update(dict(plan.network.env))
     return argv + command, env
