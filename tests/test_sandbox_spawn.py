@@ -124,3 +124,36 @@ def test_the_repositorys_exo_toml_cannot_widen_the_sandbox(team: Path, exo: Exo)
     r = exo("spawn", "--worker", "w1", "--prompt", "go", "--agent", "custom", "--mux", "headless", "--sandbox")
     assert r.exit_code == 4 and "sandbox.paths in the repository's exo.toml would widen" in r.stderr
     assert exo("agents", "--json").json()["agents"] == []  # type: ignore[index]
+
+
+def test_the_board_marks_a_sandboxed_agent() -> None:
+    from types import SimpleNamespace
+
+    from exo_cli.render import teamboard
+
+    def row(sandboxed: bool) -> SimpleNamespace:
+        agent = SimpleNamespace(id="w1", name="w1", depth=0, status="idle", task="t", bead=None, last_message=None,
+                                pr=None, turns=0, tool_calls=0, tokens=0, age_seconds=1.0, sandboxed=sandboxed)
+        return SimpleNamespace(agent=agent, needs=None, conflicts=[])
+
+    assert teamboard.line(row(True), 80).startswith("  w1* ") and teamboard.line(row(False), 80).startswith("  w1 ")
+
+
+def test_exo_hosts_counts_the_sandboxed_agents_of_each_host(repo: Path, exo: Exo) -> None:
+    """A host that cannot be reached (its ssh is `false`) still lists its agents and how many are sandboxed."""
+    import time
+
+    from exo_cli.env import Env
+    from exo_cli.records import IDLE, Agent
+
+    (repo / ".exo").mkdir()
+    (repo / ".exo" / "config.toml").write_text('[ssh]\ncommand = ["false"]\n[hosts.gpu1]\nssh = "gpu1"\npath = "/srv/r"\n')
+    env = Env(cwd=repo)
+    now = time.time()
+    for name, spec in (("w1", {"sandboxed": True, "host": "gpu1"}), ("w2", {"host": "gpu1"})):
+        env.store.insert_agent(Agent(id=name, name=name, role="dev", parent="root", status=IDLE, backend="demo",
+                                     mux="headless", worktree=None, branch=None, base_branch="main", repo=str(repo),
+                                     location={}, created_at=now, updated_at=now, status_at=now, spec=spec))
+    (host,) = exo("hosts", "--json").json()["hosts"]  # type: ignore[index]
+    assert (host["agents"], host["sandboxed"]) == (2, 1)
+    assert "2 (1 sandboxed)" in exo("hosts").stdout
