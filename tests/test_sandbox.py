@@ -222,3 +222,35 @@ def test_assemble_follows_links_and_guards_the_home(tmp_path: Path) -> None:
         sandbox.assemble(agent, ["sh"], cli="demo", environ={}, paths=["~/work"])
     (home / "work").mkdir()
     assert str(home / "work") in sandbox.assemble(agent, ["sh"], cli="demo", environ={}, paths=["~/work"]).writable
+
+
+def test_macos_profile_as_text(tmp_path: Path) -> None:
+    """The experimental sandbox-exec profile (it cannot run here: checked as text)."""
+    from exo_cli.adapters import sandbox_macos
+
+    (tmp_path / "r" / ".git" / "exo").mkdir(parents=True)
+    (tmp_path / "c").mkdir()
+    plan = _plan(tmp_path, writable=(str(tmp_path / "c"),), hidden=(f"{tmp_path}/r", f"{tmp_path}/r/.git/exo"),
+                 readable=(f"{tmp_path}/r/.git",), sockets=(f"{tmp_path}/rt/s/k",))
+    text = sandbox_macos.profile(plan)
+    lines = text.splitlines()
+    assert lines[:2] == ["(version 1)", "(deny default)"]
+    order = [lines.index(f'(deny file-read* (subpath "{tmp_path}/r"))'),
+             lines.index(f'(allow file-read* (subpath "{tmp_path}/r/.git"))'),
+             lines.index(f'(deny file-read* (subpath "{tmp_path}/r/.git/exo"))')]
+    assert order == sorted(order)
+    assert f'(allow file-write* (subpath "{tmp_path}/c") (subpath "/private/tmp") (subpath "/private/var/folders"))' \
+        in lines
+    assert "(deny network-outbound (remote unix-socket))" in lines
+    assert f'(allow network-outbound (remote unix-socket (subpath "{tmp_path}/rt/s/k")))' in lines
+    assert "(allow network-outbound (remote ip))" in lines
+    none = sandbox_macos.profile(_plan(tmp_path, network=sandbox.Network("none")))
+    assert "(remote ip)" not in none
+    assert sandbox_macos.quote('/a"b\\c') == '"/a\\"b\\\\c"'
+    with pytest.raises(InvalidInput):
+        sandbox_macos.quote("/a\nb")
+    argv = sandbox_macos.argv(plan)
+    assert argv[:2] == ["/usr/bin/sandbox-exec", "-p"] and argv[3:] == ["sh"]
+    home = str(tmp_path / "home")
+    with pytest.raises(InvalidInput):  # the Linux plan's own checks hold here too
+        sandbox_macos.argv(_plan(tmp_path, writable=(home,), protect=tuple(sandbox.protected_paths(home))))
