@@ -218,6 +218,9 @@ def test_assemble_follows_links_and_guards_the_home(tmp_path: Path) -> None:
     for bad in (str(dots), "~", str(repo)):
         with pytest.raises(InvalidInput, match="cannot make"):
             sandbox.build(sandbox.assemble(agent, ["sh"], cli="demo", environ={}, paths=[bad]))
+    with pytest.raises(InvalidInput, match="does not exist here"):
+        sandbox.assemble(agent, ["sh"], cli="demo", environ={}, devices=["/dev/nvidia-none"])
+    assert sandbox.assemble(agent, ["sh"], cli="demo", environ={}, devices=["/dev/null"]).devices == ("/dev/null",)
     with pytest.raises(InvalidInput, match="not a folder"):
         sandbox.assemble(agent, ["sh"], cli="demo", environ={}, paths=["~/work"])
     (home / "work").mkdir()

@@ -363,6 +363,10 @@ def assemble(agent: Agent, argv: Iterable[str], *, cli: str, environ: Mapping[st
     be made on a read-only root); a hidden file gets the empty file, a hidden folder a tmpfs.
     """
     repo = os.path.realpath(agent.repository)
+    for device in devices:
+        if not os.path.exists(device):
+            raise InvalidInput(f"[sandbox] devices names {device!r}, which does not exist here", field="devices",
+                               path=device, hint="Remove it from [sandbox] devices, or name the device's /dev node.")
     for path in paths:
         if not os.path.isdir(_home_relative(path, agent.home)):
             raise InvalidInput(f"[sandbox] paths names {path!r}, which is not a folder", field="paths", path=path,
