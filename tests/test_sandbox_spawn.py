@@ -28,6 +28,7 @@ out=.exo/sandbox-result
   cat "$HOME_REAL/.ssh/id_ed25519" >/dev/null 2>&1 && echo ssh=ok || echo ssh=refused
   test -z "$CANARY" && echo env=refused || echo env=ok
   exo note 'from the sandbox' >/dev/null 2>&1 && echo note=ok || echo note=refused
+  exo pr file --title 'agent work' >/dev/null 2>&1 && echo pr=ok || echo pr=refused
   test -t 0 && echo tty=yes || echo tty=no
 } > "$out.tmp" 2>/dev/null
 mv "$out.tmp" "$out"
@@ -75,15 +76,27 @@ def test_a_sandboxed_agent_commits_and_reaches_exo_but_nothing_else(team: Path, 
     spawned = r.json()["agents"][0]  # type: ignore[index]
     assert spawned["sandboxed"] is True and spawned["layout"] == "clone"
     clone = Path(spawned["worktree"])
-    assert _result(clone) == {"commit": "ok", "note": "ok", "write_main": "refused", "read_env": "refused",
+    assert _result(clone) == {"commit": "ok", "note": "ok", "pr": "ok", "write_main": "refused", "read_env": "refused",
                               "ssh": "refused", "env": "refused", "tty": "yes" if mux == "tmux" else "no"}
     assert (clone / "post.txt").read_text() == "post_create=refused\n"
     assert git(clone, "log", "-1", "--format=%s") == "agent work"
     assert (team / "README.md").read_text() == "# demo\n"
     agents = exo("agents", "--json").json()["agents"]  # type: ignore[index]
-    assert [(a["id"], a["sandboxed"], a["last_message"]) for a in agents] == [("w1", True, "from the sandbox")]
+    assert [(a["id"], a["sandboxed"], a["pr"]["number"]) for a in agents] == [("w1", True, 1)]
     assert "clone (sandboxed)" in exo("agents").stdout
-    assert exo("kill", "w1").exit_code == 0
+    if mux == "headless":  # the parent merges the agent's PR and completes it: its clone and HOME go
+        merged = exo("pr", "merge", "1", "--json")
+        assert merged.exit_code == 0, merged.stdout + merged.stderr
+        assert (team / "agent.txt").read_text() == "work\n"
+        (clone / "post.txt").unlink()  # the post-create command's report: complete would keep it as work
+        assert exo("kill", "w1").exit_code == 0  # it still sleeps: stopped first (every process of its sandbox)
+        done = exo("complete", "w1", "--json")
+        assert done.exit_code == 0, done.stdout + done.stderr
+        assert not clone.exists()
+        assert exo("reap").exit_code == 0  # its private HOME and cache go with exo's folder for it
+        assert not (team / ".git" / "exo" / "agents" / "w1").exists()
+    else:
+        assert exo("kill", "w1").exit_code == 0
 
 
 def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path) -> None:
