@@ -40,7 +40,7 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
     other_layout = no_worktree or (explicit_layout and layout != "clone")
     if required and other_layout:
         raise UsageError("a sandboxed agent works in its own clone: --sandbox (or [sandbox] mode = \"on\") excludes "
-                         + ("--no-worktree" if no_worktree else "--layout worktree"),
+                         + ("--no-worktree" if no_worktree else "--layout worktree (or worktree.layout = \"worktree\")"),
                          hint="Drop one of them, or spawn with --no-sandbox.")
     from exo_cli.ops.sandbox import sandbox_status
 
