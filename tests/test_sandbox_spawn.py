@@ -170,3 +170,29 @@ def test_exo_hosts_counts_the_sandboxed_agents_of_each_host(repo: Path, exo: Exo
     (host,) = exo("hosts", "--json").json()["hosts"]  # type: ignore[index]
     assert (host["agents"], host["sandboxed"]) == (2, 1)
     assert "2 (1 sandboxed)" in exo("hosts").stdout
+
+
+TL_AGENT = r"""
+if [ "$EXO_ROLE" = tl ]; then
+  { exo spawn --worker c1 --prompt x --agent custom --mux headless --no-sandbox >/dev/null 2>&1 \
+      && echo unsandboxed=ok || echo unsandboxed=refused
+    exo spawn --worker c2 --prompt x --agent custom --mux headless >/dev/null 2>&1 && echo child=ok || echo child=failed
+  } > .exo/tl.tmp 2>/dev/null
+  mv .exo/tl.tmp .exo/tl-result
+fi
+exec sleep 600
+"""
+
+
+@needs_bwrap
+def test_a_sandboxed_team_lead_spawns_only_sandboxed_children(team: Path, exo: Exo) -> None:
+    (team / "exo.toml").write_text(f'[agent]\ncommand = ["sh", "-c", {json.dumps(TL_AGENT)}, "{{prompt}}"]\n')
+    r = exo("spawn", "--subtree", "--task", "lead", "--branch", "lead", "--agent", "custom", "--mux", "headless",
+            "--sandbox", "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    clone = Path(r.json()["agents"][0]["worktree"])  # type: ignore[index]
+    path = clone / ".exo" / "tl-result"
+    wait_for(path.exists, timeout=120, what="the team lead's report")
+    assert path.read_text().split() == ["unsandboxed=refused", "child=ok"]
+    agents = {a["id"]: a for a in exo("agents", "--json").json()["agents"]}  # type: ignore[index]
+    assert agents["c2"]["sandboxed"] is True and agents["c2"]["layout"] == "clone" and "c1" not in agents

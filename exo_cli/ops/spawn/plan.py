@@ -275,9 +275,11 @@ def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_w
     from exo_cli.ops.spawn.sandboxing import decide
 
     chosen = choose_layout(target, layout, no_worktree=no_worktree)
+    caller = env.caller_agent() if not env.caller.is_human else None
     sandboxed = decide(target, flag=sandbox, layout=chosen, explicit_layout=layout is not None
                        or target.config.origin("worktree.layout") != "default", no_worktree=no_worktree,
-                       skip_permissions=skip, backend=backend)
+                       skip_permissions=skip, backend=backend,
+                       inherited=caller is not None and bool(caller.spec.get("sandboxed")))
     if sandboxed and fork_session:  # the parent's transcript is not in the new agent's private HOME
         raise UsageError("--fork-session does not work with a sandboxed agent yet",
                          hint="Start it fresh (--no-fork-session), or spawn it with --no-sandbox.")

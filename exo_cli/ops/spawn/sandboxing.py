@@ -30,8 +30,17 @@ HINT = "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or spawn
 
 
 def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool, no_worktree: bool,
-           skip_permissions: bool, backend: str) -> bool:
-    """Whether the call's agents run sandboxed (see the module); UsageError or EnvironmentError when they cannot."""
+           skip_permissions: bool, backend: str, inherited: bool = False) -> bool:
+    """Whether the call's agents run sandboxed (see the module); UsageError or EnvironmentError when they cannot.
+
+    ``inherited``: the caller is a sandboxed agent, whose children are sandboxed whatever the mode
+    (an unsandboxed child would be its way out); ``--no-sandbox`` from it is refused.
+    """
+    if inherited:
+        if flag is False:
+            raise UsageError("a sandboxed agent's children run sandboxed: --no-sandbox is refused",
+                             hint="Ask your parent (or the human) to spawn it unsandboxed.")
+        flag = True
     mode = str(target.config.get("sandbox.mode") or "off")
     bypass = skip_permissions or any(a in BYPASS_FLAGS for a in (target.config.get("agent.args") or {}).get(backend, []))
     if flag is False or (flag is None and mode == "off"):
