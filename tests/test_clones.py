@@ -137,6 +137,10 @@ def test_a_hostile_clone_runs_nothing_of_its_own(team: Path, exo: Exo, tmp_path:
     plant(clone, marks)
     (clone / "src" / "app.py").write_text("print('changed')\n")  # uncommitted: status, checkpoints, complete see it
     (clone / "notes.txt").write_text("untracked\n")
+    main_ref = clone / ".git" / "refs" / "heads" / "main"
+    main_ref.unlink(missing_ok=True)
+    os.mkfifo(main_ref)  # whoever opens it to read waits for a writer: exo never opens the clone's files so
+    assert "rebase:" not in " ".join(stop(clone, "w1")["actions"])  # its stop: the work fetched, nothing ran
     steps: dict[str, tuple[int, str]] = {}
 
     def run(label: str, *args: str) -> None:

@@ -564,7 +564,8 @@ def _foresight_due(env: Env, agent: Agent, state: dict[str, Any]) -> bool:
         return False
     from exo_cli.ops.rebase import ref_sha
 
-    wt = agent.worktree
+    # an agent's own clone: its files are never read here; its branch as fetched at this stop is the repository's
+    wt = str(env.repo.root) if agent.spec.get("layout") == "clone" else agent.worktree
     tips = [ref_sha(wt, f"refs/heads/{agent.branch}"), ref_sha(wt, f"refs/heads/{agent.base_branch}")]
     tips += [f"{a.id}={ref_sha(wt, f'refs/heads/{a.branch}')}" for a in env.store.agents()
              if a.parent == agent.parent and a.id != agent.id and a.branch
