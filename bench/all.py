@@ -150,6 +150,17 @@ def parse_foresight(out: str) -> list[Row]:
     ]
 
 
+def parse_merge_queue(out: str) -> list[Row]:
+    runs = _num(r"merge_queue: \d+ PRs, 1 bad: \d+ landed in (\d+) gate runs", out)
+    untested = _num(r"merge_queue: base positions not tested: (\d+)", out)
+    drain = _num(r"merge_queue: \d+ entries with an instant gate: \d+ landed in ([\d.]+) s", out)
+    return [
+        ("merge queue: 20 PRs, 1 bad, gate runs", f"{runs:.0f}", "<= 10", _verdict(runs <= 10)),
+        ("merge queue: base positions untested", f"{untested:.0f}", "0", _verdict(untested == 0)),
+        ("merge queue: 100 entries drain", f"{drain:.2f} s", "< 10 s", _verdict(drain < 10)),
+    ]
+
+
 def parse_checkpoints(out: str) -> list[Row]:
     take = _num(r"checkpoints: checkpoint ([\d.]+) ms", out)
     added = _num(r"stop hook ([+-][\d.]+) ms \(budget 10\)", out)
@@ -207,6 +218,7 @@ BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "mcp": (parse_mcp, ["--runs", "3"]),
     "beads": (parse_beads, ["--spawn", "2"]),
     "foresight": (parse_foresight, ["--runs", "5"]),
+    "merge_queue": (parse_merge_queue, []),
     "checkpoints": (parse_checkpoints, ["--runs", "5"]),
     "hosts": (parse_hosts, ["--runs", "5"]),
     "broker": (parse_broker, ["--runs", "7", "--notes", "5"]),

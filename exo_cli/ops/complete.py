@@ -530,6 +530,13 @@ def _go_on(env: Env, agent: Agent, *, stopped: bool) -> None:
 
 def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: dict[str, Any]) -> CompleteResult:
     warnings: list[str] = []
+    from exo_cli.ops.mergequeue import author_queued
+
+    queued = [] if force else author_queued(env, agent.id)
+    if queued:  # its branch is what the queue tests and lands: removing it now loses the answer to a bounce
+        raise StateError(f"Not completing {agent.name}: its PR(s) {', '.join(f'#{n}' for n in queued)} wait in the "
+                         "merge queue", hint="Wait until they land or bounce (exo pr queue), or use --force.",
+                         agent=agent.id, prs=queued, reason="queued")
     running = _running(env, agent)
     # 1. Check while the agent may still run: a refusal here changes nothing.
     check = _check(env, agent, settle=0 if running else 3.0)

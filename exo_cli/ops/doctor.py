@@ -558,6 +558,14 @@ def broker_files(c: Checkup) -> Iterator[Finding]:
         yield Finding(kind, subject, detail, action, repair)
 
 
+def merge_queues(c: Checkup) -> Iterator[Finding]:
+    """The merge queues: clones a dead runner left removed, and a runner started for a queue nobody advances."""
+    from exo_cli.ops.queuerun import leftovers
+
+    for kind, subject, detail, action, repair in leftovers(c.env):
+        yield Finding(kind, subject, detail, action, repair)
+
+
 CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
     lost_records,
     interrupted_spawns,
@@ -571,6 +579,7 @@ CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
     stale_metadata,
     stale_clone_refs,
     broker_files,
+    merge_queues,
 )
 
 

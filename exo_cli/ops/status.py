@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from exo_cli.adapters.git import Git
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
-from exo_cli.records import ROOT, Agent
+from exo_cli.records import ROOT, Agent, PullRequest
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ class PrBrief(TypedDict):
     number: int
     state: str
     base: str
+    queue: str | None  # queued | testing | tested | bounced while open in the merge queue, else None
 
 
 class TeamSummary(TypedDict):
@@ -99,6 +100,12 @@ class StatusResult(NamedTuple):
     team: TeamSummary | None = None
 
 
+def queue_state(pr: PullRequest) -> str | None:
+    """Where an open PR stands in the merge queue (queued, testing, tested, bounced), None when not in it."""
+    q = pr.data.get("queue") if pr.state == "open" and isinstance(pr.data, dict) else None
+    return str(q.get("state")) if isinstance(q, dict) and q.get("state") else None
+
+
 def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
     """Agents as a depth-first tree under root, with their PR and last message."""
     now = time.time()
@@ -106,7 +113,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
     last: dict[str, str] = {}
     if env.has_state():
         for pr in env.store.prs():
-            prs[pr.head] = {"number": pr.number, "state": pr.state, "base": pr.base}
+            prs[pr.head] = {"number": pr.number, "state": pr.state, "base": pr.base, "queue": queue_state(pr)}
         last = env.store.last_message_by_sender()
     children: dict[str | None, list[Agent]] = {}
     ids = {a.id for a in agents}
@@ -257,7 +264,8 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
     elif branch and env.has_state():
         found = env.store.prs(head=branch)
         if found:
-            pr = {"number": found[-1].number, "state": found[-1].state, "base": found[-1].base}
+            pr = {"number": found[-1].number, "state": found[-1].state, "base": found[-1].base,
+                  "queue": queue_state(found[-1])}
     team: TeamSummary | None = None
     if record is None:
         team = {
