@@ -75,6 +75,7 @@ class AgentView(NamedTuple):
     tokens: int
     host: str = ""  # the host it runs on ("" for records made before hosts)
     layout: str = "worktree"  # where it works: "worktree", "clone" (its own clone --shared) or "none" (the repository)
+    sandboxed: bool = False  # it runs in bubblewrap (docs/security.md "The sandbox")
 
 
 class AgentsResult(NamedTuple):
@@ -149,6 +150,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
                     tokens=a.tokens,
                     host=a.host,
                     layout=layout_of(a),
+                    sandboxed=bool(a.spec.get("sandboxed")),
                 )
             )
             walk(a.id, depth + 1)

@@ -34,7 +34,7 @@ def render_agents(out: Out, result: AgentsResult) -> None:
     if any(a.layout == "clone" for a in result.agents):  # some work in their own clone: say which
         headers.insert(headers.index("BRANCH"), "LAYOUT")
         for row, a in zip(rows, result.agents, strict=True):
-            row.insert(5, a.layout)
+            row.insert(5, a.layout + (" (sandboxed)" if a.sandboxed else ""))
     if any(a.host not in ("", result.this_host) for a in result.agents):  # a team on several hosts
         headers.insert(1, "HOST")
         for row, a in zip(rows, result.agents, strict=True):
