@@ -304,11 +304,7 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
     from exo_cli.ops import checkout
 
     synced = checkout.sync_owners(env, [pr.head, pr.base])  # agents' clones: their branches as they have them
-<<<<<<< HEAD
     if queued:  # the queue pins the head as just fetched from its clone
-=======
-    if queued:
->>>>>>> w-sandbox
         return _enqueue(env, pr, strategy=strategy, priority=priority, wait=wait, force=force, head_ref=head_ref)
     with merge_lock(env, pr.base):
         # under the lock: another merge may have merged (or closed) this PR, or moved the base, meanwhile
