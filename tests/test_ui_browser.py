@@ -153,6 +153,8 @@ def test_team_live_note_answer_merge_and_hostile_text(browser: Any, served: tupl
                                   onBoard(); }""", HOSTILE)
     expect(page.locator("#team thead")).to_contain_text("cost usd")
     expect(page.locator("#team thead")).to_contain_text("sandbox")
+    assert "layout" not in page.locator("#team thead").inner_text()  # known fields: shown in their own cells
+    assert "sandboxed" not in page.locator("#team thead").inner_text()
     expect(page.locator("#team tbody")).to_contain_text('{"kind":"<script>window.__pwned=1</script><img')
     assert page.locator("main script, main img, main b").count() == 0
     # a hidden tab gives its stream back (a browser holds at most 6 connections to one server), and takes one

@@ -10,7 +10,7 @@ const NEEDS_TEXT = {asking: "asks you", permission: "needs a permission", dialog
 // a queue position, a cost, added by later versions) gets a column of its own when an agent has it.
 const KNOWN = new Set(["id", "name", "role", "parent", "depth", "status", "status_reason", "backend", "mux", "task",
   "bead", "branch", "base_branch", "worktree", "location", "pr", "last_message", "age_seconds", "status_age_seconds",
-  "turns", "tool_calls", "tokens", "host"]);
+  "turns", "tool_calls", "tokens", "host", "layout", "sandboxed"]);
 const EXTRA_MAX = 80; // characters of such a field's value
 let board = null;
 let source = null;
@@ -100,7 +100,9 @@ function teamPage() {
       el("td", {class: "why"}, r.needs ? NEEDS_TEXT[r.needs] || r.needs : ""),
       el("td", {}, "\u00a0\u00a0".repeat(Math.max(0, a.depth - 1)), link(["agent", a.id], a.name),
         a.name !== a.id ? el("span", {class: "dim"}, " (" + a.id + ")") : ""),
-      el("td", {}, a.status, a.status_reason ? el("span", {class: "dim"}, " " + a.status_reason) : ""),
+      el("td", {}, a.status, a.status_reason ? el("span", {class: "dim"}, " " + a.status_reason) : "",
+        a.sandboxed ? el("span", {class: "dim"}, " · sandboxed") : "",
+        a.layout && a.layout !== "worktree" ? el("span", {class: "dim"}, " · " + a.layout) : ""),
       hosts && el("td", {}, r.host),
       el("td", {}, a.task || ""),
       el("td", {}, a.pr ? link(["pr", String(a.pr.number)], pr) : ""),
@@ -211,7 +213,8 @@ function fillAgentHead(head, id) {
     "Kill " + id + " and its descendants (worktrees are kept)?")}, "Kill"));
   head.replaceChildren(el("h2", {}, a.name, a.name !== a.id ? el("span", {class: "dim"}, " " + a.id) : ""),
     el("p", {}, el("strong", {}, a.status), r.needs ? el("span", {class: "why"}, " — " + (NEEDS_TEXT[r.needs] || r.needs)) : "",
-      " · " + a.backend + " · " + (a.branch || "no branch") + (r.host ? " · " + r.host : ""),
+      " · " + a.backend + " · " + (a.branch || "no branch") + (r.host ? " · " + r.host : "")
+        + (a.layout ? " · " + a.layout : "") + (a.sandboxed ? " · sandboxed" : ""),
       " · turns " + a.turns + ", tools " + a.tool_calls + ", tokens " + Number(a.tokens || 0).toLocaleString("en-US"),
       a.pr ? " · PR #" + a.pr.number + " " + a.pr.state : ""),
     el("p", {class: "body"}, a.task || ""), el("div", {class: "actions"}, buttons));
