@@ -460,10 +460,22 @@ def leftovers(env: Env) -> list[tuple[str, str, str, str, Any]]:
     return out
 
 
+def resume_idle(env: Env) -> list[str]:
+    """Start a detached runner for each base whose queue has entries and no runner: the bases started.
+
+    What every long-lived exo process of the human does now and then (the root TL's session,
+    the broker's reaper, ``exo watch``), so a queue whose runner was killed never stalls.
+    """
+    if not env.has_state():
+        return []
+    started = []
+    for base in sorted({p.base for p in env.store.prs(state="open") if mq.entry(p).get("state") in mq.WAITING}):
+        if not mq.runner_alive(env, base) and mq.start_runner(env, base):
+            started.append(base)
+    return started
+
+
 def resume_queues(env: Env) -> None:
     """Entry for ``mcp_server.BACKGROUND``: the root TL's session starts a runner for each queue nobody advances."""
-    if not env.caller.is_human or not env.has_state():
-        return
-    for base in sorted({p.base for p in env.store.prs(state="open") if mq.entry(p).get("state") in mq.WAITING}):
-        if not mq.runner_alive(env, base):
-            mq.start_runner(env, base)
+    if env.caller.is_human:
+        resume_idle(env)
