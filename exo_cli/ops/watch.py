@@ -110,7 +110,11 @@ def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
     if not env.has_state():
         return PollResult(0, [], False)
     _resume_queues(env)
-    prs = [p for p in env.store.prs(state="open") if p.forge == "github" and p.remote_number]
+    # a PR the merge queue is landing (tested, pushed, its record not yet merged) is exo's merge, never an outside one
+    from exo_cli.ops.mergequeue import entry
+
+    prs = [p for p in env.store.prs(state="open") if p.forge == "github" and p.remote_number
+           and entry(p).get("state") != "tested"]
     forge = forge_for(env, "github", runner=runner)
     changes: list[Change] = []
     errors: list[str] = []
