@@ -174,6 +174,11 @@ def parse_checkpoints(out: str) -> list[Row]:
     ]
 
 
+def parse_clone(out: str) -> list[Row]:
+    ratio = _num(r"ratio clone / worktree spawn: ([\d.]+)x", out)
+    return [("exo spawn into own clones vs worktrees", f"{ratio:.2f}x", "<= 1.1x", _verdict(ratio <= 1.1))]
+
+
 def parse_hosts(out: str) -> list[Row]:
     master = _num(r"with a new connection: [\d.]+ ms \(([\d.]+)x\)", out)
     ratio = _num(r"exo / manual: ([\d.]+)x", out)
@@ -206,6 +211,7 @@ BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "startup": (parse_startup, ["--runs", "10"]),
     "hooks": (parse_hooks, ["--runs", "15"]),
     "spawn": (parse_spawn, ["--runs", "2"]),
+    "clone": (parse_clone, ["--runs", "3"]),
     "wake": (parse_wake, ["--notes", "5"]),
     "completion": (parse_completion, ["--runs", "10"]),
     "agents500": (parse_agents500, ["--runs", "5"]),

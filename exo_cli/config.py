@@ -15,10 +15,11 @@ from typing import Any
 
 from exo_cli.config_paths import config_files
 from exo_cli.errors import InvalidInput
-from exo_cli.records import BACKENDS, MCP_COMPAT, MUXES
+from exo_cli.records import BACKENDS, LAYOUTS, MCP_COMPAT, MUXES
 from exo_cli.validate import MAX_TIMEOUT
 
 FORGES = ("auto", "local", "github")
+SANDBOX_MODES = ("off", "on", "auto")
 
 
 class EnvVars:
@@ -50,6 +51,7 @@ class EnvVars:
         "EXO_STORE_TIMEOUT": "timeouts.store",
         "EXO_SSH_COMMAND": "ssh.command",
         "EXO_BROKER": "broker.enabled",
+        "EXO_SANDBOX": "sandbox.mode",
     }
     HOST = "EXO_HOST"  # this machine's name among exo's hosts (else the state folder's host-name, else hostname)
 
@@ -76,6 +78,7 @@ DEFAULTS: dict[str, Any] = {
         "copy": [],
         "symlink": [],
         "post_create": [],
+        "layout": "worktree",
     },
     "services": {},
     "forge": {"kind": "auto", "remote": "origin"},
@@ -101,6 +104,8 @@ DEFAULTS: dict[str, Any] = {
     # the team broker: every agent reaches exo through its own socket (docs/architecture.md "The broker")
     "broker": {"enabled": True, "idle_exit": 5},
     "hosts": {},
+    # bubblewrap around agents that work in their own clone (docs/security.md "The sandbox")
+    "sandbox": {"mode": "off", "env": [], "paths": [], "hide": [], "devices": []},
     # the merge queue (docs/merge-queue.md): with gates for a base, `pr merge` enqueues instead of merging
     "merge": {"gates": [], "setup": [], "bases": [], "batch": 4, "window": 5},
 }
@@ -255,6 +260,7 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "worktree.copy": (_is_str_list, "a list of relative paths"),
     "worktree.symlink": (_is_str_list, "a list of relative paths"),
     "worktree.post_create": (_is_cmd, "a command (string or list of strings)"),
+    "worktree.layout": (_choice(*LAYOUTS), "one of " + ", ".join(LAYOUTS)),
     "services": (_is_table, "a table of service name -> settings"),
     "forge.kind": (_choice(*FORGES), "one of " + ", ".join(FORGES)),
     "forge.remote": (_is_str, "a remote name"),
@@ -280,6 +286,14 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "ssh.persist": (_is_seconds, "a whole number of seconds"),
     "broker.enabled": (_is_bool, "true or false"),
     "broker.idle_exit": (_is_seconds, "a whole number of seconds"),
+    "sandbox.mode": (_choice(*SANDBOX_MODES), "one of " + ", ".join(SANDBOX_MODES)),
+    "sandbox.env": (_is_str_list, "a list of variable names (or globs such as \"MY_*\") a sandboxed agent keeps"),
+    "sandbox.paths": (lambda v: _is_str_list(v) and all(x.startswith(("/", "~/")) for x in v),
+                      "a list of absolute folders (or ~/...) a sandboxed agent may write"),
+    "sandbox.hide": (lambda v: _is_str_list(v) and all(x.startswith(("/", "~/")) for x in v),
+                     "a list of absolute paths (or ~/...) hidden from sandboxed agents"),
+    "sandbox.devices": (lambda v: _is_str_list(v) and all(x.startswith("/dev/") for x in v),
+                        "a list of device nodes (/dev/...) sandboxed agents may use, such as GPUs"),
     "merge.gates": (_is_gates, "a list of tables { command = COMMAND, timeout = SECONDS }"),
     "merge.setup": (lambda v: isinstance(v, list) and all(_is_argv(x) for x in v),
                     "a list of commands (each a string run by sh -c, or a list of strings)"),

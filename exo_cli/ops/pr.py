@@ -156,6 +156,9 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
         head, worktree = Git(env.cwd).current_branch(), str(env.repo.toplevel)
         if head is None:
             raise StateError("You are not on a branch (detached HEAD)", hint="Check out your branch first.")
+    from exo_cli.ops import checkout
+
+    checkout.sync_own(env, agent)  # an agent's clone: its commits into the repository, its branch fast-forwarded
     base = base_branch(env, agent, head)
     if base == head:
         raise StateError(f"{head} is the base branch itself: a pull request goes from a task branch into it",
@@ -184,6 +187,8 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     author = agent.id if agent is not None else ROOT
     existing = next((p for p in env.store.prs(head=head, state="open")), None)
     forge = forge_for(env, existing.forge if existing else None, runner=gh_runner(env))
+    if agent is not None and checkout.is_clone(agent):
+        worktree = None  # pushed from the repository (its branch as just fetched), never from inside the clone
     filed = forge.file(head=head, base=base, title=title, body=body, draft=draft, existing=existing,
                        worktree=worktree)
     if across and forge.kind == "local":  # the parent's host fetches it from the shared remote to merge it
@@ -297,7 +302,10 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         from exo_cli.ops.hostgit import fetch_head
 
         head_ref = fetch_head(env, pr.head)
-    if queued:
+    from exo_cli.ops import checkout
+
+    synced = checkout.sync_owners(env, [pr.head, pr.base])  # agents' clones: their branches as they have them
+    if queued:  # the queue pins the head as just fetched from its clone
         return _enqueue(env, pr, strategy=strategy, priority=priority, wait=wait, force=force, head_ref=head_ref)
     with merge_lock(env, pr.base):
         # under the lock: another merge may have merged (or closed) this PR, or moved the base, meanwhile
@@ -321,7 +329,7 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
             Git(env.repo.root).delete_ref(mergequeue.PIN.format(number=number), str(data["queue"].get("pinned")))
         env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
                             merged_at=time.time(), data=data)
-    warnings = [*unsaved, *outcome.warnings]
+    warnings = [*synced, *unsaved, *outcome.warnings]
     if gated:  # said, never silent: the gates configured for this base did not run
         warnings.append(f"merge.gates are not applied on the {forge.kind} forge yet: PR #{number} was merged "
                         "without them")
@@ -500,8 +508,11 @@ def show_pr(env: Env, *, number: Annotated[int, Range(1)], diff: bool = False) -
         return view(pr)
     from dataclasses import asdict
 
+    from exo_cli.ops import checkout
     from exo_cli.ops.diff import branch_diff
 
+    if pr.state == "open":
+        checkout.sync_owners(env, [pr.head])
     git = Git(env.repo.root)
     head, base = f"refs/heads/{pr.head}", f"refs/heads/{pr.base}"
     if pr.state == "merged" and pr.merge_commit and git.rev(f"{pr.merge_commit}^1"):

@@ -31,6 +31,10 @@ def render_agents(out: Out, result: AgentsResult) -> None:
         ])
     headers = ["AGENT", "ROLE", "STATUS", "BACKEND", "TASK", "BRANCH", "PANE", "PR", "TURNS/TOOLS/TOK", "LAST MESSAGE",
                "AGE"]
+    if any(a.layout == "clone" for a in result.agents):  # some work in their own clone: say which
+        headers.insert(headers.index("BRANCH"), "LAYOUT")
+        for row, a in zip(rows, result.agents, strict=True):
+            row.insert(5, a.layout + (" (sandboxed)" if a.sandboxed else ""))
     if any(a.host not in ("", result.this_host) for a in result.agents):  # a team on several hosts
         headers.insert(1, "HOST")
         for row, a in zip(rows, result.agents, strict=True):

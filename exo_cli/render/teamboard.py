@@ -84,7 +84,7 @@ def line(row: Any, width: int = 80) -> str:
     state = a.pr.get("queue") or a.pr["state"] if a.pr else ""
     pr = f"#{a.pr['number']} {PR_STATE.get(state, state)}" if a.pr else "-"
     counts = f"{a.turns}/{a.tool_calls}/{tokens(a.tokens)}"
-    name = "  " * min(a.depth, 4) + clean(a.name)
+    name = "  " * min(a.depth, 4) + clean(a.name) + ("*" if getattr(a, "sandboxed", False) else "")  # in bubblewrap
     host = [fit(clean(row.host), HOST_W)] if getattr(row, "host", "") else []  # a team on several hosts
     head = " ".join([("!" if row.needs else " "), fit(name, NAME_W), *host,
                      fit(SHORT_STATUS.get(a.status, a.status), STATUS_W), fit(counts, COUNT_W), fit(pr, PR_W),
