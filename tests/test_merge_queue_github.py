@@ -113,3 +113,30 @@ def test_watch_does_not_report_a_landing_under_way_as_an_outside_merge(repo: Pat
     next(p for p in github.prs.values() if p["head"] == "main.w0").update(state="MERGED")
     result = poll_once(env)
     assert not [c for c in result.changes if c.kind == "pr-merged"]
+
+
+@pytest.mark.parametrize("point", ["queue.landing", "queue.landed"])
+def test_kill_9_around_the_push_lands_it_once_and_closes_it(repo: Path, tmp_path: Path, point: str,
+                                                            github: FakeGitHub) -> None:  # noqa: F811
+    from conftest import run_exo
+
+    gated(repo, tmp_path)
+    bare = github.bare  # type: ignore[attr-defined]
+    n = filed(repo, github, "w0", {"a.txt": "a\n"})
+    queued(repo, github, n)
+    start = git(bare, "rev-parse", "main")
+    extra = github.extra  # type: ignore[attr-defined]
+    died = run_exo("pr", "queue", "--run", "--base", "main", cwd=repo, env={**extra, "EXO_FAULT": point},
+                   timeout=180)
+    assert died.returncode == 137, died.stderr
+    assert entry(repo, n)["pr_state"] == "open"  # not recorded
+    assert (git(bare, "rev-parse", "main") == start) == (point == "queue.landing")  # pushed only after the point
+    done = run_exo("pr", "queue", "--run", "--base", "main", "--json", cwd=repo, env=extra, timeout=180)
+    assert done.returncode == 0, done.stderr
+    pushed = git(bare, "rev-parse", "main")
+    assert pushed != start and pushed in passed(repo)
+    e = entry(repo, n)
+    assert (e["pr_state"], e["merge_commit"]) == ("merged", pushed)
+    assert git(bare, "rev-list", "--count", f"{start}..main") == "1"  # landed once: never built and pushed again
+    pr = next(p for p in github.prs.values() if p["head"] == "main.w0")
+    assert pr["state"] == "CLOSED" and len(pr.get("comments", [])) == 1
