@@ -111,6 +111,22 @@ class Agent(NamedTuple):
 
 AGENT_JSON_FIELDS = ("location", "spec", "undo")
 
+USAGE_KINDS = ("input", "output", "cache_write", "cache_read")
+
+
+class Usage(NamedTuple):
+    """Tokens used with one model, by kind (one turn's, or a sum); input excludes the cache reads and writes."""
+
+    model: str
+    input: int = 0
+    output: int = 0
+    cache_write: int = 0
+    cache_read: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output + self.cache_write + self.cache_read
+
 
 def in_subtree(agents: list[Agent], ancestor: str, agent_id: str) -> bool:
     """Whether ``agent_id`` descends from ``ancestor`` (a child, a grandchild...) among ``agents``."""

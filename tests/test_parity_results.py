@@ -493,6 +493,18 @@ def case_agents(w: World) -> list[Pair]:
     return [Pair(["agents"], "list_agents", {}), Pair(["agents"], "list_agents", {}, compat=True)]
 
 
+def case_cost(w: World) -> list[Pair]:
+    from exo_cli.env import Env
+    from exo_cli.records import Usage
+
+    w.record("co-lead", role="tl")
+    w.record("co-kid", parent="co-lead")
+    store = Env(cwd=w.repo, environ=w.environ(None)).store
+    store.record_usage("co-kid", 1, [Usage("claude-haiku-4-5", 100, 20, 3, 400), Usage("no-price", 5)])
+    return [Pair(["cost"], "cost", {}), Pair(["cost", "co-lead", "--tree"], "cost", {"agent": "co-lead", "tree": True}),
+            Pair(["cost", "--tree"], "cost", {"tree": True})]  # the same error both ways
+
+
 def case_status(w: World) -> list[Pair]:
     w.record("st-view", output="x")
     w.settle()

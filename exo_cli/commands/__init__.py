@@ -23,6 +23,7 @@ COMMANDS: dict[str, Entry] = {
                     "Take exo out of this repository, leaving it as it was before exo init."),
     "status": Entry("exo_cli.commands.status:status", "Show the current task, git state and PR; at the root, a team summary."),
     "agents": Entry("exo_cli.commands.status:agents", "List the agent tree with status, task, branch, PR and last message."),
+    "cost": Entry("exo_cli.commands.cost:cost", "Show the tokens and dollars each agent used, by model and kind, with the team's total."),
     "board": Entry("exo_cli.commands.board:board", "Show the team at a glance: a live board of the agents, those that need you first."),
     "ls": Entry("exo_cli.commands.status:agents_alias", "Alias of `exo agents`.", hidden=True),
     "spawn": Entry("exo_cli.commands.spawn:spawn", "Start agents: one worktree, branch and agent per bead, worker or subtree."),

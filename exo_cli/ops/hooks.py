@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 
+from exo_cli.adapters.usage import read_usage
 from exo_cli.limits import clip
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import delivery as msgs
@@ -52,7 +53,6 @@ COUNTED = ("stop", "tool", "notify")
 MAX_BLOCKS = 5  # consecutive stop-hook blocks before the agent is let go idle
 TITLE_PREFIX = "Generate a concise"  # Codex's title-generation side thread
 PERMISSION_TYPES = ("permission_prompt", "ToolPermission")
-TRANSCRIPT_TAIL = 4 * 1024 * 1024
 
 
 class HookResult(NamedTuple):
@@ -319,51 +319,6 @@ def _last_message(data: dict[str, Any]) -> str | None:
     return None
 
 
-def transcript_tokens(path: str, state: dict[str, Any]) -> int:
-    """Tokens of the assistant messages added to a Claude transcript since the last call."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return 0
-    off = state.get("toff", 0) if state.get("tpath") == path else 0
-    if not isinstance(off, int) or off > size:
-        off = 0
-    skip_partial = False
-    if size - off > TRANSCRIPT_TAIL:
-        off, skip_partial = size - TRANSCRIPT_TAIL, True
-    with open(path, "rb") as fh:
-        fh.seek(off)
-        chunk = fh.read(size - off)
-    if skip_partial:
-        first = chunk.find(b"\n") + 1
-        chunk, off = chunk[first:], off + first
-    end = chunk.rfind(b"\n") + 1
-    chunk = chunk[:end]
-    state["toff"], state["tpath"] = off + end, path
-    seen = list(state.get("tids") or [])
-    total = 0
-    for line in chunk.splitlines():
-        if b'"usage"' not in line:
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        message = obj.get("message") if isinstance(obj, dict) else None
-        if not isinstance(message, dict) or not isinstance(usage := message.get("usage"), dict):
-            continue
-        mid = message.get("id")
-        if mid in seen:
-            continue
-        seen.append(mid)
-        for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
-            v = usage.get(k)
-            if isinstance(v, int):
-                total += v
-    state["tids"] = seen[-20:]
-    return total
-
-
 def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block: bool = True) -> HookResult:
     event = "notify" if not can_block else "stop"
     if cli == "gemini" and data.get("prompt_response") == NO_RESPONSE:
@@ -384,13 +339,8 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     if text is not None:  # an output over exo's limit is kept up to it, and the hook says so (fail open)
         text, cut = clip(text, "output", "output")
     active = bool(data.get("stop_hook_active"))
-    tokens = 0
     tpath = data.get("transcript_path")
-    if first_for_turn and cli == "claude" and isinstance(tpath, str) and tpath:
-        try:
-            tokens = transcript_tokens(tpath, state)
-        except OSError:
-            tokens = 0
+    usage = read_usage(cli, tpath, state) if isinstance(tpath, str) and tpath else []
 
     reasons: list[str] = []
     turn_no = agent.turns + (1 if first_for_turn else 0)  # the turn this stop ends, as its checkpoints say
@@ -455,8 +405,8 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
         changes.pop("status_reason", None)
     foresee = agent.status != DONE and _foresight_due(env, agent, state)
     # one short transaction for the record, counters and bookkeeping
-    env.store.record_turn(agent.id, changes, turns=1 if first_for_turn else 0, tokens=tokens,
-                          kv=(_key(agent.id), json.dumps(state, separators=(",", ":"))))
+    env.store.record_turn(agent.id, changes, turns=1 if first_for_turn else 0, tokens=sum(u.total for u in usage),
+                          kv=(_key(agent.id), json.dumps(state, separators=(",", ":"))), turn=turn_no, usage=usage)
     # The turn's checkpoint: before the answer when the agent goes on at once, else in the background.
     ckpt = _checkpoint(env, agent, turn_no) if blocking else "checkpoint-due" * turnend.mark_due(env, agent, turn=turn_no)
     later = [turnend.due_command(agent)] if ckpt == "checkpoint-due" else []

@@ -73,6 +73,7 @@ class AgentView(NamedTuple):
     tool_calls: int
     tokens: int
     host: str = ""  # the host it runs on ("" for records made before hosts)
+    cost_usd: float | None = 0.0  # the dollars of its tokens (None: a model without a price, `exo cost`)
 
 
 class AgentsResult(NamedTuple):
@@ -106,6 +107,9 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
         for pr in env.store.prs():
             prs[pr.head] = {"number": pr.number, "state": pr.state, "base": pr.base}
         last = env.store.last_message_by_sender()
+    from exo_cli.ops.cost import agent_usd, team_costs
+
+    costs = team_costs(env, [a.id for a in agents]) if agents else {}
     children: dict[str | None, list[Agent]] = {}
     ids = {a.id for a in agents}
     for a in agents:
@@ -140,6 +144,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
                     tool_calls=a.tool_calls,
                     tokens=a.tokens,
                     host=a.host,
+                    cost_usd=agent_usd(costs, a.id),
                 )
             )
             walk(a.id, depth + 1)
