@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_messages_helpers import env_for, hook_json, make_agent, run_hook
+from test_messages_helpers import env_for, hook_json, make_agent, run_exo_as, run_hook
 
 from conftest import run_exo
 from exo_cli.prices import DEFAULTS
@@ -139,3 +139,21 @@ def test_usage_rows_follow_a_retired_agent_and_sum_per_model(repo: Path) -> None
     assert store.retire_agent("w1", "w1@1")
     assert store.usage(["w1"]) == [] and len(store.usage(["w1@1"])) == 2
     assert store.counts()["usage"] == 3  # one row per agent, turn and model
+
+
+@pytest.mark.sqlite_only
+def test_only_a_custom_agent_reports_its_own_usage(repo: Path) -> None:
+    make_agent(repo, "c1", backend="custom", turns=2)
+    make_agent(repo, "cl", backend="claude")
+    ok = run_exo_as(repo, "c1", "report-usage", "--model", "my-model", "--input", "5", "--cache-read", "7", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert {k: v for k, v in json.loads(ok.stdout).items() if k in ("turn", "tokens", "input")} == {
+        "turn": 3, "tokens": 12, "input": 5}
+    assert env_for(repo).store.usage(["c1"]) == [("c1", Usage("my-model", 5, 0, 0, 7))]
+    refused = run_exo_as(repo, "cl", "report-usage", "--model", "m", "--input", "5", "--json")
+    assert refused.returncode == 5 and "own record" in json.loads(refused.stdout)["error"]["message"]
+    assert run_exo_as(repo, None, "report-usage", "--model", "m", "--input", "5").returncode == 5  # the human
+    for args, code in ((["--model", "m\x1b[2J", "--input", "1"], 4), (["--model", "m"], 4),
+                       (["--model", "m", "--input", "-1"], 2), (["--input", "1"], 2)):
+        assert run_exo_as(repo, "c1", "report-usage", *args).returncode == code, args
+    assert env_for(repo).store.usage(["c1", "cl"]) == [("c1", Usage("my-model", 5, 0, 0, 7))]  # nothing else counted

@@ -505,6 +505,17 @@ def case_cost(w: World) -> list[Pair]:
             Pair(["cost", "--tree"], "cost", {"tree": True})]  # the same error both ways
 
 
+def case_report_usage(w: World) -> list[Pair]:
+    w.record("ru1", backend="custom")
+    w.record("ru2", backend="custom")
+    w.record("ru3", backend="codex")
+    w.record("ru4", backend="codex")
+    return [Pair(["report-usage", "--model", "m", "--input", "3", "--cache-read", "4"], "report_usage",
+                 {"model": "m", "input": 3, "cache_read": 4}, names={"ru1": "ru2"}, cli_agent="ru1", tool_agent="ru2"),
+            Pair(["report-usage", "--model", "m", "--input", "3"], "report_usage", {"model": "m", "input": 3},
+                 names={"ru3": "ru4"}, cli_agent="ru3", tool_agent="ru4")]  # refused alike
+
+
 def case_status(w: World) -> list[Pair]:
     w.record("st-view", output="x")
     w.settle()

@@ -22,3 +22,24 @@ from exo_cli.render.cost import render_cost
 @click.pass_obj
 def cost(env: Any, agent: str | None, tree: bool, as_json: bool) -> None:
     emit(invoke("cost", env, agent=agent, tree=tree), as_json=as_json, human=render_cost)
+
+
+def _render_report(out: Any, r: Any) -> None:
+    out.line(f"Counted in turn {r.turn}: {r.input + r.output + r.cache_write + r.cache_read:,} tokens of {r.model} "
+             f"({r.input:,} / {r.output:,} / {r.cache_write:,} / {r.cache_read:,}); {r.tokens:,} in all.")
+
+
+@click.command(help=op_help("report_usage") + "\n\n\b\nExamples:\n  exo report-usage --model my-model --input 1200 "
+               "--output 300\n  exo report-usage --model my-model --cache-read 5000 --json")
+@op_option("report_usage", "model", "--model", required=True, metavar="MODEL")
+@op_option("report_usage", "input", "--input", type=click.IntRange(min=0), default=0, metavar="N")
+@op_option("report_usage", "output", "--output", type=click.IntRange(min=0), default=0, metavar="N")
+@op_option("report_usage", "cache_write", "--cache-write", type=click.IntRange(min=0), default=0, metavar="N")
+@op_option("report_usage", "cache_read", "--cache-read", type=click.IntRange(min=0), default=0, metavar="N")
+@json_option
+@click.pass_obj
+def report_usage(env: Any, model: str, input: int, output: int, cache_write: int,  # noqa: A002
+                 cache_read: int, as_json: bool) -> None:
+    result = invoke("report_usage", env, model=model, input=input, output=output, cache_write=cache_write,
+                    cache_read=cache_read)
+    emit(result, as_json=as_json, human=_render_report)
