@@ -26,13 +26,14 @@ ASKING = "asking"
 BLOCKED_ON_DIALOG = "blocked-on-dialog"
 WAITING_PERMISSION = "waiting-permission"
 FAILED_TURN = "failed-turn"  # its last turn ended with an error (an API error); alive, takes new messages
+OVER_BUDGET = "over-budget"  # it reached its budget: alive and idle, messages held until `exo budget` raises it
 DONE = "done"
 DEAD = "dead"
 REMOVAL_DEFERRED = "completed by itself; removal deferred"  # the status reason of an agent that completed itself
 UNKNOWN = "unknown"
 UNREACHABLE = "unreachable"  # shown, never recorded: the agent's host cannot be reached just now
 LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, FAILED_TURN, UNKNOWN,
-                 UNREACHABLE)
+                 UNREACHABLE, OVER_BUDGET)
 # Statuses in which an agent waits at its input for the next message (it can be typed into).
 AT_REST = (IDLE, FAILED_TURN)
 

@@ -157,3 +157,47 @@ def test_only_a_custom_agent_reports_its_own_usage(repo: Path) -> None:
                        (["--model", "m", "--input", "-1"], 2), (["--input", "1"], 2)):
         assert run_exo_as(repo, "c1", "report-usage", *args).returncode == code, args
     assert env_for(repo).store.usage(["c1", "cl"]) == [("c1", Usage("my-model", 5, 0, 0, 7))]  # nothing else counted
+
+
+@pytest.mark.sqlite_only
+def test_a_token_budget_stops_the_agent_after_the_turn_that_reaches_it_and_a_raise_releases_it(
+        repo: Path, tmp_path: Path) -> None:
+    make_agent(repo, "lead", role="tl")
+    make_agent(repo, "w1", parent="lead", backend="claude", status="working")
+    make_agent(repo, "w2", parent="root")
+    assert run_exo_as(repo, "w2", "budget", "w1", "100", "--tokens").returncode == 5  # a dev budgets nobody
+    assert run_exo_as(repo, "lead", "budget", "w2", "100", "--tokens").returncode == 5  # not its descendant
+    assert run_exo_as(repo, "lead", "budget", "w1", "x1").returncode == 4
+    set_ = json.loads(run_exo_as(repo, "lead", "budget", "w1", "100", "--tokens", "--json").stdout)
+    assert (set_["budget_tokens"], set_["tokens"], set_["released"]) == (100, 0, False)
+    transcript = tmp_path / "t.jsonl"
+    payload = dict(STOP["claude"], session_id="s", cwd=str(repo), transcript_path=str(transcript))
+    store = env_for(repo).store
+
+    _turn("claude", transcript, 1, 80, 5, 0, 0)  # 85 of 100: told once, at 80%
+    assert hook_json(run_hook(repo, "w1", "stop", "claude", dict(payload, turn_id="t1"))) == {}
+    assert store.agent("w1").status == "idle"  # type: ignore[union-attr]
+    told = [m for m in store.messages(kinds=["event"]) if m.data.get("event") == "budget-warning"]
+    assert sorted(m.recipient for m in told) == ["lead", "w1"]
+
+    store.update_agent("w1", status="working")
+    store.post("send", "lead", "w1", "more work", data={"from_name": "lead"})  # would keep it going: held instead
+    _turn("claude", transcript, 2, 10, 10, 0, 0)  # 105 of 100: this turn overran it, the next never starts
+    assert hook_json(run_hook(repo, "w1", "stop", "claude", dict(payload, turn_id="t2"))) == {}
+    w1 = store.agent("w1")
+    assert (w1.status, w1.status_reason) == ("over-budget", "over budget: 105 of 100 tokens")  # type: ignore[union-attr]
+    assert store.messages(recipient="w1", unconsumed=True, undelivered=True)  # held, not handed over
+    sent = json.loads(run_exo_as(repo, "lead", "send", "w1", "and this", "--json").stdout)
+    assert [s["delivery"] for s in sent["sent"]] == ["held"]
+    assert [m.data.get("event") for m in store.messages(recipient="lead", kinds=["event"])].count("over-budget") == 1
+    waited = json.loads(run_exo_as(repo, "lead", "wait", "w1", "--until-idle", "--timeout", "30", "--json").stdout)
+    assert waited["timed_out"] is False  # a fan-in returns: over budget counts as idle
+
+    raised = json.loads(run_exo_as(repo, "lead", "budget", "w1", "+50", "--tokens", "--json").stdout)
+    assert (raised["budget_tokens"], raised["status"], raised["released"]) == (150, "idle", True)
+    assert store.messages(recipient="w1", unconsumed=True, undelivered=True)  # its next hook takes them
+    proc = run_exo_as(repo, "lead", "budget", "w1", "1")  # dollars: w1 used a model exo has a price for
+    assert proc.returncode == 0, proc.stderr
+    store.record_usage("w1", 3, [Usage("no-price-model", 1)])
+    proc = run_exo_as(repo, "lead", "budget", "w1", "2", "--json")
+    assert proc.returncode == 5 and "no-price-model" in json.loads(proc.stdout)["error"]["message"]

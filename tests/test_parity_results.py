@@ -505,6 +505,15 @@ def case_cost(w: World) -> list[Pair]:
             Pair(["cost", "--tree"], "cost", {"tree": True})]  # the same error both ways
 
 
+def case_budget(w: World) -> list[Pair]:
+    w.record("bu1")
+    w.record("bu2")
+    return [Pair(["budget", "bu1", "5"], "budget", {"agent": "bu2", "amount": "5"}, names={"bu1": "bu2"}),
+            Pair(["budget", "bu1", "+100", "--tokens"], "budget", {"agent": "bu2", "amount": "+100", "tokens": True},
+                 names={"bu1": "bu2"}),
+            Pair(["budget", "bu1", "lots"], "budget", {"agent": "bu2", "amount": "lots"}, names={"bu1": "bu2"})]
+
+
 def case_report_usage(w: World) -> list[Pair]:
     w.record("ru1", backend="custom")
     w.record("ru2", backend="custom")

@@ -54,6 +54,8 @@ COMMANDS: dict[str, Entry] = {
     "send": Entry("exo_cli.commands.messages:send", "Send a message to one or several agents."),
     "wait": Entry("exo_cli.commands.messages:wait", "Wait for messages: every pending one from anyone, or fan in on several agents."),
     "output": Entry("exo_cli.commands.messages:output", "Show an agent's final output."),
+    "budget": Entry("exo_cli.commands.cost:budget",
+                    "Set or raise an agent's budget in dollars or tokens; an agent over its budget works again."),
     "report-usage": Entry("exo_cli.commands.cost:report_usage",
                           "Report tokens you used with a model: for custom agents, whose CLI exo cannot read."),
     "done": Entry("exo_cli.commands.messages:done", "Mark your own task done with its output."),

@@ -37,6 +37,7 @@ SPECS: dict[str, Spec] = {
     "kill": Spec((kinds.LIVE_AGENT,)),
     "output": Spec((kinds.AGENT,)),
     "cost": Spec((kinds.AGENT,)),
+    "budget": Spec((kinds.AGENT, None)),
     "diff": Spec((kinds.AGENT,)),
     "checkpoints": Spec((kinds.AGENT,)),
     "checkpoint": Spec((kinds.AGENT,)),

@@ -43,3 +43,24 @@ def report_usage(env: Any, model: str, input: int, output: int, cache_write: int
     result = invoke("report_usage", env, model=model, input=input, output=output, cache_write=cache_write,
                     cache_read=cache_read)
     emit(result, as_json=as_json, human=_render_report)
+
+
+def _render_budget(out: Any, r: Any) -> None:
+    limits = [f"{r.budget_tokens:,} tokens" if r.budget_tokens is not None else "",
+              f"${r.budget_usd:.2f}" if r.budget_usd is not None else ""]
+    used = f"{r.tokens:,} tokens" + ("" if r.budget_usd is None else
+                                     ", price unknown" if r.usd is None else f", ${r.usd:.2f}")
+    out.line(f"{r.name}: budget {' and '.join(x for x in limits if x)}; used {used}; status {r.status}.")
+    if r.released:
+        out.line(f"Released: it may work again ({len(r.delivered)} held message(s) handed over now).")
+
+
+@click.command(help=op_help("budget") + "\n\n\b\nExamples:\n  exo budget w1 5\n  exo budget w1 +5\n"
+               "  exo budget w1 +200000 --tokens")
+@click.argument("agent", shell_complete=completer(kinds.AGENT))
+@click.argument("amount")
+@op_option("budget", "tokens", "--tokens", is_flag=True)
+@json_option
+@click.pass_obj
+def budget(env: Any, agent: str, amount: str, tokens: bool, as_json: bool) -> None:
+    emit(invoke("budget", env, agent=agent, amount=amount, tokens=tokens), as_json=as_json, human=_render_budget)
