@@ -102,6 +102,7 @@ DEFAULTS: dict[str, Any] = {
     "broker": {"enabled": True, "idle_exit": 5},
     "hosts": {},
     "prices": {},  # model -> {input, output, cache_write, cache_read} dollars per million tokens (exo_cli/prices.py)
+    "budget": {"agent_usd": 0, "agent_tokens": 0},  # each new agent's budget (0: none; ops/budget.py)
 }
 
 _Check = Callable[[Any], bool]
@@ -221,6 +222,10 @@ def _is_prices_table(v: Any) -> bool:
     return isinstance(v, dict) and all(price_problem(k, x) is None for k, x in v.items())
 
 
+def _is_amount(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and 0 <= v < 1e12
+
+
 def _is_hosts_table(v: Any) -> bool:
     return isinstance(v, dict) and all(host_problem(k, x) is None for k, x in v.items())
 
@@ -281,6 +286,8 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "broker.enabled": (_is_bool, "true or false"),
     "broker.idle_exit": (_is_seconds, "a whole number of seconds"),
     "hosts": (_is_hosts_table, "a table of host name -> { ssh = DESTINATION, path = CLONE, exo = COMMAND, env = [NAMES] }"),
+    "budget.agent_usd": (_is_amount, "a number of dollars (0 = no budget)"),
+    "budget.agent_tokens": (_is_int, "a whole number of tokens (0 = no budget)"),
     "prices": (_is_prices_table, "a table of model -> { input = N, output = N, cache_write = N, cache_read = N } "
                "in dollars per million tokens"),
 }

@@ -168,6 +168,8 @@ def test_a_token_budget_stops_the_agent_after_the_turn_that_reaches_it_and_a_rai
     assert run_exo_as(repo, "w2", "budget", "w1", "100", "--tokens").returncode == 5  # a dev budgets nobody
     assert run_exo_as(repo, "lead", "budget", "w2", "100", "--tokens").returncode == 5  # not its descendant
     assert run_exo_as(repo, "lead", "budget", "w1", "x1").returncode == 4
+    make_agent(repo, "c1", parent="lead", backend="custom")
+    assert run_exo_as(repo, "lead", "budget", "c1", "100", "--tokens").returncode == 5  # no stop hook to stop it
     set_ = json.loads(run_exo_as(repo, "lead", "budget", "w1", "100", "--tokens", "--json").stdout)
     assert (set_["budget_tokens"], set_["tokens"], set_["released"]) == (100, 0, False)
     transcript = tmp_path / "t.jsonl"
@@ -201,3 +203,26 @@ def test_a_token_budget_stops_the_agent_after_the_turn_that_reaches_it_and_a_rai
     store.record_usage("w1", 3, [Usage("no-price-model", 1)])
     proc = run_exo_as(repo, "lead", "budget", "w1", "2", "--json")
     assert proc.returncode == 5 and "no-price-model" in json.loads(proc.stdout)["error"]["message"]
+
+
+@pytest.mark.sqlite_only
+def test_spawn_gives_a_budget_and_a_lead_gives_at_most_what_it_has_left(repo: Path) -> None:
+    make_agent(repo, "lead", role="tl", spec={"budget": {"tokens": 1000}})
+    env_for(repo).store.record_usage("lead", 1, [Usage("m", 400)])
+    args = ("spawn", "--worker", "k1", "--agent", "demo", "--mux", "headless", "--prompt", "hi", "--json")
+    refused = run_exo_as(repo, "lead", *args, "--budget-tokens", "700")
+    assert refused.returncode == 5 and "600 tokens left" in json.loads(refused.stdout)["error"]["message"]
+    proc = run_exo_as(repo, "lead", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    store = env_for(repo).store
+    assert store.agent("k1").spec["budget"] == {"tokens": 600}  # type: ignore[union-attr]  # what the lead had left
+    (repo / "exo.toml").write_text("[budget]\nagent_tokens = 5000\n")
+    proc = run_exo_as(repo, None, *args[:2], "k2", *args[3:], "--budget-usd", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert store.agent("k2").spec["budget"] == {"usd": 2.0, "tokens": 5000}  # type: ignore[union-attr]
+    custom = run_exo_as(repo, None, "spawn", "--worker", "k3", "--agent", "custom", "--mux", "headless",
+                        "--prompt", "hi", "--json")
+    assert custom.returncode == 5 and store.agent("k3") is None  # [budget] would give it one it cannot keep
+    assert "cannot have a budget" in json.loads(custom.stdout)["error"]["message"]
+    for a in ("k1", "k2"):
+        run_exo_as(repo, None, "kill", a)

@@ -91,3 +91,37 @@ def verdict(env: Env, agent: Agent, turn: Sequence[Usage]) -> tuple[str | None, 
 def with_warned(agent: Agent, warned: bool) -> dict[str, Any]:
     """The agent's spec with its budget's ``warned`` flag set."""
     return {**agent.spec, "budget": {**(limits(agent) or {}), "warned": warned}}
+
+
+def budget_for(env: Env, target: Env, backend: str, *, usd: float | None, tokens: int | None) -> dict[str, Any]:
+    """The budget each agent of a spawn gets: the one given, else ``[budget] agent_usd`` / ``agent_tokens``.
+
+    A team lead with a budget gives a child at most what it has left of it, and by default just
+    that. A custom agent has no stop hook to stop it: a budget for one is refused.
+    """
+    from exo_cli.errors import StateError
+
+    given = {"usd": usd if usd is not None else (target.config.get("budget.agent_usd") or None),
+             "tokens": tokens if tokens is not None else (target.config.get("budget.agent_tokens") or None)}
+    lead = env.caller_agent()
+    own = limits(lead) if lead is not None else None
+    if lead is not None and own is not None:
+        s = spent(env, lead)
+        for kind, used in (("usd", s.usd), ("tokens", s.tokens)):
+            if own.get(kind) is None:
+                continue
+            if used is None:
+                raise StateError("Your dollar budget cannot be measured (a model you used has no price): you cannot "
+                                 "give a child a part of it", hint='Set the price with [prices."MODEL"].')
+            left = max(0, own[kind] - used)
+            if given[kind] is not None and given[kind] > left:
+                raise StateError(f"You have {left:,} {'dollars' if kind == 'usd' else 'tokens'} left of your budget: "
+                                 f"a child cannot get {given[kind]:,}", hint="Give less, or ask your parent for more.",
+                                 left=left)
+            if given[kind] is None:
+                given[kind] = round(left, 6) if kind == "usd" else int(left)
+    out = {k: v for k, v in given.items() if v is not None}
+    if out and backend == "custom":
+        raise StateError("A custom agent cannot have a budget: exo cannot stop it at the end of a turn",
+                         hint="Spawn it without --budget-usd/--budget-tokens (or set [budget] for the other agents).")
+    return out

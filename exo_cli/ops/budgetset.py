@@ -57,13 +57,18 @@ def budget(env: Env, *, agent: str, amount: str, tokens: bool = False) -> Budget
     agent stays alive and idle with status `over-budget`, messages to it are held, and its parent
     and the human are told. Raising the budget above what it used releases it and hands the held
     messages over. The turn that crosses the line may overrun it. A team lead may budget its
-    descendants only; a dollar budget needs a price for every model the agent used.
+    descendants only; a dollar budget needs a price for every model the agent used. A custom
+    agent has no stop hook to stop it: refused.
     """
     from exo_cli.ops.messages import find_agent
 
     target = find_agent(env, agent)
     if target.id == ROOT:
         raise InvalidInput("The root has no budget", hint="Budget an agent: `exo budget AGENT 5`.")
+    if target.backend == "custom":  # budgets stop an agent at its stop hook: a custom agent has none
+        raise StateError(f"{target.name} is a custom agent: exo cannot stop it at the end of a turn",
+                         hint="Budgets apply to agents run by Claude Code, Gemini CLI, Codex CLI or the demo agent.",
+                         agent=target.id)
     caller = env.caller
     if not caller.is_human and not in_subtree(env.store.agents(), caller.agent_id, target.id):
         raise StateError(f"{target.name} is not one of your descendants: you may budget only those",
