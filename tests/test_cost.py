@@ -226,3 +226,30 @@ def test_spawn_gives_a_budget_and_a_lead_gives_at_most_what_it_has_left(repo: Pa
     assert "cannot have a budget" in json.loads(custom.stdout)["error"]["message"]
     for a in ("k1", "k2"):
         run_exo_as(repo, None, "kill", a)
+
+
+@pytest.mark.sqlite_only
+def test_a_hostile_transcript_never_blocks_the_hook_nor_breaks_the_count(repo: Path, tmp_path: Path) -> None:
+    import os
+
+    make_agent(repo, "w1", backend="claude", status="working")
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)  # an agent acting from its own shell could name one: opening it would block the hook forever
+    for cli in ("claude", "gemini"):  # Gemini reads its transcript for an API error too
+        payload = dict(STOP[cli], session_id="s", cwd=str(repo), transcript_path=str(fifo),
+                       prompt_response="[no response text]")
+        assert hook_json(run_hook(repo, "w1", "stop", cli, payload)) == {}
+    hostile = tmp_path / "hostile.jsonl"
+    _jsonl(hostile, {"type": "assistant", "message": {"id": "a", "model": "m\x1b[2J" + "x" * 500,
+                                                       "usage": {"input_tokens": 10**30, "output_tokens": True,
+                                                                 "cache_read_input_tokens": -5,
+                                                                 "cache_creation_input_tokens": 3}}})
+    with open(hostile, "ab") as fh:
+        fh.write(b"\xff\xfe not json\n{\"message\": [1]}\n")
+    payload = dict(STOP["claude"], session_id="s", cwd=str(repo), transcript_path=str(hostile), turn_id="h")
+    assert hook_json(run_hook(repo, "w1", "stop", "claude", payload)) == {}
+    [(agent, usage)] = env_for(repo).store.usage(["w1"])
+    assert (usage.input, usage.output, usage.cache_write, usage.cache_read) == (0, 0, 3, 0)
+    assert len(usage.model) == 200 and usage.model.startswith("m\x1b[2J")  # kept as data; `exo cost` shows it safely
+    text = run_exo("cost", "w1", cwd=repo).stdout
+    assert "\x1b" not in text and "price unknown" in text

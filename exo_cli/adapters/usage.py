@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 from exo_cli.records import Usage
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, BinaryIO
 
 CLIS = ("claude", "gemini", "codex")
 TAIL = 4 * 1024 * 1024  # the most a hook reads of a transcript at once (a longer gap: its end only)
@@ -35,25 +36,53 @@ _MARK = {"claude": b'"usage"', "gemini": b'"tokens"', "codex": b'"token_usage_re
 _CONTEXT = b'"turn_context"'
 
 
+MAX_TOKENS = 10**12  # more than any response uses: a bigger count is not one (and would overflow the store)
+
+
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS else 0
+
+
+def _model(value: Any) -> str:
+    """A model's name as recorded: text, at most 200 characters ("unknown" when there is none)."""
+    return str(value)[:200] if isinstance(value, str) and value else "unknown"
+
+
+def open_regular(path: str) -> BinaryIO | None:
+    """``path`` opened for reading when it is a regular file; None otherwise (missing, or a FIFO or a device
+    named as a transcript: opened without blocking and never read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return os.fdopen(fd, "rb")
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 def _new_lines(path: str, state: dict[str, Any]) -> list[bytes]:
     """The complete lines appended to ``path`` since the last call (the offset lives in ``state``)."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
+    fh = open_regular(path)
+    if fh is None:
         return []
+    with fh:
+        return _read_new(fh, path, state)
+
+
+def _read_new(fh: BinaryIO, path: str, state: dict[str, Any]) -> list[bytes]:
+    size = os.fstat(fh.fileno()).st_size
     off = state.get("uoff", 0) if state.get("upath") == path else 0
     if not isinstance(off, int) or off > size:  # another file, or one that was replaced: from the start
         off = 0
     skip_partial = size - off > TAIL
     if skip_partial:
         off = size - TAIL
-    with open(path, "rb") as fh:
-        fh.seek(off)
-        chunk = fh.read(size - off)
+    fh.seek(off)
+    chunk = fh.read(size - off)
     if skip_partial:
         first = chunk.find(b"\n") + 1
         chunk, off = chunk[first:], off + first
@@ -66,7 +95,7 @@ def _claude(obj: dict[str, Any]) -> tuple[Any, Usage] | None:
     message = obj.get("message")
     if not isinstance(message, dict) or not isinstance(usage := message.get("usage"), dict):
         return None
-    return message.get("id"), Usage(str(message.get("model") or "unknown"), _int(usage.get("input_tokens")),
+    return message.get("id"), Usage(_model(message.get("model")), _int(usage.get("input_tokens")),
                                     _int(usage.get("output_tokens")), _int(usage.get("cache_creation_input_tokens")),
                                     _int(usage.get("cache_read_input_tokens")))
 
@@ -76,7 +105,7 @@ def _gemini(obj: dict[str, Any]) -> tuple[Any, Usage] | None:
     if obj.get("type") != "gemini" or not isinstance(tokens, dict):
         return None
     cached = _int(tokens.get("cached"))
-    return obj.get("id"), Usage(str(obj.get("model") or "unknown"),
+    return obj.get("id"), Usage(_model(obj.get("model")),
                                 max(0, _int(tokens.get("input")) - cached) + _int(tokens.get("tool")),
                                 _int(tokens.get("output")) + _int(tokens.get("thoughts")), 0, cached)
 
@@ -121,7 +150,7 @@ def read_usage(cli: str, path: str, state: dict[str, Any]) -> list[Usage]:
         if context:
             payload = obj.get("payload")
             if obj.get("type") == "turn_context" and isinstance(payload, dict) and payload.get("model"):
-                model = str(payload["model"])
+                model = _model(payload["model"])
             continue
         got = _claude(obj) if cli == "claude" else _gemini(obj) if cli == "gemini" else _codex(obj, model)
         if got is None or got[0] in seen:
