@@ -253,3 +253,25 @@ def test_a_hostile_transcript_never_blocks_the_hook_nor_breaks_the_count(repo: P
     assert len(usage.model) == 200 and usage.model.startswith("m\x1b[2J")  # kept as data; `exo cost` shows it safely
     text = run_exo("cost", "w1", cwd=repo).stdout
     assert "\x1b" not in text and "price unknown" in text
+
+
+@pytest.mark.sqlite_only
+def test_the_stop_hook_waits_for_claude_to_write_the_turns_last_message(repo: Path, tmp_path: Path) -> None:
+    """Claude Code runs its Stop hook before it writes the turn's last message: its usage still counts in that turn."""
+    import threading
+
+    make_agent(repo, "w1", backend="claude", status="working")
+    transcript = tmp_path / "t.jsonl"
+    _jsonl(transcript, {"type": "user", "message": {"content": "go"}})
+    text = 'Fin "ok"\n'
+    last = [{"type": "assistant", "message": {"id": "m9", "model": "m", "content": [{"type": "text", "text": text}],
+                                              "usage": {"input_tokens": 7, "output_tokens": 3}}}]
+    late = threading.Timer(0.5, lambda: _jsonl(transcript, *last))
+    late.start()
+    payload = dict(STOP["claude"], session_id="s", cwd=str(repo), transcript_path=str(transcript),
+                   last_assistant_message=text, turn_id="t1")
+    try:
+        assert hook_json(run_hook(repo, "w1", "stop", "claude", payload)) == {}
+    finally:
+        late.join()
+    assert env_for(repo).store.usage(["w1"]) == [("w1", Usage("m", 7, 3, 0, 0))]

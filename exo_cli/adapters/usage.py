@@ -64,12 +64,29 @@ def open_regular(path: str) -> BinaryIO | None:
     return None
 
 
-def _new_lines(path: str, state: dict[str, Any]) -> list[bytes]:
-    """The complete lines appended to ``path`` since the last call (the offset lives in ``state``)."""
+FLUSH_WAIT = 2.0  # how long a stop hook waits for Claude to write the turn's last message to its transcript
+
+
+def _new_lines(path: str, state: dict[str, Any], expect: bytes | None = None) -> list[bytes]:
+    """The complete lines appended to ``path`` since the last call (the offset lives in ``state``).
+
+    With ``expect``, first wait (``FLUSH_WAIT`` seconds at most) until those bytes were appended:
+    Claude Code runs its Stop hook before it has written the turn's last message to the transcript.
+    """
     fh = open_regular(path)
     if fh is None:
         return []
     with fh:
+        if expect:
+            import time
+
+            deadline = time.monotonic() + FLUSH_WAIT
+            start = state.get("uoff", 0) if state.get("upath") == path else 0
+            while time.monotonic() < deadline:
+                fh.seek(start if isinstance(start, int) else 0)
+                if expect in fh.read():
+                    break
+                time.sleep(0.02)
         return _read_new(fh, path, state)
 
 
@@ -122,16 +139,20 @@ def _codex(obj: dict[str, Any], model: str) -> tuple[Any, Usage] | None:
                                              _int(usage.get("output_tokens")), written, read)
 
 
-def read_usage(cli: str, path: str, state: dict[str, Any]) -> list[Usage]:
+def read_usage(cli: str, path: str, state: dict[str, Any], last_text: str | None = None) -> list[Usage]:
     """The usage the agent CLI ``cli`` recorded in its transcript ``path`` since the last call, by model.
 
     ``state`` is the hook's bookkeeping of this agent (updated here). [] for another CLI or an
-    unreadable file; a line that is not JSON is skipped.
+    unreadable file; a line that is not JSON is skipped. ``last_text``: the turn's last message as
+    the Stop hook reports it, which Claude may not have written to its transcript yet (waited for).
     """
     if cli not in CLIS:
         return []
+    expect = None
+    if cli == "claude" and last_text and last_text.strip():
+        expect = json.dumps(last_text.strip()[:60], ensure_ascii=False)[1:-1].encode("utf-8")
     try:
-        lines = _new_lines(path, state)
+        lines = _new_lines(path, state, expect)
     except OSError:
         return []
     seen = list(state.get("uids") or [])

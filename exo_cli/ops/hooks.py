@@ -342,7 +342,7 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
         text, cut = clip(text, "output", "output")
     active = bool(data.get("stop_hook_active"))
     tpath = data.get("transcript_path")
-    usage = read_usage(cli, tpath, state) if isinstance(tpath, str) and tpath else []
+    usage = read_usage(cli, tpath, state, text) if isinstance(tpath, str) and tpath else []
 
     reasons: list[str] = []
     turn_no = agent.turns + (1 if first_for_turn else 0)  # the turn this stop ends, as its checkpoints say
