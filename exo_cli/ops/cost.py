@@ -97,10 +97,32 @@ def _names(model: str) -> list[str]:
 
 
 def prices(env: Env) -> Prices:
-    """The price table of the configuration (``[prices."MODEL"]``) over exo's defaults."""
+    """The price table of the configuration (``[prices."MODEL"]``) over exo's defaults.
+
+    The configuration is loaded only when one of its files mentions prices (or it is loaded
+    already): `exo agents` shows every agent's dollars, and stays as fast as it was.
+    """
+    if "config" not in vars(env) and not _mentions_prices(env):
+        return Prices({})
     table = env.config.get("prices") or {}
     return Prices({str(k): (float(v["input"]), float(v["output"]), float(v["cache_write"]), float(v["cache_read"]))
                    for k, v in table.items()})
+
+
+def _mentions_prices(env: Env) -> bool:
+    from exo_cli.config_paths import config_files
+
+    try:
+        root = env.repo.root
+    except Exception:  # noqa: BLE001 - outside a repository: the user's file only
+        root = None
+    for path in config_files(env.environ, root):
+        try:
+            if b"prices" in path.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def model_usage(u: Usage, table: Prices) -> ModelUsage:
