@@ -544,6 +544,10 @@ def _start(call: Call, agent_id: str, spec: dict[str, Any], launch: Launch, *, s
     extra: dict[str, Any] = {}
     if call.common.mux == "headless":
         extra["channel"] = launch.channel
+        from exo_cli.ops import broker
+
+        if spec.get(broker.KEY_FIELD):  # the runner starts the team's broker again when it dies
+            extra["channel"] = {**launch.channel, "keeper": broker.keeper(env)}
     elif call.common.mux == "zellij" and services and path is not None:
         extra["services_argv"] = wt.services_argv(path)
         extra["services_log"] = str(path / wt.PC_LOG)
