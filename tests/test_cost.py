@@ -145,17 +145,17 @@ def test_usage_rows_follow_a_retired_agent_and_sum_per_model(repo: Path) -> None
 def test_only_a_custom_agent_reports_its_own_usage(repo: Path) -> None:
     make_agent(repo, "c1", backend="custom", turns=2)
     make_agent(repo, "cl", backend="claude")
-    ok = run_exo_as(repo, "c1", "report-usage", "--model", "my-model", "--input", "5", "--cache-read", "7", "--json")
+    ok = run_exo_as(repo, "c1", "usage", "--model", "my-model", "--input", "5", "--cache-read", "7", "--json")
     assert ok.returncode == 0, ok.stderr
     assert {k: v for k, v in json.loads(ok.stdout).items() if k in ("turn", "tokens", "input")} == {
         "turn": 3, "tokens": 12, "input": 5}
     assert env_for(repo).store.usage(["c1"]) == [("c1", Usage("my-model", 5, 0, 0, 7))]
-    refused = run_exo_as(repo, "cl", "report-usage", "--model", "m", "--input", "5", "--json")
+    refused = run_exo_as(repo, "cl", "usage", "--model", "m", "--input", "5", "--json")
     assert refused.returncode == 5 and "own record" in json.loads(refused.stdout)["error"]["message"]
-    assert run_exo_as(repo, None, "report-usage", "--model", "m", "--input", "5").returncode == 5  # the human
+    assert run_exo_as(repo, None, "usage", "--model", "m", "--input", "5").returncode == 5  # the human
     for args, code in ((["--model", "m\x1b[2J", "--input", "1"], 4), (["--model", "m"], 4),
                        (["--model", "m", "--input", "-1"], 2), (["--input", "1"], 2)):
-        assert run_exo_as(repo, "c1", "report-usage", *args).returncode == code, args
+        assert run_exo_as(repo, "c1", "usage", *args).returncode == code, args
     assert env_for(repo).store.usage(["c1", "cl"]) == [("c1", Usage("my-model", 5, 0, 0, 7))]  # nothing else counted
 
 

@@ -519,9 +519,9 @@ def case_report_usage(w: World) -> list[Pair]:
     w.record("ru2", backend="custom")
     w.record("ru3", backend="codex")
     w.record("ru4", backend="codex")
-    return [Pair(["report-usage", "--model", "m", "--input", "3", "--cache-read", "4"], "report_usage",
+    return [Pair(["usage", "--model", "m", "--input", "3", "--cache-read", "4"], "report_usage",
                  {"model": "m", "input": 3, "cache_read": 4}, names={"ru1": "ru2"}, cli_agent="ru1", tool_agent="ru2"),
-            Pair(["report-usage", "--model", "m", "--input", "3"], "report_usage", {"model": "m", "input": 3},
+            Pair(["usage", "--model", "m", "--input", "3"], "report_usage", {"model": "m", "input": 3},
                  names={"ru3": "ru4"}, cli_agent="ru3", tool_agent="ru4")]  # refused alike
 
 

@@ -56,7 +56,7 @@ COMMANDS: dict[str, Entry] = {
     "output": Entry("exo_cli.commands.messages:output", "Show an agent's final output."),
     "budget": Entry("exo_cli.commands.cost:budget",
                     "Set or raise an agent's budget in dollars or tokens; an agent over its budget works again."),
-    "report-usage": Entry("exo_cli.commands.cost:report_usage",
+    "usage": Entry("exo_cli.commands.cost:report_usage",
                           "Report tokens you used with a model: for custom agents, whose CLI exo cannot read."),
     "done": Entry("exo_cli.commands.messages:done", "Mark your own task done with its output."),
     "demo": Entry("exo_cli.commands.demo:demo", "Show the whole lifecycle on a scratch repository with the built-in demo agent."),

@@ -29,8 +29,8 @@ def _render_report(out: Any, r: Any) -> None:
              f"({r.input:,} / {r.output:,} / {r.cache_write:,} / {r.cache_read:,}); {r.tokens:,} in all.")
 
 
-@click.command(help=op_help("report_usage") + "\n\n\b\nExamples:\n  exo report-usage --model my-model --input 1200 "
-               "--output 300\n  exo report-usage --model my-model --cache-read 5000 --json")
+@click.command(help=op_help("report_usage") + "\n\n\b\nExamples:\n  exo usage --model my-model --input 1200 "
+               "--output 300\n  exo usage --model my-model --cache-read 5000 --json")
 @op_option("report_usage", "model", "--model", required=True, metavar="MODEL")
 @op_option("report_usage", "input", "--input", type=click.IntRange(min=0), default=0, metavar="N")
 @op_option("report_usage", "output", "--output", type=click.IntRange(min=0), default=0, metavar="N")

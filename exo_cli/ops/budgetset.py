@@ -46,7 +46,7 @@ def _amount(text: str, tokens: bool) -> tuple[bool, float]:
     tools=["budget"],
     roles=("tl",),
     help={"agent": "The agent whose budget to set or raise (a team lead: one of its descendants).",
-          "amount": "The new budget, or +N to raise it by N: dollars, or tokens with --tokens.",
+          "amount": "The new budget, or +N to raise it by N: dollars, or tokens with {--tokens}.",
           "tokens": "The amount is tokens, not dollars."},
     flags={"tokens": "--tokens"},
 )

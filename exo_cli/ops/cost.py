@@ -196,7 +196,7 @@ def cost(env: Env, *, agent: str | None = None, tree: bool = False) -> CostResul
     Tokens come from each agent CLI's own record (Claude's transcript, Gemini's session file,
     Codex's rollout file) at the end of every turn; dollars from exo's dated default prices or
     `[prices."MODEL"]`. A model without a price shows "price unknown", never a guess. With
-    {--agent}, that agent; with {--tree}, its descendants too (retired ones included) and their total.
+    an agent, that agent only; with {--tree}, its descendants too (retired ones included) and their total.
     """
     from exo_cli.errors import InvalidInput, NotFound
 

@@ -1,4 +1,4 @@
-"""``exo report-usage``: a custom agent tells exo the tokens it used (the three agent CLIs never may)."""
+"""``exo usage``: a custom agent tells exo the tokens it used (the three agent CLIs never may)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class UsageReport:
 
 @op(
     "report_usage",
-    cli="report-usage",
+    cli="usage",
     tools=["report_usage"],
     roles=("tl", "dev"),
     help={"model": "The model the tokens were used with, as its price is named (`[prices.\"MODEL\"]`).",
