@@ -106,7 +106,7 @@ DEFAULTS: dict[str, Any] = {
     "hosts": {},
     # bubblewrap around agents that work in their own clone (docs/security.md "The sandbox")
     "sandbox": {"mode": "off", "env": [], "paths": [], "hide": [], "devices": []},
-    # the merge queue (docs/merge-queue.md): with gates for a base, `pr merge` enqueues instead of merging
+    # the merge queue (docs/commands.md: The merge queue): with gates for a base, `pr merge` enqueues instead of merging
     "merge": {"gates": [], "setup": [], "bases": [], "batch": 4, "window": 5},
     "prices": {},  # model -> {input, output, cache_write, cache_read} dollars per million tokens (exo_cli/prices.py)
     "budget": {"agent_usd": 0, "agent_tokens": 0},  # each new agent's budget (0: none; ops/budget.py)
