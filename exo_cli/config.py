@@ -101,6 +101,8 @@ DEFAULTS: dict[str, Any] = {
     # the team broker: every agent reaches exo through its own socket (docs/architecture.md "The broker")
     "broker": {"enabled": True, "idle_exit": 5},
     "hosts": {},
+    # a sandboxed agent's network: its model API and these, nothing else (docs/configuration.md)
+    "sandbox": {"allow_hosts": []},
 }
 
 _Check = Callable[[Any], bool]
@@ -199,6 +201,18 @@ def _is_hosts_table(v: Any) -> bool:
     return isinstance(v, dict) and all(host_problem(k, x) is None for k, x in v.items())
 
 
+def _host_problem(entries: list[str]) -> str | None:
+    """Why an entry of ``sandbox.allow_hosts`` is no host or preset (None when every one is)."""
+    from exo_cli.adapters.netpolicy import parse_entry
+
+    for entry in entries:
+        try:
+            parse_entry(entry)
+        except InvalidInput as exc:
+            return exc.message
+    return None
+
+
 def _choice(*values: str) -> _Check:
     def check(v: Any) -> bool:
         return v in values
@@ -254,6 +268,9 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "ssh.persist": (_is_seconds, "a whole number of seconds"),
     "broker.enabled": (_is_bool, "true or false"),
     "broker.idle_exit": (_is_seconds, "a whole number of seconds"),
+    "sandbox.allow_hosts": (lambda v: _is_str_list(v) and _host_problem(v) is None,
+                            "a list of HOST, HOST:PORT, *.DOMAIN, [IPV6]:PORT or presets (npm, pypi, crates, "
+                            "goproxy, github)"),
     "hosts": (_is_hosts_table, "a table of host name -> { ssh = DESTINATION, path = CLONE, exo = COMMAND, env = [NAMES] }"),
 }
 _SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}
@@ -316,6 +333,10 @@ def _check(key: str, value: Any, origin: str) -> None:
             if why is not None:
                 raise InvalidInput(f"Bad [hosts.{_shown(name)}] in {origin}: {why}", hint=f"Fix [hosts] in {origin}.",
                                    key=f"hosts.{name}", source=origin)
+    if key == "sandbox.allow_hosts" and _is_str_list(value):  # name the entry that is wrong, and why
+        why = _host_problem(value)
+        if why is not None:
+            raise InvalidInput(f"{why} (in {origin})", hint=f"Fix {key} in {origin}.", key=key, source=origin)
     if not check(value):
         raise InvalidInput(
             f"Bad value for {key} in {origin}: {_shown(value)} (expected {expected})",

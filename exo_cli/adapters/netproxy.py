@@ -29,14 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from exo_cli.adapters import brokerio
+from exo_cli.adapters import brokerio, netlog
 from exo_cli.adapters.netbridge import splice
 from exo_cli.adapters.netpolicy import Policy, normalize_host
 
 MAX_HEAD = 16 << 10  # bytes of a request head; a longer one is refused
 HEAD_TIMEOUT = 30.0  # seconds a client has to send its request head
 CONNECT_TIMEOUT = 15.0  # seconds to reach an allowed host
-LOG_MAX = 1 << 20  # bytes of refusal log kept (then cut to <agent>.log.1)
 HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
 
 Address = tuple[int, tuple[str, int]]  # (address family, (ip, port))
@@ -133,49 +132,15 @@ class Agent:
         self.policy = policy
         self.log_dir = log_dir
         self.lock = threading.Lock()
-        self.refused = refused_count(log_dir, agent)
+        self.refused = netlog.refused_count(log_dir, agent)
 
     def refuse(self, host: str, port: int, reason: str) -> None:
         """Log and count one refusal."""
-        from exo_cli.adapters.files import atomic_write
-
         line = json.dumps({"time": round(time.time(), 3), "agent": self.agent, "host": host[:255], "port": port,
                            "reason": reason[:300]}) + "\n"
         with self.lock:
             self.refused += 1
-            log = self.log_dir / f"{self.agent}.log"
-            with contextlib.suppress(OSError):
-                if log.stat().st_size > LOG_MAX:
-                    os.replace(log, log.with_name(log.name + ".1"))
-            with contextlib.suppress(OSError):
-                fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                try:
-                    os.write(fd, line.encode("utf-8", "replace"))
-                finally:
-                    os.close(fd)
-            with contextlib.suppress(OSError):
-                atomic_write(self.log_dir / f"{self.agent}.refused", f"{self.refused}\n", mode=0o600, fsync=False)
-
-
-def refused_count(log_dir: Path, agent: str) -> int:
-    """How many connections of ``agent`` its proxy refused (0 when none was)."""
-    try:
-        return int((log_dir / f"{agent}.refused").read_text(encoding="ascii").strip() or 0)
-    except (OSError, ValueError):
-        return 0
-
-
-def refusals(log_dir: Path, agent: str, *, last: int = 20) -> list[dict[str, object]]:
-    """The last ``last`` refusals logged for ``agent`` (oldest first)."""
-    try:
-        lines = (log_dir / f"{agent}.log").read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    out: list[dict[str, object]] = []
-    for line in lines[-last:]:
-        with contextlib.suppress(ValueError):
-            out.append(json.loads(line))
-    return out
+            netlog.record(self.log_dir, self.agent, self.refused, line)
 
 
 class NetProxy:

@@ -33,6 +33,7 @@ from exo_cli.errors import ExoError, NotFound, StateError
 if TYPE_CHECKING:
     import socket
 
+    from exo_cli.adapters.netproxy import NetProxy
     from exo_cli.env import Env
     from exo_cli.records import Agent
 
@@ -81,6 +82,7 @@ class Broker:
         self.state_dir = env.state_dir.resolve()
         self.repo_root = env.repo.root
         self.store_down = False
+        self.net: NetProxy | None = None  # sandboxed agents' allow-list proxy, made with the first one
 
     # ------------------------------------------------------------------ logging
 
@@ -254,8 +256,26 @@ class Broker:
         self.sel.register(sock, selectors.EVENT_READ, slot)
         self.idle_since = None
         self.log(f"socket of {agent.id}: {path}")
+        self._open_net(agent, folder)
         self.stop_wake()
         return slot
+
+    def _open_net(self, agent: Agent, folder: Path) -> None:
+        """The agent's network proxy socket, when its record has an allow-list (a sandboxed agent)."""
+        from exo_cli.ops import network
+
+        entries = agent.spec.get(network.NET_FIELD)
+        if not isinstance(entries, list):
+            return
+        from exo_cli.adapters import netlog, netpolicy, netproxy
+
+        try:
+            policy = netpolicy.parse(entries, key=network.NET_FIELD)
+            if self.net is None:
+                self.net = netproxy.NetProxy(log=self.log)
+            self.net.add(agent.id, network.net_folder(folder), policy, netlog.folder(self.state_dir))
+        except (ExoError, OSError) as exc:  # no proxy: the sandbox has no way out (closed, not open)
+            self.log(f"cannot open the network proxy of {agent.id}: {exc}")
 
     def stop_wake(self) -> None:
         with contextlib.suppress(OSError):
@@ -263,6 +283,8 @@ class Broker:
 
     def _close_slot(self, slot: Slot) -> None:
         self.slots.pop(slot.key, None)
+        if self.net is not None:
+            self.net.remove(slot.agent)
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(slot.sock)
         slot.sock.close()

@@ -6,7 +6,9 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from exo_cli.adapters import netlog
 from exo_cli.adapters.git import Git
+from exo_cli.adapters.netlog import refused_count
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.records import ROOT, Agent
@@ -73,6 +75,7 @@ class AgentView(NamedTuple):
     tool_calls: int
     tokens: int
     host: str = ""  # the host it runs on ("" for records made before hosts)
+    net_refused: int = 0  # connections its sandbox's network proxy refused (docs/security.md)
 
 
 class AgentsResult(NamedTuple):
@@ -112,6 +115,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
         parent = a.parent if a.parent in ids else None
         children.setdefault(parent, []).append(a)
     out: list[AgentView] = []
+    net = netlog.folder(env.state_dir) if env.has_state() else None
 
     def walk(parent: str | None, depth: int) -> None:
         for a in children.get(parent, []):
@@ -140,6 +144,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
                     tool_calls=a.tool_calls,
                     tokens=a.tokens,
                     host=a.host,
+                    net_refused=refused_count(net, a.id) if net is not None else 0,
                 )
             )
             walk(a.id, depth + 1)

@@ -31,6 +31,10 @@ def render_agents(out: Out, result: AgentsResult) -> None:
         ])
     headers = ["AGENT", "ROLE", "STATUS", "BACKEND", "TASK", "BRANCH", "PANE", "PR", "TURNS/TOOLS/TOK", "LAST MESSAGE",
                "AGE"]
+    if any(a.net_refused for a in result.agents):  # a sandboxed agent tried to reach a host it may not
+        headers.insert(-2, "NET REFUSED")
+        for row, a in zip(rows, result.agents, strict=True):
+            row.insert(-2, str(a.net_refused) if a.net_refused else "")
     if any(a.host not in ("", result.this_host) for a in result.agents):  # a team on several hosts
         headers.insert(1, "HOST")
         for row, a in zip(rows, result.agents, strict=True):
