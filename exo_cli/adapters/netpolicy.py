@@ -98,7 +98,9 @@ def _is_address(host: str) -> bool:
 def _split(entry: str) -> tuple[str, tuple[int, ...]]:
     """``host[:port]`` -> (host, ports); IPv6 literals in brackets."""
     if entry.startswith("["):
-        host, _, rest = entry[1:].partition("]")
+        host, bracket, rest = entry[1:].partition("]")
+        if not bracket:
+            raise ValueError("an opening [ without its ]")
         port = rest[1:] if rest.startswith(":") else None
         if rest and port is None:
             raise ValueError("bad bracketed address")
