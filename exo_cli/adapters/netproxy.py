@@ -339,11 +339,12 @@ class NetworkPlan(NamedTuple):
     policy: Policy
 
 
-def network_plan(folder: Path, policy: Policy, *, python: str | None = None) -> NetworkPlan:
+def network_plan(folder: Path, policy: Policy, *, python: str | None = None, tunnels: bool = True) -> NetworkPlan:
     """The plan for an agent whose proxy listens in ``folder`` (``NetProxy.add``) with ``policy``.
 
     Every loopback address with one port in the policy (a model server on the host's 127.0.0.1)
-    also gets a tunnel on the same port inside, so a client that never proxies 127.0.0.1 reaches it.
+    also gets a tunnel on the same port inside, so a client that never proxies 127.0.0.1 reaches it
+    (``tunnels=False``: none, so such a client must use the proxy variables).
     """
     import sys
 
@@ -353,7 +354,7 @@ def network_plan(folder: Path, policy: Policy, *, python: str | None = None) -> 
     prelude = [python or sys.executable, "-I", "-S", str(BRIDGE), f"{INSIDE}/sock", str(PROXY_PORT)]
     taken = {PROXY_PORT}
     for rule in policy.rules:
-        if _is_ip(rule.host) and _local(rule.host) and len(rule.ports) == 1 and rule.ports[0] not in taken:
+        if tunnels and _is_ip(rule.host) and _local(rule.host) and len(rule.ports) == 1 and rule.ports[0] not in taken:
             taken.add(rule.ports[0])
             target = f"[{rule.host}]:{rule.ports[0]}" if ":" in rule.host else f"{rule.host}:{rule.ports[0]}"
             prelude += ["--tunnel", f"{rule.ports[0]}={target}"]
