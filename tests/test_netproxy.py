@@ -261,3 +261,51 @@ def test_the_bridge_says_so_when_it_cannot_listen() -> None:
         r = subprocess.run([sys.executable, "-I", "-S", str(netproxy.BRIDGE), "/nonexistent", str(port), "--", "true"],
                            capture_output=True, text=True, timeout=60)
     assert r.returncode == 71 and "cannot listen on 127.0.0.1" in r.stderr
+
+
+# --------------------------------------------------------------------------- hosted by the team broker
+
+
+def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_refusals(sleepers: Path) -> None:
+    from exo_cli import __version__
+    from exo_cli.adapters import broker as broker_adapter
+    from exo_cli.ops import broker as broker_ops
+    from exo_cli.ops.board import BoardRow
+    from exo_cli.render import teamboard
+
+    repo = sleepers
+    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n[broker]\nidle_exit = 1\n')
+    exo = Exo(repo)
+    for name in ("w1", "w2"):
+        r = exo("spawn", "--worker", name, "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
+        assert r.exit_code == 0, r.stdout + r.stderr
+    env = Env(cwd=repo)
+    paths = broker_ops.paths(env)
+    record = env.store.agent("w1")
+    assert record is not None
+    folder = paths.agent_dir(str(record.spec["socket_key"])) / "net"
+    assert not folder.exists()  # no allow-list recorded: no proxy
+    # spawn of a sandboxed agent records its allow-list; a broker (here: a restarted one) opens its proxy
+    env.store.update_agent("w1", spec={**record.spec, "net_allow": ["pypi"]})
+    info = broker_adapter.ping(paths, __version__)
+    assert info is not None
+    os.kill(info["pid"], signal.SIGKILL)
+    assert exo("agents", "--json").exit_code == 0  # the human's look starts the broker again
+    wait_for(lambda: (folder / "sock").is_socket(), what="w1's proxy socket")
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(folder / "sock"))
+        s.sendall(b"CONNECT exfil.example:443 HTTP/1.1\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 403")
+    r = exo("agents", "--json")
+    views = {a["id"]: a for a in json.loads(r.stdout)["agents"]}
+    assert (views["w1"]["net_refused"], views["w2"]["net_refused"]) == (1, 0)
+    assert "NET REFUSED" in exo("agents").stdout
+    from exo_cli.ops.status import AgentView
+
+    row = BoardRow(agent=AgentView(**{**views["w1"]}), needs=None, conflicts=[])
+    assert "net refused 1" in teamboard.line(row, 100)
+    assert (env.state_dir / "net" / "w1.log").read_text().count("exfil.example") == 1
+    # the agent goes: so does its proxy socket
+    assert exo("kill", "w1").exit_code == 0
+    wait_for(lambda: not folder.exists(), what="w1's proxy socket to go")

@@ -123,6 +123,9 @@ def _run(listeners: list[tuple[socket.socket, str | None]], path: str) -> None:
         for key, _ in sel.select():
             try:
                 client, _ = key.fileobj.accept()  # type: ignore[union-attr]
+                # a relay must not hold back small writes (Nagle): a streamed answer's chunks would
+                # wait for the client's delayed ACK, 40 ms each time
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 continue
             threading.Thread(target=_serve, args=(client, path, key.data), daemon=True).start()

@@ -272,6 +272,7 @@ class NetProxy:
         last: OSError | None = None
         for family, sockaddr in addresses:
             sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a relay holds back nothing (Nagle)
             sock.settimeout(self.connect_timeout)
             try:
                 sock.connect(sockaddr)
