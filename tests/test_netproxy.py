@@ -309,3 +309,23 @@ def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_re
     # the agent goes: so does its proxy socket
     assert exo("kill", "w1").exit_code == 0
     wait_for(lambda: not folder.exists(), what="w1's proxy socket to go")
+
+
+def test_an_agent_past_its_connection_limit_waits_for_one_to_end(net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netproxy, "MAX_CONNECTIONS", 2)
+    entry = net.proxy.agents["w1"]
+    held = [socket.socket(socket.AF_UNIX) for _ in range(2)]
+    waiting = socket.socket(socket.AF_UNIX)
+    try:
+        for s in held:
+            s.connect(str(net.folder / "sock"))  # no request head yet: each holds a thread
+        wait_for(lambda: entry.paused, what="the proxy to stop accepting w1's connections")
+        waiting.connect(str(net.folder / "sock"))  # the kernel's backlog takes it
+        waiting.sendall(b"CONNECT over.limit.example:443 HTTP/1.1\r\n\r\n")
+        held[0].close()
+        waiting.settimeout(60)
+        assert waiting.recv(100).startswith(b"HTTP/1.1 403")  # served once a slot was free
+        wait_for(lambda: not entry.paused, what="w1's listener back")
+    finally:
+        for s in [*held, waiting]:
+            s.close()

@@ -36,6 +36,7 @@ from exo_cli.adapters.netpolicy import Policy, normalize_host
 MAX_HEAD = 16 << 10  # bytes of a request head; a longer one is refused
 HEAD_TIMEOUT = 30.0  # seconds a client has to send its request head
 CONNECT_TIMEOUT = 15.0  # seconds to reach an allowed host
+MAX_CONNECTIONS = 256  # open connections of one agent (a thread each); more wait for one to end
 HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
 
 Address = tuple[int, tuple[str, int]]  # (address family, (ip, port))
@@ -133,6 +134,8 @@ class Agent:
         self.log_dir = log_dir
         self.lock = threading.Lock()
         self.refused = netlog.refused_count(log_dir, agent)
+        self.open = 0  # connections being served
+        self.paused = False  # at MAX_CONNECTIONS: not listened to until one ends
 
     def refuse(self, host: str, port: int, reason: str) -> None:
         """Log and count one refusal."""
@@ -222,6 +225,7 @@ class NetProxy:
                     conn, _ = entry.sock.accept()
                 except OSError:
                     continue
+                self._count(entry, +1)
                 threading.Thread(target=self._serve, args=(entry, conn), name="exo-netproxy-conn",
                                  daemon=True).start()
 
@@ -250,6 +254,19 @@ class NetProxy:
             if upstream is not None:
                 upstream.close()
             conn.close()
+            self._count(entry, -1)
+
+    def _count(self, entry: Agent, delta: int) -> None:
+        """One connection more or less; at ``MAX_CONNECTIONS`` the agent's next ones wait in the backlog."""
+        with self.lock:
+            entry.open += delta
+            if entry.open >= MAX_CONNECTIONS and not entry.paused and self.agents.get(entry.agent) is entry:
+                entry.paused = True
+                self.sel.unregister(entry.sock)
+            elif entry.open < MAX_CONNECTIONS and entry.paused and self.agents.get(entry.agent) is entry:
+                entry.paused = False
+                self.sel.register(entry.sock, selectors.EVENT_READ, entry)
+                self._wake()
 
     def _open(self, entry: Agent, request: Request) -> socket.socket:
         host, port = request.host, request.port
