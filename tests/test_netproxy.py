@@ -96,14 +96,15 @@ def test_allow_hosts_in_exo_toml_is_checked_entry_by_entry(repo: Path) -> None:
 @pytest.mark.parametrize(("head", "want"), [
     (b"CONNECT example.com:443 HTTP/1.1", ("example.com", 443, True)),
     (b"CONNECT [::1]:8080 HTTP/1.1", ("::1", 8080, True)),
-    (b"GET http://user@example.com/a?b HTTP/1.1\r\nProxy-Authorization: x\r\nHost: example.com",
+    (b"GET http://user@example.com/a?b HTTP/1.1\r\nProxy-Authorization: x\r\nHost: fronted.evil.example",
      ("example.com", 80, False)),
 ])
 def test_request_heads(head: bytes, want: tuple[str, int, bool]) -> None:
     request = parse_head(head, b"")
     assert (request.host, request.port, request.connect) == want
     if not request.connect:
-        assert request.forward.startswith(b"GET /a?b HTTP/1.1\r\n") and b"Proxy-Authorization" not in request.forward
+        assert request.forward.startswith(b"GET /a?b HTTP/1.1\r\nHost: example.com\r\n")
+        assert b"Proxy-Authorization" not in request.forward and b"evil" not in request.forward
         assert request.forward.endswith(b"Connection: close\r\n\r\n")
 
 

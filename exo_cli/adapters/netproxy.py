@@ -37,7 +37,7 @@ MAX_HEAD = 16 << 10  # bytes of a request head; a longer one is refused
 HEAD_TIMEOUT = 30.0  # seconds a client has to send its request head
 CONNECT_TIMEOUT = 15.0  # seconds to reach an allowed host
 MAX_CONNECTIONS = 256  # open connections of one agent (a thread each); more wait for one to end
-HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
+HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive", b"host")
 
 Address = tuple[int, tuple[str, int]]  # (address family, (ip, port))
 Resolver = Callable[[str, int], list[Address]]
@@ -98,10 +98,13 @@ def parse_head(head: bytes, rest: bytes) -> Request:
     if not text.lower().startswith("http://"):
         raise Refused(400, "a plain request must name an absolute http:// URL (use CONNECT for https)")
     authority, slash, path = text[7:].partition("/")
-    host, port = _host_port(authority.rpartition("@")[2], 80)
+    authority = authority.rpartition("@")[2]
+    host, port = _host_port(authority, 80)
+    # The Host header names the host the policy allowed, whatever the client wrote: another name there
+    # would reach another site behind the same front (domain fronting).
     headers = [line for line in lines[1:] if line and line.split(b":", 1)[0].strip().lower() not in HOP_HEADERS]
-    out = b"\r\n".join([b" ".join([method, ("/" + path if slash else "/").encode(), version]), *headers,
-                        b"Connection: close", b"", b""])
+    out = b"\r\n".join([b" ".join([method, ("/" + path if slash else "/").encode(), version]),
+                        b"Host: " + authority.encode(), *headers, b"Connection: close", b"", b""])
     return Request(host, port, False, out + rest)
 
 
