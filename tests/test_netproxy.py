@@ -49,7 +49,7 @@ def test_entries_presets_wildcards_and_ports() -> None:
 
 
 @pytest.mark.parametrize("entry", ["", "npmx", "*.1.2.3.4", "host:0", "host:99999", "a b.com", "ex\x1bample.com",
-                                  "[::1", "*.", "-bad.com"])
+                                  "[::1", "*.", "-bad.com", "*.com", "*"])
 def test_a_bad_entry_is_invalid_input_naming_the_key(entry: str) -> None:
     with pytest.raises(InvalidInput, match="sandbox.allow_hosts") as info:
         parse([entry])
@@ -330,3 +330,23 @@ def test_an_agent_past_its_connection_limit_waits_for_one_to_end(net: Net, monke
     finally:
         for s in [*held, waiting]:
             s.close()
+
+
+def test_spawn_gets_the_policy_and_the_plan_from_the_config_and_the_clis_own_files(repo: Path, tmp_path: Path) -> None:
+    from exo_cli.ops import broker as broker_ops
+    from exo_cli.ops import network
+
+    (repo / "exo.toml").write_text('[sandbox]\nallow_hosts = ["github", "pypi.org:8443"]\n')
+    codex_home = tmp_path / "codex"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text('model_provider = "corp"\n[model_providers.corp]\n'
+                                            'base_url = "https://llm.corp.example/v1"\n')
+    env = Env(cwd=repo)
+    policy = network.policy(env, backend="codex", environ={"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": "k"})
+    assert policy.entries()[0] == "llm.corp.example:443" and "pypi.org:8443" in policy.entries()
+    assert policy.allows("codeload.github.com", 443) and not policy.allows("api.openai.com", 443)
+    plan = network.plan(env, socket_key="abc123", policy=policy)
+    folder = broker_ops.paths(env).agent_dir("abc123") / "net"
+    assert plan.binds == ((str(folder), "/run/exo-net"),) and plan.policy == policy
+    assert plan.prelude[-1] == "--" and "--tunnel" not in plan.prelude  # no loopback model server here
+    assert plan.env["HTTPS_PROXY"] == plan.env["http_proxy"] == "http://127.0.0.1:3128"

@@ -129,6 +129,8 @@ def parse_entry(entry: str, *, key: str = "sandbox.allow_hosts") -> list[Rule]:
             problem = "not a host name or IP address"
         elif wildcard and _is_address(name):
             problem = "a wildcard takes a name, not an address"
+        elif wildcard and "." not in name:
+            problem = "a wildcard over a whole top-level domain would allow nearly every host"
         elif not wildcard and "." not in name and ":" not in name and name != "localhost":
             problem = "a single-label name that is no preset (presets: " + ", ".join(PRESETS) + ")"
     except ValueError as exc:

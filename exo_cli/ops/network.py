@@ -3,7 +3,7 @@
 Spawn (when it runs an agent in a sandbox) records the agent's allow-list in its record
 (``NET_FIELD``, from ``policy``), so the team broker opens the agent's proxy socket next to its
 exo socket (``<runtime>/s/<key>/net/sock``) and keeps it while the agent lives, and passes the
-sandbox builder the ``plan``. ``exo agents`` shows the refusals (``net_refused``).
+sandbox builder the ``plan``. ``exo agents`` shows the refusals (``net_refused``, ``ops/status``).
 """
 
 from __future__ import annotations
@@ -42,10 +42,3 @@ def plan(env: Env, *, socket_key: str, policy: netpolicy.Policy) -> NetworkPlan:
 def net_folder(agent_dir: Path) -> Path:
     """The folder of an agent's proxy socket, inside its broker socket folder."""
     return agent_dir / "net"
-
-
-def refusals(env: Env, agent: str, *, last: int = 20) -> list[dict[str, object]]:
-    """The last refusals of ``agent``'s proxy (time, agent, host, port, reason), oldest first."""
-    from exo_cli.adapters import netlog
-
-    return netlog.refusals(netlog.folder(env.state_dir), agent, last=last)
