@@ -87,7 +87,8 @@ def normalize_host(host: str) -> str | None:
     return host
 
 
-def _is_address(host: str) -> bool:
+def is_address(host: str) -> bool:
+    """Whether ``host`` is an IP literal (no brackets)."""
     try:
         ipaddress.ip_address(host)
     except ValueError:
@@ -127,7 +128,7 @@ def parse_entry(entry: str, *, key: str = "sandbox.allow_hosts") -> list[Rule]:
         name = normalize_host(host[2:] if wildcard else host)
         if name is None:
             problem = "not a host name or IP address"
-        elif wildcard and _is_address(name):
+        elif wildcard and is_address(name):
             problem = "a wildcard takes a name, not an address"
         elif wildcard and "." not in name:
             problem = "a wildcard over a whole top-level domain would allow nearly every host"

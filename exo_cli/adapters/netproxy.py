@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from exo_cli.adapters import brokerio, netlog
 from exo_cli.adapters.netbridge import splice
-from exo_cli.adapters.netpolicy import Policy, normalize_host
+from exo_cli.adapters.netpolicy import Policy, is_address, normalize_host
 
 MAX_HEAD = 16 << 10  # bytes of a request head; a longer one is refused
 HEAD_TIMEOUT = 30.0  # seconds a client has to send its request head
@@ -195,10 +195,7 @@ class NetProxy:
                 return
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(entry.sock)
-        entry.sock.close()
-        if brokerio.unlink_owned(entry.path, entry.inode):
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.dirname(entry.path))
+        brokerio.close_owned(entry.sock, entry.path, entry.inode)
         self._wake()
 
     def close(self) -> None:
@@ -283,7 +280,7 @@ class NetProxy:
             self.say(f"network: refused {entry.agent} -> {shown}:{port} ({reason})")
             raise Refused(403, f"{shown}:{port} is {reason} of agent {entry.agent}")
         try:
-            addresses = [(_family(name), (name, port))] if _is_ip(name) else self.resolve(name, port)
+            addresses = [(_family(name), (name, port))] if is_address(name) else self.resolve(name, port)
         except Refused as exc:
             if exc.counted:
                 entry.refuse(name, port, exc.reason)
@@ -310,14 +307,6 @@ class NetProxy:
                 f"Content-Length: {len(body)}\r\nConnection: close\r\nX-Exo-Refused: {int(exc.counted)}\r\n\r\n")
         with contextlib.suppress(OSError):
             conn.sendall(head.encode() + body)
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _family(host: str) -> int:
@@ -375,7 +364,7 @@ def network_plan(folder: Path, policy: Policy, *, python: str | None = None, tun
     prelude = [python or sys.executable, "-I", "-S", str(BRIDGE), f"{INSIDE}/sock", str(PROXY_PORT)]
     taken = {PROXY_PORT}
     for rule in policy.rules:
-        if tunnels and _is_ip(rule.host) and _local(rule.host) and len(rule.ports) == 1 and rule.ports[0] not in taken:
+        if tunnels and is_address(rule.host) and _local(rule.host) and len(rule.ports) == 1 and rule.ports[0] not in taken:
             taken.add(rule.ports[0])
             target = f"[{rule.host}]:{rule.ports[0]}" if ":" in rule.host else f"{rule.host}:{rule.ports[0]}"
             prelude += ["--tunnel", f"{rule.ports[0]}={target}"]

@@ -287,10 +287,7 @@ class Broker:
             self.net.remove(slot.agent)
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(slot.sock)
-        slot.sock.close()
-        if brokerio.unlink_owned(slot.path, slot.inode):
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.dirname(slot.path))
+        brokerio.close_owned(slot.sock, slot.path, slot.inode)
 
     def sync(self) -> None:
         """Sockets for the live agents recorded with one; none for agents whose process is gone."""
