@@ -307,6 +307,21 @@ def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_re
     row = BoardRow(agent=AgentView(**{**views["w1"]}), needs=None, conflicts=[])
     assert "net refused 1" in teamboard.line(row, 100)
     assert (env.state_dir / "net" / "w1.log").read_text().count("exfil.example") == 1
+    # a broker killed -9 leaves a dead socket file; the next one publishes a new socket in the same folder
+    # (what the sandbox binds) and goes on counting
+    old = (folder / "sock").stat().st_ino
+    info = broker_adapter.ping(paths, __version__)
+    assert info is not None
+    os.kill(info["pid"], signal.SIGKILL)
+    assert exo("agents", "--json").exit_code == 0
+    wait_for(lambda: (folder / "sock").is_socket() and (folder / "sock").stat().st_ino != old,
+             what="w1's proxy socket from the new broker")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(folder / "sock"))
+        s.sendall(b"CONNECT exfil.example:443 HTTP/1.1\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 403")
+    views = {a["id"]: a for a in json.loads(exo("agents", "--json").stdout)["agents"]}
+    assert views["w1"]["net_refused"] == 2
     # the agent goes: so does its proxy socket
     assert exo("kill", "w1").exit_code == 0
     wait_for(lambda: not folder.exists(), what="w1's proxy socket to go")
