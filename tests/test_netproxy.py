@@ -208,8 +208,8 @@ def test_in_the_sandbox_only_the_allow_list_is_reached_and_each_refusal_is_logge
     assert net.registry.hits == ["registry.npmjs.org /exo-standin", "registry.npmjs.org /tunnelled"]
     refused = netlog.refusals(net.log_dir, "w1")
     assert [(e["host"], e["port"]) for e in refused] == [("evil.example", 443), ("127.0.0.1", outside),
-                                                         ("127.0.0.1", outside)]
-    assert {e["agent"] for e in refused} == {"w1"} and netlog.refused_count(net.log_dir, "w1") == 3
+                                                         ("127.0.0.1", outside), ("-", 0)]  # the junk too
+    assert {e["agent"] for e in refused} == {"w1"} and netlog.refused_count(net.log_dir, "w1") == 4
     assert any("refused w1 -> evil.example:443" in line for line in net.logs)
 
 
@@ -222,6 +222,14 @@ def test_a_hostile_host_name_is_logged_visible_and_never_resolved(net: Net) -> N
     assert netlog.refused_count(net.log_dir, "w1") == before + 1
     last = netlog.refusals(net.log_dir, "w1")[-1]
     assert "\x1b" not in str(last["host"]) and last["reason"] == "not a valid host name"
+    with socket.socket(socket.AF_UNIX) as s:  # a connection closed before a word tried nothing: not counted
+        s.connect(str(net.folder / "sock"))
+    wait_for(lambda: net.proxy.agents["w1"].open == 0, what="the empty connection to be served")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(net.folder / "sock"))
+        s.sendall(b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n")
+        assert b"evil.example:443: not in the allow-list ([sandbox] allow_hosts)" in s.recv(300)
+    assert netlog.refused_count(net.log_dir, "w1") == before + 2
 
 
 def _children(pid: int) -> list[int]:

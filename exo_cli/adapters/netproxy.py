@@ -46,11 +46,13 @@ Resolver = Callable[[str, int], list[Address]]
 class Refused(Exception):
     """A request the proxy will not carry: ``status`` is the HTTP answer, ``counted`` whether it is a refusal."""
 
-    def __init__(self, status: int, reason: str, *, counted: bool = True) -> None:
+    def __init__(self, status: int, reason: str, *, counted: bool = True, host: str = "-", port: int = 0) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.counted = counted
+        self.host = host
+        self.port = port
 
 
 def _local(ip: str) -> bool:
@@ -247,6 +249,9 @@ class NetProxy:
             upstream.settimeout(None)
             splice(conn, upstream)
         except Refused as exc:
+            if exc.counted:
+                entry.refuse(exc.host, exc.port, exc.reason)
+                self.say(f"network: refused {entry.agent} -> {exc.host}:{exc.port} ({exc.reason})")
             self._answer(conn, exc)
         except OSError:
             pass  # the client or the upstream went away
@@ -276,15 +281,11 @@ class NetProxy:
 
             shown = visible(host[:255])
             reason = "not in the allow-list" if name is not None else "not a valid host name"
-            entry.refuse(shown, port, reason)
-            self.say(f"network: refused {entry.agent} -> {shown}:{port} ({reason})")
-            raise Refused(403, f"{shown}:{port} is {reason} of agent {entry.agent}")
+            raise Refused(403, reason, host=shown, port=port)
         try:
             addresses = [(_family(name), (name, port))] if is_address(name) else self.resolve(name, port)
         except Refused as exc:
-            if exc.counted:
-                entry.refuse(name, port, exc.reason)
-                self.say(f"network: refused {entry.agent} -> {name}:{port} ({exc.reason})")
+            exc.host, exc.port = name, port
             raise
         last: OSError | None = None
         for family, sockaddr in addresses:
@@ -302,7 +303,9 @@ class NetProxy:
 
     def _answer(self, conn: socket.socket, exc: Refused) -> None:
         words = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}.get(exc.status, "Error")
-        body = f"exo: {exc.reason}\n".encode("utf-8", "replace")
+        target = f"{exc.host}:{exc.port}: " if exc.port else ""
+        hint = " ([sandbox] allow_hosts)" if exc.status == 403 else ""
+        body = f"exo: {target}{exc.reason}{hint}\n".encode("utf-8", "replace")
         head = (f"HTTP/1.1 {exc.status} {words}\r\nContent-Type: text/plain; charset=utf-8\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\nX-Exo-Refused: {int(exc.counted)}\r\n\r\n")
         with contextlib.suppress(OSError):
@@ -319,8 +322,8 @@ def _read_head(conn: socket.socket) -> tuple[bytes, bytes]:
         if len(data) > MAX_HEAD:
             raise Refused(400, "request head too long")
         chunk = conn.recv(4096)
-        if not chunk:
-            raise Refused(400, "the connection closed before a whole request head")
+        if not chunk:  # a connection closed before a word is no attempt to go anywhere
+            raise Refused(400, "the connection closed before a whole request head", counted=bool(data))
         data += chunk
     head, _, rest = data.partition(b"\r\n\r\n")
     if len(head) > MAX_HEAD:
