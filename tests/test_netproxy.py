@@ -154,8 +154,11 @@ class Net:
         self.outside = _server(b"SHOULD-NEVER-BE-READ")  # a listener outside the allow-list
         standin = ("127.0.0.1", self.registry.server_address[1])
 
+        self.asked: list[str] = []
+
         def standin_dns(host: str, port: int) -> list[netproxy.Address]:
             """The boundary: the public DNS cannot be used here; the preset's name resolves to the stand-in."""
+            self.asked.append(host)
             if host == "registry.npmjs.org":
                 return [(socket.AF_INET, standin)]
             raise Refused(502, f"no test DNS entry for {host}", counted=False)
@@ -205,6 +208,7 @@ def test_in_the_sandbox_only_the_allow_list_is_reached_and_each_refusal_is_logge
     assert all(v.startswith("failed") for k, v in got.items() if k.startswith("dns:")), got  # no resolver inside
     assert got["env"]["HTTPS_PROXY"] == "http://127.0.0.1:3128" and "127.0.0.1" in got["env"]["NO_PROXY"]
     assert net.outside.hits == []
+    assert set(net.asked) == {"registry.npmjs.org"}  # a refused name is never looked up, outside either
     assert net.registry.hits == ["registry.npmjs.org /exo-standin", "registry.npmjs.org /tunnelled"]
     refused = netlog.refusals(net.log_dir, "w1")
     assert [(e["host"], e["port"]) for e in refused] == [("evil.example", 443), ("127.0.0.1", outside),
@@ -230,6 +234,7 @@ def test_a_hostile_host_name_is_logged_visible_and_never_resolved(net: Net) -> N
         s.sendall(b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n")
         assert b"evil.example:443: not in the allow-list ([sandbox] allow_hosts)" in s.recv(300)
     assert netlog.refused_count(net.log_dir, "w1") == before + 2
+    assert set(net.asked) == {"registry.npmjs.org"}
 
 
 def _children(pid: int) -> list[int]:
