@@ -319,7 +319,8 @@ def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_re
 
     row = BoardRow(agent=AgentView(**{**views["w1"]}), needs=None, conflicts=[])
     assert "net refused 1" in teamboard.line(row, 100)
-    assert (env.state_dir / "net" / "w1.log").read_text().count("exfil.example") == 1
+    log = netlog.folder(env.state_dir) / f"{netlog.stem('w1', str(record.spec['socket_key']))}.log"
+    assert log.read_text().count("exfil.example") == 1
     # a broker killed -9 leaves a dead socket file; the next one publishes a new socket in the same folder
     # (what the sandbox binds) and goes on counting
     old = (folder / "sock").stat().st_ino
@@ -335,9 +336,14 @@ def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_re
         assert s.recv(100).startswith(b"HTTP/1.1 403")
     views = {a["id"]: a for a in json.loads(exo("agents", "--json").stdout)["agents"]}
     assert views["w1"]["net_refused"] == 2
-    # the agent goes: so does its proxy socket
-    assert exo("kill", "w1").exit_code == 0
+    # the agent goes: so does its proxy socket; a new agent of the same name starts with none refused
+    r = exo("complete", "w1", "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
     wait_for(lambda: not folder.exists(), what="w1's proxy socket to go")
+    r = exo("spawn", "--worker", "w1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    views = {a["id"]: a for a in json.loads(exo("agents", "--json").stdout)["agents"]}
+    assert views["w1"]["net_refused"] == 0 and log.exists()
 
 
 def test_an_agent_past_its_connection_limit_waits_for_one_to_end(net: Net, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,9 @@
-"""The refusal record of sandboxed agents' network proxy: ``<state>/net/<agent>.log`` and ``.refused``.
+"""The refusal record of sandboxed agents' network proxy: ``<state>/net/<agent>.<key>.log`` and ``.refused``.
 
 The log holds one JSON line per refused connection (time, agent, host, port, reason), cut to
-``<agent>.log.1`` past ``LOG_MAX``; ``<agent>.refused`` holds the count, so ``exo agents`` reads one
-small file per agent (stdlib only: it is on the path of every ``exo agents``).
+``.log.1`` past ``LOG_MAX``; ``.refused`` holds the count, so ``exo agents`` reads one small file
+per agent (stdlib only: it is on the path of every ``exo agents``). The files are named by
+``stem``: the agent's id and the socket key of this life of it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ LOG_MAX = 1 << 20  # bytes of refusal log kept before it is cut
 def folder(state_dir: Path) -> Path:
     """Where the proxy records refusals (hidden from every sandbox with the rest of the state folder)."""
     return state_dir / "net"
+
+
+def stem(agent: str, key: str) -> str:
+    """The file name of one agent's life (its id and socket key): a later agent of the same name starts at 0."""
+    return f"{agent}.{key}"
 
 
 def refused_count(log_dir: Path, agent: str) -> int:

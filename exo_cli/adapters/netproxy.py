@@ -130,15 +130,17 @@ def _host_port(text: str, default: int | None) -> tuple[str, int]:
 class Agent:
     """One agent's listener, policy and refusal record."""
 
-    def __init__(self, agent: str, sock: socket.socket, inode: int, path: str, policy: Policy, log_dir: Path) -> None:
+    def __init__(self, agent: str, sock: socket.socket, inode: int, path: str, policy: Policy, log_dir: Path,
+                 record: str) -> None:
         self.agent = agent
+        self.record = record  # the name of its files in log_dir (``netlog.stem``)
         self.sock = sock
         self.inode = inode
         self.path = path
         self.policy = policy
         self.log_dir = log_dir
         self.lock = threading.Lock()
-        self.refused = netlog.refused_count(log_dir, agent)
+        self.refused = netlog.refused_count(log_dir, record)
         self.open = 0  # connections being served
         self.paused = False  # at MAX_CONNECTIONS: not listened to until one ends
 
@@ -148,7 +150,7 @@ class Agent:
                            "reason": reason[:300]}) + "\n"
         with self.lock:
             self.refused += 1
-            netlog.record(self.log_dir, self.agent, self.refused, line)
+            netlog.record(self.log_dir, self.record, self.refused, line)
 
 
 class NetProxy:
@@ -172,8 +174,11 @@ class NetProxy:
         self.thread = threading.Thread(target=self._loop, name="exo-netproxy", daemon=True)
         self.thread.start()
 
-    def add(self, agent: str, folder: Path, policy: Policy, log_dir: Path) -> str:
-        """Listen for ``agent`` on ``folder``/sock (made private); return the socket's path."""
+    def add(self, agent: str, folder: Path, policy: Policy, log_dir: Path, *, record: str | None = None) -> str:
+        """Listen for ``agent`` on ``folder``/sock (made private); return the socket's path.
+
+        Refusals go to ``log_dir``/``record`` (default: the agent's id) ``.log`` and ``.refused``.
+        """
         from exo_cli.adapters.files import ensure_private_dir
 
         ensure_private_dir(folder)
@@ -182,7 +187,7 @@ class NetProxy:
         self.remove(agent)
         sock, inode = brokerio.listen(path)
         sock.setblocking(False)
-        entry = Agent(agent, sock, inode, path, policy, log_dir)
+        entry = Agent(agent, sock, inode, path, policy, log_dir, record or agent)
         with self.lock:
             self.agents[agent] = entry
             self.sel.register(sock, selectors.EVENT_READ, entry)

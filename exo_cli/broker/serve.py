@@ -273,7 +273,8 @@ class Broker:
             policy = netpolicy.parse(entries, key=network.NET_FIELD)
             if self.net is None:
                 self.net = netproxy.NetProxy(log=self.log)
-            self.net.add(agent.id, network.net_folder(folder), policy, netlog.folder(self.state_dir))
+            self.net.add(agent.id, network.net_folder(folder), policy, netlog.folder(self.state_dir),
+                         record=netlog.stem(agent.id, folder.name))
         except (ExoError, OSError) as exc:  # no proxy: the sandbox has no way out (closed, not open)
             self.log(f"cannot open the network proxy of {agent.id}: {exc}")
 

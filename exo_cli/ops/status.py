@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from exo_cli.adapters import netlog
 from exo_cli.adapters.git import Git
-from exo_cli.adapters.netlog import refused_count
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.records import ROOT, Agent
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from exo_cli.env import Env
 
 
@@ -144,13 +145,19 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
                     tool_calls=a.tool_calls,
                     tokens=a.tokens,
                     host=a.host,
-                    net_refused=refused_count(net, a.id) if net is not None else 0,
+                    net_refused=_refused(net, a),
                 )
             )
             walk(a.id, depth + 1)
 
     walk(None, 0)
     return out
+
+
+def _refused(net: Path | None, agent: Agent) -> int:
+    """Connections the agent's sandbox proxy refused in this life of it (0: none, or no sandbox)."""
+    key = agent.spec.get("socket_key")
+    return netlog.refused_count(net, netlog.stem(agent.id, key)) if net is not None and isinstance(key, str) else 0
 
 
 def team_agents(env: Env, *, history: bool = False) -> list[Agent]:
