@@ -22,7 +22,7 @@ import pytest
 from net_sandbox import bwrap_argv, bwrap_missing
 
 from conftest import Exo, wait_for
-from exo_cli.adapters import netlog, netpolicy, netproxy
+from exo_cli.adapters import brokerio, netlog, netpolicy, netproxy
 from exo_cli.adapters.netpolicy import model_entries, parse, policy_for
 from exo_cli.adapters.netproxy import NetProxy, Refused, network_plan, parse_head
 from exo_cli.env import Env
@@ -237,6 +237,14 @@ def test_a_hostile_host_name_is_logged_visible_and_never_resolved(net: Net) -> N
     assert set(net.asked) == {"registry.npmjs.org"}
 
 
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (gone, or a zombie nobody reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _children(pid: int) -> list[int]:
     text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
     return [int(x) for x in text.split()]
@@ -260,8 +268,7 @@ def test_the_bridge_starts_before_the_agent_and_dies_with_it(net: Net, how: str)
         else:
             agent.send_signal(signal.SIGKILL)
             agent.wait(timeout=60)
-        wait_for(lambda: not Path(f"/proc/{bridge}").exists() or "Z" in Path(f"/proc/{bridge}/stat").read_text()
-                 .split(")")[1][:3], what="the bridge to die with its agent")
+        wait_for(lambda: _gone(bridge), what="the bridge to die with its agent")
     finally:
         agent.kill()
         agent.wait()
@@ -278,6 +285,14 @@ def test_the_bridge_says_so_when_it_cannot_listen() -> None:
 
 
 # --------------------------------------------------------------------------- hosted by the team broker
+
+
+def _kill(info: dict[str, object] | None) -> None:
+    """SIGKILL the broker and wait until it is gone (a connect to a dying broker's socket still succeeds)."""
+    assert info is not None
+    pid = int(str(info["pid"]))
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _gone(pid), what="the killed broker to be gone")
 
 
 def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_refusals(sleepers: Path) -> None:
@@ -301,9 +316,7 @@ def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_re
     assert not folder.exists()  # no allow-list recorded: no proxy
     # spawn of a sandboxed agent records its allow-list; a broker (here: a restarted one) opens its proxy
     env.store.update_agent("w1", spec={**record.spec, "net_allow": ["pypi"]})
-    info = broker_adapter.ping(paths, __version__)
-    assert info is not None
-    os.kill(info["pid"], signal.SIGKILL)
+    _kill(broker_adapter.ping(paths, __version__))
     assert exo("agents", "--json").exit_code == 0  # the human's look starts the broker again
     wait_for(lambda: (folder / "sock").is_socket(), what="w1's proxy socket")
     assert oct(folder.stat().st_mode & 0o777) == "0o700"
@@ -319,17 +332,14 @@ def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_re
 
     row = BoardRow(agent=AgentView(**{**views["w1"]}), needs=None, conflicts=[])
     assert "net refused 1" in teamboard.line(row, 100)
-    log = netlog.folder(env.state_dir) / f"{netlog.stem('w1', str(record.spec['socket_key']))}.log"
+    log = netlog.folder(env.state_dir) / f"{netlog.stem(str(record.spec['socket_key']))}.log"
     assert log.read_text().count("exfil.example") == 1
     # a broker killed -9 leaves a dead socket file; the next one publishes a new socket in the same folder
     # (what the sandbox binds) and goes on counting
-    old = (folder / "sock").stat().st_ino
-    info = broker_adapter.ping(paths, __version__)
-    assert info is not None
-    os.kill(info["pid"], signal.SIGKILL)
+    _kill(broker_adapter.ping(paths, __version__))
+    assert not brokerio.answers(str(folder / "sock"))  # the file is there, nobody listens
     assert exo("agents", "--json").exit_code == 0
-    wait_for(lambda: (folder / "sock").is_socket() and (folder / "sock").stat().st_ino != old,
-             what="w1's proxy socket from the new broker")
+    wait_for(lambda: brokerio.answers(str(folder / "sock")), what="w1's proxy socket from the new broker")
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(str(folder / "sock"))
         s.sendall(b"CONNECT exfil.example:443 HTTP/1.1\r\n\r\n")
@@ -342,8 +352,10 @@ def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_re
     wait_for(lambda: not folder.exists(), what="w1's proxy socket to go")
     r = exo("spawn", "--worker", "w1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
     assert r.exit_code == 0, r.stdout + r.stderr
-    views = {a["id"]: a for a in json.loads(exo("agents", "--json").stdout)["agents"]}
+    views = {a["id"]: a for a in json.loads(exo("agents", "--json", "--all").stdout)["agents"]}
     assert views["w1"]["net_refused"] == 0 and log.exists()
+    (old_life,) = [v for k, v in views.items() if k.startswith("w1@")]  # the first w1, kept as history
+    assert old_life["net_refused"] == 2
 
 
 def test_an_agent_past_its_connection_limit_waits_for_one_to_end(net: Net, monkeypatch: pytest.MonkeyPatch) -> None:

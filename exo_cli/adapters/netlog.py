@@ -1,9 +1,9 @@
-"""The refusal record of sandboxed agents' network proxy: ``<state>/net/<agent>.<key>.log`` and ``.refused``.
+"""The refusal record of sandboxed agents' network proxy: ``<state>/net/<key>.log`` and ``.refused``.
 
 The log holds one JSON line per refused connection (time, agent, host, port, reason), cut to
 ``.log.1`` past ``LOG_MAX``; ``.refused`` holds the count, so ``exo agents`` reads one small file
 per agent (stdlib only: it is on the path of every ``exo agents``). The files are named by
-``stem``: the agent's id and the socket key of this life of it.
+``stem``: the socket key of this life of the agent.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ def folder(state_dir: Path) -> Path:
     return state_dir / "net"
 
 
-def stem(agent: str, key: str) -> str:
-    """The file name of one agent's life (its id and socket key): a later agent of the same name starts at 0."""
-    return f"{agent}.{key}"
+def stem(key: str) -> str:
+    """The file name of one agent's life: its socket key (a later agent of the same name starts at 0; the
+    record of a finished one, kept as history under another id, still finds its own)."""
+    return key
 
 
 def refused_count(log_dir: Path, agent: str) -> int:

@@ -274,7 +274,7 @@ class Broker:
             if self.net is None:
                 self.net = netproxy.NetProxy(log=self.log)
             self.net.add(agent.id, network.net_folder(folder), policy, netlog.folder(self.state_dir),
-                         record=netlog.stem(agent.id, folder.name))
+                         record=netlog.stem(folder.name))
         except (ExoError, OSError) as exc:  # no proxy: the sandbox has no way out (closed, not open)
             self.log(f"cannot open the network proxy of {agent.id}: {exc}")
 

@@ -157,7 +157,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
 def _refused(net: Path | None, agent: Agent) -> int:
     """Connections the agent's sandbox proxy refused in this life of it (0: none, or no sandbox)."""
     key = agent.spec.get("socket_key")
-    return netlog.refused_count(net, netlog.stem(agent.id, key)) if net is not None and isinstance(key, str) else 0
+    return netlog.refused_count(net, netlog.stem(key)) if net is not None and isinstance(key, str) else 0
 
 
 def team_agents(env: Env, *, history: bool = False) -> list[Agent]:
