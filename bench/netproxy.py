@@ -7,7 +7,8 @@ path interleaved with the direct one (medians of ``--runs`` rounds of ``--n`` op
    socket (a ``CONNECT`` first), and through the bridge (TCP 127.0.0.1 -> the bridge -> the Unix
    socket -> the proxy -> the server: what a sandboxed agent pays);
 2. per request: ``--n`` GETs on one kept-alive connection, directly and through bridge + proxy;
-3. memory: RSS of one process hosting the proxy for 30 agents against 30 processes hosting one
+3. a 256 MiB download (MiB/s, median of 3) directly and through bridge + proxy;
+4. memory: RSS of one process hosting the proxy for 30 agents against 30 processes hosting one
    each (the per-team against the per-agent design).
 
     python bench/netproxy.py [--runs 7] [--n 200]
@@ -36,12 +37,19 @@ from exo_cli.adapters import netpolicy  # noqa: E402
 from exo_cli.adapters.netproxy import BRIDGE, NetProxy  # noqa: E402
 
 BODY = b"x" * 64
+BIG = 256 << 20  # bytes of the download case
+MIB = b"y" * (1 << 20)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        if self.path == "/big":  # a download: BIG bytes in 1 MiB writes
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % BIG)
+            for _ in range(BIG >> 20):
+                self.wfile.write(MIB)
+            return
         # one write: head and body apart would meet Nagle and the client's delayed ACK (40 ms) on every path
         self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY)
 
@@ -135,6 +143,19 @@ def main() -> int:
                 get(s, buf)
             return (time.perf_counter() - t0) / args.n * 1000
 
+    def download(opener: Callable[[], socket.socket]) -> float:
+        """MiB/s of one BIG download."""
+        with opener() as s:
+            t0 = time.perf_counter()
+            s.sendall(b"GET /big HTTP/1.1\r\nHost: bench\r\n\r\n")
+            got = 0
+            while got < BIG:
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    break
+                got += len(chunk)
+            return (BIG >> 20) / (time.perf_counter() - t0)
+
     cases = {"direct": direct, "proxy (Unix socket + CONNECT)": via_proxy, "bridge + proxy (the sandbox's path)": via_bridge}
     conn: dict[str, list[float]] = {k: [] for k in cases}
     req: dict[str, list[float]] = {"direct": [], "bridge + proxy (the sandbox's path)": []}
@@ -143,6 +164,10 @@ def main() -> int:
             conn[name].append(per_connection(opener))
         for name in req:
             req[name].append(per_request(cases[name]))
+    rate: dict[str, list[float]] = {"direct": [], "bridge + proxy (the sandbox's path)": []}
+    for _ in range(3):
+        for name in rate:
+            rate[name].append(download(cases[name]))
     bridge.kill()
     bridge.wait()
     proxy.close()
@@ -163,6 +188,10 @@ def main() -> int:
     added_conn = statistics.median(conn["bridge + proxy (the sandbox's path)"]) - statistics.median(conn["direct"])
     added_req = statistics.median(req["bridge + proxy (the sandbox's path)"]) - base
     print(f"sandbox path adds {added_conn:.2f} ms per connection and {added_req * 1000:.0f} us per request")
+    direct_rate = statistics.median(rate["direct"])
+    sandbox_rate = statistics.median(rate["bridge + proxy (the sandbox's path)"])
+    print(f"download of {BIG >> 20} MiB: direct {direct_rate:.0f} MiB/s, sandbox path {sandbox_rate:.0f} MiB/s "
+          f"({sandbox_rate / direct_rate:.2f}x)")
     memory(tmp)
     return 0
 
