@@ -396,3 +396,25 @@ def test_spawn_gets_the_policy_and_the_plan_from_the_config_and_the_clis_own_fil
     assert plan.binds == ((str(folder), "/run/exo-net"),) and plan.policy == policy
     assert plan.prelude[-1] == "--" and "--tunnel" not in plan.prelude  # no loopback model server here
     assert plan.env["HTTPS_PROXY"] == plan.env["http_proxy"] == "http://127.0.0.1:3128"
+
+
+def test_a_localhost_base_url_reaches_the_hosts_own_server_and_gets_a_tunnel(net: Net, tmp_path: Path) -> None:
+    port = net.model.server_address[1]
+    policy = policy_for("claude", {"ANTHROPIC_BASE_URL": f"http://localhost:{port}"}, [])
+    assert policy.entries() == [f"localhost:{port}"]
+    proxy = NetProxy()  # the system resolver: localhost is loopback by definition, no DNS answer involved
+    try:
+        folder = tmp_path / "net"
+        proxy.add("w9", folder, policy, tmp_path / "log")
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(folder / "sock"))
+            s.sendall(f"GET http://localhost:{port}/v1/models HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            s.settimeout(60)
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+        assert data.startswith(b"HTTP/1.0 200") and data.endswith(b"standin-model")
+        plan = network_plan(folder, policy)
+        assert plan.prelude[-3:] == ("--tunnel", f"{port}=localhost:{port}", "--")
+    finally:
+        proxy.close()

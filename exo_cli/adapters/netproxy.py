@@ -63,7 +63,13 @@ def _local(ip: str) -> bool:
 
 
 def system_resolve(host: str, port: int) -> list[Address]:
-    """The addresses of ``host`` by this machine's resolver, without loopback/link-local/unspecified ones."""
+    """The addresses of ``host`` by this machine's resolver, without loopback/link-local/unspecified ones.
+
+    ``localhost`` is the one name that is loopback by definition (no DNS answer makes it so): an
+    allow-list that names it (a ``*_BASE_URL`` of ``http://localhost:PORT``) means the host's own.
+    """
+    if host == "localhost":
+        return [(socket.AF_INET, ("127.0.0.1", port))]
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
@@ -372,7 +378,8 @@ def network_plan(folder: Path, policy: Policy, *, python: str | None = None, tun
     prelude = [python or sys.executable, "-I", "-S", str(BRIDGE), f"{INSIDE}/sock", str(PROXY_PORT)]
     taken = {PROXY_PORT}
     for rule in policy.rules:
-        if tunnels and is_address(rule.host) and _local(rule.host) and len(rule.ports) == 1 and rule.ports[0] not in taken:
+        loopback = rule.host == "localhost" or (is_address(rule.host) and _local(rule.host))
+        if tunnels and loopback and len(rule.ports) == 1 and rule.ports[0] not in taken:
             taken.add(rule.ports[0])
             target = f"[{rule.host}]:{rule.ports[0]}" if ":" in rule.host else f"{rule.host}:{rule.ports[0]}"
             prelude += ["--tunnel", f"{rule.ports[0]}={target}"]
