@@ -116,10 +116,21 @@ def test_malformed_heads_are_refused_with_400(head: bytes) -> None:
     assert info.value.status == 400
 
 
-def test_a_name_that_resolves_to_a_local_address_is_refused() -> None:
+def test_a_name_that_resolves_to_a_local_address_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The boundary replaced: the DNS answer (a hostile one cannot be had from a real resolver here)."""
+    answers = {"rebind.example": ["127.0.0.1", "169.254.169.254", "::1", "::ffff:127.0.0.1", "0.0.0.0"],
+               "mixed.example": ["127.0.0.1", "192.0.2.7"]}
+
+    def dns(host: str, port: int, *args: object, **kwargs: object) -> list[tuple[object, ...]]:
+        return [(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port))
+                for ip in answers[host]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", dns)
     with pytest.raises(Refused, match="local address") as info:
-        netproxy.system_resolve("localhost", 80)
+        netproxy.system_resolve("rebind.example", 443)
     assert info.value.status == 403 and info.value.counted
+    assert netproxy.system_resolve("mixed.example", 443) == [(socket.AF_INET, ("192.0.2.7", 443))]
+    assert netproxy.system_resolve("localhost", 8080) == [(socket.AF_INET, ("127.0.0.1", 8080))]  # by definition
 
 
 # --------------------------------------------------------------------------- proxy + bridge in bubblewrap
@@ -372,6 +383,7 @@ def test_an_agent_past_its_connection_limit_waits_for_one_to_end(net: Net, monke
         held[0].close()
         waiting.settimeout(60)
         assert waiting.recv(100).startswith(b"HTTP/1.1 403")  # served once a slot was free
+        waiting.close()
         wait_for(lambda: not entry.paused, what="w1's listener back")
     finally:
         for s in [*held, waiting]:
@@ -418,3 +430,25 @@ def test_a_localhost_base_url_reaches_the_hosts_own_server_and_gets_a_tunnel(net
         assert plan.prelude[-3:] == ("--tunnel", f"{port}=localhost:{port}", "--")
     finally:
         proxy.close()
+
+
+def test_the_bridge_answers_502_when_the_proxy_is_down(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent = subprocess.Popen([sys.executable, "-I", "-S", str(netproxy.BRIDGE), str(tmp_path / "nobody.sock"), str(port),
+                              "--", sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout is not None and agent.stdout.readline() == "up\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:  # listening before the agent ran
+            s.sendall(b"CONNECT example.com:443 HTTP/1.1\r\n\r\n")
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 502") and b"network proxy does not answer" in body
+        assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) == len(body)
+    finally:
+        agent.kill()
+        agent.wait()

@@ -58,6 +58,21 @@ def splice(a: socket.socket, b: socket.socket) -> None:
         sel.close()
 
 
+def answer_and_close(sock: socket.socket, data: bytes) -> None:
+    """Send ``data``, then close without a reset: what the peer sent unread would make the kernel send an
+    RST, which can reach the peer before the answer does (it would read ECONNRESET, not the answer)."""
+    try:
+        sock.settimeout(5.0)
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        while sock.recv(65536):  # until the peer closes too (or 5 s of silence)
+            pass
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
 def _tunnel(upstream: socket.socket, target: str) -> bool:
     """Ask the proxy for a CONNECT to ``target``; whether it answered 200 (extra bytes are never sent first)."""
     upstream.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("ascii"))
@@ -71,10 +86,20 @@ def _tunnel(upstream: socket.socket, target: str) -> bool:
     return len(parts) >= 2 and parts[1] == b"200"
 
 
+_WHY = b"exo: the sandbox's network proxy does not answer (see exo broker status)\n"
+DOWN = b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(_WHY), _WHY)
+
+
 def _serve(client: socket.socket, path: str, target: str | None) -> None:
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        upstream.connect(path)
+        try:
+            upstream.connect(path)
+        except OSError:
+            if target is None:  # a proxy client reads an answer: say why rather than just hang up
+                answer_and_close(client, DOWN)
+            return
         if target is None or _tunnel(upstream, target):
             splice(client, upstream)
     except OSError:

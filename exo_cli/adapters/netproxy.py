@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from exo_cli.adapters import brokerio, netlog
-from exo_cli.adapters.netbridge import splice
+from exo_cli.adapters.netbridge import answer_and_close, splice
 from exo_cli.adapters.netpolicy import Policy, is_address, normalize_host
 
 MAX_HEAD = 16 << 10  # bytes of a request head; a longer one is refused
@@ -319,8 +319,7 @@ class NetProxy:
         body = f"exo: {target}{exc.reason}{hint}\n".encode("utf-8", "replace")
         head = (f"HTTP/1.1 {exc.status} {words}\r\nContent-Type: text/plain; charset=utf-8\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\nX-Exo-Refused: {int(exc.counted)}\r\n\r\n")
-        with contextlib.suppress(OSError):
-            conn.sendall(head.encode() + body)
+        answer_and_close(conn, head.encode() + body)
 
 
 def _family(host: str) -> int:
