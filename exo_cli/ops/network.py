@@ -1,9 +1,10 @@
 """The network of a sandboxed agent from the operations' side: its allow-list, plan and refusals.
 
 Spawn (when it runs an agent in a sandbox) records the agent's allow-list in its record
-(``NET_FIELD``, from ``policy``), so the team broker opens the agent's proxy socket next to its
-exo socket (``<runtime>/s/<key>/net/sock``) and keeps it while the agent lives, and passes the
-sandbox builder the ``plan``. ``exo agents`` shows the refusals (``net_refused``, ``ops/status``).
+(``NET_FIELD``, from ``policy``) before it asks the broker for the agent's socket, so the team
+broker opens the agent's proxy socket with its exo socket (``<runtime>/s/<key>/net/sock``) and
+keeps it while the agent lives, and passes the sandbox builder the ``plan``
+(``adapters.sandbox.Network.bridge(plan)``). ``exo agents`` shows the refusals (``net_refused``, ``ops/status``).
 """
 
 from __future__ import annotations
