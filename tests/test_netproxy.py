@@ -452,3 +452,24 @@ def test_the_bridge_answers_502_when_the_proxy_is_down(tmp_path: Path) -> None:
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_the_terminals_ctrl_c_is_the_agents_not_the_bridges(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent_code = ("import signal, sys; signal.signal(signal.SIGINT, lambda *a: print('INT', flush=True)); "
+                  "print('up', flush=True); sys.stdin.read()")
+    agent = subprocess.Popen([sys.executable, "-I", "-S", str(netproxy.BRIDGE), str(tmp_path / "nobody.sock"), str(port),
+                              "--", sys.executable, "-c", agent_code],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert agent.stdout is not None and agent.stdout.readline() == "up\n"
+        os.killpg(agent.pid, signal.SIGINT)  # what a Ctrl-C in the agent's terminal does: its foreground group
+        assert agent.stdout.readline() == "INT\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:  # the bridge still serves
+            s.sendall(b"CONNECT example.com:443 HTTP/1.1\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 502")
+    finally:
+        agent.kill()
+        agent.wait()
