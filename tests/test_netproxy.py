@@ -339,6 +339,7 @@ def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_re
     views = {a["id"]: a for a in json.loads(r.stdout)["agents"]}
     assert (views["w1"]["net_refused"], views["w2"]["net_refused"]) == (1, 0)
     assert "NET REFUSED" in exo("agents").stdout
+    assert "network 1 connection(s) refused by its allow-list" in " ".join(exo("status", "w1").stdout.split())
     from exo_cli.ops.status import AgentView
 
     row = BoardRow(agent=AgentView(**{**views["w1"]}), needs=None, conflicts=[])

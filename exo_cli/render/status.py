@@ -52,6 +52,9 @@ def render_status(out: Out, result: StatusResult) -> None:
     ]
     if result.agent:
         pairs += [("status", result.agent.status), ("task", result.bead or result.task)]
+        if result.agent.net_refused:  # its sandbox's proxy refused hosts: which ones, in the state folder
+            pairs.append(("network", f"{result.agent.net_refused} connection(s) refused by its allow-list "
+                          f"(the hosts: {result.state_dir}/net/; more with [sandbox] allow_hosts)"))
     pairs += [
         ("branch", f"{g.branch or '(detached)'} @ {g.head or '-'}{ahead}"),
         ("dirty", f"{len(g.dirty)} file(s)" if g.dirty else "clean"),
