@@ -3,9 +3,10 @@
 Each CLI runs one headless turn (a shell tool call, then text) under ``bwrap --unshare-net`` with
 the network plan: its only way out is the bridge to the allow-list proxy (``NetProxy``), whose
 allow-list is derived from the CLI and its login (here the ``*_BASE_URL`` / Codex provider of the
-scripted model server on the host's 127.0.0.1). The plan has no loopback tunnel and ``NO_PROXY``
-is cleared, so the model is reached only by a CLI that honours ``HTTPS_PROXY``/``HTTP_PROXY``. The
-tool call's ``curl`` to another host is refused and logged. The exo spawn path is not used: the
+scripted model server on the host's 127.0.0.1). Without the tunnel the plan makes for a loopback
+model server, and with ``NO_PROXY`` cleared, the model is reached only by a CLI that honours
+``HTTPS_PROXY``/``HTTP_PROXY``; with it (exo's default plan) through the tunnel. The tool call's
+``curl`` to another host is refused and logged. The exo spawn path is not used: the
 sandbox builder that consumes the plan is issue 31's (``adapters/sandbox.py``).
 """
 
@@ -41,9 +42,10 @@ def _argv(cli: str, binary: Path) -> list[str]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("cli", ["claude", "gemini", "codex"])
+@pytest.mark.parametrize(("cli", "tunnel"), [("claude", False), ("gemini", False), ("codex", False),
+                                             ("claude", True), ("codex", True)])
 def test_a_sandboxed_cli_reaches_its_model_through_the_proxy_only(
-        cli: str, require_cli: Callable[[str], Path], model_server: ModelServer,
+        cli: str, tunnel: bool, require_cli: Callable[[str], Path], model_server: ModelServer,
         agent_home: Callable[..., AgentHome], tmp_path: Path) -> None:
     why = bwrap_missing()
     if why:
@@ -53,7 +55,7 @@ def test_a_sandboxed_cli_reaches_its_model_through_the_proxy_only(
     proj.mkdir()
     subprocess.run(["git", "init", "-q", "-b", "main", str(proj)], check=True)
     home = agent_home(cli, trusted=[proj])
-    env = home.env({"NO_PROXY": "", "no_proxy": ""})
+    env = home.env({"NO_PROXY": "", "no_proxy": ""} if not tunnel else None)
     provider = netpolicy.codex_provider_url(home.codex_home) if cli == "codex" else None
     policy = netpolicy.policy_for(cli, env, [], provider_url=provider)
     assert policy.entries() == [f"127.0.0.1:{model_server.url.rsplit(':', 1)[1]}"]
@@ -62,8 +64,9 @@ def test_a_sandboxed_cli_reaches_its_model_through_the_proxy_only(
         folder = tmp_path / "run" / "net"
         folder.parent.mkdir()
         proxy.add("w1", folder, policy, tmp_path / "state" / "net")
-        plan = network_plan(folder, policy, tunnels=False)
-        plan.env.update({"NO_PROXY": "", "no_proxy": ""})
+        plan = network_plan(folder, policy, tunnels=tunnel)
+        if not tunnel:  # the model only through HTTPS_PROXY/HTTP_PROXY: proof that the CLI honours them
+            plan.env.update({"NO_PROXY": "", "no_proxy": ""})
         model_server.script(SCRIPTS[cli], {"text": "Done."})
         argv = bwrap_argv(plan, _argv(cli, binary), env=env, writable=[home.home, home.tmpdir, proj], cwd=proj)
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
