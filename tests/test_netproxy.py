@@ -46,6 +46,8 @@ def test_entries_presets_wildcards_and_ports() -> None:
     assert policy.allows("raw.githubusercontent.com", 443)
     assert not policy.allows("registry.npmjs.org\x00.evil", 443) and not policy.allows("", 443)
     assert parse(policy.entries()) == policy  # what the record keeps reads back the same
+    tunnels = network_plan(Path("/x"), policy).prelude  # a tunnel for each loopback address with one port
+    assert " ".join(tunnels).endswith("--tunnel 9000=127.0.0.1:9000 --tunnel 9001=[::1]:9001 --")
 
 
 @pytest.mark.parametrize("entry", ["", "npmx", "*.1.2.3.4", "host:0", "host:99999", "a b.com", "ex\x1bample.com",
