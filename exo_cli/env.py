@@ -107,9 +107,15 @@ class Env:
     # -- repository and state ---------------------------------------------------------------
     @cached_property
     def repo(self) -> RepoInfo:
+        """The repository around cwd; inside an agent's own clone, the repository exo made it from (the team's)."""
         from exo_cli.adapters.git import Git
 
-        return Git(self.cwd).discover()
+        found = Git(self.cwd).discover()
+        if not (found.common_dir / "objects" / "info" / "alternates").exists():  # no clone --shared: no agent's
+            return found
+        from exo_cli.adapters.clones import team_repo
+
+        return team_repo(found, self.environ)
 
     @cached_property
     def state_path(self) -> Path:

@@ -33,6 +33,7 @@ from exo_cli.errors import ExoError, NotFound, StateError
 if TYPE_CHECKING:
     import socket
 
+    from exo_cli.adapters.files import FileLock
     from exo_cli.adapters.netproxy import NetProxy
     from exo_cli.env import Env
     from exo_cli.records import Agent
@@ -74,6 +75,7 @@ class Broker:
         self.stopping = threading.Event()
         self.ctl: socket.socket | None = None
         self.ctl_inode = 0
+        self.life: FileLock | None = None  # the life lock (``adapters.broker.Paths.life``) once held
         # Connections run on a pool: its idle threads are reused, and with them their store connection
         # (the SQLite store keeps one per thread), so a hook does not open the database again.
         self.pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="exo-conn")
@@ -108,7 +110,25 @@ class Broker:
             "protocol": adapter.PROTOCOL, "state_dir": str(self.state_dir), "log": str(self.state_dir / "broker.log"),
             "started_at": time.time()}), mode=0o600, fsync=False)
         self.log(f"broker of exo {__version__} serving {self.state_dir} (control socket {self.paths.ctl})")
+        self.hold_life()
         self.sync()
+
+    def hold_life(self) -> None:
+        """Hold the life lock until this process ends (the kernel drops it then, ``kill -9`` too).
+
+        Headless runners block on it and start a broker again when it drops. A broker that was
+        replaced may still hold it for a moment: then the next tick tries again.
+        """
+        if self.life is not None:
+            return
+        from exo_cli.adapters.files import FileLock
+
+        lock = FileLock(self.paths.life)
+        try:
+            if lock.acquire(blocking=False):
+                self.life = lock
+        except OSError as exc:
+            self.log(f"cannot hold the life lock {self.paths.life}: {exc}")
 
     def stop(self) -> None:
         """Ask the main loop to end (safe from a signal handler or any thread)."""
@@ -168,6 +188,7 @@ class Broker:
             self.ctl_inode = 0  # never remove the other broker's socket
             self.stop()
             return
+        self.hold_life()
         self.sync()
         with self.lock:
             busy = bool(self.slots) or self.connections > 0
