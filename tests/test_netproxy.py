@@ -351,8 +351,7 @@ def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_re
     # a broker killed -9 leaves a dead socket file; the next one publishes a new socket in the same folder
     # (what the sandbox binds) and goes on counting
     _kill(broker_adapter.ping(paths, __version__))
-    assert not brokerio.answers(str(folder / "sock"))  # the file is there, nobody listens
-    assert exo("agents", "--json").exit_code == 0
+    assert exo("agents", "--json").exit_code == 0  # (or the headless runner already started one)
     wait_for(lambda: brokerio.answers(str(folder / "sock")), what="w1's proxy socket from the new broker")
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(str(folder / "sock"))
