@@ -207,6 +207,21 @@ def parse_broker(out: str) -> list[Row]:
     ]
 
 
+def parse_netproxy(out: str) -> list[Row]:
+    conn = _num(r"^bridge \+ proxy \(the sandbox's path\)\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s*$", out)
+    added = _num(r"sandbox path adds ([\d.]+) ms per connection", out)
+    per_req = _num(r"and (\d+) us per request", out)
+    rate = _num(r"sandbox path ([\d.]+) MiB/s", out)
+    team = _num(r"one proxy for 30 agents ([\d.]+) MiB", out)
+    apart = _num(r"30 proxies of one agent ([\d.]+) MiB", out)
+    return [
+        ("sandbox network path, per connection", f"+{added:.2f} ms ({conn:.2f}x direct)", "report", "ok"),
+        ("sandbox network path, per request (kept alive)", f"+{per_req:.0f} us", "report", "ok"),
+        ("sandbox network path, a 256 MiB download", f"{rate:.0f} MiB/s", "report", "ok"),
+        ("proxy memory: one for 30 agents vs 30 apart", f"{team:.1f} MiB vs {apart:.1f} MiB", "report", "ok"),
+    ]
+
+
 def parse_ui(out: str) -> list[Row]:
     paint = _num(r"agents painted from navigation start \(\d+ runs\): median ([\d.]+) ms", out)
     count = int(_num(r"^(\d+) agents painted", out))
@@ -232,6 +247,7 @@ BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "checkpoints": (parse_checkpoints, ["--runs", "5"]),
     "hosts": (parse_hosts, ["--runs", "5"]),
     "broker": (parse_broker, ["--runs", "7", "--notes", "5"]),
+    "netproxy": (parse_netproxy, ["--runs", "5"]),
     "ui": (parse_ui, ["--runs", "3", "--notes", "5"]),
 }
 

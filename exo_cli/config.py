@@ -105,7 +105,9 @@ DEFAULTS: dict[str, Any] = {
     "broker": {"enabled": True, "idle_exit": 5},
     "hosts": {},
     # bubblewrap around agents that work in their own clone (docs/security.md "The sandbox")
-    "sandbox": {"mode": "off", "env": [], "paths": [], "hide": [], "devices": []},
+    "sandbox": {"mode": "off", "env": [], "paths": [], "hide": [], "devices": [],
+                # a sandboxed agent's network: its model API and these, nothing else
+                "allow_hosts": []},
     # the merge queue (docs/commands.md: The merge queue): with gates for a base, `pr merge` enqueues instead of merging
     "merge": {"gates": [], "setup": [], "bases": [], "batch": 4, "window": 5},
     "prices": {},  # model -> {input, output, cache_write, cache_read} dollars per million tokens (exo_cli/prices.py)
@@ -261,6 +263,18 @@ def _is_hosts_table(v: Any) -> bool:
     return isinstance(v, dict) and all(host_problem(k, x) is None for k, x in v.items())
 
 
+def _host_problem(entries: list[str]) -> str | None:
+    """Why an entry of ``sandbox.allow_hosts`` is no host or preset (None when every one is)."""
+    from exo_cli.adapters.netpolicy import parse_entry
+
+    for entry in entries:
+        try:
+            parse_entry(entry)
+        except InvalidInput as exc:
+            return exc.message
+    return None
+
+
 def _choice(*values: str) -> _Check:
     def check(v: Any) -> bool:
         return v in values
@@ -325,6 +339,9 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
                      "a list of absolute paths (or ~/...) hidden from sandboxed agents"),
     "sandbox.devices": (lambda v: _is_str_list(v) and all(x.startswith("/dev/") for x in v),
                         "a list of device nodes (/dev/...) sandboxed agents may use, such as GPUs"),
+    "sandbox.allow_hosts": (lambda v: _is_str_list(v) and _host_problem(v) is None,
+                            "a list of HOST, HOST:PORT, *.DOMAIN, [IPV6]:PORT or presets (npm, pypi, crates, "
+                            "goproxy, github)"),
     "merge.gates": (_is_gates, "a list of tables { command = COMMAND, timeout = SECONDS }"),
     "merge.setup": (lambda v: isinstance(v, list) and all(_is_argv(x) for x in v),
                     "a list of commands (each a string run by sh -c, or a list of strings)"),
@@ -409,6 +426,10 @@ def _check(key: str, value: Any, origin: str) -> None:
             if why is not None:
                 raise InvalidInput(f"Bad [hosts.{_shown(name)}] in {origin}: {why}", hint=f"Fix [hosts] in {origin}.",
                                    key=f"hosts.{name}", source=origin)
+    if key == "sandbox.allow_hosts" and _is_str_list(value):  # name the entry that is wrong, and why
+        why = _host_problem(value)
+        if why is not None:
+            raise InvalidInput(f"{why} (in {origin})", hint=f"Fix {key} in {origin}.", key=key, source=origin)
     if not check(value):
         raise InvalidInput(
             f"Bad value for {key} in {origin}: {_shown(value)} (expected {expected})",

@@ -186,6 +186,16 @@ def unlink_owned(path: str, inode: int) -> bool:
     return owns(path, inode) and _unlink(path)
 
 
+def close_owned(sock: socket.socket, path: str, inode: int) -> None:
+    """Close a listening socket, remove its file if still ours and then its folder if that is empty."""
+    sock.close()
+    if unlink_owned(path, inode):
+        try:
+            os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass
+
+
 def unlink_stale(path: str) -> bool:
     """Remove a socket file nobody answers on (True when removed); never a file that is no socket."""
     try:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import socket
 
     from exo_cli.adapters.files import FileLock
+    from exo_cli.adapters.netproxy import NetProxy
     from exo_cli.env import Env
     from exo_cli.records import Agent
 
@@ -86,6 +87,7 @@ class Broker:
         self.repo_root = env.repo.root
         self.store_down = False
         self.queues_at = 0.0  # when the reaper last looked for merge queues no runner advances
+        self.net: NetProxy | None = None  # sandboxed agents' allow-list proxy, made with the first one
 
     # ------------------------------------------------------------------ logging
 
@@ -296,8 +298,27 @@ class Broker:
         self.sel.register(sock, selectors.EVENT_READ, slot)
         self.idle_since = None
         self.log(f"socket of {agent.id}: {path}")
+        self._open_net(agent, folder)
         self.stop_wake()
         return slot
+
+    def _open_net(self, agent: Agent, folder: Path) -> None:
+        """The agent's network proxy socket, when its record has an allow-list (a sandboxed agent)."""
+        from exo_cli.ops import network
+
+        entries = agent.spec.get(network.NET_FIELD)
+        if not isinstance(entries, list):
+            return
+        from exo_cli.adapters import netlog, netpolicy, netproxy
+
+        try:
+            policy = netpolicy.parse(entries, key=network.NET_FIELD)
+            if self.net is None:
+                self.net = netproxy.NetProxy(log=self.log)
+            self.net.add(agent.id, network.net_folder(folder), policy, netlog.folder(self.state_dir),
+                         record=netlog.stem(folder.name))
+        except (ExoError, OSError) as exc:  # no proxy: the sandbox has no way out (closed, not open)
+            self.log(f"cannot open the network proxy of {agent.id}: {exc}")
 
     def stop_wake(self) -> None:
         with contextlib.suppress(OSError):
@@ -305,12 +326,11 @@ class Broker:
 
     def _close_slot(self, slot: Slot) -> None:
         self.slots.pop(slot.key, None)
+        if self.net is not None:
+            self.net.remove(slot.agent)
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(slot.sock)
-        slot.sock.close()
-        if brokerio.unlink_owned(slot.path, slot.inode):
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.dirname(slot.path))
+        brokerio.close_owned(slot.sock, slot.path, slot.inode)
 
     def sync(self) -> None:
         """Sockets for the live agents recorded with one; none for agents whose process is gone."""

@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from exo_cli.adapters import netlog
 from exo_cli.adapters.git import Git
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
@@ -13,6 +14,8 @@ from exo_cli.records import ROOT, Agent, PullRequest
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from exo_cli.env import Env
 
 
@@ -77,6 +80,7 @@ class AgentView(NamedTuple):
     layout: str = "worktree"  # where it works: "worktree", "clone" (its own clone --shared) or "none" (the repository)
     sandboxed: bool = False  # it runs in bubblewrap (docs/security.md "The sandbox")
     cost_usd: float | None = 0.0  # the dollars of its tokens (None: a model without a price, `exo cost`)
+    net_refused: int = 0  # connections its sandbox's network proxy refused (docs/security.md)
 
 
 class AgentsResult(NamedTuple):
@@ -125,6 +129,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
         parent = a.parent if a.parent in ids else None
         children.setdefault(parent, []).append(a)
     out: list[AgentView] = []
+    net = netlog.folder(env.state_dir) if env.has_state() else None
 
     def walk(parent: str | None, depth: int) -> None:
         for a in children.get(parent, []):
@@ -156,12 +161,19 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
                     layout=layout_of(a),
                     sandboxed=bool(a.spec.get("sandboxed")),
                     cost_usd=agent_usd(costs, a.id),
+                    net_refused=_refused(net, a),
                 )
             )
             walk(a.id, depth + 1)
 
     walk(None, 0)
     return out
+
+
+def _refused(net: Path | None, agent: Agent) -> int:
+    """Connections the agent's sandbox proxy refused in this life of it (0: none, or no sandbox)."""
+    key = agent.spec.get("socket_key")
+    return netlog.refused_count(net, netlog.stem(key)) if net is not None and isinstance(key, str) else 0
 
 
 def layout_of(agent: Agent) -> str:

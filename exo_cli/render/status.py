@@ -36,6 +36,10 @@ def render_agents(out: Out, result: AgentsResult) -> None:
         headers.insert(headers.index("BRANCH"), "LAYOUT")
         for row, a in zip(rows, result.agents, strict=True):
             row.insert(5, a.layout + (" (sandboxed)" if a.sandboxed else ""))
+    if any(a.net_refused for a in result.agents):  # a sandboxed agent tried to reach a host it may not
+        headers.insert(-2, "NET REFUSED")
+        for row, a in zip(rows, result.agents, strict=True):
+            row.insert(-2, str(a.net_refused) if a.net_refused else "")
     if any(a.host not in ("", result.this_host) for a in result.agents):  # a team on several hosts
         headers.insert(1, "HOST")
         for row, a in zip(rows, result.agents, strict=True):
@@ -53,6 +57,9 @@ def render_status(out: Out, result: StatusResult) -> None:
     ]
     if result.agent:
         pairs += [("status", result.agent.status), ("task", result.bead or result.task)]
+        if result.agent.net_refused:  # its sandbox's proxy refused hosts: which ones, in the state folder
+            pairs.append(("network", f"{result.agent.net_refused} connection(s) refused by its allow-list "
+                          f"(the hosts: {result.state_dir}/net/; more with [sandbox] allow_hosts)"))
     pairs += [
         ("branch", f"{g.branch or '(detached)'} @ {g.head or '-'}{ahead}"),
         ("dirty", f"{len(g.dirty)} file(s)" if g.dirty else "clean"),

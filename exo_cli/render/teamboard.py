@@ -84,6 +84,9 @@ def _rest(row: Any, room: int) -> tuple[str, str]:
     said = clean(a.last_message)
     if row.needs:
         said = NEEDS_TEXT.get(row.needs, row.needs) + (f": {said}" if said and row.needs == "asking" else "")
+    refused = getattr(a, "net_refused", 0)
+    if refused:  # its sandbox's proxy refused connections: the agent tried to reach a host it may not
+        said = f"net refused {refused}" + (f" · {said}" if said else "")
     if row.conflicts:
         said = f"conflicts{' with' if room >= 40 else ''} {clean(row.conflicts[0])}" + (f" (+{len(row.conflicts) - 1})" if len(row.conflicts) > 1
                                                                 else "") + (f" · {said}" if said else "")
