@@ -32,6 +32,7 @@ out=.exo/sandbox-result
   exo note 'from the sandbox' >/dev/null 2>&1 && echo note=ok || echo note=refused
   exo pr file --title 'agent work' >/dev/null 2>&1 && echo pr=ok || echo pr=refused
   test -t 0 && echo tty=yes || echo tty=no
+  curl -s -m 30 https://example.com/ >/dev/null 2>&1 && echo net=ok || echo net=refused
 } > "$out.tmp" 2>/dev/null
 mv "$out.tmp" "$out"
 exec sleep 600
@@ -79,13 +80,17 @@ def test_a_sandboxed_agent_commits_and_reaches_exo_but_nothing_else(team: Path, 
     assert spawned["sandboxed"] is True and spawned["layout"] == "clone"
     clone = Path(spawned["worktree"])
     assert _result(clone) == {"commit": "ok", "note": "ok", "pr": "ok", "write_main": "refused", "read_env": "refused",
-                              "ssh": "refused", "env": "refused", "tty": "yes" if mux == "tmux" else "no"}
+                              "ssh": "refused", "env": "refused", "tty": "yes" if mux == "tmux" else "no",
+                              "net": "refused"}
     assert (clone / "post.txt").read_text() == "post_create=refused\n"
     assert git(clone, "log", "-1", "--format=%s") == "agent work"
     assert (team / "README.md").read_text() == "# demo\n"
     agents = exo("agents", "--json").json()["agents"]  # type: ignore[index]
     assert [(a["id"], a["sandboxed"], a["pr"]["number"]) for a in agents] == [("w1", True, 1)]
     assert "clone (sandboxed)" in exo("agents").stdout
+    # its network is the allow-list proxy: a host off the list is refused there (never looked up) and counted
+    wait_for(lambda: exo("agents", "--json").json()["agents"][0]["net_refused"] >= 1, 60,  # type: ignore[index]
+             what="the proxy's refusal of example.com to be counted")
     if mux == "headless":  # the parent merges the agent's PR and completes it: its clone and HOME go
         merged = exo("pr", "merge", "1", "--json")
         assert merged.exit_code == 0, merged.stdout + merged.stderr

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 BYPASS_FLAGS = ("--dangerously-skip-permissions", "--dangerously-bypass-approvals-and-sandbox", "--yolo", "-y",
                 "--approval-mode=yolo")
 # [sandbox] keys that open the walls (what a sandboxed agent may write, keep or touch): never from a repository
-WIDENING = ("sandbox.paths", "sandbox.env", "sandbox.devices")
+WIDENING = ("sandbox.paths", "sandbox.env", "sandbox.devices", "sandbox.allow_hosts")
 HINT = "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or spawn with --no-sandbox."
 
 
@@ -98,8 +98,24 @@ def make_home(env: Env, *, backend: str, path: Path, agent_dir: Path,
     return private, binds
 
 
+def network_for(env: Env, spec: dict[str, Any]) -> Any:
+    """The sandbox's network of a recorded agent: its allow-list proxy bridged in (``ops/network``), or none.
+
+    The broker opened the proxy's socket with the agent's own (the allow-list is in the record,
+    ``network.NET_FIELD``); an agent with no socket or no allow-list gets no network at all.
+    """
+    from exo_cli.adapters import netpolicy, sandbox
+    from exo_cli.ops import broker, network
+
+    key, entries = spec.get(broker.KEY_FIELD), spec.get(network.NET_FIELD)
+    if not isinstance(key, str) or not key or not isinstance(entries, list):
+        return sandbox.Network("none")
+    policy = netpolicy.parse(entries, key=network.NET_FIELD)
+    return sandbox.Network.bridge(network.plan(env, socket_key=key, policy=policy))
+
+
 def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[str], environ: dict[str, str],
-             tty: bool, binds: list[tuple[str, str]]) -> Any:
+             tty: bool, binds: list[tuple[str, str]], net: Any = None) -> Any:
     """The ``sandbox.Plan`` that runs ``argv`` as this agent (its clone, its HOME, its socket), ``environ`` allow-listed."""
     from dataclasses import replace
 
@@ -136,7 +152,7 @@ def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[
         places, argv, cli=backend, environ=environ, store_url=env.store_url,
         tmux_socket=tmux_socket.pinned(env.runtime_dir, f"exo-{env.repo_id}"), paths=config.get("sandbox.paths"),
         hide=config.get("sandbox.hide"), env=config.get("sandbox.env"), devices=config.get("sandbox.devices"),
-        tty=tty, set_env=mine,
+        network=net, tty=tty, set_env=mine,
     )  # fmt: skip
     # exo's files for this agent (the CLI's settings, the `exo` command folder) are read inside; the
     # Codex folder is written there
@@ -158,12 +174,12 @@ def command(plan: Any, argv: list[str] | None = None) -> tuple[list[str], dict[s
 
 
 def wrap(env: Env, *, backend: str, path: Path, agent_dir: Path, launch: Launch, tty: bool,
-         binds: list[tuple[str, str]]) -> Launch:
+         binds: list[tuple[str, str]], net: Any = None) -> Launch:
     """``launch`` run inside the agent's sandbox: its argv (and a headless agent's next turns) behind ``bwrap``."""
     from exo_cli.adapters.agents import Launch
 
     plan = plan_for(env, backend=backend, path=path, agent_dir=agent_dir, argv=list(launch.argv),
-                    environ=launch.env, tty=tty, binds=binds)
+                    environ=launch.env, tty=tty, binds=binds, net=net)
     argv, inner_env = command(plan)
     channel = dict(launch.channel)
     if channel.get("mode") == "resume":  # each next turn of a headless agent starts a new process: sandboxed too
@@ -180,7 +196,7 @@ def around(env: Env, spec: dict[str, Any], path: Path, argv: list[str], environ:
     """
     binds = [(str(a), str(b)) for a, b in spec.get("sandbox_binds") or []]
     plan = plan_for(env, backend="custom", path=path, agent_dir=Path(spec["agent_dir"]), argv=argv, environ=environ,
-                    tty=tty, binds=binds)
+                    tty=tty, binds=binds, net=network_for(env, spec))
     return command(plan)
 
 

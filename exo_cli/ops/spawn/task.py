@@ -335,8 +335,12 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
     if worktree:
         _make_worktree(env, agent, spec, path)
     call.exclude_exo()
-    identity = _identity(call, agent, spec)
     base_env = agent_env(env)
+    if call.common.sandbox:  # its allow-list is recorded before the broker opens its sockets (the proxy's too)
+        from exo_cli.ops import network
+
+        spec[network.NET_FIELD] = network.policy(env, backend=req.agent, environ=base_env).entries()
+    identity = _identity(call, agent, spec)
     if call.common.sandbox:  # its own HOME first: the backend's trust entries and Codex's folder go there
         from exo_cli.ops.spawn import sandboxing
 
@@ -532,7 +536,8 @@ def _prepare_backend(call: Call, req: Request, agent: Agent, spec: dict[str, Any
         from exo_cli.ops.spawn import sandboxing
 
         launch = sandboxing.wrap(env, backend=req.agent, path=path, agent_dir=agent_dir, launch=launch,
-                                 tty=common.mux != "headless", binds=[tuple(b) for b in spec["sandbox_binds"]])
+                                 tty=common.mux != "headless", binds=[tuple(b) for b in spec["sandbox_binds"]],
+                                 net=sandboxing.network_for(env, spec))
     spec["phase"] = "prepared"
     spec["launch_files"] = list(launch.files)
     env.store.update_agent(agent.id, spec=spec, undo=list(launch.undo))
