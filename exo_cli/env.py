@@ -517,6 +517,11 @@ def identify(env: Env) -> Caller:
         store = env.store
         hit = _by_ancestry(env, store)
     except ExoError as exc:
+        if exc.data.get("reason") == "untrusted-config" and not markers:  # not an untrusted [store] url: the
+            from exo_cli.adapters.store import pointed_url
+
+            # state where it is (its pointer, else SQLite) says who calls
+            return identify(Env(env.cwd, {**env.environ, STORE_URL_VAR: pointed_url(env.state_path) or ""}, pid=env.pid))
         if markers or exc.data.get("store"):
             raise  # an unreachable store is said as such: it never makes the caller the human
         return HUMAN

@@ -539,7 +539,17 @@ def broker_files(c: Checkup) -> Iterator[Finding]:
         yield Finding(kind, subject, detail, action, repair)
 
 
+def untrusted_config(c: Checkup) -> Iterator[Finding]:
+    """Values of the repository's exo.toml exo refuses until `exo trust` pins them (left for the human)."""
+    conf = c.env.config
+    for key in conf.untrusted():
+        pinned = "another value is pinned" if key in conf.pins else "never trusted"
+        yield Finding("untrusted-config", key, f"{conf.repo_file} sets it ({pinned}): exo refuses to use it",
+                      "review it with `exo trust --show`, then run `exo trust`")
+
+
 CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
+    untrusted_config,
     lost_records,
     interrupted_spawns,
     zombies,
