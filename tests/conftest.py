@@ -350,18 +350,19 @@ def wait_for(pred, timeout: float = 60.0, what: str = "condition"):  # type: ign
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def trust(repo: Path) -> None:
-    """Trust what ``repo``'s exo.toml sets now, as its user does with `exo trust` (a test configuring its own repository)."""
+def trust(repo: Path, environ: dict[str, str] | None = None) -> None:
+    """Trust what ``repo``'s exo.toml sets now, as its user does with `exo trust` (a test configuring its own
+    repository); ``environ``: the user's environment when it is not this process's (its configuration folder)."""
     from exo_cli.env import Env
     from exo_cli.registry import invoke
 
-    invoke("trust", Env(cwd=repo), show=False)
+    invoke("trust", Env(cwd=repo, environ=environ), show=False)
 
 
-def write_trusted(repo: Path, text: str) -> None:
+def write_trusted(repo: Path, text: str, environ: dict[str, str] | None = None) -> None:
     """Write ``repo``'s exo.toml and trust it (the user's own configuration, as `exo trust` would pin it)."""
     (repo / "exo.toml").write_text(text)
-    trust(repo)
+    trust(repo, environ)
 
 
 @pytest.fixture

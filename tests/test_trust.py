@@ -300,3 +300,20 @@ def test_the_broker_reads_the_humans_configuration_folder_never_the_agents(tmp_p
     out = request_environ(given, agent, state_dir="/s", socket="/s/w1", proof=None, repo_root=tmp_path,
                           config_dir="/home/human/.config/exo")
     assert user_config_dir(out) == Path("/home/human/.config/exo")
+
+
+def test_deinit_forgets_the_trusted_values(tmp_path: Path) -> None:
+    from exo_cli.trust import pins_path
+
+    repo = tmp_path / "own"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    committed(repo, '[forge]\nremote = "upstream"\n')
+    assert Exo(repo)("init", "--json").exit_code == 0
+    trust(repo)
+    pins = pins_path(os.environ, repo)
+    assert pins.is_file()
+    res = Exo(repo)("deinit", "--json")
+    assert res.exit_code == 0, res.stdout
+    assert f"{pins}: the values trusted with exo trust" in res.json()["removed"]  # type: ignore[index]
+    assert not pins.exists()

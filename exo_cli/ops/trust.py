@@ -82,12 +82,16 @@ def entries(conf: Config, values: Mapping[str, Any], pins: Mapping[str, Any] | N
 
 
 def write_pins(root: Path, path: Path, values: Mapping[str, Any]) -> None:
-    """Replace the pins of the repository at ``root`` with ``values`` (mode 0600 in a 0700 folder)."""
+    """Replace the pins of the repository at ``root`` with ``values`` (mode 0600 in a 0700 folder); no values:
+    no file (nothing of exo is left in the user's folder for a repository that needs no trust)."""
     from exo_cli.adapters.files import atomic_write, ensure_private_dir
     from exo_cli.errors import EnvironmentError_
     from exo_cli.trust import pins_text
 
     try:
+        if not values:
+            path.unlink(missing_ok=True)
+            return
         ensure_private_dir(path.parent, parents=True)
         atomic_write(path, pins_text(root, values), mode=0o600)
     except OSError as exc:
@@ -102,4 +106,6 @@ def trust_written(env: Env, text: str) -> None:
 
     root = env.repo.root
     path = pins_path(env.environ, root)
-    write_pins(root, path, {**read_pins(path), **needing_trust(file_values(text))})
+    written = needing_trust(file_values(text))
+    if written:
+        write_pins(root, path, {**read_pins(path), **written})
