@@ -105,7 +105,8 @@ def untrusted_error(keys: list[str], source: str, used: str | None = None) -> St
     return StateError(
         f"{source} sets {', '.join(keys)}, which exo uses only once you trust {'it' if len(keys) == 1 else 'them'}"
         + (f" (needed: {used})" if used and used not in keys else ""),
-        hint="Review the values with `exo trust --show`, then run `exo trust` in the repository's main checkout "
-        "(or set them in .exo/config.toml or your own config file instead).",
+        hint="Review the values with `exo trust --show`, then run `exo trust` in the repository (for another host: "
+        "where you called it from; your trust travels with the call), or set them in .exo/config.toml or your "
+        "own config file instead.",
         reason=REASON, keys=list(keys), source=source, **({"key": used} if used else {}),
     )
