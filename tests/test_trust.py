@@ -317,3 +317,39 @@ def test_deinit_forgets_the_trusted_values(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.stdout
     assert f"{pins}: the values trusted with exo trust" in res.json()["removed"]  # type: ignore[index]
     assert not pins.exists()
+
+
+def test_a_host_call_records_the_callers_trust_only_for_no_agent_of_this_host(tmp_path: Path) -> None:
+    """Pins that come with a host call are recorded only once the caller is known to be no agent here; a
+    request naming a key that needs no trust is refused."""
+    from exo_cli.ops.hostcall import answer
+    from exo_cli.ops.hosts import PROTOCOL
+    from exo_cli.records import Agent
+    from exo_cli.trust import pins_path
+
+    repo = tmp_path / "own"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    post = touch(tmp_path / "x")
+    committed(repo, f"[worktree]\npost_create = {q(post)}\n")
+    assert Exo(repo)("init", "--json").exit_code == 0
+    environ = {k: v for k, v in os.environ.items() if k != "EXO_STORE_URL"}
+
+    def call(pins: dict) -> dict:
+        req = {"v": PROTOCOL, "op": "agents", "args": {}, "env": {}, "trust": pins}
+        return answer(json.dumps(req), cwd=str(repo), environ=environ)[0]
+
+    got = call({"limits.max_agents": 1})
+    assert got["error"]["name"] == "InvalidInput" and got["error"]["data"]["field"] == "trust", got
+    now = time.time()
+    Env(cwd=repo).store.insert_agent(Agent(
+        id="w9", name="w9", role="dev", parent="root", status="working", backend="demo", mux="headless",
+        repo=str(repo), location={"pid": os.getpid(), "mux": "headless"}, created_at=now, updated_at=now,
+        status_at=now))
+    got = call({"worktree.post_create": post})  # this very process runs under agent w9's recorded process
+    assert got["ok"] is False and "w9" in got["error"]["message"], got
+    assert not pins_path(environ, repo).exists()
+    Env(cwd=repo).store.update_agent("w9", location={})
+    got = call({"worktree.post_create": post})  # the human's exo on another host: its trust is recorded here
+    assert got["ok"] is True, got
+    assert Env(cwd=repo).config.untrusted() == []
