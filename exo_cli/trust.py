@@ -100,6 +100,26 @@ def pins_text(repo_root: Path, pins: Mapping[str, Any]) -> str:
     return json.dumps(body, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def refuse_secrets(pins: Mapping[str, Any]) -> None:
+    """InvalidInput when a value to pin carries a password (a store URL's): no password lands in a pins file."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from exo_cli.errors import InvalidInput
+
+    url = pins.get("store.url")
+    if not isinstance(url, str):
+        return
+    try:
+        parts = urlsplit(url.strip())
+        secret = parts.password is not None or any(k.lower() == "password" for k in parse_qs(parts.query))
+    except ValueError:
+        secret = "password" in url.lower()
+    if secret:
+        raise InvalidInput("The store URL carries a password; exo keeps passwords out of URLs, files and command lines",
+                           hint="Remove the password from store.url and give it to libpq instead: PGPASSWORD, "
+                           "~/.pgpass or a service file (PGSERVICE).", key="store.url")
+
+
 def untrusted_error(keys: list[str], source: str, used: str | None = None) -> StateError:
     """The refusal of a value nobody trusted: it names every such key and ``exo trust``."""
     return StateError(

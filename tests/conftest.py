@@ -353,10 +353,11 @@ def wait_for(pred, timeout: float = 60.0, what: str = "condition"):  # type: ign
 def trust(repo: Path, environ: dict[str, str] | None = None) -> None:
     """Trust what ``repo``'s exo.toml sets now, as its user does with `exo trust` (a test configuring its own
     repository); ``environ``: the user's environment when it is not this process's (its configuration folder)."""
-    from exo_cli.env import Env
+    from exo_cli.env import HUMAN, Env
     from exo_cli.registry import invoke
 
-    invoke("trust", Env(cwd=repo, environ=environ), show=False)
+    # as the human, without looking the caller up: that opens the store, which a test may not want opened yet
+    invoke("trust", Env(cwd=repo, environ=environ, caller=HUMAN), show=False)
 
 
 def write_trusted(repo: Path, text: str, environ: dict[str, str] | None = None) -> None:

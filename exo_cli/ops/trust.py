@@ -86,8 +86,9 @@ def write_pins(root: Path, path: Path, values: Mapping[str, Any]) -> None:
     no file (nothing of exo is left in the user's folder for a repository that needs no trust)."""
     from exo_cli.adapters.files import atomic_write, ensure_private_dir
     from exo_cli.errors import EnvironmentError_
-    from exo_cli.trust import pins_text
+    from exo_cli.trust import pins_text, refuse_secrets
 
+    refuse_secrets(values)
     try:
         if not values:
             path.unlink(missing_ok=True)
