@@ -272,6 +272,7 @@ class Config:
     values: dict[str, Any]
     origins: dict[str, str] = field(default_factory=dict)
     repo_file: str | None = None  # the repository file's origin string (values from it may need trust)
+    local_file: str | None = None  # the local file's: the repository's too when git tracks it (a clone brings it)
     pins_file: Path | None = None  # where this repository's pins are kept (read on first need)
     _pins: dict[str, Any] | None = field(default=None, repr=False)
     _untrusted: list[str] | None = field(default=None, repr=False)
@@ -306,7 +307,11 @@ class Config:
 
     def from_repo(self) -> dict[str, Any]:
         """The values that need trust and came from the repository file (each differs from exo's default)."""
-        return needing_trust({k: self.peek(k) for k, o in self.origins.items() if o == self.repo_file})
+        out = needing_trust({k: self.peek(k) for k, o in self.origins.items() if o == self.repo_file})
+        local = needing_trust({k: self.peek(k) for k, o in self.origins.items() if o == self.local_file})
+        if local and self.local_file is not None and _committed_local(Path(self.local_file)):
+            out.update(local)
+        return out
 
     def untrusted(self) -> list[str]:
         """The keys of ``from_repo`` whose value is not the one pinned."""
@@ -320,15 +325,26 @@ class Config:
 
     def require_trusted(self, *prefixes: str) -> None:
         """StateError naming every untrusted key when one is, or lies under or above, one of ``prefixes``."""
-        if self.repo_file is None or self.repo_file not in self.origins.values():
-            return  # nothing comes from the repository file: nothing to trust (every hot path)
+        if self.repo_file is None or not {self.repo_file, self.local_file} & set(self.origins.values()):
+            return  # nothing comes from the repository's files: nothing to trust (every hot path)
         bad = self.untrusted()
         hit = [k for k in bad if any(k == p or k.startswith(p + ".") or p.startswith(k + ".") for p in prefixes)]
         if hit:
-            raise untrusted_error(bad, self.repo_file, used=hit[0] if len(prefixes) == 1 else None)
+            source = " and ".join(sorted({self.origin(k) for k in bad}))
+            raise untrusted_error(bad, source, used=hit[0] if len(prefixes) == 1 else None)
 
 
 _NONE = object()
+
+
+def _committed_local(path: Path) -> bool:
+    """Whether the local file ``<root>/.exo/config.toml`` came with the repository: git tracks it, or ``.exo``
+    is a link (into the repository's own files). Then it is the repository's, and needs trust as exo.toml does."""
+    from exo_cli.adapters.git import Git
+
+    root = path.parent.parent
+    git = Git(root)
+    return git.is_tracked(".exo/config.toml") or ((root / ".exo").is_symlink() and git.is_tracked(".exo"))
 
 
 def needing_trust(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -495,4 +511,5 @@ def load(
         return Config(values, origins)
     from exo_cli.trust import pins_path
 
-    return Config(values, origins, repo_file=str(files[1]), pins_file=pins_path(environ, repo_root))
+    return Config(values, origins, repo_file=str(files[1]), local_file=str(files[2]),
+                  pins_file=pins_path(environ, repo_root))

@@ -353,3 +353,30 @@ def test_a_host_call_records_the_callers_trust_only_for_no_agent_of_this_host(tm
     got = call({"worktree.post_create": post})  # the human's exo on another host: its trust is recorded here
     assert got["ok"] is True, got
     assert Env(cwd=repo).config.untrusted() == []
+
+
+def test_a_committed_local_file_is_the_repositorys(repo: Path, tmp_path: Path) -> None:
+    """.exo/config.toml is the user's own, unless the repository brings it (git tracks it, or .exo is its link)."""
+    marker = tmp_path / "ran"
+    local(repo, f"[worktree]\npost_create = {q(touch(marker))}\n")
+    assert Env(cwd=repo).config.untrusted() == []  # the user's own local file
+    git(repo, "add", "-f", ".exo/config.toml")
+    git(repo, "commit", "-q", "-m", "a hostile local file")
+    try:
+        err = refused(Exo(repo)(*spawn("lc1", "--agent", "demo")), "worktree.post_create")
+        assert ".exo/config.toml" in err["message"]
+        assert not marker.exists()
+        no_agent_made(repo, "lc1")
+    finally:
+        git(repo, "rm", "-q", "--cached", ".exo/config.toml")
+        git(repo, "commit", "-q", "-m", "untrack it")
+    # a committed link named .exo brings the repository's own files in as the local file
+    other = tmp_path / "linked"
+    other.mkdir()
+    git(other, "init", "-q", "-b", "main")
+    (other / "cfg").mkdir()
+    (other / "cfg" / "config.toml").write_text(f"[worktree]\npost_create = {q(touch(marker))}\n")
+    (other / ".exo").symlink_to("cfg")
+    git(other, "add", "-f", ".exo", "cfg")
+    git(other, "commit", "-q", "-m", "a hostile link")
+    assert Env(cwd=other).config.untrusted() == ["worktree.post_create"]
