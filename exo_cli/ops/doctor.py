@@ -544,7 +544,7 @@ def untrusted_config(c: Checkup) -> Iterator[Finding]:
     conf = c.env.config
     for key in conf.untrusted():
         pinned = "another value is pinned" if key in conf.pins else "never trusted"
-        yield Finding("untrusted-config", key, f"{conf.repo_file} sets it ({pinned}): exo refuses to use it",
+        yield Finding("untrusted-config", key, f"{conf.origin(key)} sets it ({pinned}): exo refuses to use it",
                       "review it with `exo trust --show`, then run `exo trust`")
 
 
