@@ -150,6 +150,17 @@ def parse_foresight(out: str) -> list[Row]:
     ]
 
 
+def parse_merge_queue(out: str) -> list[Row]:
+    runs = _num(r"merge_queue: \d+ PRs, 1 bad: \d+ landed in (\d+) gate runs", out)
+    untested = _num(r"merge_queue: base positions not tested: (\d+)", out)
+    drain = _num(r"merge_queue: \d+ entries with an instant gate: \d+ landed in ([\d.]+) s", out)
+    return [
+        ("merge queue: 20 PRs, 1 bad, gate runs", f"{runs:.0f}", "<= 10", _verdict(runs <= 10)),
+        ("merge queue: base positions untested", f"{untested:.0f}", "0", _verdict(untested == 0)),
+        ("merge queue: 100 entries drain", f"{drain:.2f} s", "< 10 s", _verdict(drain < 10)),
+    ]
+
+
 def parse_checkpoints(out: str) -> list[Row]:
     take = _num(r"checkpoints: checkpoint ([\d.]+) ms", out)
     added = _num(r"stop hook ([+-][\d.]+) ms \(budget 10\)", out)
@@ -161,6 +172,11 @@ def parse_checkpoints(out: str) -> list[Row]:
         ("stop hook added by a background checkpoint", f"{added:+.1f} ms", "<= 10 ms", _verdict(added <= 10)),
         ("storage per checkpoint, 10 files changed", f"{grown:.1f} KiB", "report", "ok"),
     ]
+
+
+def parse_clone(out: str) -> list[Row]:
+    ratio = _num(r"ratio clone / worktree spawn: ([\d.]+)x", out)
+    return [("exo spawn into own clones vs worktrees", f"{ratio:.2f}x", "<= 1.1x", _verdict(ratio <= 1.1))]
 
 
 def parse_hosts(out: str) -> list[Row]:
@@ -191,19 +207,32 @@ def parse_broker(out: str) -> list[Row]:
     ]
 
 
+def parse_ui(out: str) -> list[Row]:
+    paint = _num(r"agents painted from navigation start \(\d+ runs\): median ([\d.]+) ms", out)
+    count = int(_num(r"^(\d+) agents painted", out))
+    p50 = _num(r"note -> page latency \(\d+ notes\): p50 ([\d.]+) ms", out)
+    return [
+        (f"exo ui: {count} agents painted (Chromium, median)", f"{paint:.0f} ms", "< 300 ms", _verdict(paint < 300)),
+        ("exo ui: note -> page, p50", f"{p50:.1f} ms", "< 100 ms", _verdict(p50 < 100)),
+    ]
+
+
 BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "startup": (parse_startup, ["--runs", "10"]),
     "hooks": (parse_hooks, ["--runs", "15"]),
     "spawn": (parse_spawn, ["--runs", "2"]),
+    "clone": (parse_clone, ["--runs", "3"]),
     "wake": (parse_wake, ["--notes", "5"]),
     "completion": (parse_completion, ["--runs", "10"]),
     "agents500": (parse_agents500, ["--runs", "5"]),
     "mcp": (parse_mcp, ["--runs", "3"]),
     "beads": (parse_beads, ["--spawn", "2"]),
     "foresight": (parse_foresight, ["--runs", "5"]),
+    "merge_queue": (parse_merge_queue, []),
     "checkpoints": (parse_checkpoints, ["--runs", "5"]),
     "hosts": (parse_hosts, ["--runs", "5"]),
     "broker": (parse_broker, ["--runs", "7", "--notes", "5"]),
+    "ui": (parse_ui, ["--runs", "3", "--notes", "5"]),
 }
 
 

@@ -15,11 +15,12 @@ from typing import Any
 
 from exo_cli.config_paths import config_files
 from exo_cli.errors import InvalidInput
-from exo_cli.records import BACKENDS, MCP_COMPAT, MUXES
+from exo_cli.records import BACKENDS, LAYOUTS, MCP_COMPAT, MUXES
 from exo_cli.trust import untrusted_error
 from exo_cli.validate import MAX_TIMEOUT
 
 FORGES = ("auto", "local", "github")
+SANDBOX_MODES = ("off", "on", "auto")
 
 
 class EnvVars:
@@ -51,6 +52,7 @@ class EnvVars:
         "EXO_STORE_TIMEOUT": "timeouts.store",
         "EXO_SSH_COMMAND": "ssh.command",
         "EXO_BROKER": "broker.enabled",
+        "EXO_SANDBOX": "sandbox.mode",
     }
     HOST = "EXO_HOST"  # this machine's name among exo's hosts (else the state folder's host-name, else hostname)
 
@@ -77,6 +79,7 @@ DEFAULTS: dict[str, Any] = {
         "copy": [],
         "symlink": [],
         "post_create": [],
+        "layout": "worktree",
     },
     "services": {},
     "forge": {"kind": "auto", "remote": "origin"},
@@ -102,6 +105,10 @@ DEFAULTS: dict[str, Any] = {
     # the team broker: every agent reaches exo through its own socket (docs/architecture.md "The broker")
     "broker": {"enabled": True, "idle_exit": 5},
     "hosts": {},
+    # bubblewrap around agents that work in their own clone (docs/security.md "The sandbox")
+    "sandbox": {"mode": "off", "env": [], "paths": [], "hide": [], "devices": []},
+    # the merge queue (docs/merge-queue.md): with gates for a base, `pr merge` enqueues instead of merging
+    "merge": {"gates": [], "setup": [], "bases": [], "batch": 4, "window": 5},
 }
 
 _Check = Callable[[Any], bool]
@@ -196,6 +203,30 @@ def host_problem(name: Any, entry: Any) -> str | None:
     return None
 
 
+def gate_problem(entry: Any) -> str | None:
+    """Why one ``[[merge.gates]]`` entry is wrong, or None (``command``: a command; ``timeout``: seconds)."""
+    if not isinstance(entry, dict):
+        return "expected a table with command and timeout"
+    unknown = sorted(set(entry) - {"command", "timeout", "name"})
+    if unknown:
+        return f"unknown key(s) {', '.join(unknown)} (known: command, timeout, name)"
+    if not _is_argv(entry.get("command")):
+        return "command must be a command (a string run by sh -c, or a list of strings)"
+    if "timeout" in entry and not (_is_seconds(entry["timeout"]) and entry["timeout"] > 0):
+        return f"timeout must be a whole number of seconds between 1 and {MAX_TIMEOUT}"
+    if "name" in entry and not (isinstance(entry["name"], str) and entry["name"].isprintable()):
+        return "name must be a printable string"
+    return None
+
+
+def _is_gates(v: Any) -> bool:
+    return isinstance(v, list) and all(gate_problem(x) is None for x in v)
+
+
+def _is_bases(v: Any) -> bool:
+    return v == "*" or (_is_str_list(v) and all(x and x.isprintable() for x in v))
+
+
 def _is_hosts_table(v: Any) -> bool:
     return isinstance(v, dict) and all(host_problem(k, x) is None for k, x in v.items())
 
@@ -230,6 +261,7 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "worktree.copy": (_is_str_list, "a list of relative paths"),
     "worktree.symlink": (_is_str_list, "a list of relative paths"),
     "worktree.post_create": (_is_cmd, "a command (string or list of strings)"),
+    "worktree.layout": (_choice(*LAYOUTS), "one of " + ", ".join(LAYOUTS)),
     "services": (_is_table, "a table of service name -> settings"),
     "forge.kind": (_choice(*FORGES), "one of " + ", ".join(FORGES)),
     "forge.remote": (_is_str, "a remote name"),
@@ -255,6 +287,20 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "ssh.persist": (_is_seconds, "a whole number of seconds"),
     "broker.enabled": (_is_bool, "true or false"),
     "broker.idle_exit": (_is_seconds, "a whole number of seconds"),
+    "sandbox.mode": (_choice(*SANDBOX_MODES), "one of " + ", ".join(SANDBOX_MODES)),
+    "sandbox.env": (_is_str_list, "a list of variable names (or globs such as \"MY_*\") a sandboxed agent keeps"),
+    "sandbox.paths": (lambda v: _is_str_list(v) and all(x.startswith(("/", "~/")) for x in v),
+                      "a list of absolute folders (or ~/...) a sandboxed agent may write"),
+    "sandbox.hide": (lambda v: _is_str_list(v) and all(x.startswith(("/", "~/")) for x in v),
+                     "a list of absolute paths (or ~/...) hidden from sandboxed agents"),
+    "sandbox.devices": (lambda v: _is_str_list(v) and all(x.startswith("/dev/") for x in v),
+                        "a list of device nodes (/dev/...) sandboxed agents may use, such as GPUs"),
+    "merge.gates": (_is_gates, "a list of tables { command = COMMAND, timeout = SECONDS }"),
+    "merge.setup": (lambda v: isinstance(v, list) and all(_is_argv(x) for x in v),
+                    "a list of commands (each a string run by sh -c, or a list of strings)"),
+    "merge.bases": (_is_bases, "\"*\" (every base) or a list of branch names (empty: the main branch)"),
+    "merge.batch": (lambda v: _is_int(v) and 1 <= v <= 64, "a whole number from 1 to 64"),
+    "merge.window": (_is_seconds, "a whole number of seconds"),
     "hosts": (_is_hosts_table, "a table of host name -> { ssh = DESTINATION, path = CLONE, exo = COMMAND, env = [NAMES] }"),
 }
 _SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}
@@ -412,6 +458,12 @@ def _check(key: str, value: Any, origin: str) -> None:
         for sub, item in value.items():
             if sub not in BACKENDS or not _is_str_list(item):
                 _check_entry(f"{key}.{sub}", item, origin, sub in BACKENDS)
+    if check is _is_gates and isinstance(value, list):  # name the gate that is wrong, and why
+        for i, entry in enumerate(value):
+            why = gate_problem(entry)
+            if why is not None:
+                raise InvalidInput(f"Bad merge.gates entry {i + 1} in {origin}: {why}",
+                                   hint=f"Fix [[merge.gates]] in {origin}.", key="merge.gates", source=origin)
     if check is _is_hosts_table and isinstance(value, dict):  # name the host that is wrong, and why
         for name, entry in value.items():
             why = host_problem(name, entry)

@@ -16,6 +16,7 @@ from pathlib import Path
 from exo_cli.errors import EnvironmentError_, ExoError, InvalidInput, StateError
 from exo_cli.lite import NamedTuple
 from exo_cli.records import RETIRED_SEP, ROOT
+from exo_cli.trust import REASON, store_as_is
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -107,9 +108,15 @@ class Env:
     # -- repository and state ---------------------------------------------------------------
     @cached_property
     def repo(self) -> RepoInfo:
+        """The repository around cwd; inside an agent's own clone, the repository exo made it from (the team's)."""
         from exo_cli.adapters.git import Git
 
-        return Git(self.cwd).discover()
+        found = Git(self.cwd).discover()
+        if not (found.common_dir / "objects" / "info" / "alternates").exists():  # no clone --shared: no agent's
+            return found
+        from exo_cli.adapters.clones import team_repo
+
+        return team_repo(found, self.environ)
 
     @cached_property
     def state_path(self) -> Path:
@@ -517,14 +524,9 @@ def identify(env: Env) -> Caller:
         store = env.store
         hit = _by_ancestry(env, store)
     except ExoError as exc:
-        if exc.data.get("reason") == "untrusted-config" and not markers:  # not an untrusted [store] url: the
-            from exo_cli.adapters.store import pointed_url
-
-            # state where it is (its pointer, else SQLite) says who calls
-            return identify(Env(env.cwd, {**env.environ, STORE_URL_VAR: pointed_url(env.state_path) or ""}, pid=env.pid))
         if markers or exc.data.get("store"):
             raise  # an unreachable store is said as such: it never makes the caller the human
-        return HUMAN
+        return identify(store_as_is(env)) if exc.data.get("reason") == REASON else HUMAN  # untrusted store: as it is
     except Exception as exc:  # an unreadable state database
         if markers:
             raise StateError(f"exo cannot read its state database to check who is calling: {exc}",

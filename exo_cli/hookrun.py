@@ -82,6 +82,7 @@ def answer(env: Env, event: str, cli: str, payload: str | None, as_json: bool) -
     if result is not None:
         from exo_cli.records import to_jsonable
 
+        agent_side(list(result.actions))
         _print(output, to_jsonable(result), as_json)
     else:
         _print(output, None, as_json)
@@ -99,6 +100,7 @@ def relayed(event: str, cli: str, payload: str | None, as_json: bool) -> None:
         if payload is None:
             payload = _stdin()
         result = relay.hook(event, cli, payload, as_json)
+        agent_side(result.get("actions"))
         output = result.get("output")
         if result.get("warning"):
             _warn(f"exo hook {event}: warning: {result['warning']}")
@@ -108,6 +110,21 @@ def relayed(event: str, cli: str, payload: str | None, as_json: bool) -> None:
 
         _ignored(event, exc)
         _print(neutral(event, cli), None, as_json)
+
+
+def agent_side(actions: object) -> None:
+    """What a hook's answer asks of the agent's own side: an agent's clone rebased onto its moved parent branch
+    (``rebase-here:<commit>``), in this process (the agent's), never in the broker; fails open."""
+    if not isinstance(actions, list):
+        return
+    for action in actions:
+        if isinstance(action, str) and action.startswith("rebase-here:"):
+            from exo_cli.ops.rebase import rebase_here
+
+            try:
+                rebase_here(os.getcwd(), action.split(":", 1)[1])
+            except Exception as exc:  # noqa: BLE001 - fail open: the next stop tells the agent
+                _warn(f"exo hook: warning: the rebase in your clone did not run: {exc}")
 
 
 def _ignored(event: str, exc: BaseException) -> None:

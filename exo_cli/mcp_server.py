@@ -57,9 +57,10 @@ INSTRUCTIONS = (
 # reviewed on GitHub). Modules append ``fn(env)``; each runs in its own daemon thread and must take
 # its own per-repository lock so only one runs per repository.
 def _default_background() -> list[Callable[[Env], None]]:
+    from exo_cli.ops.queuerun import resume_queues  # merge queues a killed runner left (one runner per base)
     from exo_cli.ops.watch import background_poller  # the forge poller (one per repo, by a lock)
 
-    return [background_poller]
+    return [background_poller, resume_queues]
 
 
 BACKGROUND: list[Callable[[Env], None]] = _default_background()

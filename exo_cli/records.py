@@ -43,6 +43,8 @@ BACKENDS = (*AGENT_CLIS, "custom", "demo")
 # How to install each agent CLI (its npm package), for the hints of `exo init` and `exo spawn`.
 AGENT_CLI_INSTALL = {cli: f"npm install -g {package}" for cli, package in
                      (("claude", "@anthropic-ai/claude-code"), ("gemini", "@google/gemini-cli"), ("codex", "@openai/codex"))}
+# Where an agent works: a linked worktree of the repository, or its own ``git clone --shared`` (sandboxable).
+LAYOUTS = ("worktree", "clone")
 PANE_MUXES = ("tmux", "zellij")  # multiplexers that show an agent in a pane (a terminal to read and type into)
 MUXES = (*PANE_MUXES, "headless")
 # Other tool families' sets ``exo mcp --compat`` (and the ``mcp.compat`` key) can add to exo's own.

@@ -17,9 +17,12 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import StateError
+
+if TYPE_CHECKING:
+    from exo_cli.env import Env
 
 # The one table of keys that need trust when the repository file sets them: a rule ``X`` covers the
 # key X and every key under it, ``X.*`` the keys under the section X. Keys added later under a
@@ -43,6 +46,15 @@ TRUST_RULES: dict[str, str] = {
 }
 FOLDER = "trust"  # under the user's configuration folder
 REASON = "untrusted-config"  # data.reason of the refusal
+
+
+def store_as_is(env: Env) -> Env:
+    """``env`` with the store the state folder names (its pointer, else SQLite), never an untrusted ``[store] url``:
+    who is calling is decided there, so a repository's store URL cannot make an agent's process the human."""
+    from exo_cli.adapters.store import pointed_url
+    from exo_cli.env import STORE_URL_VAR, Env
+
+    return Env(env.cwd, {**env.environ, STORE_URL_VAR: pointed_url(env.state_path) or ""}, pid=env.pid)
 
 
 def needs_trust(key: str) -> bool:

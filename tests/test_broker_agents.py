@@ -399,6 +399,29 @@ def _kill_broker(repo: Path) -> int:
     return int(info["pid"])
 
 
+def test_headless_runners_start_a_killed_broker_again_with_no_command_of_anyone(team: Team) -> None:
+    """Sandboxed agents cannot start a broker: their runners (outside) do, woken by the broker's life lock
+    dropping. Two agents' runners race; exactly one broker comes back, and the agents' calls work."""
+    team.spawn("w1")
+    team.spawn("w2")
+    old = _kill_broker(team.repo)
+    p = ops.paths(Env(cwd=team.repo))
+    wait_for(lambda: (adapter.ping(p, __version__) or {}).get("agents") == 2, 120, "a runner to start the broker")
+    info = adapter.ping(p, __version__)
+    assert info is not None and info["pid"] != old
+    assert brokers_of(team.repo) == [info["pid"]]
+    logs = "".join((Env(cwd=team.repo).state_dir / "logs" / f"{n}.log").read_text(errors="replace")
+                   for n in ("w1", "w2"))
+    assert "exo's broker is gone; starting it again" in logs
+    assert "cannot start" not in logs, logs
+    r = team.run("w2", "note", "after the restart")
+    assert r["rc"] == 0, r
+    # the runners wait on the new broker's life lock again: a second kill is survived the same way
+    old = _kill_broker(team.repo)
+    wait_for(lambda: (adapter.ping(p, __version__) or {}).get("agents") == 2, 120, "a runner to start it again")
+    assert len(brokers_of(team.repo)) == 1
+
+
 def test_the_humans_look_at_the_team_starts_a_broker_its_agents_lost(team: Team) -> None:
     team.spawn("w1")
     old = _kill_broker(team.repo)

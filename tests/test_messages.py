@@ -126,15 +126,29 @@ def test_waiting_parent_wakes_on_note_from_another_process(team: Path) -> None:
     waiter = subprocess.Popen([*EXO, "wait", "--timeout", "30", "--json"], cwd=team, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env={**__import__("os").environ, **env})
-    bell = env_for(team).runtime_dir / "bell"
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not any(n.startswith("lead.") for n in _ls(bell)):
+    while time.monotonic() < deadline and not _waiting(team, "lead"):
         time.sleep(0.02)
     assert run_exo_as(team, "w2", "note", "done with part 2").returncode == 0
     out, err = waiter.communicate(timeout=30)
     assert waiter.returncode == 0, err
     res = json.loads(out)
     assert res["timed_out"] is False and res["results"][0]["message"] == "done with part 2"
+
+
+def _waiting(team: Path, agent: str) -> bool:
+    """Whether a waiter of ``agent`` listens for its doorbell: a socket in the bell folder (SQLite), or a
+    connection of the PostgreSQL store whose last statement was a LISTEN."""
+    import os
+
+    url = os.environ.get("EXO_STORE_URL")
+    if not url:
+        return any(n.startswith(f"{agent}.") for n in _ls(env_for(team).runtime_dir / "bell"))
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'LISTEN%'").fetchone()
+    return bool(row and row[0])
 
 
 def _ls(path: Path) -> list[str]:

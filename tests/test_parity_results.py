@@ -418,6 +418,11 @@ def case_pr_merge(w: World) -> list[Pair]:
                  {"pr_number": numbers[1], "strategy": "squash"}, names={"m1": "m2", "m2": "m1"})]
 
 
+def case_pr_queue(w: World) -> list[Pair]:
+    return [Pair(["pr", "queue"], "merge_queue", {}),
+            Pair(["pr", "queue", "--base", "main"], "merge_queue", {"base": "main"})]
+
+
 def case_diff(w: World) -> list[Pair]:
     w.record("df1", worktree=True)
     return [Pair(["diff", "df1"], "diff_agent", {"agent": "df1"}),

@@ -223,3 +223,36 @@ def test_watch_prints_a_remote_merge_and_fast_forwards_main_for_complete(repo: P
     assert done.removal == "removed" and done.branch_deleted
     human = Exo(repo)("watch", "--once", env=extra)
     assert human.exit_code == 0 and human.stdout.strip().endswith("; polled once (--once)")
+
+
+def test_a_clone_agents_pr_is_pushed_from_the_repository_never_the_clone(repo: Path, github: FakeGitHub,
+                                                                         tmp_path: Path) -> None:
+    import os
+    import time
+
+    from exo_cli.adapters.clones import record_home
+    from exo_cli.config_paths import user_config_dir
+    from exo_cli.records import IDLE, Agent
+
+    env = env_for(repo)
+    clone = repo / ".exo" / "worktrees" / "w1"
+    env.worktrees.create_clone(path=clone, branch="main.w1", base_commit=git(repo, "rev-parse", "main"),
+                               agent_id="w1")
+    record_home(user_config_dir(os.environ), clone, repo)
+    now = time.time()
+    env.store.insert_agent(Agent(id="w1", name="w1", role="dev", parent="root", status=IDLE, backend="demo",
+                                 mux="headless", worktree=str(clone), branch="main.w1", base_branch="main",
+                                 repo=str(repo), created_at=now, updated_at=now, status_at=now,
+                                 spec={"worktree_created": True, "layout": "clone"}))
+    evil = tmp_path / "evil.git"
+    git(tmp_path, "init", "-q", "--bare", str(evil))
+    marker = tmp_path / "ran"
+    with open(clone / ".git" / "config", "a") as fh:  # the clone's own config would push elsewhere, and run things
+        fh.write(f'[url "{evil}"]\n\tinsteadOf = {URL}\n[credential]\n\thelper = "!touch {marker}; false"\n'
+                 f'[core]\n\tsshCommand = "touch {marker}; false"\n')
+    commit(clone, "a.txt", "a\n", "add a")
+    r = registry.invoke("pr_file", env_for(clone, "w1", github.extra), title="Add a")  # type: ignore[attr-defined]
+    assert r.pushed and r.pr.forge == "github"
+    bare = github.bare  # type: ignore[attr-defined]
+    assert git(bare, "rev-parse", "refs/heads/main.w1") == git(clone, "rev-parse", "HEAD")
+    assert git(evil, "for-each-ref") == "" and not marker.exists()

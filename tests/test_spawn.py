@@ -229,7 +229,7 @@ def test_runtime_folder_goes_with_the_last_agent_unless_someone_waits(team: Path
     """exo removes the runtime folder it made once no agent runs, but never under a waiter's doorbell."""
     from exo_cli.env import Env
 
-    write_trusted(team, '[agent]\ncommand = ["sleep", "600"]\n')
+    write_trusted(team, '[agent]\ncommand = ["sleep", "600"]\n[broker]\nidle_exit = 1\n')
     exo = Exo(team)
     runtime = Env(cwd=team).runtime_dir
     for name in ("h1", "h2"):

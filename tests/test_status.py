@@ -43,7 +43,7 @@ def test_agent_status_in_its_worktree(repo: Path, tmp_path: Path) -> None:
     assert s["git"]["branch"] == "main.w1" and s["git"]["parent_branch"] == "main"
     assert (s["git"]["ahead"], s["git"]["behind"]) == (2, 1)
     assert s["git"]["dirty"] == ["?? dirty.txt"]
-    assert s["pr"] == {"number": 1, "state": "open", "base": "main"}
+    assert s["pr"] == {"number": 1, "state": "open", "base": "main", "queue": None}
     assert s["team"] is None
 
     # The same agent seen from the root, by name.

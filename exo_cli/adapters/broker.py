@@ -5,6 +5,9 @@ One broker per repository state folder and host (``exo broker serve``, the front
 
     <runtime>/broker/ctl    the control socket (the human's exo, spawn, launchers, doctor)
     <runtime>/broker/lock   the start lock (flock; the kernel drops it when its holder dies)
+    <runtime>/broker/life   held (flock, exclusive) by the running broker for its whole life: a
+                            headless agent's runner blocks on it and starts the broker again when
+                            the kernel drops it (``_runner.py``'s keeper; no polling)
     <runtime>/broker/pid    JSON: pid, start time, exo version, protocol (written once listening)
     <runtime>/s/<key>/sock  one socket per agent, in a folder of its own (a sandbox binds the folder)
 
@@ -53,6 +56,7 @@ class Paths:
         self.dir = self.runtime / "broker"
         self.ctl = self.dir / "ctl"
         self.lock = self.dir / "lock"
+        self.life = self.dir / "life"
         self.pid_file = self.dir / "pid"
         self.sockets = self.runtime / "s"
 

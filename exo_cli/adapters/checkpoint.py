@@ -36,14 +36,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from exo_cli import fault
-from exo_cli.adapters import ckptfiles, gitdir, keep
+from exo_cli.adapters import ckptfiles, clones, gitdir, keep
 from exo_cli.adapters.ckptrefs import ARCHIVED, REFS, Listed, list_refs
 from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked
 from exo_cli.adapters.git import Git
 from exo_cli.errors import ExoError, StateError
 
-IDENTITY = {"GIT_AUTHOR_NAME": "exo", "GIT_AUTHOR_EMAIL": "exo@localhost",
-            "GIT_COMMITTER_NAME": "exo", "GIT_COMMITTER_EMAIL": "exo@localhost"}
+IDENTITY = clones.IDENTITY  # who writes exo's own commits
 # The private folder's attributes, above every .gitattributes: no conversion, no filter program.
 RAW = "* -text -filter -ident -working-tree-encoding\n"
 NO_SPLIT = ["-c", "core.splitIndex=false"]
@@ -78,9 +77,10 @@ class Taken(NamedTuple):
 class Shadow:
     """The checkpoints of one agent's checkout: the private git folder, shadow index and records in ``folder``."""
 
-    def __init__(self, main: Git, worktree: str, folder: Path, key: str) -> None:
+    def __init__(self, main: Git, worktree: str, folder: Path, key: str, *, clone: bool = False) -> None:
         self.main = main
         self.worktree = worktree
+        self.clone = clone  # an agent's own clone: its git files are read as files, never through its config
         self.folder = folder
         self.key = key
         self.gitdir = folder / "gitdir"
@@ -97,6 +97,11 @@ class Shadow:
         """The checkout's own git folder: a linked worktree's folder of this repository that names this checkout
         back; StateError otherwise (the checkout is gone, or its ``.git`` file was pointed elsewhere: exo never
         takes another checkout's HEAD, index or branch for the agent's)."""
+        if self.clone:
+            if not clones.is_clone(self.worktree):
+                raise StateError(f"{self.worktree} is not an agent's clone (any more)", worktree=self.worktree,
+                                 reason="no-checkout")
+            return Path(self.worktree) / ".git"
         found = gitdir.git_dir_of(self.worktree) if os.path.isdir(self.worktree) else None
         common = gitdir.common_dir(self.main.path, {})
         if found is None or not (found / "HEAD").is_file() or common is None:
@@ -131,8 +136,24 @@ class Shadow:
                 exclude.unlink()
             os.symlink(objects / "info" / "exclude", exclude)  # the repository's own ignore rules
             atomic_write(self.gitdir / "HEAD", "ref: refs/heads/exo-checkpoint\n", mode=0o600, fsync=False)
-        return {"GIT_DIR": str(self.gitdir), "GIT_WORK_TREE": self.worktree, "GIT_INDEX_FILE": str(self.index),
-                "GIT_OBJECT_DIRECTORY": str(objects / "objects"), "GIT_LITERAL_PATHSPECS": "1"}
+        env = {"GIT_DIR": str(self.gitdir), "GIT_WORK_TREE": self.worktree, "GIT_INDEX_FILE": str(self.index),
+               "GIT_OBJECT_DIRECTORY": str(objects / "objects"), "GIT_LITERAL_PATHSPECS": "1"}
+        if self.clone:  # its own commits are in its own store (fetched into the repository before a checkpoint)
+            env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = os.path.join(os.path.realpath(self.worktree), ".git", "objects")
+        return env
+
+    def _agent_index(self, agent_git: Path) -> Path:
+        """The agent's index, as a copy exo made without following a link (a clone's) or in place (a worktree's)."""
+        if not self.clone:
+            return agent_git / "index"
+        copy = self.folder / "agent-index"
+        data = clones.read_inside(agent_git, "index", limit=clones.MAX_INDEX)
+        if data is None:
+            with contextlib.suppress(FileNotFoundError):
+                copy.unlink()
+        else:
+            atomic_write(copy, data, mode=0o600, fsync=False)
+        return copy
 
     def _git(self) -> tuple[Git, dict[str, str]]:
         return self.main.at(self.worktree), self._setup()
@@ -158,7 +179,8 @@ class Shadow:
         if hidden:
             git.run([*NO_SPLIT, "update-index", "-z", "--no-assume-unchanged", "--no-skip-worktree", "--stdin"],
                     input=_join(hidden), env=env, check=False)
-        here = self.main.at(self.worktree)  # the repository's own attributes and config (read only, nothing runs)
+        # the repository's own attributes and config (read only, nothing runs); never a clone's config
+        here = self.main if self.clone else self.main.at(self.worktree)
         if (here.config_get("core.autocrlf") or "false").lower() in ("true", "input"):
             converted = set(paths)
         else:
@@ -179,8 +201,9 @@ class Shadow:
         git, env = self._git()
         last = self._last()
         head, parents = self._parents(agent_git, branch)
+        agent_index = self._agent_index(agent_git)
         try:
-            suspects = self._seed(agent_git / "index")
+            suspects = self._seed(agent_index)
             look = self._look(git, env, str(last.get("commit") or head or ""))
         except ExoError:  # a seed git cannot read here (a split index): start from an empty shadow
             with contextlib.suppress(FileNotFoundError):
@@ -190,7 +213,7 @@ class Shadow:
         not_kept: list[tuple[str, str]] = []
         add, drop = self._sort(changed, policy, not_kept)
         recheck = bool(suspects) or any(p == ".gitignore" or p.endswith("/.gitignore") for p in changed)
-        untrack = self._untracked_now(git, env, agent_git / "index") if recheck else []
+        untrack = self._untracked_now(git, env, agent_index) if recheck else []
         ignored, nested = self._ignored([*others, *untrack], policy)
         drop += untrack
         not_kept += [(f"{n}/", "a nested repository") for n in nested]
@@ -342,6 +365,13 @@ class Shadow:
 
     def _parents(self, agent_git: Path, branch: str | None) -> tuple[str | None, list[str]]:
         """(HEAD's commit, the parents: HEAD, and the agent's branch tip when HEAD is not on it)."""
+        if self.clone:  # read as files: HEAD and the branch as the clone has them
+            refs = clones.read_refs(self.worktree)
+            on = refs.head if (refs.head or "").startswith("refs/") else None
+            head = refs.branches.get(on or "") if on else refs.head
+            parents = [head] if head else []
+            tip = refs.branches.get(f"refs/heads/{branch}") if branch and on != f"refs/heads/{branch}" else None
+            return head, parents + ([tip] if tip and tip not in parents else [])
         here = self.main.at(self.worktree)
         env = {"GIT_DIR": str(agent_git)}
         head = gitdir.head_commit(agent_git) or here.run(["rev-parse", "--verify", "-q", "HEAD^{commit}"], env=env,

@@ -328,16 +328,21 @@ class Git(Remotes):
                         check=False)
         return {ln.split()[0] for ln in proc.stdout.splitlines() if ln.endswith(" commit")}
 
-    def ref_tips(self) -> list[str]:
-        """The object every ref points at (branches, tags, remotes, exo's archives, notes, the stash...)."""
-        return _lines(self.run(["for-each-ref", "--format=%(objectname)"]).stdout)
+    def ref_tips(self, *, but: str | None = None) -> list[str]:
+        """The object every ref points at (branches, tags, remotes, exo's archives, notes, the stash...), but the
+        refs under ``but`` (a prefix such as ``refs/exo/clones/w1/``)."""
+        if but is None:
+            return _lines(self.run(["for-each-ref", "--format=%(objectname)"]).stdout)
+        rows = _lines(self.run(["for-each-ref", "--format=%(objectname) %(refname)"]).stdout)
+        return [oid for oid, _, ref in (r.partition(" ") for r in rows) if not ref.startswith(but)]
 
-    def unreachable_from_refs(self, tips: Iterable[str]) -> list[str]:
-        """Commits reachable from ``tips`` that no ref reaches (newest first): what would be lost with them."""
+    def unreachable_from_refs(self, tips: Iterable[str], *, but: str | None = None) -> list[str]:
+        """Commits reachable from ``tips`` that no ref reaches (newest first): what would be lost with them.
+        Refs under ``but`` do not count (they go with what is being removed)."""
         tips = [t for t in dict.fromkeys(tips) if t]
         if not tips:
             return []
-        lines = tips + [f"^{sha}" for sha in dict.fromkeys(self.ref_tips())]
+        lines = tips + [f"^{sha}" for sha in dict.fromkeys(self.ref_tips(but=but))]
         proc = self.run(["rev-list", "--stdin"], input="\n".join(lines) + "\n")
         return _lines(proc.stdout)
 

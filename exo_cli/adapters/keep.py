@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from exo_cli.adapters import gitdir
 from exo_cli.adapters.files import ensure_private_dir
@@ -234,6 +234,7 @@ class Inventory:
     limit: int = DEFAULT_LIMIT_MB << 20
     regenerable: tuple[str, ...] = DEFAULT_REGENERABLE
     owned: set[str] = field(default_factory=set)
+    layout: str = "worktree"  # "clone": an agent's own clone (restored as one)
 
     def losses(self) -> dict[str, list[str]]:
         """The non-empty kinds of work, in ``would_lose`` form."""
@@ -253,12 +254,26 @@ class Inventory:
                 or rel.rstrip("/") in self.nested)
 
 
+class Clone(NamedTuple):
+    """An agent's own clone as ``survey`` reads it (``ops/checkout``): its reader, git state and refs."""
+
+    git: Git  # reads the clone's work tree and index through exo's own git folder
+    state: dict[str, str]  # label -> commit: its branches, tags, stash, detached HEAD, operation in progress
+    in_progress: list[str]
+    refs: str  # the repository's refs that keep it (refs/exo/clones/<id>/): they go with the clone
+
+
 def survey(worktree: str, *, main: Git, regenerable: Sequence[str] = DEFAULT_REGENERABLE,
-           owned: Iterable[str] = (EXO_FOLDER,), limit: int = DEFAULT_LIMIT_MB << 20) -> Inventory:
-    """Everything in ``worktree`` that removing it would lose (see the module); ``main`` is the repository's git."""
-    here = main.at(worktree)
+           owned: Iterable[str] = (EXO_FOLDER,), limit: int = DEFAULT_LIMIT_MB << 20,
+           clone: Clone | None = None) -> Inventory:
+    """Everything in ``worktree`` that removing it would lose (see the module); ``main`` is the repository's git.
+
+    For an agent's own clone, ``clone`` gives the git that reads it (never the clone's own
+    config) and what its git state holds, as fetched into the repository under its refs.
+    """
+    here = clone.git if clone is not None else main.at(worktree)
     inv = Inventory(worktree=worktree, regenerable=tuple(regenerable), owned=set(owned) | {EXO_FOLDER}, limit=limit)
-    git_dir = gitdir.git_dir_of(worktree)
+    git_dir = gitdir.git_dir_of(worktree) if clone is None else None  # a clone's files: only through ``clone``
     inv.head = here.rev("HEAD")
     inv.head_branch = gitdir.head_branch(git_dir) if git_dir else here.current_branch()
     for xy, path in here.changes():
@@ -273,7 +288,11 @@ def survey(worktree: str, *, main: Git, regenerable: Sequence[str] = DEFAULT_REG
     inv.nested += [p for p in here.gitlinks() if _is_repo(os.path.join(worktree, p))]
     inv.nested = sorted(set(inv.nested))
     inv.ignored = [e for e in inv.ignored if e.rstrip("/") not in inv.nested]
-    if git_dir is not None:
+    if clone is not None:
+        inv.layout = "clone"
+        inv.in_progress = clone.in_progress
+        _lost(main, inv, clone.state, but=clone.refs)
+    elif git_dir is not None:
         linked = (git_dir / "commondir").exists()  # a linked worktree's own folder (the main one's is shared)
         inv.in_progress = gitdir.operations(git_dir)
         _lost(main, inv, gitdir.state_commits(git_dir, linked=linked))
@@ -336,11 +355,12 @@ def _repos_under(worktree: str, entry: str, inv: Inventory) -> list[str]:
     return found
 
 
-def _lost(main: Git, inv: Inventory, state: Mapping[str, str]) -> None:
-    """Fill ``lost_tips`` and ``lost_commits``: commits the worktree's state reaches and no ref does."""
+def _lost(main: Git, inv: Inventory, state: Mapping[str, str], *, but: str | None = None) -> None:
+    """Fill ``lost_tips`` and ``lost_commits``: commits the worktree's state reaches and no ref does (but the
+    refs under ``but``, which go with it)."""
     commits = main.commits_among(state.values())
     tips = {label: sha for label, sha in state.items() if sha in commits}
-    lost = main.unreachable_from_refs(tips.values())
+    lost = main.unreachable_from_refs(tips.values(), but=but)
     if not lost:
         return
     lost_set = set(lost)
@@ -372,8 +392,10 @@ def _safe(label: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "-" for c in label).strip(".-") or "x"
 
 
-def keep(inv: Inventory, *, main: Git, archive_root: Path, label: str, branch: str | None, reason: str) -> Kept:
-    """Archive everything ``inv`` lists (see the module); StateError when it is too big to copy."""
+def keep(inv: Inventory, *, main: Git, archive_root: Path, label: str, branch: str | None, reason: str,
+         here: Git | None = None) -> Kept:
+    """Archive everything ``inv`` lists (see the module); StateError when it is too big to copy. ``here`` reads
+    the checkout (an agent's clone's reader; default: git in the worktree)."""
     if inv.too_big:
         raise too_big_error(inv)
     wt = inv.worktree
@@ -395,7 +417,7 @@ def keep(inv: Inventory, *, main: Git, archive_root: Path, label: str, branch: s
         tip_refs[tip_label] = ref
     if os.path.isdir(wt):
         restore += _restore_checkout(inv, main, branch, tip_refs)
-        saved = main.at(wt).save_work(f"WIP archived ({reason})", label="exo archive")
+        saved = (here or main.at(wt)).save_work(f"WIP archived ({reason})", label="exo archive")
         if saved:
             sha, how = saved
             ref = main.keep_ref(f"{ARCHIVE_REFS}{label}-wip", sha, reason=f"{reason} (uncommitted work)")
@@ -465,12 +487,20 @@ def _biggest(inv: Inventory, n: int = 5) -> list[str]:
 
 
 def _restore_checkout(inv: Inventory, main: Git, branch: str | None, tip_refs: Mapping[str, str]) -> list[str]:
-    """``git worktree add`` of the worktree as it was: on its branch, or detached at its HEAD."""
+    """The checkout as it was, on its branch or detached at its HEAD: ``git worktree add`` for a worktree, ``git
+    clone --shared`` for an agent's own clone (which sees every commit of the repository, the archived ones too)."""
     q = shlex.quote
     root, wt = q(main.path), q(inv.worktree)
-    if inv.head_branch and main.rev(f"refs/heads/{inv.head_branch}"):
-        return [f"git -C {root} worktree add {wt} {q(inv.head_branch)}"]
+    on_branch = bool(inv.head_branch and main.rev(f"refs/heads/{inv.head_branch}"))
     at = tip_refs.get("HEAD") or inv.head or (f"refs/heads/{branch}" if branch else None)
+    if inv.layout == "clone":
+        if on_branch:
+            return [f"git clone --shared --branch {q(inv.head_branch or '')} {root} {wt}"]
+        sha = main.rev(at) if at else None
+        return [f"git clone --shared --no-checkout {root} {wt}", f"git -C {wt} checkout --detach {q(sha)}"] if sha \
+            else []
+    if on_branch:
+        return [f"git -C {root} worktree add {wt} {q(inv.head_branch or '')}"]
     return [f"git -C {root} worktree add --detach {wt} {q(at)}"] if at else []
 
 

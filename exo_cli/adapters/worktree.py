@@ -199,6 +199,48 @@ class Worktrees:
         # The checkout touches only this worktree's own index and files: concurrent with other spawns.
         self.git.at(path).reset_hard()
 
+    def create_clone(self, *, path: Path, branch: str, base_commit: str, agent_id: str) -> None:
+        """Create agent ``agent_id``'s own ``clone --shared`` at ``path`` on new branch ``branch`` at ``base_commit``.
+
+        The repository gets ``refs/heads/<branch>`` (create-only: an existing branch is a
+        StateError, as for a worktree) and ``refs/exo/clones/<id>/base`` (gc keeps the base the
+        clone borrows through its alternates) under the repo lock; the clone and its checkout
+        are made outside it, concurrently with other spawns.
+        """
+        from exo_cli.adapters import clones
+
+        if os.path.lexists(path):
+            raise StateError(f"Worktree {path} already exists", hint="exo never reuses a worktree; pick another name.",
+                             path=str(path))
+        refs = f"create refs/heads/{branch} {base_commit}\nupdate {clones.clone_refs(agent_id)}base {base_commit}\n"
+        proc = self.locked(lambda: self.git.run(["update-ref", "--stdin"], input=refs, check=False))
+        if proc.returncode != 0:
+            if "exists" in proc.stderr:
+                raise StateError(f"Branch {branch} already exists",
+                                 hint="exo never reuses a branch or a worktree; pick another name.", branch=branch)
+            raise external("git update-ref", proc)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            clones.make_shared_clone(Path(self.git.path), path, branch=branch, start=base_commit)
+            add_exclude(path / ".git", EXO_EXCLUDE)  # its own git never sees exo's folder (not the agent's yet)
+        finally:
+            if os.path.isdir(path) and not os.path.islink(path):
+                record_created(self.state_dir, path)
+
+    def remove_clone(self, path: str | os.PathLike[str], agent_id: str) -> tuple[bool, str]:
+        """Delete an agent's clone exo made (the caller checked nothing would be lost) and ``refs/exo/clones/<id>/``."""
+        from exo_cli.adapters import clones
+
+        if os.path.lexists(path):
+            if not (clones.is_clone(path) and made_by_exo(path, created_folders(self.state_dir))):
+                return False, f"{path} is not a clone exo made (its folder or .git was replaced); left as it is"
+            try:
+                clones.remove_clone(path)
+            except OSError as exc:
+                return False, str(exc)
+        self.locked(lambda: _dropped(self.git, agent_id))
+        return True, ""
+
     def listing(self) -> dict[str, dict[str, str]]:
         """Every worktree: path -> its attributes as git prints them (HEAD, branch, prunable...)."""
         return {w.path: w.attrs for w in self.git.worktrees()}
@@ -222,6 +264,13 @@ class Worktrees:
         """Keep exo's per-worktree folder out of git everywhere (``/.exo/`` in ``info/exclude``)."""
         with _lock_guard, repo_lock(self.state_dir, "exclude"):
             add_exclude(self.common_dir, EXO_EXCLUDE)
+
+
+def _dropped(git: Git, agent_id: str) -> Finished:
+    from exo_cli.adapters import clones
+
+    clones.drop_refs(git, agent_id)
+    return Finished([], 0, "", "")
 
 
 # --------------------------------------------------------------------------- what exo created

@@ -7,7 +7,8 @@ serves the same paths), then tells its starter it is ready. The main thread mult
 listening sockets; each connection gets a thread (``conn.handle``). Every ``TICK`` the reaper
 opens sockets for agents that need one, closes those of agents whose process is gone (after
 ``REAP_GRACE``, so the last hooks of an agent that completed itself still get through), gives up
-sockets another broker took over, and once no agent and no connection is left for
+sockets another broker took over, starts a runner for each merge queue with entries that none
+advances (every ``QUEUE_EVERY``), and once no agent and no connection is left for
 ``broker.idle_exit`` seconds the broker takes the start lock, removes its files and exits.
 """
 
@@ -33,6 +34,7 @@ from exo_cli.errors import ExoError, NotFound, StateError
 if TYPE_CHECKING:
     import socket
 
+    from exo_cli.adapters.files import FileLock
     from exo_cli.env import Env
     from exo_cli.records import Agent
 
@@ -40,6 +42,7 @@ TICK = 1.0  # seconds between reaper passes
 MAX_THREADS = 1024  # connections served at once (an MCP session or a blocking wait holds one for its length)
 REAP_GRACE = 3.0  # seconds an agent's socket stays once its process is gone
 STORE_PATIENCE = 2.0  # seconds the reaper waits for a store that restarts before it watches processes alone
+QUEUE_EVERY = 5.0  # seconds between looks for merge queues no runner advances
 LOG_MAX = 1 << 20  # bytes of log kept from earlier runs
 
 
@@ -73,6 +76,7 @@ class Broker:
         self.stopping = threading.Event()
         self.ctl: socket.socket | None = None
         self.ctl_inode = 0
+        self.life: FileLock | None = None  # the life lock (``adapters.broker.Paths.life``) once held
         # Connections run on a pool: its idle threads are reused, and with them their store connection
         # (the SQLite store keeps one per thread), so a hook does not open the database again.
         self.pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="exo-conn")
@@ -81,6 +85,7 @@ class Broker:
         self.state_dir = env.state_dir.resolve()
         self.repo_root = env.repo.root
         self.store_down = False
+        self.queues_at = 0.0  # when the reaper last looked for merge queues no runner advances
 
     # ------------------------------------------------------------------ logging
 
@@ -106,7 +111,25 @@ class Broker:
             "protocol": adapter.PROTOCOL, "state_dir": str(self.state_dir), "log": str(self.state_dir / "broker.log"),
             "started_at": time.time()}), mode=0o600, fsync=False)
         self.log(f"broker of exo {__version__} serving {self.state_dir} (control socket {self.paths.ctl})")
+        self.hold_life()
         self.sync()
+
+    def hold_life(self) -> None:
+        """Hold the life lock until this process ends (the kernel drops it then, ``kill -9`` too).
+
+        Headless runners block on it and start a broker again when it drops. A broker that was
+        replaced may still hold it for a moment: then the next tick tries again.
+        """
+        if self.life is not None:
+            return
+        from exo_cli.adapters.files import FileLock
+
+        lock = FileLock(self.paths.life)
+        try:
+            if lock.acquire(blocking=False):
+                self.life = lock
+        except OSError as exc:
+            self.log(f"cannot hold the life lock {self.paths.life}: {exc}")
 
     def stop(self) -> None:
         """Ask the main loop to end (safe from a signal handler or any thread)."""
@@ -166,7 +189,9 @@ class Broker:
             self.ctl_inode = 0  # never remove the other broker's socket
             self.stop()
             return
+        self.hold_life()
         self.sync()
+        self.resume_queues()
         with self.lock:
             busy = bool(self.slots) or self.connections > 0
             if busy:
@@ -178,6 +203,23 @@ class Broker:
             if time.monotonic() - self.idle_since < self.idle_exit:
                 return
         self._exit_when_idle()
+
+    def resume_queues(self) -> None:
+        """Every ``QUEUE_EVERY`` seconds: start a detached runner for each merge queue with entries and no runner
+        (one killed, or whose starter could not start it); the runner, not the broker, advances it."""
+        if self.store_down or time.monotonic() - self.queues_at < QUEUE_EVERY:
+            return
+        self.queues_at = time.monotonic()
+        from exo_cli.ops.queuerun import resume_idle
+
+        try:
+            with self.env.store.patience(STORE_PATIENCE):
+                started = resume_idle(self.env)
+        except ExoError as exc:
+            self.log(f"merge queues: {exc.message}")
+            return
+        for base in started:
+            self.log(f"started a runner for the merge queue of {base}")
 
     def _exit_when_idle(self) -> None:
         """Take the start lock (not waiting: a starter holding it is about to use us), check again, stop."""

@@ -24,6 +24,7 @@ COMMANDS: dict[str, Entry] = {
     "status": Entry("exo_cli.commands.status:status", "Show the current task, git state and PR; at the root, a team summary."),
     "agents": Entry("exo_cli.commands.status:agents", "List the agent tree with status, task, branch, PR and last message."),
     "board": Entry("exo_cli.commands.board:board", "Show the team at a glance: a live board of the agents, those that need you first."),
+    "ui": Entry("exo_cli.commands.ui:ui", "Serve the board in a browser, on 127.0.0.1 behind a one-time link."),
     "ls": Entry("exo_cli.commands.status:agents_alias", "Alias of `exo agents`.", hidden=True),
     "spawn": Entry("exo_cli.commands.spawn:spawn", "Start agents: one worktree, branch and agent per bead, worker or subtree."),
     "kill": Entry("exo_cli.commands.lifecycle:kill", "Kill an agent and all its descendants; their worktrees are kept."),

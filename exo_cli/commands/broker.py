@@ -1,4 +1,4 @@
-"""``exo broker status|stop`` and the hidden ``exo broker serve`` (the broker's own process)."""
+"""``exo broker status|start|stop`` and the hidden ``exo broker serve`` (the broker's own process)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def render_stop(out: Out, r: BrokerStopResult) -> None:
 
 
 @click.group(help="The team broker: one exo process per repository that serves every agent on its own socket."
-             "\n\n\b\nExamples:\n  exo broker status\n  exo broker stop")
+             "\n\n\b\nExamples:\n  exo broker status\n  exo broker start\n  exo broker stop")
 def broker() -> None:
     pass
 
@@ -46,6 +46,14 @@ def broker() -> None:
 @click.pass_obj
 def status(env: Any, as_json: bool) -> None:
     emit(invoke("broker_status", env), as_json=as_json, human=render_status)
+
+
+@broker.command("start", help=op_help("broker_start") + "\n\n\b\nExamples:\n  exo broker start\n"
+                "  exo broker start --json")
+@json_option
+@click.pass_obj
+def start(env: Any, as_json: bool) -> None:
+    emit(invoke("broker_start", env), as_json=as_json, human=render_status)
 
 
 @broker.command("stop", help=op_help("broker_stop") + "\n\n\b\nExamples:\n  exo broker stop\n  exo broker stop --json")

@@ -10,6 +10,7 @@ from exo_cli.commands._complete import completer
 from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.ops import completion as kinds
 from exo_cli.ops.pr import STATES, STRATEGIES, FileResult, MergeResult, PrDiffView, PrList, PrView
+from exo_cli.ops.queueview import QueueView
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out
@@ -44,6 +45,19 @@ def render_file(out: Out, result: FileResult) -> None:
 
 def render_merge(out: Out, result: MergeResult) -> None:
     pr = result.pr
+    if result.state != "merged" or result.merge_commit is None:
+        where = f", position {result.position}" if result.position else ""
+        out.line(f"PR #{pr.number} ({pr.head} -> {pr.base}) is {result.state} in the merge queue{where}")
+        q = result.queue or {}
+        if result.state == "bounced":
+            out.line(f"Bounced: {q.get('reason')}")
+            if q.get("files"):
+                out.line("Conflicting paths: " + ", ".join(q["files"]))
+            if q.get("tail"):
+                out.line(str(q["tail"]).rstrip())
+        else:
+            out.line("It lands once the gates pass. Follow it with `exo pr queue`.")
+        return
     out.line(f"Merged PR #{pr.number} ({pr.head} -> {pr.base}) by {result.strategy} as {result.merge_commit[:12]}")
     if result.base_worktree:
         out.line(f"Updated {result.base_worktree}")
@@ -83,10 +97,40 @@ def file_cmd(env: Any, title: str | None, body: str | None, draft: bool, as_json
             "  exo pr merge 3 --strategy merge --json")
 @click.argument("number", type=click.IntRange(min=1), shell_complete=completer(kinds.OPEN_PR))
 @op_option("pr_merge", "strategy", "--strategy", type=click.Choice(STRATEGIES))
+@op_option("pr_merge", "priority", "--priority", type=click.IntRange(0, 4))
+@op_option("pr_merge", "wait", "--wait", is_flag=True)
+@op_option("pr_merge", "now", "--now", is_flag=True)
+@op_option("pr_merge", "force", "--force", is_flag=True)
 @json_option
 @click.pass_obj
-def merge_cmd(env: Any, number: int, strategy: str | None, as_json: bool) -> None:
-    emit(invoke("pr_merge", env, number=number, strategy=strategy), as_json=as_json, human=render_merge)
+def merge_cmd(env: Any, number: int, strategy: str | None, priority: int | None, wait: bool, now: bool, force: bool,
+              as_json: bool) -> None:
+    if now and (wait or priority is not None):
+        raise click.UsageError("--now merges at once: it takes neither --wait nor --priority")
+    result = invoke("pr_merge", env, number=number, strategy=strategy, priority=priority, wait=wait, now=now,
+                    force=force)
+    emit(result, as_json=as_json, human=render_merge)
+    if wait and result.state == "bounced":
+        raise click.exceptions.Exit(5)  # a StateError's status: it did not merge
+
+
+def render_queue(out: Out, result: QueueView) -> None:
+    out.table(["#", "PR", "STATE", "PRIO", "BRANCH", "AUTHOR", "NOTE"],
+              [[e.position or "", f"#{e.pr}", e.state, e.priority, f"{e.head} -> {e.base}", e.author,
+                e.reason or (e.merge_commit or "")[:12]] for e in result.entries],
+              empty="The merge queue is empty.")
+    for e in result.entries:
+        if e.state == "bounced" and e.log:
+            out.line(f"#{e.pr} log: {e.log}")
+
+
+@pr.command("queue", help=op_help("pr_queue") + "\n\n\b\nExamples:\n  exo pr queue\n  exo pr queue --base main --json")
+@op_option("pr_queue", "base", "--base")
+@op_option("pr_queue", "run", "--run", is_flag=True)
+@json_option
+@click.pass_obj
+def queue_cmd(env: Any, base: str | None, run: bool, as_json: bool) -> None:
+    emit(invoke("pr_queue", env, base=base, run=run), as_json=as_json, human=render_queue)
 
 
 @pr.command("list", help=op_help("pr_list") + "\n\n\b\nExamples:\n  exo pr list\n  exo pr list --state open --json")

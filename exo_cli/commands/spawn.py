@@ -14,6 +14,7 @@ from exo_cli.commands._options import json_option, op_help, op_option
 from exo_cli.errors import EnvironmentError_, ExternalFailure, UsageError
 from exo_cli.ops import completion as kinds
 from exo_cli.ops.spawn.op import BACKENDS, MUXES, WHOLE_CALL, SpawnResult
+from exo_cli.records import LAYOUTS
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out
@@ -111,8 +112,10 @@ def _edit(template: str) -> str | None:
 @op_option("spawn", "mux", "--mux", type=click.Choice(MUXES))
 @op_option("spawn", "from_branch", "--from", metavar="BRANCH")
 @op_option("spawn", "no_worktree", "--no-worktree", is_flag=True)
+@op_option("spawn", "layout", "--layout", type=click.Choice(LAYOUTS))
 @op_option("spawn", "repo", "--repo", metavar="PATH")
 @op_option("spawn", "skip_permissions", "--skip-permissions/--no-skip-permissions", default=None)
+@op_option("spawn", "sandbox", "--sandbox/--no-sandbox", default=None)
 @op_option("spawn", "after", "--after", multiple=True, metavar="AGENT", shell_complete=completer(kinds.AGENT))
 @op_option("spawn", "demo_script", "--demo-script", metavar="FILE")
 @op_option("spawn", "host", "--host", metavar="NAME", shell_complete=completer(kinds.HOST))
@@ -123,7 +126,8 @@ def spawn(ctx: click.Context, env: Any, beads: tuple[str, ...], worker: tuple[st
           prompt: tuple[str, ...], prompt_file: str | None, edit: bool, subtree: bool, task: str | None,
           branch: str | None, fork_session: bool | None, parent_session_id: str | None, ready: int | None,
           specs: tuple[str, ...], agent: str | None, mux: str | None, from_branch: str | None,
-          no_worktree: bool, repo: str | None, skip_permissions: bool | None, after: tuple[str, ...],
+          no_worktree: bool, layout: str | None, repo: str | None, skip_permissions: bool | None, sandbox: bool | None,
+          after: tuple[str, ...],
           demo_script: str | None, host: str | None, as_json: bool) -> None:
     prompts = list(prompt)
     bead_ids = [b for b in beads if b != "-"]
@@ -143,8 +147,8 @@ def spawn(ctx: click.Context, env: Any, beads: tuple[str, ...], worker: tuple[st
         "spawn", env, beads=bead_ids, worker=list(worker), prompt=prompts, prompt_file=prompt_file, edit=False,
         subtree=subtree, task=task, branch=branch, fork_session=fork_session,
         parent_session_id=parent_session_id, ready=ready, specs=_specs(specs), agent=agent, mux=mux,
-        from_branch=from_branch, no_worktree=no_worktree, repo=repo, skip_permissions=skip_permissions,
-        after=list(after), demo_script=demo_script, host=host,
+        from_branch=from_branch, no_worktree=no_worktree, layout=layout, repo=repo, skip_permissions=skip_permissions,
+        sandbox=sandbox, after=list(after), demo_script=demo_script, host=host,
     )  # fmt: skip
     emit(result, as_json=as_json, human=render_spawn)
     if not as_json:

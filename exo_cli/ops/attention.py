@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from exo_cli.env import Env
     from exo_cli.records import Agent
 
+# The merge queue's events, raised for a child of the root's pull request (ops/mergequeue.py, ops/queuerun.py)
+QUEUE_KINDS = ("pr-queued", "pr-bounced")
 # The statuses in which an agent needs the human, and the event raised once when it enters one.
 NEEDS_HUMAN = {ASKING: "question", WAITING_PERMISSION: "waiting-permission", BLOCKED_ON_DIALOG: "blocked-on-dialog",
                FAILED_TURN: "failed-turn", DEAD: "dead"}
@@ -62,6 +64,7 @@ def summary(ev: dict[str, Any]) -> str:
     """One line for a status bar or a desktop notification."""
     what = {"question": "asks", "waiting-permission": "waits for a permission", "blocked-on-dialog": "shows a dialog",
             "failed-turn": "'s turn failed", "pr-filed": "filed a PR", "dead": "died",
+            "pr-queued": "'s PR joined the merge queue", "pr-bounced": "'s PR bounced from the merge queue",
             "done": "is done"}.get(ev["event"], ev["event"])
     text = " ".join(str(ev.get("text") or "").split())
     sep = "" if what.startswith("'") else " "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -223,25 +224,25 @@ def _sync_jsonl(env: Env, agent: str, worktree: Path, rel: str, data: bytes, for
     The copy is remembered as exo's own write (``tasks.remember_synced``): ``exo complete``
     and the stop hook's rebase put it back as the branch has it instead of counting it as work.
     """
-    from exo_cli.adapters.git import Git
+    from exo_cli.adapters.clones import read_inside
     from exo_cli.ops import tasks
 
     path = worktree / rel
-    try:
-        current: bytes | None = path.read_bytes()
-    except FileNotFoundError:
-        current = None
+    current = read_inside(worktree, rel, limit=1 << 30)  # never through a link the agent planted
+    if current is None and os.path.lexists(path):
+        raise StateError(f"{rel} in {worktree} is not a regular file (a link?); not writing there",
+                         hint=f"Look at it and remove it ({path}), then run reconstitute again.", path=str(path))
     if current == data:
         return False
     if current is not None and not force:
-        at_head = Git(worktree).blob("HEAD", rel)
+        at_head = tasks.blob_at_head(env, agent, worktree, rel)
         if current != at_head and not tasks.synced_by_exo(env, agent, rel, current):
             raise StateError(
                 f"{rel} in {worktree} has local changes; not overwriting them",
                 hint="Commit or discard them (git checkout -- " + rel + "), or pass --force.",
                 path=str(path),
             )
-    changed = tasks.write_if_changed(path, data)
+    changed = tasks.write_if_changed(worktree, rel, data)
     tasks.remember_synced(env, agent, rel, data)
     return changed
 
@@ -301,7 +302,7 @@ def reconstitute(env: Env, *, force: bool = False) -> ReconstituteResult:
     full = beads.resolve_id(source, bead_ref)
     bead = source.get(full)
     targets = tasks.dependency_targets(source, bead)
-    branch = (record.branch if record else None) or Git(worktree).current_branch() or full
+    branch = (record.branch if record else None) or (Git(worktree).current_branch() if record is None else None) or full
     text = beads.render_context(
         bead,
         branch=branch,

@@ -8,7 +8,7 @@ change of an agent or a message), not by polling every agent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from exo_cli.ops.attention import needs_human
@@ -58,15 +58,17 @@ class BoardResult:
     inbox: list[InboxItem]  # pending questions first (oldest first), then the rest newest first
     needs_you: int
     count: int
+    queue: list[str] = field(default_factory=list)  # one line per base whose merge queue has entries waiting
 
 
 def needs_of(a: AgentView) -> str | None:
     """Why agent ``a`` needs the human (one of NEEDS), or None: the statuses whose entry raised an attention
-    event (``attention.needs_human``: a question only when it goes to the root), or a PR filed to the root."""
+    event (``attention.needs_human``: a question only when it goes to the root), or a PR filed to the root
+    (not one in the merge queue: that is the queue's, or its author's once bounced)."""
     kind = needs_human(a.status, a.parent)
     if kind is not None:
         return _BY_EVENT[kind]
-    if a.pr and a.pr.get("state") == "open" and a.parent == ROOT and a.status != DONE:
+    if a.pr and a.pr.get("state") == "open" and not a.pr.get("queue") and a.parent == ROOT and a.status != DONE:
         return "pr-ready"
     return None
 
@@ -111,4 +113,7 @@ def board(env: Env) -> BoardResult:
             items.append(InboxItem(id=m.id, kind=m.kind, sender=m.sender, name=str(m.data.get("from_name") or m.sender),
                                    body=m.body, created_at=m.created_at, pending=m.id in asked,
                                    event=str(m.data.get("event") or m.kind) if m.kind in LIFECYCLE else ""))
-    return BoardResult(rows=rows, inbox=items, needs_you=sum(1 for r in rows if r.needs), count=len(rows))
+    from exo_cli.ops.mergequeue import summary_lines
+
+    return BoardResult(rows=rows, inbox=items, needs_you=sum(1 for r in rows if r.needs), count=len(rows),
+                       queue=summary_lines(env) if env.has_state() else [])

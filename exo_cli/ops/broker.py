@@ -57,6 +57,21 @@ def ensure(env: Env) -> dict[str, Any]:
                           environ=adapter.broker_environ(env.environ, str(env.state_dir.resolve())))
 
 
+def keeper(env: Env) -> dict[str, Any]:
+    """What a headless agent's runner needs to start the broker again when it dies (``_runner.py``'s keeper).
+
+    The broker's life lock and control socket, and the command with its environment: the spawner's
+    (the human's) minus every exo marker, as ``ensure`` gives the broker itself. The runner lives
+    outside the agent's sandbox, so a team of sandboxed agents recovers with no human command.
+    """
+    from exo_cli.selfcmd import exo_command
+
+    p = paths(env)
+    return {"life": str(p.life), "ctl": str(p.ctl),
+            "argv": [*exo_command(), "-C", str(env.repo.root), "broker", "start"],
+            "env": adapter.broker_environ(env.environ, str(env.state_dir.resolve()))}
+
+
 def new_key(agent_id: str) -> str:
     """A fresh socket folder name for ``agent_id`` (random: a restarted broker finds it in the record)."""
     return adapter.socket_key(agent_id, secrets.token_hex(16))
@@ -268,6 +283,10 @@ def broker_status(env: Env) -> BrokerStatus:
     The broker serves every agent's calls, hooks and MCP session on the agent's own socket; it
     runs while agents with a socket live. Nothing is started or changed.
     """
+    return _status(env)
+
+
+def _status(env: Env) -> BrokerStatus:
     p = paths(env)
     info = adapter.ping(p, __version__) if p.ctl.exists() else None
     pid_info = adapter.read_pid(p) or {}
@@ -282,6 +301,27 @@ def broker_status(env: Env) -> BrokerStatus:
     return BrokerStatus(running=True, enabled=enabled(env), pid=info.get("pid"), exo=info.get("exo"),
                         protocol=info.get("protocol"), connections=info.get("connections"),
                         log=_log(env, pid_info), sockets=sockets)
+
+
+@op(
+    "broker_start",
+    cli="broker start",
+    tools=[],
+    no_tools="a broker is started by whatever needs it (any exo call, the relays, the headless runners); a model "
+    "never needs to",
+    roles=("human", "tl", "dev"),  # the runners of agents start it: it changes nothing but its being there
+    idempotent=True,
+    help={},
+)
+def broker_start(env: Env) -> BrokerStatus:
+    """Start the team broker unless it runs, then show it.
+
+    Any exo command of the human, the agents' relays and headless runners start it by themselves
+    when it is needed; this is the explicit way (a headless agent's runner uses it when the broker
+    died). A running broker, of this exo or another version, is left as it is.
+    """
+    ensure(env)
+    return _status(env)
 
 
 def _log(env: Env, pid_info: dict[str, Any]) -> str:

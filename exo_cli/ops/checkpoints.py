@@ -157,7 +157,7 @@ def policy(env: Env, agent: Agent) -> ck.Policy:
 
 def shadow_of(env: Env, agent: Agent) -> ck.Shadow:
     return ck.Shadow(Git(env.repo.root), str(agent.worktree or ""), Path(turnend.folder(env, agent)),
-                     checkpoint_key(agent))
+                     checkpoint_key(agent), clone=agent.spec.get("layout") == "clone")
 
 
 def view(c: refs.Listed, shadow: ck.Shadow) -> Checkpoint:
@@ -203,6 +203,10 @@ def take(env: Env, agent: Agent, *, reason: str, turn: int | None = None, due_on
             turn = marked.get("turn") if isinstance(marked, dict) and isinstance(marked.get("turn"), int) else turn
         meta = {"agent": agent.id, "name": agent.name, "reason": reason,
                 "turn": agent.turns if turn is None else turn}
+        if shadow.clone:  # the commits it builds on are in the repository, and kept there, first
+            from exo_cli.ops import checkout
+
+            checkout.sync(env, agent)
         taken = shadow.capture(policy=policy(env, agent), meta=meta, branch=agent.branch)
         with contextlib.suppress(FileNotFoundError):
             due.unlink()  # whatever was due is in this checkpoint (or the identical one before it)

@@ -32,7 +32,8 @@ from exo_cli.ops.spawn.result import WHOLE_CALL, SpawnedAgent, SpawnResult, erro
 from exo_cli.records import BACKENDS, DONE, IDLE
 from exo_cli.registry import Choice, Range, Tool
 
-COMMON = spawn_op.COMMON
+# exo's own spawn arguments these tools pass on; not ``layout``: claude-team's spawn_workers has its own (panes)
+COMMON = tuple(a for a in spawn_op.COMMON if a != "layout")
 
 # --------------------------------------------------------------------------- claude-team
 

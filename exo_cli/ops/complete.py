@@ -251,8 +251,12 @@ def survey(env: Env, agent: Agent) -> keep.Inventory | None:
     if not (made_worktree(agent) and wt and os.path.isdir(wt)):
         return None
     regenerable, limit = cleanup_policy(env)
-    inv = keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
-                      limit=limit)
+    from exo_cli.ops import checkout
+
+    with checkout.reading(env, agent, fetch=True) as (here, fetched):  # a clone: its work fetched first
+        clone = checkout.clone_state(env, agent, fetched, here) if checkout.is_clone(agent) else None
+        inv = keep.survey(wt, main=Git(env.repo.root), regenerable=regenerable, owned=exo_owned(env, agent),
+                          limit=limit, clone=clone)
     from exo_cli.ops import tasks
 
     synced = set(tasks.synced_tracker_files(env, agent.id, wt))  # exo reconstitute's copy: not the agent's work
@@ -291,6 +295,18 @@ def blockers(env: Env, agent: Agent, *, settle: float = 3.0) -> dict[str, list[A
         if elsewhere:
             out["checked_out_elsewhere"] = elsewhere
     return out
+
+
+def remove_checkout(env: Env, agent: Agent, *, force: bool) -> tuple[bool, str]:
+    """Remove the agent's worktree (``git worktree remove``) or its own clone (with exo's refs and folder for it)."""
+    from exo_cli.ops import checkout
+
+    if checkout.is_clone(agent):
+        ok, why = env.worktrees.remove_clone(str(agent.worktree), agent.id)
+        if ok:
+            checkout.forget(env, agent)
+        return ok, why
+    return env.worktrees.remove(str(agent.worktree), force=force)
 
 
 def made_worktree(agent: Agent) -> bool:
@@ -359,9 +375,12 @@ def archive(env: Env, agent: Agent, inventory: keep.Inventory | None = None, *, 
     if inv is None:
         inv = keep.Inventory(worktree=agent.worktree or "")
     branch = agent.branch if made_branch(agent) else None
+    from exo_cli.ops import checkout
+
     try:
-        return keep.keep(inv, main=Git(env.repo.root), archive_root=root or env.state_dir / "archive",
-                         label=agent.branch or agent.name, branch=branch, reason=command)
+        with checkout.reading(env, agent) as (here, _synced):
+            return keep.keep(inv, main=Git(env.repo.root), archive_root=root or env.state_dir / "archive",
+                             label=agent.branch or agent.name, branch=branch, reason=command, here=here)
     except OSError as exc:  # an unreadable file, a full disk: nothing is removed without its copy
         raise StateError(f"Could not archive {agent.name}'s work, so nothing was removed: {exc}",
                          hint=f"Fix what stopped the copy (permissions, disk space), then run `{command}` "
@@ -511,6 +530,13 @@ def _go_on(env: Env, agent: Agent, *, stopped: bool) -> None:
 
 def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: dict[str, Any]) -> CompleteResult:
     warnings: list[str] = []
+    from exo_cli.ops.mergequeue import author_queued
+
+    queued = [] if force else author_queued(env, agent.id)
+    if queued:  # its branch is what the queue tests and lands: removing it now loses the answer to a bounce
+        raise StateError(f"Not completing {agent.name}: its PR(s) {', '.join(f'#{n}' for n in queued)} wait in the "
+                         "merge queue", hint="Wait until they land or bounce (exo pr queue), or use --force.",
+                         agent=agent.id, prs=queued, reason="queued")
     running = _running(env, agent)
     # 1. Check while the agent may still run: a refusal here changes nothing.
     check = _check(env, agent, settle=0 if running else 3.0)
@@ -569,7 +595,7 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
 
         tasks.restore_synced_tracker(env, agent.id, str(agent.worktree))  # exo's own copy goes back first
         # forced only once its content is archived (git refuses nested repositories and dirty files otherwise)
-        ok, why = env.worktrees.remove(str(agent.worktree), force=bool(check.inventory.losses()))
+        ok, why = remove_checkout(env, agent, force=bool(check.inventory.losses()))
         if not ok:
             from exo_cli.errors import external
 
@@ -619,4 +645,4 @@ def _complete(env: Env, agent: Agent, bead: str | None, *, force: bool, base: di
 
 
 __all__ = ["CompleteResult", "archive", "assess", "blockers", "complete", "exo_owned", "made_branch", "made_worktree",
-           "survey", "unmerged_commits"]
+           "remove_checkout", "survey", "unmerged_commits"]

@@ -443,7 +443,7 @@ def _trees_out(env: Env, s: Survey, *, apply: bool, warnings: list[str]) -> list
         if t.inventory is not None and a.worktree:
             out.append(f"worktree {a.worktree}")
             if apply:
-                ok, why = env.worktrees.remove(a.worktree, force=bool(t.inventory.losses()))
+                ok, why = complete.remove_checkout(env, a, force=bool(t.inventory.losses()))
                 if not ok:
                     raise StateError(f"git refused to remove the worktree {a.worktree}: {why}",
                                      hint="Look at it, remove it yourself, then run exo deinit again.",

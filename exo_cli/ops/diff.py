@@ -92,6 +92,9 @@ def diff(env: Env, *, agent: str, stat: bool = False, name_only: bool = False,
         raise NotFound(f"No agent named {agent!r}", hint="List agents with `exo agents`.", agent=agent)
     if not rec.branch:
         raise StateError(f"Agent {rec.id} has no branch of its own", agent=rec.id)
+    from exo_cli.ops import checkout
+
+    checkout.sync_owners(env, [rec.branch])  # an agent's clone: its branch as the clone has it
     base = base_branch(env, rec, rec.branch)
     ref = base_ref(rec, base)
     git = Git(env.repo.root)

@@ -36,9 +36,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from exo_cli.adapters import keep
+from exo_cli.adapters import clones, keep
 from exo_cli.adapters.worktree import created_folders, made_by_exo
 from exo_cli.errors import ExoError, StateError
+from exo_cli.ops import doctorclones
 from exo_cli.ops.lifecycle import reaped_worktrees, remember_reaped
 from exo_cli.records import AGENT_CLIS, DEAD, DONE, LIVE_STATUSES, ROOT, WORKING, Agent
 from exo_cli.registry import op
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from exo_cli.adapters.mux import PaneState
     from exo_cli.env import Env
     from exo_cli.ops.broker import BrokerStatus
+    from exo_cli.ops.sandbox import SandboxStatus
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class DoctorResult:
     dry_run: bool
     kept: list[str]
     broker: BrokerStatus | None = None  # the team broker after the repairs (None outside a repository's state)
+    sandbox: SandboxStatus | None = None  # whether bubblewrap works here (agents can be sandboxed)
 
     @property
     def exit_code(self) -> int:
@@ -225,11 +228,16 @@ def _worktree_of(c: Checkup, cwd: str | None) -> tuple[str, dict[str, str]] | No
         return None
     real = os.path.realpath(cwd)
     best = None
-    for path, attrs in c.worktrees().items():
+    for path, attrs in _checkouts(c).items():
         top = os.path.realpath(path)
         if (real == top or real.startswith(top.rstrip("/") + "/")) and (best is None or len(top) > len(best[0])):
             best = (top, path, attrs)
     return (best[1], best[2]) if best else None
+
+
+def _checkouts(c: Checkup) -> dict[str, Any]:
+    """Every worktree (``git worktree list``) and every agent's clone no record names (``layout: clone``)."""
+    return {**c.worktrees(), **doctorclones.clone_checkouts(c.env, c.claimed())}
 
 
 def lost_records(c: Checkup) -> Iterator[Finding]:
@@ -276,7 +284,8 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
             if start is not None:
                 loc["start_time"] = start
         created = not main and c.made_by_exo(path)
-        spec = {"phase": "spawned", "rebuilt": True, "worktree_created": created, "branch_created": created}
+        spec = {"phase": "spawned", "rebuilt": True, "worktree_created": created, "branch_created": created,
+                "layout": attrs.get("layout", "worktree")}
         from exo_cli.ops import broker
 
         key = broker.key_of_process(env, st.pid) if st.pid else None
@@ -293,7 +302,7 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
     if not c.records and not (env.has_state() and env.store.events(limit=1)):
         # no record and no history: the state was lost (not emptied by reap); exo's worktrees are its agents'
         taken = {os.path.realpath(a.worktree or "") for a in rebuilt.values()}
-        for path, attrs in c.worktrees().items():
+        for path, attrs in _checkouts(c).items():
             real = os.path.realpath(path)
             if not real.startswith(root_real + os.sep) or real in taken or "prunable" in attrs:
                 continue
@@ -307,7 +316,7 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
                 worktree=str(path), branch=branch, repo=str(env.repo.root),
                 status_reason=f"{agentctl.REBUILT}; no live agent", created_at=now, updated_at=now,
                 status_at=now, spec={"phase": "spawned", "rebuilt": True, "worktree_created": created,
-                                     "branch_created": created})
+                                     "branch_created": created, "layout": attrs.get("layout", "worktree")})
     by_branch = {a.branch: a for a in [*c.records, *rebuilt.values()] if a.branch}
     for name, a in list(rebuilt.items()):
         stem = a.branch.rsplit(".", 1)[0] if a.branch and "." in a.branch else None
@@ -499,7 +508,7 @@ def stray_folders(c: Checkup) -> Iterator[Finding]:
     claimed = c.claimed()
     for child in sorted(root.iterdir()):
         real = os.path.realpath(child)
-        if real in registered or real in claimed:
+        if real in registered or real in claimed or clones.is_clone(child):  # a clone: orphan_clones' business
             continue
         empty = child.is_dir() and not child.is_symlink() and not any(child.iterdir())
         if empty and c.made_by_exo(child):
@@ -531,6 +540,16 @@ def stale_metadata(c: Checkup) -> Iterator[Finding]:
         yield Finding("stale-metadata", "git worktree", "; ".join(stale[:5]), "git worktree prune", prune)
 
 
+def orphan_clones(c: Checkup) -> Iterator[Finding]:
+    """Agents' own clones no record names: removed when exo made them and nothing would be lost (``doctorclones``)."""
+    return (Finding(*r) for r in doctorclones.orphan_clones(c.env, c.claimed(), c.made_by_exo))
+
+
+def stale_clone_refs(c: Checkup) -> Iterator[Finding]:
+    """``refs/exo/clones/<id>/`` of clones that are gone: deleted (``doctorclones``)."""
+    return (Finding(*r) for r in doctorclones.stale_clone_refs(c.env, c.claimed()))
+
+
 def broker_files(c: Checkup) -> Iterator[Finding]:
     """The team broker: started again for live agents with a socket; its stale sockets and files removed."""
     from exo_cli.ops import broker
@@ -541,11 +560,17 @@ def broker_files(c: Checkup) -> Iterator[Finding]:
 
 def untrusted_config(c: Checkup) -> Iterator[Finding]:
     """Values of the repository's exo.toml exo refuses until `exo trust` pins them (left for the human)."""
-    conf = c.env.config
-    for key in conf.untrusted():
-        pinned = "another value is pinned" if key in conf.pins else "never trusted"
-        yield Finding("untrusted-config", key, f"{conf.origin(key)} sets it ({pinned}): exo refuses to use it",
-                      "review it with `exo trust --show`, then run `exo trust`")
+    from exo_cli.ops.trust import problems
+
+    yield from (Finding(*problem) for problem in problems(c.env))
+
+
+def merge_queues(c: Checkup) -> Iterator[Finding]:
+    """The merge queues: clones a dead runner left removed, and a runner started for a queue nobody advances."""
+    from exo_cli.ops.queuerun import leftovers
+
+    for kind, subject, detail, action, repair in leftovers(c.env):
+        yield Finding(kind, subject, detail, action, repair)
 
 
 CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
@@ -557,9 +582,12 @@ CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
     finished_windows,
     orphan_windows,
     orphan_worktrees,
+    orphan_clones,
     stray_folders,
     stale_metadata,
+    stale_clone_refs,
     broker_files,
+    merge_queues,
 )
 
 
@@ -600,10 +628,11 @@ def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorRes
         release_runtime(env)  # nothing of the team left running or on screen: its tmux server stops too
     repaired = sum(1 for p in problems if p.repaired)
     from exo_cli.ops.broker import broker_status
+    from exo_cli.ops.sandbox import sandbox_status
 
     return DoctorResult(problems=problems, repaired=repaired, remaining=len(problems) - repaired,
                         consistent=not problems, dry_run=dry_run, kept=checkup.kept,
-                        broker=broker_status(env) if env.has_state() else None)
+                        broker=broker_status(env) if env.has_state() else None, sandbox=sandbox_status(env))
 
 
 def _settle(finding: Finding, *, dry_run: bool) -> Problem:

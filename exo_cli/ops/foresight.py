@@ -84,8 +84,10 @@ def _merge(git: Any, ours: str, theirs: str) -> list[str] | None:
 def run_check(env: Env, agent: Agent) -> tuple[dict[str, Any], list[str]]:
     """Merge ``agent``'s branch with its base and each live sibling's; record and tell; (found, told)."""
     from exo_cli.adapters.git import Git
+    from exo_cli.ops import checkout
     from exo_cli.ops import delivery as msgs
 
+    checkout.sync_owners(env, [str(agent.branch)])  # an agent's clone: its branch as the clone has it
     git = Git(env.repo.root)
     before = recorded(env, agent.id)
     found: dict[str, Any] = {}

@@ -25,7 +25,7 @@ from exo_cli.limits import clip
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import delivery as msgs
 from exo_cli.ops import mcpready, turnend
-from exo_cli.ops.rebase import rebase_onto_base
+from exo_cli.ops.rebase import REBASE_HERE, rebase_onto_base
 from exo_cli.records import (
     AGENT_CLIS,
     DEAD,
@@ -399,6 +399,18 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
         sha, base = rebase.sha or "", rebase.base
         if rebase.status not in ("none", "up-to-date"):
             actions.append(f"rebase:{rebase.status}")
+        if rebase.status == "agent-side":  # an agent's own clone: its side rebases (hookrun.agent_side)
+            actions.append(f"{REBASE_HERE}{sha}")
+        if rebase.status == "agent-side-failed" and not active:
+            failures = state.setdefault("rebase_failures", {})
+            n = failures[sha] = int(failures.get(sha, 0)) + 1
+            if n == 1:
+                reasons.append(
+                    f"Your parent branch {base} moved ahead, and exo could not rebase your clone onto it (uncommitted "
+                    "changes, files in the way or a conflict). Commit your work, then run `git fetch origin && "
+                    f"git rebase origin/{base}`, fix any conflicts, `git add` them and `git rebase --continue`. "
+                    "If you cannot, ask your parent with `exo question`."
+                )
         if rebase.status == "in-the-way":
             failures = state.setdefault("rebase_failures", {})
             n = failures[sha] = int(failures.get(sha, 0)) + 1
@@ -552,7 +564,8 @@ def _foresight_due(env: Env, agent: Agent, state: dict[str, Any]) -> bool:
         return False
     from exo_cli.ops.rebase import ref_sha
 
-    wt = agent.worktree
+    # an agent's own clone: its files are never read here; its branch as fetched at this stop is the repository's
+    wt = str(env.repo.root) if agent.spec.get("layout") == "clone" else agent.worktree
     tips = [ref_sha(wt, f"refs/heads/{agent.branch}"), ref_sha(wt, f"refs/heads/{agent.base_branch}")]
     tips += [f"{a.id}={ref_sha(wt, f'refs/heads/{a.branch}')}" for a in env.store.agents()
              if a.parent == agent.parent and a.id != agent.id and a.branch

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from exo_cli.env import Env
 
 STRATEGIES = ("squash", "merge")
+RESTART_EVERY = 3.0  # seconds: how often `pr merge --wait` may start a merge queue runner that is gone
 STATES = ("open", "merged", "closed", "all")
 
 
@@ -69,15 +70,18 @@ class FileResult:
 
 @dataclass(frozen=True)
 class MergeResult:
-    """What ``exo pr merge`` did."""
+    """What ``exo pr merge`` did (with merge gates for the base: where the PR stands in the merge queue)."""
 
     pr: PrView
     strategy: str
-    merge_commit: str
+    merge_commit: str | None  # None: queued, not merged yet
     base_worktree: str | None
     local_updated: bool
     notified: list[str]
     warnings: list[str] = field(default_factory=list)
+    state: str = "merged"  # queued | testing | tested | merged | bounced
+    position: int | None = None  # in the merge queue of the base (1: next), None when not in it
+    queue: dict[str, Any] | None = None  # the queue entry: why it bounced, its log (None: merged without the queue)
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,9 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
         head, worktree = Git(env.cwd).current_branch(), str(env.repo.toplevel)
         if head is None:
             raise StateError("You are not on a branch (detached HEAD)", hint="Check out your branch first.")
+    from exo_cli.ops import checkout
+
+    checkout.sync_own(env, agent)  # an agent's clone: its commits into the repository, its branch fast-forwarded
     base = base_branch(env, agent, head)
     if base == head:
         raise StateError(f"{head} is the base branch itself: a pull request goes from a task branch into it",
@@ -180,6 +187,8 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
     author = agent.id if agent is not None else ROOT
     existing = next((p for p in env.store.prs(head=head, state="open")), None)
     forge = forge_for(env, existing.forge if existing else None, runner=gh_runner(env))
+    if agent is not None and checkout.is_clone(agent):
+        worktree = None  # pushed from the repository (its branch as just fetched), never from inside the clone
     filed = forge.file(head=head, base=base, title=title, body=body, draft=draft, existing=existing,
                        worktree=worktree)
     if across and forge.kind == "local":  # the parent's host fetches it from the shared remote to merge it
@@ -211,25 +220,42 @@ def file_pr(env: Env, *, title: str | None = None, body: str | None = None, draf
 
 
 def _merge_pr_tool(*, pr_number: Annotated[int, Range(1)],
-                   strategy: Annotated[str, Choice(STRATEGIES)] | None = None) -> dict[str, Any]:
-    """Map ``merge_pr``'s ``pr_number`` and ``strategy`` onto the operation."""
-    return {"number": pr_number, "strategy": strategy}
+                   strategy: Annotated[str, Choice(STRATEGIES)] | None = None,
+                   priority: Annotated[int, Range(0, 4)] | None = None) -> dict[str, Any]:
+    """Map ``merge_pr``'s ``pr_number``, ``strategy`` and ``priority`` onto the operation."""
+    return {"number": pr_number, "strategy": strategy, "priority": priority}
+
+
+def merge_message(pr: PullRequest, strategy: str) -> str:
+    """The message of the commit that merges ``pr`` with ``strategy`` (squash: the PR's title and body)."""
+    if strategy == "squash":
+        return f"{pr.title} (#{pr.number})\n\n{pr.body}".rstrip() + "\n"
+    return f"Merge PR #{pr.number} from {pr.head}\n\n{pr.title}\n\n{pr.body}".rstrip() + "\n"
 
 
 @op(
     "pr_merge",
     cli="pr merge",
     tools=[Tool("merge_pr", adapt=_merge_pr_tool,
-                help={"pr_number": "Number of the pull request to merge."})],
+                help={"pr_number": "Number of the pull request to merge.",
+                      "priority": "With merge gates: its place in the merge queue, 0 (first) to 4 (default 2)."})],
     roles=("tl",),
     destructive=False,
     help={
         "number": "Number of the pull request to merge.",
         "strategy": "How to merge (default: squash for a worker's PR, merge for a subtree's).",
+        "priority": "With merge gates: its place in the merge queue, 0 (first) to 4 (default 2).",
+        "wait": "With merge gates: wait until it is merged or bounced.",
+        "now": "Merge at once, bypassing the merge queue and its gates (the human only; recorded).",
+        "force": "Enqueue even though the author's descendants have open PRs into its branch.",
     },
+    cli_only={"wait": "waiting for the gates can take far longer than a tool call should",
+              "now": "only the human bypasses the merge queue"},
 )
 def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
-             strategy: Annotated[str, Choice(STRATEGIES)] | None = None) -> MergeResult:
+             strategy: Annotated[str, Choice(STRATEGIES)] | None = None,
+             priority: Annotated[int, Range(0, 4)] | None = None, wait: bool = False, now: bool = False,
+             force: bool = False) -> MergeResult:
     """Merge a child's pull request into its base branch and tell the siblings.
 
     Merges into one base branch run one at a time, and are refused while any checkout of
@@ -239,6 +265,11 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
     files, when the merge would overwrite an untracked or ignored file, or on a conflict.
     GitHub: `gh pr merge --squash|--merge`, then the local base is fast-forwarded. The
     author and its siblings get a `pr-merged` message; their next stop hook rebases them.
+
+    With `[[merge.gates]]` for the base, the PR joins the merge queue instead and this
+    returns at once with its `state` and `position` (`--wait`: once it is merged or
+    bounced); the base moves only to a commit that passed the gates (docs/merge-queue.md),
+    on GitHub by a fast-forward push of it.
     """
     pr = _get(env, number)
     if pr.state != "open":
@@ -255,15 +286,27 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         strategy = "merge" if author is not None and author.role == "tl" else "squash"
     if strategy not in STRATEGIES:
         raise InvalidInput(f"Unknown merge strategy {strategy!r}", hint="Use squash or merge.", strategy=strategy)
-    if strategy == "squash":
-        message = f"{pr.title} (#{number})\n\n{pr.body}".rstrip() + "\n"
-    else:
-        message = f"Merge PR #{number} from {pr.head}\n\n{pr.title}\n\n{pr.body}".rstrip() + "\n"
+    message = merge_message(pr, strategy)
+    from exo_cli.ops import mergequeue
+
+    if now and caller is not None:
+        raise StateError("Only the human bypasses the merge queue (--now)", hint="Merge without --now: the "
+                         "PR joins the queue and lands once the gates pass.", pr=number)
     forge = forge_for(env, pr.forge, runner=gh_runner(env))
+    gated = not now and bool(mergequeue.gates(env, pr.base))
+    queued = gated and forge.kind in ("local", "github")
+    if not queued and (priority is not None or wait):
+        raise InvalidInput(f"--priority and --wait apply to the merge queue, and none serves {pr.base}",
+                           hint="Configure [[merge.gates]] (docs/merge-queue.md), or leave them out.", pr=number)
     if across and forge.kind == "local":  # the author works on another host: its branch comes from the shared remote
         from exo_cli.ops.hostgit import fetch_head
 
         head_ref = fetch_head(env, pr.head)
+    from exo_cli.ops import checkout
+
+    synced = checkout.sync_owners(env, [pr.head, pr.base])  # agents' clones: their branches as they have them
+    if queued:  # the queue pins the head as just fetched from its clone
+        return _enqueue(env, pr, strategy=strategy, priority=priority, wait=wait, force=force, head_ref=head_ref)
     with merge_lock(env, pr.base):
         # under the lock: another merge may have merged (or closed) this PR, or moved the base, meanwhile
         pr = _get(env, number)
@@ -277,9 +320,19 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
         unsaved = before_branch_moves(env, pr.base, "merge")  # an agent's checkout of the base: checkpointed first
         outcome = forge.merge(pr, strategy=strategy, message=message, head_ref=head_ref)
         fault.point("merge.moved", env.environ)
+        data = {**pr.data, "head_sha": head_sha}
+        if now:  # the human's bypass of the queue is recorded on the PR and as an event
+            data["queue_bypassed"] = {"by": env.caller.agent_id, "at": time.time()}
+            env.store.event("pr-queue-bypassed", pr.author, {"pr": number, "base": pr.base})
+        if mergequeue.entry(pr).get("state") in mergequeue.WAITING:  # merged around the queue: it leaves it
+            data["queue"] = {**mergequeue.entry(pr), "state": "merged", "at": time.time()}
+            Git(env.repo.root).delete_ref(mergequeue.PIN.format(number=number), str(data["queue"].get("pinned")))
         env.store.update_pr(number, state="merged", strategy=strategy, merge_commit=outcome.merge_commit,
-                            merged_at=time.time(), data={**pr.data, "head_sha": head_sha})
-    warnings = [*unsaved, *outcome.warnings]
+                            merged_at=time.time(), data=data)
+    warnings = [*synced, *unsaved, *outcome.warnings]
+    if gated:  # said, never silent: the gates configured for this base did not run
+        warnings.append(f"merge.gates are not applied on the {forge.kind} forge yet: PR #{number} was merged "
+                        "without them")
     notified = notify_merged(env, _get(env, number), sender=env.caller.agent_id)
     if forge.kind == "local":
         elsewhere = [a for a in (env.store.agent(t) for t in notified) if a is not None and not env.runs_here(a)]
@@ -298,14 +351,68 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
                        notified=notified, warnings=warnings)
 
 
+def _enqueue(env: Env, pr: PullRequest, *, strategy: str, priority: int | None, wait: bool, force: bool,
+             head_ref: str) -> MergeResult:
+    """Put ``pr`` in its base's merge queue, start the runner, and report (``wait``: once it landed or bounced)."""
+    from exo_cli.ops import mergequeue as mq
+
+    if not force:
+        blocking = _open_below(env, pr)
+        if blocking:
+            raise StateError(f"PR #{pr.number}'s author has descendants with open PRs into {pr.head}: "
+                             + ", ".join(blocking), hint="Merge or close theirs first, or enqueue with --force.",
+                             pr=pr.number, agents=blocking, reason="open-descendants")
+    got = mq.enqueue(env, pr, strategy=strategy, priority=mq.DEFAULT_PRIORITY if priority is None else priority,
+                     head_ref=head_ref)
+    from exo_cli.ops.queuegh import status
+
+    status(env, pr, "pending", f"queued for {pr.base}")
+    mq.start_runner(env, pr.base)
+    if wait:
+        deadline = time.monotonic() + float(env.config.get("timeouts.wait") or 600)
+        started = time.monotonic()
+        while time.monotonic() < deadline:
+            q = mq.entry(_get(env, pr.number))
+            if q.get("state") in ("merged", "bounced"):
+                break
+            # it died (or ended): start another, at most every few seconds (one that cannot start is no storm)
+            if time.monotonic() - started > RESTART_EVERY and not mq.runner_alive(env, pr.base):
+                mq.start_runner(env, pr.base)
+                started = time.monotonic()
+            time.sleep(0.1)
+    fresh = _get(env, pr.number)
+    q = mq.entry(fresh)
+    state = str(q.get("state") or got.state)
+    return MergeResult(pr=view(fresh), strategy=strategy, merge_commit=fresh.merge_commit, base_worktree=None,
+                       local_updated=state == "merged", notified=[],
+                       state=state, position=mq.position(env, pr.base, pr.number), queue=q)
+
+
+def _open_below(env: Env, pr: PullRequest) -> list[str]:
+    """The names of the live descendants of ``pr``'s author with open PRs into its branch."""
+    if pr.author == ROOT:
+        return []
+    agents = env.store.agents()
+    below: set[str] = set()
+    frontier = {pr.author}
+    while frontier:
+        frontier = {a.id for a in agents if a.parent in frontier and a.id not in below}
+        below |= frontier
+    live = {a.id: a.name for a in agents if a.id in below and a.status != DONE and not a.retired}
+    return sorted({live[p.author] for p in env.store.prs(state="open") if p.author in live and p.base == pr.head})
+
+
 @contextlib.contextmanager
 def merge_lock(env: Env, base: str) -> Iterator[None]:
-    """Serialize merges into ``base`` (a file lock per base branch in exo's state folder)."""
+    """Serialize merges into ``base``, the merge queue's landings included: a file lock per base in exo's
+    state folder (this host's processes, freed by the kernel at ``kill -9``), then the store's lock of the
+    base (``merge:<base>``: every host sharing the store; see ``adapters/store/baselock.py``)."""
     import hashlib
 
     from exo_cli.adapters.files import state_lock
 
-    with state_lock(env.state_dir, f"merge-{hashlib.sha1(base.encode()).hexdigest()[:16]}"):
+    with state_lock(env.state_dir, f"merge-{hashlib.sha1(base.encode()).hexdigest()[:16]}"), \
+            env.store.named_lock(f"merge:{base}", host=env.host_name, wait=None):
         yield
 
 
@@ -401,8 +508,11 @@ def show_pr(env: Env, *, number: Annotated[int, Range(1)], diff: bool = False) -
         return view(pr)
     from dataclasses import asdict
 
+    from exo_cli.ops import checkout
     from exo_cli.ops.diff import branch_diff
 
+    if pr.state == "open":
+        checkout.sync_owners(env, [pr.head])
     git = Git(env.repo.root)
     head, base = f"refs/heads/{pr.head}", f"refs/heads/{pr.base}"
     if pr.state == "merged" and pr.merge_commit and git.rev(f"{pr.merge_commit}^1"):

@@ -96,6 +96,8 @@ def rebase_onto_base(env: Env, agent: Agent, state: dict[str, Any] | None = None
     from exo_cli.ops.branches import base_ref
 
     ref = base_ref(agent, base)  # a parent on another host: its branch as last fetched from the shared remote
+    if agent.spec.get("layout") == "clone":
+        return _clone_stop(env, agent, state, base, ref, turn=turn)
     known = ref_sha(wt, ref)
     if state is not None and known and state.get("base_ok") == known:
         return RebaseResult("up-to-date", base, known)
@@ -142,3 +144,68 @@ def _base_branch(env: Env, agent: Agent) -> str:
     from exo_cli.ops.branches import base_branch
 
     return base_branch(env, agent, agent.branch)
+
+
+REBASE_HERE = "rebase-here:"  # the hook's action that asks the agent's side to rebase its clone onto a commit
+
+
+def _clone_stop(env: Env, agent: Agent, state: dict[str, Any] | None, base: str, ref: str, *,
+                turn: int | None) -> RebaseResult:
+    """An agent's own clone at a stop: its work fetched into the repository and its branch fast-forwarded there
+    (``checkout.sync``); when the parent branch moved ahead, the rebase is the agent side's (``agent-side``:
+    the hook's answer carries ``rebase-here:<commit>``, and ``rebase_here`` runs it in the clone). exo never
+    runs git in the clone. A tip the agent side was asked to rebase onto and still lacks is
+    ``agent-side-failed``: the agent is told to do it itself."""
+    from exo_cli.adapters.git import Git
+    from exo_cli.ops import checkout
+
+    synced = checkout.sync(env, agent)
+    repo = Git(env.repo.root)
+    sha = repo.rev(ref)
+    head = synced.fetched.head if synced.fetched else None
+    own = repo.rev(f"refs/heads/{agent.branch}") if agent.branch else None
+    if own and head and synced.outcome in ("behind", "refused") and repo.has_commits_not_in(own, head):
+        base, sha = str(agent.branch), own  # merged into in the repository: that reaches the clone first
+    if not sha or not head:
+        return RebaseResult("none", base, sha, detail=f"{base} does not exist" if not sha else "no HEAD")
+    if not repo.has_commits_not_in(sha, head):
+        if state is not None:
+            state["base_ok"] = sha
+        return RebaseResult("up-to-date", base, sha)
+    if agent.branch and synced.fetched and synced.fetched.branches.get(agent.branch) != head:
+        return RebaseResult("skipped", base, sha, "the clone is not on the agent's branch")
+    if agent.branch and any(p.state == "merged" for p in env.store.prs(head=agent.branch)):
+        return RebaseResult("skipped", base, sha, "its PR is merged")
+    if state is not None and state.get("clone_rebase") == sha:
+        return RebaseResult("agent-side-failed", base, sha, "the rebase in the clone did not happen")
+    if state is not None:
+        state["clone_rebase"] = sha
+    from exo_cli.ops.checkpoints import before_change
+
+    before_change(env, agent, "rebase", turn=turn)
+    return RebaseResult("agent-side", base, sha)
+
+
+def rebase_here(cwd: str, sha: str) -> str:
+    """The agent's side of a clone's stop-hook rebase, in the agent's own process and clone: fetch from the
+    repository (read-only to it), then rebase onto ``sha`` with the checks ``rebase_onto_base`` makes (never
+    with uncommitted tracked changes or over an untracked or ignored file; a conflict is aborted). Its outcome."""
+    from exo_cli.adapters.git import Git
+
+    top = Git(cwd).toplevel()
+    if not top or len(sha) not in (40, 64) or any(c not in "0123456789abcdef" for c in sha):
+        return "none"
+    git = Git(top)
+    git.run(["fetch", "--quiet", "--no-tags", "origin"], check=False, timeout=120)
+    if not git.rev(sha):
+        return "none"
+    if not git.has_commits_not_in(sha, "HEAD"):
+        return "up-to-date"
+    if git.tracked_changes(check=False):
+        return "dirty"
+    if git.in_the_way(sha):
+        return "in-the-way"
+    if git.rebase(sha).returncode == 0:
+        return "rebased"
+    git.rebase_abort()
+    return "conflict"

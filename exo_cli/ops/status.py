@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from exo_cli.adapters.git import Git
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
-from exo_cli.records import ROOT, Agent
+from exo_cli.records import ROOT, Agent, PullRequest
 from exo_cli.registry import op
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ class PrBrief(TypedDict):
     number: int
     state: str
     base: str
+    queue: str | None  # queued | testing | tested | bounced while open in the merge queue, else None
 
 
 class TeamSummary(TypedDict):
@@ -73,6 +74,8 @@ class AgentView(NamedTuple):
     tool_calls: int
     tokens: int
     host: str = ""  # the host it runs on ("" for records made before hosts)
+    layout: str = "worktree"  # where it works: "worktree", "clone" (its own clone --shared) or "none" (the repository)
+    sandboxed: bool = False  # it runs in bubblewrap (docs/security.md "The sandbox")
 
 
 class AgentsResult(NamedTuple):
@@ -97,6 +100,12 @@ class StatusResult(NamedTuple):
     team: TeamSummary | None = None
 
 
+def queue_state(pr: PullRequest) -> str | None:
+    """Where an open PR stands in the merge queue (queued, testing, tested, bounced), None when not in it."""
+    q = pr.data.get("queue") if pr.state == "open" and isinstance(pr.data, dict) else None
+    return str(q.get("state")) if isinstance(q, dict) and q.get("state") else None
+
+
 def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
     """Agents as a depth-first tree under root, with their PR and last message."""
     now = time.time()
@@ -104,7 +113,7 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
     last: dict[str, str] = {}
     if env.has_state():
         for pr in env.store.prs():
-            prs[pr.head] = {"number": pr.number, "state": pr.state, "base": pr.base}
+            prs[pr.head] = {"number": pr.number, "state": pr.state, "base": pr.base, "queue": queue_state(pr)}
         last = env.store.last_message_by_sender()
     children: dict[str | None, list[Agent]] = {}
     ids = {a.id for a in agents}
@@ -140,12 +149,20 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
                     tool_calls=a.tool_calls,
                     tokens=a.tokens,
                     host=a.host,
+                    layout=layout_of(a),
+                    sandboxed=bool(a.spec.get("sandboxed")),
                 )
             )
             walk(a.id, depth + 1)
 
     walk(None, 0)
     return out
+
+
+def layout_of(agent: Agent) -> str:
+    """Where ``agent`` works (records made before layouts: a worktree, unless it was spawned without one)."""
+    spec = agent.spec
+    return str(spec.get("layout") or ("worktree" if spec.get("creates_worktree", True) else "none"))
 
 
 def team_agents(env: Env, *, history: bool = False) -> list[Agent]:
@@ -230,13 +247,12 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
         if record is None:
             raise NotFound(f"No agent named {target!r}", hint="List agents with `exo agents`.", agent=target)
     where = record.worktree if record and record.worktree else str(repo.toplevel)
-    git = Git(where)
-    snap = git.snapshot()
+    git, head_ref, snap = _snapshot(env, record, where)
     branch, dirty = snap.branch, snap.changes
     parent_branch = record.base_branch if record else snap.upstream
     ahead, behind = (snap.ahead, snap.behind) if record is None else (None, None)
     if record is not None and branch and parent_branch:
-        counts = git.ahead_behind(branch, parent_branch)
+        counts = git.ahead_behind(head_ref or branch, parent_branch)
         if counts:
             ahead, behind = counts
     views = _views(env, team_agents(env)) if (record is None) else []
@@ -248,7 +264,8 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
     elif branch and env.has_state():
         found = env.store.prs(head=branch)
         if found:
-            pr = {"number": found[-1].number, "state": found[-1].state, "base": found[-1].base}
+            pr = {"number": found[-1].number, "state": found[-1].state, "base": found[-1].base,
+                  "queue": queue_state(found[-1])}
     team: TeamSummary | None = None
     if record is None:
         team = {
@@ -270,3 +287,22 @@ def status(env: Env, *, agent: str | None = None) -> StatusResult:
         pr=pr,
         team=team,
     )
+
+
+def _snapshot(env: Env, record: Agent | None, where: str) -> tuple[Git, str | None, Any]:
+    """(the git that counts commits, the ref of the checkout's branch there, the checkout's snapshot).
+
+    An agent's own clone is read through exo's reader after its work is fetched; its commits
+    are counted in the repository, against the parent branch as the repository has it.
+    """
+    from exo_cli.ops import checkout
+
+    if record is None or not checkout.is_clone(record):
+        git = Git(where)
+        return git, None, git.snapshot()
+    with checkout.reading(env, record, fetch=True) as (reader, _synced):
+        snap = reader.snapshot()
+    from exo_cli.adapters.clones import clone_refs
+
+    head_ref = f"{clone_refs(record.id)}heads/{snap.branch}" if snap.branch else None
+    return Git(env.repo.root), head_ref, snap

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -224,22 +224,21 @@ def write_context(env: Env, worktree: str | os.PathLike[str], text: str) -> bool
     from exo_cli.adapters.git import add_exclude
 
     add_exclude(env.repo.common_dir, EXO_EXCLUDE)
-    path = context_path(worktree)
-    data = text.encode("utf-8")
-    return write_if_changed(path, data)
+    return write_if_changed(Path(worktree), CONTEXT_FILE, text.encode("utf-8"))
 
 
-def write_if_changed(path: Path, data: bytes) -> bool:
-    """Replace ``path`` with ``data`` atomically unless it already holds exactly that."""
+def write_if_changed(worktree: Path, rel: str, data: bytes) -> bool:
+    """Replace ``worktree/rel`` with ``data`` atomically unless it already holds exactly that, never through a
+    link (an agent's checkout is its own: a link there could point anywhere)."""
+    from exo_cli.adapters.clones import write_inside
+    from exo_cli.errors import StateError
+
     try:
-        if path.read_bytes() == data:
-            return False
-    except FileNotFoundError:
-        pass
-    from exo_cli.adapters.files import atomic_write
-
-    atomic_write(path, data)
-    return True
+        return write_inside(worktree, rel, data)
+    except OSError as exc:
+        raise StateError(f"Not writing {rel} in {worktree}: {exc.strerror or exc} (a folder on the way is a link, "
+                         "or no folder)", hint=f"Look at {worktree / rel} and what leads to it; exo never writes "
+                         "through a link in an agent's checkout.", path=str(worktree / rel)) from exc
 
 
 def save_bead_snapshot(env: Env, agent: str, bead: Bead) -> None:
@@ -285,34 +284,55 @@ def synced_tracker_files(env: Env, agent: str, worktree: str | os.PathLike[str])
     ``exo reconstitute`` copies the main branch's beads file into an agent's worktree; that
     copy is exo's write, not the agent's work, and must never make ``exo complete`` (or the
     stop hook's rebase) see the worktree as modified. A file counts only while it holds
-    exactly what exo wrote there (an edit by the agent makes it the agent's).
+    exactly what exo wrote there (an edit by the agent makes it the agent's). Files are read
+    without following a link; an agent's clone through exo's own reader.
     """
-    from exo_cli.adapters.git import Git
+    with _reading(env, agent, worktree) as git:
+        return _synced(env, agent, Path(worktree), git)
 
-    wt = Path(worktree)
+
+def _synced(env: Env, agent: str, wt: Path, git: Any) -> list[str]:
+    from exo_cli.adapters.clones import read_inside
+
     if not env.has_state():
         return []
-    meta = None
-    with contextlib.suppress(OSError):
-        meta = (wt / ".beads" / "metadata.json").read_bytes()
+    meta = read_inside(wt, ".beads/metadata.json")
     found: list[str] = []
-    git = Git(wt)
     for name in beads.jsonl_names(meta):
         rel = f".beads/{name}"
-        try:
-            data = (wt / rel).read_bytes()
-        except OSError:
+        data = read_inside(wt, rel, limit=1 << 30)
+        if data is None:
             continue
         if data != git.blob("HEAD", rel) and synced_by_exo(env, agent, rel, data):
             found.append(rel)
     return found
 
 
+@contextlib.contextmanager
+def _reading(env: Env, agent: str, worktree: str | os.PathLike[str]) -> Iterator[Any]:
+    """The git that reads ``agent``'s checkout (its clone through exo's reader)."""
+    from exo_cli.adapters.git import Git
+    from exo_cli.ops import checkout
+
+    record = env.store.agent(agent) if env.has_state() else None
+    if record is not None and checkout.is_clone(record):
+        with checkout.reading(env, record) as (git, _synced):
+            yield git
+    else:
+        yield Git(worktree)
+
+
+def blob_at_head(env: Env, agent: str, worktree: str | os.PathLike[str], rel: str) -> bytes | None:
+    """The bytes of ``rel`` at the HEAD of ``agent``'s checkout (its clone through exo's reader)."""
+    with _reading(env, agent, worktree) as git:
+        data: bytes | None = git.blob("HEAD", rel)
+        return data
+
+
 def restore_synced_tracker(env: Env, agent: str, worktree: str | os.PathLike[str]) -> list[str]:
     """Put exo's own tracker copies in a worktree back as its HEAD has them (``synced_tracker_files``)."""
-    from exo_cli.adapters.git import Git
-
-    found = synced_tracker_files(env, agent, worktree)
-    if found and not Git(worktree).restore_from_head(found).ok:
-        return []
+    with _reading(env, agent, worktree) as git:
+        found = _synced(env, agent, Path(worktree), git)
+        if found and not git.restore_from_head(found).ok:
+            return []
     return found

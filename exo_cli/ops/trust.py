@@ -110,3 +110,11 @@ def trust_written(env: Env, text: str) -> None:
     written = needing_trust(file_values(text))
     if written:
         write_pins(root, path, {**read_pins(path), **written})
+
+
+def problems(env: Env) -> list[tuple[str, str, str, str]]:
+    """`exo doctor`'s problems: each untrusted key (kind, key, what is wrong, what to do), left for the human."""
+    conf = env.config
+    return [("untrusted-config", key, f"{conf.origin(key)} sets it ("
+             + ("another value is pinned" if key in conf.pins else "never trusted") + "): exo refuses to use it",
+             "review it with `exo trust --show`, then run `exo trust`") for key in conf.untrusted()]

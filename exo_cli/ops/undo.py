@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from exo_cli import fault
 from exo_cli.adapters import checkpoint as ck
-from exo_cli.adapters import ckptfiles, gitdir
+from exo_cli.adapters import ckptfiles, clones, gitdir
 from exo_cli.adapters import ckptrefs as refs
 from exo_cli.errors import InvalidInput, NotFound, StateError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
@@ -157,6 +157,10 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
         _check_paths(shadow, paths, candidates, here=str(rec.worktree))
     wt = str(rec.worktree)
     recreated = False
+    clone = shadow.clone
+    if clone and not os.path.isdir(wt):
+        raise StateError(f"{rec.id}'s clone is gone", agent=rec.id, hint=f"Its checkpoints stay listed (`exo "
+                         f"checkpoints {rec.id}`); restore one into a checkout of your own with git restore --source.")
     if not os.path.isdir(wt):  # removed by hand: made again on its branch, files written from the checkpoint
         elsewhere = shadow.main.worktree_of(rec.branch) if rec.branch else None
         if elsewhere and os.path.realpath(elsewhere) != os.path.realpath(wt):
@@ -169,7 +173,7 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
         refs.readd_worktree(shadow.main, wt, branch=rec.branch, commit=str(last.meta.get("head") or last.commit))
         recreated = True
     agent_git = shadow.agent_git_dir()
-    busy = gitdir.operations(agent_git)
+    busy = clones.operations_in_progress(wt) if clone else gitdir.operations(agent_git)
     if busy:
         raise StateError(f"A {', '.join(busy)} is in progress in {rec.id}'s checkout", agent=rec.id,
                          hint="Finish or abort it (git rebase --abort, git merge --abort), then undo.")
@@ -198,7 +202,8 @@ def undo(env: Env, *, agent: str, to: Annotated[int, Range(1)] | None = None,
             wt, shadow.folder / "blobs", shadow.manifest(target.n), shadow.manifest(saved.id) if saved else {},
             keep=lambda rel: inside(rel) and not protect(rel))
     fault.point("undo.files", env.environ)
-    moved = _put_head_back(shadow, agent_git, target) if paths is None else None
+    # an agent's clone: its files come back, its own refs are its own to move (exo never writes them)
+    moved = _put_head_back(shadow, agent_git, target) if paths is None and not clone else None
     result = UndoResult(agent=rec.id, restored=target.n, saved=saved.id if saved else None, files=written,
                         deleted=deleted, ignored=ign_written, ignored_deleted=ign_deleted,
                         not_restored=skipped + ign_skipped, branch=moved[0] if moved else None,

@@ -20,7 +20,7 @@ def render_agents(out: Out, result: AgentsResult) -> None:
     rows = []
     for a in result.agents:
         where = a.location.get("pane") or a.location.get("tab") or a.location.get("pid")
-        pr = f"#{a.pr['number']} {a.pr['state']}" if a.pr else None
+        pr = f"#{a.pr['number']} {a.pr.get('queue') or a.pr['state']}" if a.pr else None
         task = a.bead or (a.task or "")
         task = task if len(task) <= 40 else task[:37] + "..."
         last = a.last_message or ""
@@ -31,6 +31,10 @@ def render_agents(out: Out, result: AgentsResult) -> None:
         ])
     headers = ["AGENT", "ROLE", "STATUS", "BACKEND", "TASK", "BRANCH", "PANE", "PR", "TURNS/TOOLS/TOK", "LAST MESSAGE",
                "AGE"]
+    if any(a.layout == "clone" for a in result.agents):  # some work in their own clone: say which
+        headers.insert(headers.index("BRANCH"), "LAYOUT")
+        for row, a in zip(rows, result.agents, strict=True):
+            row.insert(5, a.layout + (" (sandboxed)" if a.sandboxed else ""))
     if any(a.host not in ("", result.this_host) for a in result.agents):  # a team on several hosts
         headers.insert(1, "HOST")
         for row, a in zip(rows, result.agents, strict=True):
@@ -51,7 +55,8 @@ def render_status(out: Out, result: StatusResult) -> None:
     pairs += [
         ("branch", f"{g.branch or '(detached)'} @ {g.head or '-'}{ahead}"),
         ("dirty", f"{len(g.dirty)} file(s)" if g.dirty else "clean"),
-        ("pr", f"#{result.pr['number']} {result.pr['state']} -> {result.pr['base']}" if result.pr else None),
+        ("pr", f"#{result.pr['number']} {result.pr.get('queue') or result.pr['state']} -> {result.pr['base']}"
+               if result.pr else None),
     ]
     if result.team is not None:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(result.team["by_status"].items())) or "none"

@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 
 from exo_cli.render.text import ago
 
-PR_STATE = {"open": "open", "merged": "mrgd", "closed": "clsd"}
+PR_STATE = {"open": "open", "merged": "mrgd", "closed": "clsd", "queued": "qued", "testing": "test", "tested": "tstd",
+            "bounced": "bncd"}
 SHORT_STATUS = {"waiting-permission": "permission", "blocked-on-dialog": "dialog", "failed-turn": "failed"}
 NEEDS_TEXT = {"asking": "asks you", "permission": "waits for a permission", "dialog": "shows a dialog",
               "failed": "its turn failed",
@@ -80,9 +81,10 @@ def _rest(row: Any, room: int) -> tuple[str, str]:
 def line(row: Any, width: int = 80) -> str:
     """The board line of one ``BoardRow``, exactly ``width`` columns."""
     a = row.agent
-    pr = f"#{a.pr['number']} {PR_STATE.get(a.pr['state'], a.pr['state'])}" if a.pr else "-"
+    state = a.pr.get("queue") or a.pr["state"] if a.pr else ""
+    pr = f"#{a.pr['number']} {PR_STATE.get(state, state)}" if a.pr else "-"
     counts = f"{a.turns}/{a.tool_calls}/{tokens(a.tokens)}"
-    name = "  " * min(a.depth, 4) + clean(a.name)
+    name = "  " * min(a.depth, 4) + clean(a.name) + ("*" if getattr(a, "sandboxed", False) else "")  # in bubblewrap
     host = [fit(clean(row.host), HOST_W)] if getattr(row, "host", "") else []  # a team on several hosts
     head = " ".join([("!" if row.needs else " "), fit(name, NAME_W), *host,
                      fit(SHORT_STATUS.get(a.status, a.status), STATUS_W), fit(counts, COUNT_W), fit(pr, PR_W),
@@ -159,7 +161,8 @@ def summary(result: Any) -> str:
     needs = f", {result.needs_you} need you" if result.needs_you else ""
     pending = sum(1 for i in result.inbox if i.pending)
     asks = f", {pending} question(s) waiting" if pending else ""
-    return f"exo board: {result.count} agent(s){needs}{asks}"
+    queue = "".join(f" · {clean(q)}" for q in getattr(result, "queue", None) or [])
+    return f"exo board: {result.count} agent(s){needs}{asks}{queue}"
 
 
 INBOX_PLAIN = 10  # inbox lines of ``exo agents --watch`` (every pending question is shown, even beyond)

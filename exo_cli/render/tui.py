@@ -405,7 +405,8 @@ class BoardApp(App[None]):
             return
         n = int(row.agent.pr["number"])
         self._confirm(f"Merge PR #{n} of {row.agent.id}?", "merge", lambda: invoke("pr_merge", self.env, number=n),
-                      lambda r: f"merged PR #{n} as {r.merge_commit[:9]}")
+                      lambda r: f"merged PR #{n} as {r.merge_commit[:9]}" if r.merge_commit else
+                      f"PR #{n} is {r.state} in the merge queue (position {r.position or '-'})")
 
     def action_complete(self) -> None:
         row = self._selected()

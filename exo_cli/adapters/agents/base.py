@@ -303,8 +303,10 @@ def cleanup(undo_records: list[dict[str, Any]]) -> None:
 
 
 def _undo_remove_file(record: Mapping[str, Any]) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(record["path"])
+    from exo_cli.adapters.clones import unlink_in
+
+    with contextlib.suppress(OSError):  # gone, or its folder is a link now: nothing of exo's to remove there
+        unlink_in(Path(record["path"]))  # never through a folder the agent turned into a link
 
 
 def _undo_json_entry(record: Mapping[str, Any]) -> None:

@@ -100,17 +100,23 @@ def _ignore_here(worktree: Path, relpath: str, backup_dir: Path) -> list[dict[st
 
 
 def _undo_restore_file(record: Mapping[str, Any]) -> None:
+    from exo_cli.adapters.clones import write_inside
+
     backup = Path(record["backup"])
     if not backup.exists():
         return
-    _write_bytes(Path(record["path"]), backup.read_bytes(), int(record.get("mode", 0o644)))
+    path = Path(record["path"])  # in the agent's checkout: never written through a folder it turned into a link
+    with contextlib.suppress(OSError):
+        write_inside(path.parent, path.name, backup.read_bytes(), mode=int(record.get("mode", 0o644)))
     with contextlib.suppress(FileNotFoundError):
         backup.unlink()
 
 
 def _undo_no_skip_worktree(record: Mapping[str, Any]) -> None:
+    from exo_cli.adapters.clones import is_clone
+
     worktree = Path(record["worktree"])
-    if worktree.is_dir():
+    if worktree.is_dir() and not is_clone(worktree):  # an agent's own clone: exo runs no git there (it goes anyway)
         Git(worktree).skip_worktree(record["relpath"], on=False, check=False)
 
 

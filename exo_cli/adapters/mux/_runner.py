@@ -22,6 +22,15 @@ The request (``Headless.start`` writes it)::
   to its stdin followed by a newline; the runner exits with the command's exit status.
 - ``none``: the command gets /dev/null; messages are refused (nothing reads them).
 
+With ``"keeper": {"life": path, "ctl": path, "argv": [...], "env": {...}}`` (an agent with a socket to
+the team broker), a thread of the runner starts the broker again when it dies: it blocks on a shared
+``flock`` of the broker's life lock (held exclusively by the running broker, dropped by the kernel
+when it ends, ``kill -9`` too), and once it gets it and nobody answers on the control socket it runs
+``argv`` (``exo broker start``) with ``env`` (the human's, without exo's markers). The runner lives
+outside the agent's sandbox, so sandboxed agents recover with no human command. No polling while the
+broker lives; a herd of runners is spread by a short wait derived from the pid, and whoever comes
+later finds the new broker holding the lock.
+
 Messages arrive as files ``<dir>/<name>.inbox/<seq>.msg`` (written atomically by exo), each
 followed by one byte on the wake-up FIFO ``<dir>/<name>.wake``. The runner keeps its state in
 ``<dir>/<name>.state`` (JSON, replaced atomically): ``{"state": "running"|"waiting"|"exited",
@@ -32,12 +41,15 @@ any more, and ``exo doctor`` which agent CLI it runs when its record is lost.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import select
 import subprocess
 import sys
+import threading
+import time
 
 # Importing typing would cost the runner start-up time; type checkers still see it.
 TYPE_CHECKING = False
@@ -45,6 +57,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 POLL = 5.0  # seconds between inbox checks when no wake-up byte arrives (a missed write)
+KEEP_BACKOFF = 30.0  # at most this long between checks when the lock is free and a broker answers (an old exo's)
+KEEP_TIMEOUT = 120.0  # seconds `exo broker start` may take
 PLACEHOLDER = re.compile(r"\{session\}|\{message\}")
 
 
@@ -173,6 +187,77 @@ class Runner:
         return self.rc if self.rc >= 0 else 128 - self.rc
 
 
+class Keeper:
+    """Start the team broker again whenever it dies (see the module: blocks on the broker's life lock)."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.life = str(spec["life"])
+        self.ctl = str(spec["ctl"])
+        self.argv = [str(a) for a in spec["argv"]]
+        self.env = {str(k): str(v) for k, v in dict(spec["env"]).items()}
+        self.restarts = 0
+
+    def start(self) -> None:
+        threading.Thread(target=self.run, name="exo-keeper", daemon=True).start()
+
+    def _lock(self, flags: int) -> bool:
+        """Take and drop a shared lock on the life file with ``flags``; False when a broker holds it."""
+        fd = os.open(self.life, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | flags)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)  # closing drops our lock too
+        return True
+
+    def answers(self) -> bool:
+        import socket
+
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5.0)
+        try:
+            s.connect(self.ctl)
+        except OSError:
+            return False
+        finally:
+            s.close()
+        return True
+
+    def run(self) -> None:
+        backoff = 1.0
+        while True:
+            try:
+                self._lock(0)  # blocks while a broker lives
+            except OSError:  # the runtime folder is gone (the team was removed): nothing to keep
+                return
+            if self.answers():  # a broker that holds no life lock (another exo version): look again later
+                time.sleep(backoff)
+                backoff = min(backoff * 2, KEEP_BACKOFF)
+                continue
+            backoff = 1.0
+            time.sleep((os.getpid() % 16) / 8)  # spread a herd of runners; the first one starts it
+            try:
+                if not self._lock(fcntl.LOCK_NB) or self.answers():
+                    continue
+            except OSError:
+                return
+            self.restarts += 1
+            sys.stdout.write("exo runner: exo's broker is gone; starting it again\n")
+            sys.stdout.flush()
+            try:
+                done = subprocess.run(self.argv, env=self.env, cwd="/", stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=KEEP_TIMEOUT)
+                rc, why = done.returncode, done.stderr.decode("utf-8", "replace").strip()[-500:]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                rc, why = -1, str(exc)
+            if rc != 0:
+                sys.stdout.write(f"exo runner: cannot start exo's broker: {why}\n")
+                sys.stdout.flush()
+                time.sleep(backoff)  # the lock is free and it failed: do not spin
+                backoff = min(backoff * 2, KEEP_BACKOFF)
+
+
 def main() -> int:
     try:
         spec = json.loads(sys.stdin.buffer.read())
@@ -187,6 +272,8 @@ def main() -> int:
     except OSError as exc:
         sys.stderr.write(f"exo runner: {exc}\n")
         return 126
+    if isinstance(spec.get("keeper"), dict):
+        Keeper(spec["keeper"]).start()
     try:
         if runner.mode == "resume":
             return runner.serve_turns()

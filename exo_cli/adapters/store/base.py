@@ -223,6 +223,12 @@ class Store(Protocol):
         """Set ``key`` only when it is absent; True when this call set it (one winner of a race)."""
         ...
 
+    def named_lock(self, name: str, *, host: str, wait: float | None) -> AbstractContextManager[bool]:
+        """Hold the lock ``name`` of this repository, exclusive among exo's processes on every host, while the
+        block runs: yields True when held, False when another held it for ``wait`` seconds (0: one try; None:
+        wait). Freed when the holder dies (``baselock.py``: a PostgreSQL session lock, a SQLite leased row)."""
+        ...
+
     # -- reaching the store ------------------------------------------------------------------
     def patience(self, seconds: float | None) -> AbstractContextManager[None]:
         """Inside the block, keep trying to reach a store that restarts or is full for up to ``seconds``

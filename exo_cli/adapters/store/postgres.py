@@ -16,6 +16,7 @@ Connections, reconnection after a restart, the migrate's hold and the wake-ups a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -370,6 +371,11 @@ class PostgresStore(PgMoving, Store):
     def kv_claim(self, key: str, value: str) -> bool:
         return self._exec("INSERT INTO exo.kv (repo, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                           (self.repo, key, value)) == 1
+
+    def named_lock(self, name: str, *, host: str, wait: float | None) -> contextlib.AbstractContextManager[bool]:
+        from exo_cli.adapters.store.baselock import pg_lock
+
+        return pg_lock(self, name, host=host, wait=wait)
 
 
 _KV_UPSERT = ("INSERT INTO exo.kv (repo, key, value) VALUES (%s, %s, %s)"

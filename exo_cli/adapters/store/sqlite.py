@@ -599,6 +599,11 @@ class SqliteStore(Store):
             cur = c.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", (key, value))
             return cur.rowcount == 1
 
+    def named_lock(self, name: str, *, host: str, wait: float | None) -> contextlib.AbstractContextManager[bool]:
+        from exo_cli.adapters.store.baselock import sqlite_lock
+
+        return sqlite_lock(self, name, host=host, wait=wait)
+
     # -- moving the state between stores (`exo store migrate`: sqlmove.py, loaded only then) ----------
     def _moving(self) -> SqliteMoving:
         from exo_cli.adapters.store.sqlmove import SqliteMoving

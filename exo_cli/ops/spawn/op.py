@@ -39,7 +39,7 @@ from exo_cli.ops.spawn.plan import (
 )
 from exo_cli.ops.spawn.result import WHOLE_CALL, SpawnedAgent, SpawnResult, failed_call
 from exo_cli.ops.spawn.task import start_all
-from exo_cli.records import AGENT_CLIS, BACKENDS, MUXES
+from exo_cli.records import AGENT_CLIS, BACKENDS, LAYOUTS, MUXES
 from exo_cli.registry import Choice, Range, Tool, op
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ __all__ = ["BACKENDS", "COMMON", "MUXES", "WHOLE_CALL", "SpawnResult", "SpawnedA
 
 # What every spawn tool takes as it is, besides its own arguments (spawn_agents names the backend
 # ``backend``, the word its tool family uses; the others take ``agent``).
-COMMON = ("mux", "from_branch", "no_worktree", "repo", "skip_permissions", "after", "host")
+COMMON = ("mux", "from_branch", "no_worktree", "layout", "repo", "skip_permissions", "sandbox", "after", "host")
 
 
 def _adapt_agents(*, bead_ids: list[str] | None = None, backend: Annotated[str, Choice(BACKENDS)] | None = None,
@@ -91,8 +91,11 @@ SPAWN_HELP = {
     "mux": "Where agents run (default: mux.default in exo.toml).",
     "from_branch": "Base the new branches on this branch or ref (default: the parent's branch).",
     "no_worktree": "Run the agent in the repository itself instead of a new worktree.",
+    "layout": "Where each agent works: a linked worktree, or its own `git clone --shared` that exo reads as "
+              "hostile (default: worktree.layout in exo.toml).",
     "repo": "Spawn into the repository at this path (it keeps its own exo state).",
     "skip_permissions": "Let agents run tools without asking (default: agent.skip_permissions in exo.toml).",
+    "sandbox": "Run the agents in bubblewrap, each in its own clone, or not (default: sandbox.mode in exo.toml).",
     "after": "Start only when these agents are idle or done (their output can go in the prompt as {{A.output}}).",
     "demo_script": "Script file for the demo agent.",
     "host": "Start the agents on this host of [hosts] (over ssh; needs a shared PostgreSQL store).",
@@ -176,8 +179,10 @@ def spawn(
     mux: Annotated[str, Choice(MUXES)] | None = None,
     from_branch: str | None = None,
     no_worktree: bool = False,
+    layout: Annotated[str, Choice(LAYOUTS)] | None = None,
     repo: str | None = None,
     skip_permissions: bool | None = None,
+    sandbox: bool | None = None,
     after: list[str] | None = None,
     demo_script: str | None = None,
     host: str | None = None,
@@ -201,8 +206,9 @@ def spawn(
         return spawn_there(env, host, dict(
             beads=beads, worker=worker, prompt=prompts, subtree=subtree, task=task, branch=branch,
             fork_session=fork_session, parent_session_id=parent_session_id, ready=ready, specs=specs, agent=agent,
-            mux=mux, from_branch=from_branch, no_worktree=no_worktree, repo=repo, skip_permissions=skip_permissions,
-            after=after, demo_script=demo_script))
+            mux=mux, from_branch=from_branch, no_worktree=no_worktree, layout=layout, repo=repo,
+            skip_permissions=skip_permissions, after=after, demo_script=demo_script,
+            **({"sandbox": sandbox} if sandbox is not None else {})))
     target = target_env(env, repo)
     backend = choose_backend(target, agent or (own_backend(env) if fork_session else None))
     if fork_session and backend not in FORKING:
@@ -215,9 +221,10 @@ def spawn(
     kind = choose_mux(target, mux)
     demo_script = demo_script_path(demo_script)
     warnings: list[str] = []
-    common = common_for(env, target, mux=kind, from_branch=from_branch, no_worktree=no_worktree,
+    common = common_for(env, target, mux=kind, from_branch=from_branch, no_worktree=no_worktree, layout=layout,
                         skip_permissions=skip_permissions, demo_script=demo_script, fork_session=fork_session,
-                        parent_session_id=parent_session_id, after=list(after or []), warnings=warnings)
+                        parent_session_id=parent_session_id, after=list(after or []), warnings=warnings,
+                        backend=backend, sandbox=sandbox)
     call = Call(target, common)
     reqs = plan(env, target, beads=list(beads or []), worker=list(worker or []), prompt=prompts,
                 subtree=subtree, task=task, branch=branch, ready=ready, specs=list(specs or []),

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from exo_cli.adapters.beads import BeadsSource
     from exo_cli.env import Env
+    from exo_cli.records import Agent
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Common:
     base: str | None
     parent_cwd: str | None
     no_worktree: bool = False
+    layout: str = "worktree"  # "worktree" or "clone" (records.LAYOUTS)
+    sandbox: bool = False  # the agents run in bubblewrap (sandboxing.decide), each in its own clone
     skip_permissions: bool = False
     demo_script: str | None = None
     fork_session: bool | None = None
@@ -183,7 +186,11 @@ def caller_context(env: Env, *, from_branch: str | None, no_worktree: bool) -> d
                 "parent_cwd": None, "session_id": None}
     if record is not None and record.worktree:
         parent_cwd = record.worktree
-        branch = record.branch or Git(record.worktree).current_branch()
+        if record.spec.get("layout") == "clone":
+            from exo_cli.ops import checkout
+
+            checkout.sync(env, record)  # its children start from its branch as the clone has it
+        branch = record.branch or checkout_branch(record)
     else:
         parent_cwd = str(env.repo.toplevel)
         branch = Git(env.repo.toplevel).current_branch()
@@ -205,6 +212,23 @@ def caller_context(env: Env, *, from_branch: str | None, no_worktree: bool) -> d
         "parent_cwd": parent_cwd,
         "session_id": record.session_id if record is not None else None,
     }
+
+
+def checkout_branch(record: Agent) -> str | None:
+    """The branch an agent's worktree has checked out (never asked of a clone: the record says)."""
+    from exo_cli.adapters.git import Git
+
+    if record.spec.get("layout") == "clone" or not record.worktree:
+        return None
+    return Git(record.worktree).current_branch()
+
+
+def choose_layout(env: Env, layout: str | None, *, no_worktree: bool) -> str:
+    """The agents' layout: ``layout``, else ``worktree.layout``; a clone with ``--no-worktree`` is a UsageError."""
+    if layout == "clone" and no_worktree:
+        raise UsageError("--layout and --no-worktree exclude each other: an agent without a worktree works in the "
+                         "repository itself", hint="Drop one of them.")
+    return str(layout or env.config.get("worktree.layout") or "worktree")
 
 
 def tree_depth(env: Env, agent_id: str) -> int:
@@ -233,9 +257,10 @@ def check_depth(env: Env, parent: str) -> None:
             field="depth", depth=depth, limit=limit)
 
 
-def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_worktree: bool,
+def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_worktree: bool, layout: str | None,
                skip_permissions: bool | None, demo_script: str | None, fork_session: bool | None,
-               parent_session_id: str | None, after: list[str], warnings: list[str]) -> Common:
+               parent_session_id: str | None, after: list[str], warnings: list[str], backend: str = "",
+               sandbox: bool | None = None) -> Common:
     """What the call's tasks share: the parent, its branch and base, the session, the options."""
     if target is env:
         info = caller_context(env, from_branch=from_branch, no_worktree=no_worktree)
@@ -249,8 +274,22 @@ def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_w
     # every key a spawn may use that needs trust, checked before anything is made or run: one error names them all
     target.config.require_trusted("agent", "worktree", "services", "sandbox")
     skip = bool(target.config.get("agent.skip_permissions")) if skip_permissions is None else skip_permissions
+    from exo_cli.ops.spawn.sandboxing import decide
+
+    chosen = choose_layout(target, layout, no_worktree=no_worktree)
+    caller = env.caller_agent() if not env.caller.is_human else None
+    sandboxed = decide(target, flag=sandbox, layout=chosen, explicit_layout=layout is not None
+                       or target.config.origin("worktree.layout") != "default", no_worktree=no_worktree,
+                       skip_permissions=skip, backend=backend,
+                       inherited=caller is not None and bool(caller.spec.get("sandboxed")))
+    if sandboxed and fork_session:  # the parent's transcript is not in the new agent's private HOME
+        raise UsageError("--fork-session does not work with a sandboxed agent yet",
+                         hint="Start it fresh (--no-fork-session), or spawn it with --no-sandbox.")
+    if sandboxed:
+        fork_session = False
     return Common(
-        mux=mux, no_worktree=no_worktree, skip_permissions=skip, demo_script=demo_script,
+        mux=mux, no_worktree=no_worktree, layout="clone" if sandboxed else chosen, sandbox=sandboxed,
+        skip_permissions=skip, demo_script=demo_script,
         fork_session=fork_session, session_id=session, after=list(after),
         origin={"caller": env.caller.agent_id, "repo": str(env.repo.root)}, **info,
     )  # fmt: skip

@@ -14,10 +14,10 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters.files import locked
-from exo_cli.adapters.git import Git
+from exo_cli.adapters.git import Finished, Git
 from exo_cli.errors import ExoError, StateError
 from exo_cli.ops.spawn.call import PENDING, Call, finish
 from exo_cli.ops.spawn.plan import common_from_spec, request_from_spec
@@ -121,6 +121,8 @@ def _remove_worktree_and_branch(env: Env, agent: Agent) -> list[str]:
     path = agent.worktree or ""
     branch = agent.branch
     base_commit = spec.get("base_commit")
+    if spec.get("layout") == "clone":
+        return notes + _remove_clone(env, agent, ran=ran)
     registered = env.worktrees.listing()
     entry = next((v for k, v in registered.items() if os.path.realpath(k) == os.path.realpath(path)), None)
     ours = entry is not None and entry.get("branch") == f"refs/heads/{branch}"
@@ -142,6 +144,34 @@ def _remove_worktree_and_branch(env: Env, agent: Agent) -> list[str]:
     if branch and base_commit and env.worktrees.delete_branch_if_at(branch, base_commit):
         notes.append(f"deleted branch {branch}")
     return notes
+
+
+def _remove_clone(env: Env, agent: Agent, *, ran: bool) -> list[str]:
+    """An interrupted spawn's own clone: removed (with ``refs/exo/clones/<id>/``) while no agent ever ran in it,
+    else left for ``exo complete``; its branch deleted while it still points at the base commit."""
+    from exo_cli.adapters import clones
+
+    path, notes = agent.worktree or "", []
+    if os.path.lexists(path):
+        if ran:
+            raise StateError(f"Could not remove the partial clone {path}: its agent already ran in it",
+                             hint=f"Look at it, then `exo complete {agent.id}` (it keeps any work).", path=path)
+        ok, why = env.worktrees.remove_clone(path, agent.id)
+        if not ok:
+            raise StateError(f"Could not remove the partial clone {path}: {why}", path=path,
+                             hint="Look at it, then remove it yourself.")
+        notes.append(f"removed clone {path}")
+    else:
+        env.worktrees.locked(lambda: _dropped(env, agent.id, clones))
+    base_commit = agent.spec.get("base_commit")
+    if agent.branch and base_commit and env.worktrees.delete_branch_if_at(agent.branch, base_commit):
+        notes.append(f"deleted branch {agent.branch}")
+    return notes
+
+
+def _dropped(env: Env, agent_id: str, clones: Any) -> Finished:
+    clones.drop_refs(env.git, agent_id)
+    return Finished([], 0, "", "")
 
 
 def resume_started(call: Call, req: Request, existing: Agent) -> Agent | None:

@@ -42,6 +42,8 @@ class SpawnedAgent:
     worktree: str | None
     location: dict[str, Any]
     host: str = ""  # the host it runs on
+    layout: str = "worktree"  # where it works: "worktree", "clone" or "none"
+    sandboxed: bool = False  # it runs in bubblewrap
 
 
 class SpawnError(TypedDict):
@@ -86,6 +88,8 @@ def view(a: Agent) -> SpawnedAgent:
         id=a.id, name=a.name, role=a.role, parent=a.parent or ROOT, status=a.status,
         status_reason=a.status_reason, backend=a.backend, mux=a.mux, bead=a.bead, task=a.task,
         branch=a.branch, base_branch=a.base_branch, worktree=a.worktree, location=dict(a.location), host=a.host,
+        layout=str(a.spec.get("layout") or ("worktree" if a.spec.get("creates_worktree", True) else "none")),
+        sandboxed=bool(a.spec.get("sandboxed")),
     )  # fmt: skip
 
 

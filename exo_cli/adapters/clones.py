@@ -1,0 +1,528 @@
+"""Agents' own clones: ``git clone --shared`` made for an agent, read by exo as hostile.
+
+A sandboxable agent works in its own clone of the repository (``[worktree] layout = "clone"``,
+``spawn --layout clone``): ``git clone --shared`` (the clone's ``objects/info/alternates``
+names the repository's object store; never a plain local clone, whose hard-linked packs an
+agent could rewrite), whose ``.git`` is the only git state the agent writes.
+
+Everything in the clone is the agent's, so exo treats it as hostile:
+
+- exo never runs git with the clone's ``.git`` as its git folder (its config could run
+  ``core.fsmonitor``, hooks, filters, textconv, a credential helper or an ssh command, or
+  ``include.path`` any of those). ``Reader`` builds a **private git folder** exo owns
+  (``config`` written by exo, ``objects/info/alternates`` to the clone's and the repository's
+  object stores, copies of the clone's HEAD, branches, index and ``info/exclude``), and every
+  read runs ``git`` with ``GIT_DIR`` there, ``GIT_WORK_TREE`` the clone, no system or global
+  config and every other ``GIT_*`` variable of exo's own environment dropped. With exo's
+  config no filter or textconv driver exists, and submodules are never entered (git would
+  run ``git status`` inside them with their own config).
+- The clone's refs are read as files (never following a symbolic link out of ``.git``, never
+  a symbolic ref outside ``refs/heads/``), checked as object names, and written into the
+  private folder; ``fetch`` then takes the clone's branches into the repository from that
+  folder (``git fetch <private folder>``: the upload-pack on the other side runs with exo's
+  config), under ``refs/exo/clones/<id>/heads/``. Those refs, with ``refs/exo/clones/<id>/base``,
+  keep every commit a clone reaches alive through ``git gc --prune=now`` in the repository.
+- ``advance`` moves the repository's ``refs/heads/<branch>`` to the fetched tip only by
+  fast-forward (a compare-and-swap ``update-ref``), never forced.
+
+``make_shared_clone`` is the one way exo makes a ``--shared`` clone (the merge queue's
+throw-away clones can use it too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from exo_cli.adapters import gitdir
+from exo_cli.adapters.files import atomic_write, ensure_private_dir
+from exo_cli.adapters.git import Git
+from exo_cli.errors import StateError, external
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from exo_cli.adapters.gitformats import RepoInfo
+
+CLONE_REFS = "refs/exo/clones/"
+IDENTITY = {"GIT_AUTHOR_NAME": "exo", "GIT_AUTHOR_EMAIL": "exo@localhost",
+            "GIT_COMMITTER_NAME": "exo", "GIT_COMMITTER_EMAIL": "exo@localhost"}
+MAX_INDEX = 512 << 20  # bytes: a bigger index is not copied (git rebuilds one from HEAD)
+MAX_SMALL = 4 << 20  # bytes: packed-refs, info/exclude
+_OID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_SHA = re.compile(r"\b(?:[0-9a-f]{64}|[0-9a-f]{40})\b")
+_BAD_REF = re.compile(r"(^|/)\.|\.\.|[\x00-\x20\x7f~^:?*\[\\]|@\{|\.lock(/|$)|//|/$|\.$")
+# What exo's private git folder says: no program of anyone's runs, submodules are never entered.
+_CONFIG = """[core]
+\trepositoryformatversion = {version}
+\tbare = true
+\tfsmonitor = false
+\tuntrackedCache = false
+\tsplitIndex = false
+\tsymlinks = true
+\tquotePath = true
+[diff]
+\tignoreSubmodules = all
+\texternal =
+[status]
+\tsubmoduleSummary = false
+[submodule]
+\trecurse = false
+[uploadpack]
+\tallowAnySHA1InWant = false
+{extensions}"""
+
+
+def clone_refs(agent_id: str) -> str:
+    """The namespace in the repository that keeps what the clone of agent ``agent_id`` reaches."""
+    return f"{CLONE_REFS}{agent_id}/"
+
+
+def make_shared_clone(source: Path, path: Path, *, branch: str, start: str) -> None:
+    """``git clone --shared --no-checkout source path``, then branch ``branch`` at ``start`` checked out.
+
+    Never a plain local clone (its pack files would be hard links into ``source``). The clone
+    is exo's until the agent starts, so the checkout runs in it with exo's options (hooks off).
+    An existing ``path`` is a StateError (git refuses a non-empty one).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    proc = Git(path.parent).run(["clone", "--quiet", "--shared", "--no-checkout", "--", str(source), str(path)],
+                                check=False)
+    if not proc.ok:
+        if "already exists" in proc.stderr:
+            raise StateError(f"Clone {path} already exists", hint="exo never reuses a folder; pick another name.",
+                             path=str(path))
+        raise external("git clone --shared", proc)
+    Git(path).run(["checkout", "--quiet", "--no-track", "-b", branch, start])
+
+
+def is_clone(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder (not a link) whose ``.git`` is a folder (not a link, not a ``.git`` file)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode) and stat.S_ISDIR(os.lstat(os.path.join(path, ".git")).st_mode)
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- reading the clone's files
+
+
+def read_inside(root: str | os.PathLike[str], rel: str, *, limit: int = MAX_SMALL) -> bytes | None:
+    """The bytes of regular file ``root/rel``, opened one component at a time without following a link; None
+    when any component is missing, a link or not what it should be, or the file is over ``limit``."""
+    parts = [p for p in rel.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        return None
+    fds: list[int] = []
+    try:
+        fds.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
+        for part in parts[:-1]:
+            fds.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fds[-1])
+        fds.append(fd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        chunks: list[bytes] = []
+        got = 0
+        while chunk := os.read(fd, 1 << 20):
+            got += len(chunk)
+            if got > limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
+
+
+def write_inside(root: str | os.PathLike[str], rel: str, data: bytes, *, mode: int = 0o644) -> bool:
+    """Replace regular file ``root/rel`` with ``data`` unless it holds exactly that; True when written.
+
+    Every folder on the way is opened without following a link (missing ones are made), and
+    the file is written under a temporary name and renamed over ``rel`` in its folder: a link
+    planted at ``rel`` is replaced, never written through. OSError when a folder on the way is
+    a link or no folder.
+    """
+    parts = [p for p in rel.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise OSError(f"bad relative path {rel!r}")
+    if read_inside(root, rel, limit=max(len(data), 1)) == data:
+        return False
+    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)]
+    try:
+        for part in parts[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fds[-1])
+            fds.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
+        tmp = f".{parts[-1]}.exo-{os.getpid()}-{os.urandom(4).hex()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=fds[-1])
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        try:
+            os.replace(tmp, parts[-1], src_dir_fd=fds[-1], dst_dir_fd=fds[-1])
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fds[-1])
+            raise
+        return True
+    finally:
+        for d in reversed(fds):
+            os.close(d)
+
+
+def unlink_in(path: Path) -> None:
+    """Remove file ``path`` from its folder, opened without following a link (FileNotFoundError when gone)."""
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.unlink(path.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def good_ref(name: str, prefix: str = "refs/heads/") -> bool:
+    """Whether ``name`` is a ref under ``prefix`` exo takes from a clone (no tricks in its name)."""
+    rest = name[len(prefix):]
+    return name.startswith(prefix) and 0 < len(rest) < 1024 and not _BAD_REF.search(rest)
+
+
+def _oid(data: bytes | str | None) -> str | None:
+    text = data.decode("ascii", "replace") if isinstance(data, bytes) else (data or "")
+    text = text.strip()
+    return text if _OID.match(text) else None
+
+
+class CloneRefs(NamedTuple):
+    """What the clone's git files name, read as files: HEAD, branches, and what else holds commits."""
+
+    head: str | None  # "refs/heads/x" (symbolic) or an object name; None when unreadable
+    branches: dict[str, str]  # "refs/heads/x" -> object name
+    state: dict[str, str]  # label -> object name: other refs (tags, stash and its entries, notes), a detached
+    #                        HEAD, operations in progress (rebase, merge...): gone with the clone unless kept
+
+
+def _walk(root: str, rel: str, depth: int = 0) -> list[str]:
+    """Regular files under ``root/rel`` (relative names), walked without following links; 16 folders deep."""
+    if depth > 16:
+        return []
+    try:
+        fd = os.open(os.path.join(root, rel), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    try:
+        names = os.listdir(fd)
+    finally:
+        os.close(fd)
+    out: list[str] = []
+    for name in sorted(names)[:10000]:
+        sub = f"{rel}/{name}"
+        try:
+            mode = os.lstat(os.path.join(root, sub)).st_mode
+        except OSError:
+            continue
+        if stat.S_ISDIR(mode):
+            out += _walk(root, sub, depth + 1)
+        elif stat.S_ISREG(mode):
+            out.append(sub)
+    return out
+
+
+def read_refs(clone: str | os.PathLike[str]) -> CloneRefs:
+    """The clone's HEAD, branches and other commit holders, read from ``.git`` as files (never followed out)."""
+    branches: dict[str, str] = {}
+    state: dict[str, str] = {}
+    if not is_clone(clone):
+        return CloneRefs(None, branches, state)
+    git_dir = os.path.join(clone, ".git")
+    refs: dict[str, str] = {}
+    packed = read_inside(git_dir, "packed-refs", limit=64 << 20) or b""
+    for line in packed.decode("utf-8", "replace").splitlines():
+        oid, _, ref = line.partition(" ")
+        if _OID.match(oid) and good_ref(ref, "refs/"):
+            refs[ref] = oid
+    for ref in _walk(git_dir, "refs"):
+        loose = _oid(read_inside(git_dir, ref, limit=256)) if good_ref(ref, "refs/") else None
+        if loose:
+            refs[ref] = loose
+    for ref, oid in refs.items():
+        if ref.startswith("refs/heads/"):
+            branches[ref] = oid
+        elif not ref.startswith("refs/remotes/"):  # the repository's branches as fetched: the repository has them
+            state[ref] = oid
+    log = (read_inside(git_dir, "logs/refs/stash", limit=16 << 20) or b"").decode("utf-8", "replace")
+    for n, line in enumerate(reversed(log.splitlines())):
+        entry = _oid(line.split(" ")[1] if line.count(" ") >= 1 else "")
+        if entry:
+            state[f"stash@{{{n}}}"] = entry
+    raw = (read_inside(git_dir, "HEAD", limit=4096) or b"").decode("utf-8", "replace").strip()
+    head: str | None = None
+    if raw.startswith("ref:"):
+        target = raw[4:].strip()
+        head = target if good_ref(target) else None
+    else:
+        head = _oid(raw)
+        if head:
+            state["HEAD"] = head
+    busy = any(os.path.lexists(os.path.join(git_dir, n)) for n in (*gitdir.STATE_DIRS, *gitdir.HEAD_FILES[2:]))
+    files = [n for n in gitdir.HEAD_FILES[1:] if n != "ORIG_HEAD" or busy]
+    for d in gitdir.STATE_DIRS:
+        files += _walk(git_dir, d)
+    for name in files:
+        text = (read_inside(git_dir, name, limit=1 << 20) or b"").decode("ascii", "replace")
+        for i, sha in enumerate(dict.fromkeys(_SHA.findall(text))):
+            state[name if i == 0 else f"{name}#{i + 1}"] = sha
+    return CloneRefs(head, branches, state)
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+class Reader:
+    """Read agent clone ``clone`` through exo's private git folder ``folder`` (see the module)."""
+
+    def __init__(self, repo: Git, common_dir: Path, clone: str, folder: Path) -> None:
+        self.repo = repo
+        self.common_dir = common_dir
+        self.clone = clone
+        self.folder = folder
+        self.gitdir = folder / "git"
+        self.state: dict[str, str] = {}  # "refs/state/<n>" -> label, after ``refresh``
+
+    def refresh(self) -> CloneRefs:
+        """Make (or bring up to date) the private folder from the clone's files; StateError when it is no clone."""
+        if not is_clone(self.clone):
+            raise StateError(f"{self.clone} is not an agent's clone (any more): its .git is not a folder",
+                             worktree=self.clone, reason="no-checkout",
+                             hint="Check it by hand: exo reads a clone only through its own git folder.")
+        refs = read_refs(self.clone)
+        g = self.gitdir
+        ensure_private_dir(self.folder, parents=True)
+        ensure_private_dir(g)
+        for sub in ("objects", "objects/info", "refs", "info"):
+            ensure_private_dir(g / sub)
+        fmt = self.repo.run(["rev-parse", "--show-object-format"], check=False).stdout.strip() or "sha1"
+        ext = "" if fmt == "sha1" else f"[extensions]\n\tobjectformat = {fmt}\n"
+        atomic_write(g / "config", _CONFIG.format(version=0 if fmt == "sha1" else 1, extensions=ext),
+                     mode=0o600, fsync=False)
+        atomic_write(g / "objects" / "info" / "alternates", "".join(s + "\n" for s in self._stores()),
+                     mode=0o600, fsync=False)
+        shutil.rmtree(g / "refs", ignore_errors=True)
+        ensure_private_dir(g / "refs")
+        head = refs.head or "refs/heads/exo-unknown-head"
+        atomic_write(g / "HEAD", f"ref: {head}\n" if head.startswith("refs/") else head + "\n", mode=0o600,
+                     fsync=False)
+        exclude = read_inside(os.path.join(self.clone, ".git"), "info/exclude") or b""
+        atomic_write(g / "info" / "exclude", exclude + b"\n/.exo/\n", mode=0o600, fsync=False)  # exo's, always
+        self._write_refs(refs.branches, {})
+        commits = self.git().commits_among(refs.state.values())
+        labels = {label: oid for label, oid in refs.state.items() if oid in commits}
+        self.state = {f"refs/state/{n}": label for n, label in enumerate(labels, 1)}
+        self._write_refs(refs.branches, {ref: labels[label] for ref, label in self.state.items()})
+        index = read_inside(os.path.join(self.clone, ".git"), "index", limit=MAX_INDEX)
+        if index is not None and not index.startswith(b"DIRC"):
+            index = None
+        if index is not None:
+            atomic_write(g / "index", index, mode=0o600, fsync=False)
+            if not self.git().run(["ls-files", "--", ":(exclude)*"], check=False).ok:
+                index = None  # git cannot read it here (a split index's shared part is the clone's): from HEAD
+        if index is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(g / "index")
+            if refs.head:
+                self.git().run(["read-tree", "HEAD"], check=False)  # no index: one from HEAD (stat data rebuilt)
+        return refs._replace(state=labels)
+
+    def _stores(self) -> list[str]:
+        return [os.path.join(os.path.realpath(self.clone), ".git", "objects"), str(self.common_dir / "objects")]
+
+    def _write_refs(self, branches: dict[str, str], state: dict[str, str]) -> None:
+        rows = sorted({**branches, **state}.items())
+        atomic_write(self.gitdir / "packed-refs", "# pack-refs with: sorted \n" + "".join(
+            f"{oid} {ref}\n" for ref, oid in rows), mode=0o600, fsync=False)
+
+    def environ(self) -> dict[str, str]:
+        """The environment of every git call that reads the clone: exo's git folder, nothing of anyone's config.
+
+        Objects git writes (a stash-shaped commit of the uncommitted work, say) go to the
+        repository's store; the clone's store is read as an alternate.
+        """
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env.update(GIT_DIR=str(self.gitdir), GIT_WORK_TREE=os.path.realpath(self.clone),
+                   GIT_INDEX_FILE=str(self.gitdir / "index"), GIT_OBJECT_DIRECTORY=str(self.common_dir / "objects"),
+                   GIT_ALTERNATE_OBJECT_DIRECTORIES=self._stores()[0], GIT_CONFIG_NOSYSTEM="1",
+                   GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1", GIT_NO_REPLACE_OBJECTS="1",
+                   GIT_NO_LAZY_FETCH="1", GIT_PROTOCOL_FROM_USER="0")
+        for key, default in IDENTITY.items():  # no config of anyone's: who writes exo's commits, said here
+            env[key] = os.environ.get(key) or default
+        return env
+
+    def git(self) -> Git:
+        """A git client that reads the clone's work tree and index through exo's folder (call ``refresh`` first)."""
+        return Git(os.path.realpath(self.clone), environ=self.environ())
+
+
+# --------------------------------------------------------------------------- taking the work back
+
+
+class Fetched(NamedTuple):
+    """What ``fetch`` took back into the repository, kept under the agent's refs."""
+
+    head: str | None  # the commit HEAD names (None: unborn or unreadable)
+    branches: dict[str, str]  # "x" (branch name) -> object name
+    state: dict[str, str]  # label ("refs/tags/v1", "stash@{0}", "rebase-merge/onto"...) -> commit
+
+
+def fetch(reader: Reader, agent_id: str) -> Fetched:
+    """Take the clone's branches into ``refs/exo/clones/<id>/heads/`` and every other commit its git state holds
+    into ``.../state/<n>``: the repository then has every object, and ``gc`` keeps them.
+
+    The source of the fetch is exo's private folder, so the upload-pack git runs reads exo's
+    config. A ref the clone dropped is dropped here too (``--prune``); the base ref stays.
+    """
+    refs = reader.refresh()
+    ns = clone_refs(agent_id)
+    proc = reader.repo.run(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+                            "--prune", "--no-auto-gc", "--no-auto-maintenance", str(reader.gitdir),
+                            f"+refs/heads/*:{ns}heads/*", f"+refs/state/*:{ns}state/*"], check=False, timeout=600)
+    if not proc.ok:
+        raise external("git fetch (from an agent's clone)", proc)
+    head = refs.branches.get(refs.head or "") if (refs.head or "").startswith("refs/") else refs.head
+    return Fetched(head, {r[len("refs/heads/"):]: o for r, o in refs.branches.items()}, refs.state)
+
+
+class Advanced(NamedTuple):
+    """What ``advance`` did to the repository's branch: ``moved``, ``same``, ``created``, ``behind`` (the
+    repository's is ahead: left as it is) or ``refused`` (they moved apart)."""
+
+    outcome: str
+    old: str | None
+    new: str | None
+    reason: str = ""
+
+
+def advance(repo: Git, branch: str, new: str | None) -> Advanced:
+    """Move ``refs/heads/<branch>`` to ``new`` only by fast-forward (compare-and-swap); never forced."""
+    ref = f"refs/heads/{branch}"
+    old = repo.rev(ref)
+    if new is None or old == new:
+        return Advanced("same", old, old)
+    if old is None:
+        proc = repo.run(["update-ref", "-m", "exo: clone branch", ref, new, ""], check=False)
+        return Advanced("created", None, new) if proc.ok else Advanced("refused", None, new, proc.stderr.strip())
+    if not repo.is_ancestor(old, new):
+        if repo.is_ancestor(new, old):  # merged into in the repository: the clone catches up at its stop
+            return Advanced("behind", old, new, f"{branch} in the repository is ahead of the clone's")
+        return Advanced("refused", old, new, f"{branch} in the repository has commits the clone's {branch} "
+                                              "does not (it was merged into or moved): rebase on it first")
+    where = repo.worktree_of(branch)
+    if where:
+        return Advanced("refused", old, new, f"{branch} is checked out in {where}")
+    proc = repo.run(["update-ref", "-m", "exo: clone branch (fast-forward)", ref, new, old], check=False)
+    if not proc.ok:
+        return Advanced("refused", old, new, proc.stderr.strip() or "the branch moved meanwhile")
+    return Advanced("moved", old, new)
+
+
+def drop_refs(repo: Git, agent_id: str) -> int:
+    """Delete ``refs/exo/clones/<id>/`` (the clone is gone); how many refs."""
+    ns = clone_refs(agent_id)
+    found = repo.run(["for-each-ref", "--format=%(refname) %(objectname)", ns], check=False).stdout.splitlines()
+    lines = [f"delete {ref} {oid}\n" for ref, _, oid in (x.partition(" ") for x in found) if ref.startswith(ns)]
+    if lines:
+        repo.run(["update-ref", "--stdin"], input="".join(lines), check=False)
+    return len(lines)
+
+
+def remove_clone(path: str | os.PathLike[str]) -> None:
+    """Delete a clone's folder (never following a link out of it)."""
+    if os.path.islink(path):
+        os.unlink(path)
+        return
+    shutil.rmtree(path)
+
+
+def operations_in_progress(clone: str | os.PathLike[str]) -> list[str]:
+    """The operations in progress in the clone (as ``gitdir.operations``, its files never followed out of it)."""
+    if not is_clone(clone):
+        return []
+    g = os.path.join(clone, ".git")
+
+    def there(name: str) -> bool:
+        return os.path.lexists(os.path.join(g, name))
+
+    out: list[str] = []
+    if there("rebase-merge"):
+        out.append("rebase")
+    elif there("rebase-apply"):
+        out.append("am" if there("rebase-apply/applying") else "rebase")
+    if there("MERGE_HEAD"):
+        out.append("merge")
+    todo = (read_inside(g, "sequencer/todo") or b"").decode("utf-8", "replace")
+    if there("CHERRY_PICK_HEAD") or todo.startswith(("pick", "p ")):
+        out.append("cherry-pick")
+    if there("REVERT_HEAD") or todo.startswith(("revert", "r ")):
+        out.append("revert")
+    if there("sequencer") and not {"cherry-pick", "revert"} & set(out):
+        out.append("cherry-pick")
+    if there("BISECT_LOG"):
+        out.append("bisect")
+    return out
+
+
+# --------------------------------------------------------------------------- where a clone's team is
+
+HOMES = "clones.jsonl"  # in the user's exo folder: every clone exo made, and the repository it belongs to
+
+
+def record_home(folder: Path, clone: Path, repo_root: Path) -> None:
+    """Note that ``clone`` (its real path and inode) is an agent's clone of ``repo_root`` (one short append)."""
+    import json
+
+    st = os.stat(clone)
+    line = json.dumps({"clone": os.path.realpath(clone), "dev": st.st_dev, "ino": st.st_ino,
+                       "repo": os.path.realpath(repo_root)})
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / HOMES, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def home_of(folder: Path, toplevel: Path) -> Path | None:
+    """The repository an agent's clone at ``toplevel`` belongs to, as exo recorded it when it made it (never as
+    anything in the clone says); None when ``toplevel`` is no clone exo made."""
+    import json
+
+    try:
+        st = os.lstat(toplevel)
+        text = (folder / HOMES).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    real = os.path.realpath(toplevel)
+    for line in reversed(text.splitlines()):
+        with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+            rec = json.loads(line)
+            if rec["clone"] == real and (rec["dev"], rec["ino"]) == (st.st_dev, st.st_ino):
+                return Path(str(rec["repo"]))
+    return None
+
+
+def team_repo(found: RepoInfo, environ: Mapping[str, str]) -> RepoInfo:
+    """The repository ``found`` (discovered around a folder) stands for: inside an agent's own clone, the
+    repository exo made it from (``home_of``, from the user's exo folder), else ``found`` itself."""
+    from exo_cli.config_paths import user_config_dir
+
+    home = home_of(user_config_dir(environ), found.toplevel)
+    return Git(home).discover() if home is not None and home != found.root else found
