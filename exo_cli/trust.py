@@ -17,12 +17,9 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from exo_cli.errors import StateError
-
-if TYPE_CHECKING:
-    from exo_cli.env import Env
 
 # The one table of keys that need trust when the repository file sets them: a rule ``X`` covers the
 # key X and every key under it, ``X.*`` the keys under the section X. Keys added later under a
@@ -48,13 +45,13 @@ FOLDER = "trust"  # under the user's configuration folder
 REASON = "untrusted-config"  # data.reason of the refusal
 
 
-def store_as_is(env: Env) -> Env:
-    """``env`` with the store the state folder names (its pointer, else SQLite), never an untrusted ``[store] url``:
-    who is calling is decided there, so a repository's store URL cannot make an agent's process the human."""
+def store_as_is(env: Any) -> Any:
+    """``env`` (an ``Env``) with the store the state folder names (its pointer, else SQLite), never an untrusted
+    ``[store] url``: who is calling is decided there, so a repository's store URL cannot make an agent the human."""
     from exo_cli.adapters.store import pointed_url
-    from exo_cli.env import STORE_URL_VAR, Env
 
-    return Env(env.cwd, {**env.environ, STORE_URL_VAR: pointed_url(env.state_path) or ""}, pid=env.pid)
+    # EXO_STORE_URL (env.STORE_URL_VAR; named here, not imported: env imports this module) beats the files
+    return type(env)(env.cwd, {**env.environ, "EXO_STORE_URL": pointed_url(env.state_path) or ""}, pid=env.pid)
 
 
 def needs_trust(key: str) -> bool:
