@@ -107,8 +107,10 @@ DEFAULTS: dict[str, Any] = {
     "hosts": {},
     # bubblewrap around agents that work in their own clone (docs/security.md "The sandbox")
     "sandbox": {"mode": "off", "env": [], "paths": [], "hide": [], "devices": []},
-    # the merge queue (docs/merge-queue.md): with gates for a base, `pr merge` enqueues instead of merging
+    # the merge queue (docs/commands.md: The merge queue): with gates for a base, `pr merge` enqueues instead of merging
     "merge": {"gates": [], "setup": [], "bases": [], "batch": 4, "window": 5},
+    "prices": {},  # model -> {input, output, cache_write, cache_read} dollars per million tokens (exo_cli/prices.py)
+    "budget": {"agent_usd": 0, "agent_tokens": 0},  # each new agent's budget (0: none; ops/budget.py)
 }
 
 _Check = Callable[[Any], bool]
@@ -201,6 +203,35 @@ def host_problem(name: Any, entry: Any) -> str | None:
     if "env" in entry and not _is_str_list(entry["env"]):
         return "env must be a list of variable names (or globs such as \"MY_*\")"
     return None
+
+
+PRICE_KEYS = ("input", "output", "cache_write", "cache_read")
+
+
+def price_problem(model: Any, entry: Any) -> str | None:
+    """What is wrong with one ``[prices."MODEL"]`` entry, or None."""
+    if not isinstance(model, str) or not model.strip() or any(ord(c) < 32 or ord(c) == 127 for c in model):
+        return "the model name must be text without control characters"
+    if not isinstance(entry, dict):
+        return "expected a table with input, output, cache_write and cache_read"
+    unknown = sorted(set(entry) - set(PRICE_KEYS))
+    missing = [k for k in PRICE_KEYS if k not in entry]
+    if unknown or missing:
+        return (f"unknown key(s) {', '.join(unknown)}; " if unknown else "") + \
+            (f"missing {', '.join(missing)}; " if missing else "") + "expected exactly " + ", ".join(PRICE_KEYS)
+    for k in PRICE_KEYS:
+        v = entry[k]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e6:
+            return f"{k} must be a number of dollars per million tokens (0 or more)"
+    return None
+
+
+def _is_prices_table(v: Any) -> bool:
+    return isinstance(v, dict) and all(price_problem(k, x) is None for k, x in v.items())
+
+
+def _is_amount(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and 0 <= v < 1e12
 
 
 def gate_problem(entry: Any) -> str | None:
@@ -302,6 +333,10 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "merge.batch": (lambda v: _is_int(v) and 1 <= v <= 64, "a whole number from 1 to 64"),
     "merge.window": (_is_seconds, "a whole number of seconds"),
     "hosts": (_is_hosts_table, "a table of host name -> { ssh = DESTINATION, path = CLONE, exo = COMMAND, env = [NAMES] }"),
+    "budget.agent_usd": (_is_amount, "a number of dollars (0 = no budget)"),
+    "budget.agent_tokens": (_is_int, "a whole number of tokens (0 = no budget)"),
+    "prices": (_is_prices_table, "a table of model -> { input = N, output = N, cache_write = N, cache_read = N } "
+               "in dollars per million tokens"),
 }
 _SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}
 
@@ -458,6 +493,12 @@ def _check(key: str, value: Any, origin: str) -> None:
         for sub, item in value.items():
             if sub not in BACKENDS or not _is_str_list(item):
                 _check_entry(f"{key}.{sub}", item, origin, sub in BACKENDS)
+    if check is _is_prices_table and isinstance(value, dict):  # name the model that is wrong, and why
+        for model, entry in value.items():
+            why = price_problem(model, entry)
+            if why is not None:
+                raise InvalidInput(f"Bad [prices.{_shown(model)}] in {origin}: {why}", hint=f"Fix [prices] in {origin}.",
+                                   key=f"prices.{model}", source=origin)
     if check is _is_gates and isinstance(value, list):  # name the gate that is wrong, and why
         for i, entry in enumerate(value):
             why = gate_problem(entry)

@@ -268,7 +268,7 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
 
     With `[[merge.gates]]` for the base, the PR joins the merge queue instead and this
     returns at once with its `state` and `position` (`--wait`: once it is merged or
-    bounced); the base moves only to a commit that passed the gates (docs/merge-queue.md),
+    bounced); the base moves only to a commit that passed the gates (docs/commands.md: The merge queue),
     on GitHub by a fast-forward push of it.
     """
     pr = _get(env, number)
@@ -297,7 +297,7 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
     queued = gated and forge.kind in ("local", "github")
     if not queued and (priority is not None or wait):
         raise InvalidInput(f"--priority and --wait apply to the merge queue, and none serves {pr.base}",
-                           hint="Configure [[merge.gates]] (docs/merge-queue.md), or leave them out.", pr=number)
+                           hint="Configure [[merge.gates]] (docs/commands.md: The merge queue), or leave them out.", pr=number)
     if across and forge.kind == "local":  # the author works on another host: its branch comes from the shared remote
         from exo_cli.ops.hostgit import fetch_head
 

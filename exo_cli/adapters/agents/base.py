@@ -149,8 +149,13 @@ def tail_json_lines(path: str, limit: int = 256 * 1024, *, containing: bytes | N
 
     With ``containing``, [] at once (nothing parsed) when those bytes do not occur in the tail.
     """
+    from exo_cli.adapters.usage import open_regular
+
+    fh = open_regular(path)
+    if fh is None:  # missing, or not a regular file (a FIFO would block the hook)
+        return []
     try:
-        with open(path, "rb") as fh:
+        with fh:
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - limit))
             data = fh.read()

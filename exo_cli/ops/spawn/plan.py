@@ -62,6 +62,7 @@ class Common:
     session_id: str | None = None
     after: list[str] = field(default_factory=list)
     origin: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, Any] = field(default_factory=dict)  # each agent's budget: usd and/or tokens (ops/budget.py)
 
 
 @dataclass
@@ -260,7 +261,7 @@ def check_depth(env: Env, parent: str) -> None:
 def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_worktree: bool, layout: str | None,
                skip_permissions: bool | None, demo_script: str | None, fork_session: bool | None,
                parent_session_id: str | None, after: list[str], warnings: list[str], backend: str = "",
-               sandbox: bool | None = None) -> Common:
+               sandbox: bool | None = None, budget: dict[str, Any] | None = None) -> Common:
     """What the call's tasks share: the parent, its branch and base, the session, the options."""
     if target is env:
         info = caller_context(env, from_branch=from_branch, no_worktree=no_worktree)
@@ -291,7 +292,7 @@ def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_w
         mux=mux, no_worktree=no_worktree, layout="clone" if sandboxed else chosen, sandbox=sandboxed,
         skip_permissions=skip, demo_script=demo_script,
         fork_session=fork_session, session_id=session, after=list(after),
-        origin={"caller": env.caller.agent_id, "repo": str(env.repo.root)}, **info,
+        origin={"caller": env.caller.agent_id, "repo": str(env.repo.root)}, budget=dict(budget or {}), **info,
     )  # fmt: skip
 
 

@@ -255,6 +255,7 @@ def _record(call: Call, req: Request, agent_id: str, *, path: Path, branch: str 
         "after": list(common.after),
         "spawner_pid": os.getpid(),
         **host_fields(env),
+        **({"budget": dict(common.budget)} if common.budget else {}),
     }
     return Agent(
         id=agent_id, name=agent_id, role="tl" if req.kind == "subtree" else "dev", parent=common.parent,
