@@ -69,6 +69,12 @@ def exo_argv() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "exo_cli"]
 
 
+def write_trusted(repo: Path, text: str, env: dict[str, str]) -> None:
+    """Write the scratch repository's exo.toml and trust it (`exo trust`), as its user would."""
+    (repo / "exo.toml").write_text(text)
+    subprocess.run([*exo_argv(), "trust"], cwd=repo, env=env, check=True, capture_output=True)
+
+
 def run_timed(argv: Sequence[str], *, cwd: Path, env: dict[str, str], stdin: str | None = None) -> tuple[float, float]:
     """Run one command to its end; (wall seconds, CPU seconds: user + system of the process and its children)."""
     t0 = time.perf_counter()

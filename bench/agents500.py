@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_env, exo_argv, median_ms, precompile  # noqa: E402
+from _common import bench_env, exo_argv, median_ms, precompile, write_trusted  # noqa: E402
 
 AGENT = ["sleep", "3600"]
 BATCH = 50
@@ -56,7 +56,7 @@ def make_repo(root: Path, env: dict[str, str]) -> Path:
     repo.mkdir()
     for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "init"]):
         subprocess.run(["git", *args], cwd=repo, env=env, check=True)
-    (repo / "exo.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\n")
+    write_trusted(repo, f"[agent]\ncommand = {json.dumps(AGENT)}\n", env)
     return repo
 
 

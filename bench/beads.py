@@ -32,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import GIT_IDENTITY, ROOT, bench_env, exo_argv, precompile  # noqa: E402
+from _common import GIT_IDENTITY, ROOT, bench_env, exo_argv, precompile, write_trusted  # noqa: E402
 
 STAND_IN = ROOT / "tests" / "fake_bd.py"
 SHIM = """#!/bin/sh
@@ -56,6 +56,7 @@ def make_repo(root: Path, env: dict[str, str], n: int) -> Path:
     (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "3600"]\n')
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "init"]):
         subprocess.run(["git", *args], cwd=repo, env=env, check=True)
+    write_trusted(repo, (repo / "exo.toml").read_text(), env)  # the committed text, trusted as its user would
     return repo
 
 

@@ -34,7 +34,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, bench_env, exo_argv, median_ms, precompile, scratch_repo, time_commands  # noqa: E402
+from _common import (  # noqa: E402
+    ROOT,
+    bench_env,
+    exo_argv,
+    median_ms,
+    precompile,
+    scratch_repo,
+    time_commands,
+    write_trusted,
+)
 
 sys.path.insert(0, str(ROOT))
 
@@ -185,7 +194,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="exo-bench-") as td:
         tmp = Path(td)
         repo = scratch_repo(tmp, env)
-        (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "3600"]\n')
+        write_trusted(repo, '[agent]\ncommand = ["sleep", "3600"]\n', env)
         names = [f"w{i}" for i in range(args.agents)]
         try:
             for start in range(0, len(names), 10):

@@ -39,7 +39,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _common import bench_env, exo_argv, precompile
+from _common import bench_env, exo_argv, precompile, write_trusted
 
 BASELINE = r"""
 set -e
@@ -132,7 +132,7 @@ def measure(opts: argparse.Namespace, count: int, exo: list[str], env: dict[str,
                 repo = make_repo(root)
                 if name == "exo spawn":
                     if opts.light:
-                        (repo / "exo.toml").write_text(f"[agent]\ncommand = {json.dumps(agent)}\n")
+                        write_trusted(repo, f"[agent]\ncommand = {json.dumps(agent)}\n", env)
                     sock = f"exo-{repo_id(repo)}"
                     argv = [*exo, "spawn", *workers, "--prompt", "bench", *backend, "--mux", "tmux", "--json"]
                 else:

@@ -16,6 +16,7 @@ from typing import Any
 from exo_cli.config_paths import config_files
 from exo_cli.errors import InvalidInput
 from exo_cli.records import BACKENDS, LAYOUTS, MCP_COMPAT, MUXES
+from exo_cli.trust import untrusted_error
 from exo_cli.validate import MAX_TIMEOUT
 
 FORGES = ("auto", "local", "github")
@@ -359,12 +360,28 @@ _SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}
 
 @dataclass
 class Config:
-    """The merged configuration with the origin of every value."""
+    """The merged configuration with the origin of every value.
+
+    ``get`` is the one reader of values: a key that needs trust (``exo_cli.trust``) whose value
+    came from the repository file and was not pinned by ``exo trust`` is refused there, before
+    its reader runs anything. ``peek`` reads without that check, for views that only show values.
+    """
 
     values: dict[str, Any]
     origins: dict[str, str] = field(default_factory=dict)
+    repo_file: str | None = None  # the repository file's origin string (values from it may need trust)
+    local_file: str | None = None  # the local file's: the repository's too when git tracks it (a clone brings it)
+    pins_file: Path | None = None  # where this repository's pins are kept (read on first need)
+    _pins: dict[str, Any] | None = field(default=None, repr=False)
+    _untrusted: list[str] | None = field(default=None, repr=False)
 
     def get(self, key: str) -> Any:
+        if self.repo_file is not None:
+            self.require_trusted(key)
+        return self.peek(key)
+
+    def peek(self, key: str) -> Any:
+        """The value of ``key``, trusted or not (to show it, never to use it)."""
         node: Any = self.values
         for part in key.split("."):
             node = node[part]
@@ -372,6 +389,91 @@ class Config:
 
     def origin(self, key: str) -> str:
         return self.origins.get(key, "default")
+
+    @property
+    def pins(self) -> dict[str, Any]:
+        if self._pins is None:
+            from exo_cli.trust import read_pins
+
+            self._pins = read_pins(self.pins_file) if self.pins_file is not None else {}
+        return self._pins
+
+    def carry(self, pins: Mapping[str, Any]) -> None:
+        """Also trust ``pins`` (another host's caller's, travelling with its request) in this process."""
+        self._pins = {**self.pins, **pins}
+        self._untrusted = None
+
+    def from_repo(self) -> dict[str, Any]:
+        """The values that need trust and came from the repository file (each differs from exo's default)."""
+        out = needing_trust({k: self.peek(k) for k, o in self.origins.items() if o == self.repo_file})
+        local = needing_trust({k: self.peek(k) for k, o in self.origins.items() if o == self.local_file})
+        if local and self.local_file is not None and _committed_local(Path(self.local_file)):
+            out.update(local)
+        return out
+
+    def untrusted(self) -> list[str]:
+        """The keys of ``from_repo`` whose value is not the one pinned."""
+        if self._untrusted is None:
+            from exo_cli.trust import canonical
+
+            mine = self.from_repo()
+            pins = self.pins if mine else {}
+            self._untrusted = sorted(k for k, v in mine.items() if k not in pins or canonical(pins[k]) != canonical(v))
+        return self._untrusted
+
+    def require_trusted(self, *prefixes: str) -> None:
+        """StateError naming every untrusted key when one is, or lies under or above, one of ``prefixes``."""
+        if self.repo_file is None or not {self.repo_file, self.local_file} & set(self.origins.values()):
+            return  # nothing comes from the repository's files: nothing to trust (every hot path)
+        bad = self.untrusted()
+        hit = [k for k in bad if any(k == p or k.startswith(p + ".") or p.startswith(k + ".") for p in prefixes)]
+        if hit:
+            source = " and ".join(sorted({self.origin(k) for k in bad}))
+            raise untrusted_error(bad, source, used=hit[0] if len(prefixes) == 1 else None)
+
+
+_NONE = object()
+
+
+def _committed_local(path: Path) -> bool:
+    """Whether the local file ``<root>/.exo/config.toml`` came with the repository: git tracks it, or ``.exo``
+    is a link (into the repository's own files). Then it is the repository's, and needs trust as exo.toml does."""
+    from exo_cli.adapters.git import Git
+
+    root = path.parent.parent
+    git = Git(root)
+    return git.is_tracked(".exo/config.toml") or ((root / ".exo").is_symlink() and git.is_tracked(".exo"))
+
+
+def needing_trust(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Those of ``values`` (dotted key -> value) that need trust: a listed key set to another value than the default."""
+    from exo_cli.trust import canonical, needs_trust
+
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        default = _default(key)
+        if needs_trust(key) and (default is _NONE or canonical(value) != canonical(default)):
+            out[key] = value
+    return out
+
+
+def file_values(text: str) -> dict[str, Any]:
+    """The dotted keys and values of a configuration file's text (checked as the repository file's)."""
+    import tomllib
+
+    out = _flatten(tomllib.loads(text))
+    for key, value in out.items():
+        _check(key, value, "exo.toml")
+    return out
+
+
+def _default(key: str) -> Any:
+    node: Any = DEFAULTS
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _NONE
+        node = node[part]
+    return node
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -500,7 +602,8 @@ def load(
     """Merge every source in precedence order and validate each value against SCHEMA."""
     values = copy.deepcopy(DEFAULTS)
     origins: dict[str, str] = {}
-    layers = [(str(path), read_toml(path)) for path in config_files(environ, repo_root)]
+    files = config_files(environ, repo_root)
+    layers = [(str(path), read_toml(path)) for path in files]
     for origin, table in layers:
         for key, value in _flatten(table).items():
             _check(key, value, origin)
@@ -518,4 +621,9 @@ def load(
         _check(key, value, "the command line")
         _set(values, key, value)
         origins[key] = "flag"
-    return Config(values, origins)
+    if repo_root is None:
+        return Config(values, origins)
+    from exo_cli.trust import pins_path
+
+    return Config(values, origins, repo_file=str(files[1]), local_file=str(files[2]),
+                  pins_file=pins_path(environ, repo_root))

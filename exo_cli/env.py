@@ -16,6 +16,7 @@ from pathlib import Path
 from exo_cli.errors import EnvironmentError_, ExoError, InvalidInput, StateError
 from exo_cli.lite import NamedTuple
 from exo_cli.records import RETIRED_SEP, ROOT
+from exo_cli.trust import REASON, store_as_is
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -525,7 +526,7 @@ def identify(env: Env) -> Caller:
     except ExoError as exc:
         if markers or exc.data.get("store"):
             raise  # an unreachable store is said as such: it never makes the caller the human
-        return HUMAN
+        return identify(store_as_is(env)) if exc.data.get("reason") == REASON else HUMAN  # untrusted store: as it is
     except Exception as exc:  # an unreadable state database
         if markers:
             raise StateError(f"exo cannot read its state database to check who is calling: {exc}",

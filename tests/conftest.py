@@ -350,10 +350,26 @@ def wait_for(pred, timeout: float = 60.0, what: str = "condition"):  # type: ign
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def trust(repo: Path, environ: dict[str, str] | None = None) -> None:
+    """Trust what ``repo``'s exo.toml sets now, as its user does with `exo trust` (a test configuring its own
+    repository); ``environ``: the user's environment when it is not this process's (its configuration folder)."""
+    from exo_cli.env import HUMAN, Env
+    from exo_cli.registry import invoke
+
+    # as the human, without looking the caller up: that opens the store, which a test may not want opened yet
+    invoke("trust", Env(cwd=repo, environ=environ, caller=HUMAN), show=False)
+
+
+def write_trusted(repo: Path, text: str, environ: dict[str, str] | None = None) -> None:
+    """Write ``repo``'s exo.toml and trust it (the user's own configuration, as `exo trust` would pin it)."""
+    (repo / "exo.toml").write_text(text)
+    trust(repo, environ)
+
+
 @pytest.fixture
 def sleepers(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The test repository whose custom agents just sleep; every agent (tmux or headless) is stopped afterwards."""
-    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    write_trusted(repo, '[agent]\ncommand = ["sleep", "600"]\n')
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     yield repo
     stop_repo_agents(repo)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, git, stop_repo_agents, wait_for
+from conftest import ROOT, git, stop_repo_agents, wait_for, write_trusted
 
 # A custom agent whose name is its behaviour (the command template passes "{name}" first):
 #   quiet (and any other name)  print the task, then "ready>", and answer every line it reads
@@ -67,7 +67,7 @@ def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    (repo / "exo.toml").write_text(
+    write_trusted(repo,
         f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{name}}", "{{prompt}}"]\n'
         "idle_quiet_seconds = 2\nstart_timeout = 1\n"
     )

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_mux_tmux import RAW_READER
 
-from conftest import Exo, git, stop_repo_agents
+from conftest import Exo, git, stop_repo_agents, write_trusted
 
 CODES = {-32602, -32001, -32002, -32003, -32004, -32005}
 EXITS = {0, 2, 3, 4, 5, 6, 7}
@@ -187,7 +187,7 @@ def snapshot(*roots: Path, skip: tuple[Path, ...]) -> set[str]:
 @pytest.fixture
 def world(repo: Path, tmp_path: Path, isolate: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """A repo whose agents are a quick headless custom command; a canary path; snapshots to compare."""
-    (repo / "exo.toml").write_text(
+    write_trusted(repo,
         '[agent]\ndefault = "custom"\ncommand = ["true"]\n[mux]\ndefault = "headless"\n[forge]\nkind = "local"\n'
     )
     git(repo, "add", "exo.toml")

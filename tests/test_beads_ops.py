@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Exo, agent_vars, git
+from conftest import Exo, agent_vars, git, write_trusted
 from exo_cli.env import Env
 from exo_cli.records import Agent
 
@@ -333,7 +333,7 @@ def test_spawn_merge_complete_reconstitute_needs_no_manual_step(repo: Path) -> N
     from conftest import stop_repo_agents
 
     jsonl = add_beads(repo, commit=False)
-    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "3600"]\n')
+    write_trusted(repo, '[agent]\ncommand = ["sleep", "3600"]\n')
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "beads and exo.toml")
     root = Exo(repo)

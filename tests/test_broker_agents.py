@@ -21,7 +21,7 @@ import anyio
 import pytest
 from test_broker_life import brokers_of
 
-from conftest import ROOT, Exo, agent_process_environ, state_text, stop_repo_agents, wait_for
+from conftest import ROOT, Exo, agent_process_environ, state_text, stop_repo_agents, wait_for, write_trusted
 from exo_cli import __version__
 from exo_cli.adapters import broker as adapter
 from exo_cli.env import Env
@@ -79,7 +79,7 @@ def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     results.mkdir()
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     command = [sys.executable, str(PUPPET), str(results)]
-    (repo / "exo.toml").write_text(f"[agent]\ncommand = {json.dumps(command)}\n[broker]\nidle_exit = 1\n")
+    write_trusted(repo, f"[agent]\ncommand = {json.dumps(command)}\n[broker]\nidle_exit = 1\n")
     yield Team(repo, results)
     stop_repo_agents(repo, tmux=False)
     adapter.stop(ops.paths(Env(cwd=repo)), __version__, timeout=30)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from pr_helpers import env_for
 
-from conftest import ROOT, Exo, git, stop_repo_agents
+from conftest import ROOT, Exo, git, stop_repo_agents, trust
 from exo_cli import registry
 from exo_cli.env import Env
 from exo_cli.errors import StateError
@@ -39,6 +39,7 @@ def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
                                    '"import time; time.sleep(600)", "{prompt}"]\n')
     git(repo, "add", "exo.toml")
     git(repo, "commit", "-q", "-m", "exo.toml")
+    trust(repo)  # the user's own team settings
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     yield repo
     stop_repo_agents(repo, tmux=False)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, Exo, git, run_exo, stop_repo_agents, wait_for
+from conftest import ROOT, Exo, git, run_exo, stop_repo_agents, wait_for, write_trusted
 from exo_cli.env import Env
 
 EVENTS = ("session-start", "prompt", "stop", "session-end", "notification", "tool", "notify")
@@ -38,7 +38,7 @@ PAYLOAD = json.dumps({"session_id": "s1", "hook_event_name": "Stop", "transcript
 
 @pytest.fixture
 def team(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    write_trusted(repo, '[agent]\ncommand = ["sleep", "600"]\n')
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     yield repo
     subprocess.run(["tmux", "-L", f"exo-{Env(cwd=repo).repo_id}", "kill-server"], capture_output=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from pr_helpers import commit, env_for, git, make_agent
 
-from conftest import Exo, agent_vars, stop_repo_agents
+from conftest import Exo, agent_vars, stop_repo_agents, write_trusted
 from exo_cli import registry
 from exo_cli.env import Env
 from exo_cli.errors import ExternalFailure
@@ -30,7 +30,7 @@ from exo_cli.records import DEAD, Agent
 
 @pytest.fixture
 def custom(repo: Path) -> Path:
-    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "60"]\n')
+    write_trusted(repo, '[agent]\ncommand = ["sleep", "60"]\n')
     yield repo
     stop_repo_agents(repo, tmux=False)
 
@@ -149,7 +149,7 @@ def test_complete_without_a_target_at_the_root_is_a_usage_error(repo: Path) -> N
 def _github_remote(repo: Path, url: str) -> None:
     git(repo, "remote", "add", "origin", "https://github.localhost/o/r.git")
     git(repo, "config", "url." + url + ".insteadOf", "https://github.localhost/o/r.git")
-    (repo / "exo.toml").write_text('[forge]\nkind = "github"\n')
+    write_trusted(repo, '[forge]\nkind = "github"\n')
 
 
 def test_pr_file_with_the_remote_unreachable_says_so(repo: Path) -> None:

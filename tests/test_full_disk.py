@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, run_exo, stop_repo_agents
+from conftest import git, run_exo, stop_repo_agents, write_trusted
 from exo_cli.env import Env
 
 
@@ -98,7 +98,7 @@ def _agent_env(repo: Path, name: str) -> dict[str, str]:
 def test_an_agent_on_a_full_disk_gets_an_environment_error_through_its_broker_and_its_hooks_fail_open(
         small_disk: Path) -> None:
     repo = small_disk / "repo"
-    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    write_trusted(repo, '[agent]\ncommand = ["sleep", "600"]\n')
     r = run_exo("spawn", "--worker", "w1", "--prompt", "x", "--agent", "custom", "--mux", "headless", cwd=repo)
     assert r.returncode == 0, r.stdout + r.stderr
     env = _agent_env(repo, "w1")

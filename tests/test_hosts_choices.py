@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hosts_harness import VENV_BIN, TwoHosts, _write_toml, wait_until
 
-from conftest import Exo, git, stop_repo_agents
+from conftest import Exo, git, stop_repo_agents, write_trusted
 
 
 def _ok(res: Any) -> Any:
@@ -36,7 +36,7 @@ def hosts(two_hosts: TwoHosts) -> Any:
 def _commit_store_url(h: TwoHosts, monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     """``[store] url`` in the committed exo.toml, on both clones; no EXO_STORE_URL anywhere."""
     monkeypatch.delenv("EXO_STORE_URL")
-    (h.a / "exo.toml").write_text(f"[store]\nurl = {json.dumps(url)}\n")
+    write_trusted(h.a, f"[store]\nurl = {json.dumps(url)}\n")
     git(h.a, "add", "exo.toml")
     git(h.a, "commit", "-q", "-m", "exo: the team's store")
     git(h.a, "push", "-q", "origin", "main")
@@ -48,6 +48,7 @@ def test_a_store_committed_in_exo_toml_is_one_team_across_hosts(hosts: TwoHosts,
     h = hosts
     _commit_store_url(h, monkeypatch, h.store_url)
     _ok(exo("agents", "--json"))  # A's exo puts its state there
+    assert h.exo_on_b("trust").returncode == 0  # B's human trusts the committed store (its own clone's file)
     seen = h.exo_on_b("agents", "--json")  # and so does B's, looking first, as a team of its own
     assert seen.returncode == 0, seen.stderr
     [view] = _ok(exo("hosts", "--json"))["hosts"]
@@ -61,11 +62,38 @@ def test_a_store_committed_in_exo_toml_is_one_team_across_hosts(hosts: TwoHosts,
     assert [a["id"] for a in json.loads(on_b.stdout)["agents"]] == ["w1"]
 
 
+def test_the_callers_trust_travels_to_the_clone_on_another_host(hosts: TwoHosts, exo: Exo) -> None:
+    """B's clone brings the same committed post-create command: refused there until A's human trusts it, then
+    trusted there by A's pins (carried with the call and recorded on B), without anyone running exo trust on B."""
+    import sys
+
+    h = hosts
+    post = [sys.executable, "-c", "open('post-create-ran', 'w').close()"]
+    (h.a / "exo.toml").write_text(f"[worktree]\npost_create = {json.dumps(post)}\n")
+    git(h.a, "add", "exo.toml")
+    git(h.a, "commit", "-q", "-m", "exo: the team's post-create command")
+    git(h.a, "push", "-q", "origin", "main")
+    git(h.b, "pull", "-q", "--ff-only", "origin", "main")
+    res = exo("spawn", "--host", "b", "--worker", "t1", "--prompt", "p", "--agent", "demo", "--json")
+    assert res.exit_code == 5, res.stdout + res.stderr
+    err = res.json()["error"]  # type: ignore[index]  # refused there before anything was made
+    assert err["data"]["reason"] == "untrusted-config" and err["data"]["keys"] == ["worktree.post_create"], err
+    assert "host b" in err["message"] and "exo trust" in err["hint"], err
+    assert not (h.b / ".exo" / "worktrees" / "t1").exists()
+    _ok(exo("trust", "--json"))
+    [agent] = _ok(exo("spawn", "--host", "b", "--worker", "t2", "--prompt", "p", "--agent", "demo", "--json"))["agents"]
+    assert (Path(agent["worktree"]) / "post-create-ran").is_file()
+    shown = h.exo_on_b("trust", "--show", "--json")  # recorded on B: its broker and hooks trust the same
+    assert shown.returncode == 0, shown.stderr
+    assert [(e["key"], e["state"]) for e in json.loads(shown.stdout)["entries"]] == [("worktree.post_create", "trusted")]
+
+
 def test_a_clone_with_a_team_of_its_own_in_that_store_is_refused(hosts: TwoHosts, exo: Exo,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     h = hosts
     _commit_store_url(h, monkeypatch, h.store_url)
     _ok(exo("agents", "--json"))
+    assert h.exo_on_b("trust").returncode == 0  # B's human trusts its clone's committed store
     own = h.exo_on_b("spawn", "--worker", "mine", "--prompt", "p", "--agent", "demo", "--mux", "headless", "--json")
     assert own.returncode == 0, own.stdout + own.stderr
     [view] = _ok(exo("hosts", "--json"))["hosts"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXO, ROOT, agent_vars, git, run_exo, stop_repo_agents
+from conftest import EXO, ROOT, agent_vars, git, run_exo, stop_repo_agents, write_trusted
 from exo_cli.env import Env
 
 N = 20
@@ -30,7 +30,7 @@ N = 20
 
 @pytest.fixture
 def team(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    write_trusted(repo, '[agent]\ncommand = ["sleep", "600"]\n')
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     yield repo
     stop_repo_agents(repo)

@@ -16,7 +16,7 @@ from typing import Any
 import click
 import pytest
 
-from conftest import Exo, git
+from conftest import Exo, git, write_trusted
 from exo_cli import registry, schema
 from exo_cli.commands._options import VIEW_OPTIONS
 from exo_cli.env import Env
@@ -319,7 +319,7 @@ def test_dev_server_gets_only_the_dev_tools_of_a_set(repo: Path) -> None:
 def team(repo: Path) -> Path:
     shutil = __import__("shutil")
     shutil.copytree(FIXTURES, repo / ".beads", ignore=shutil.ignore_patterns("README.md"))
-    (repo / "exo.toml").write_text('[agent]\ndefault = "custom"\ncommand = ["sleep", "600"]\n[mux]\ndefault = "headless"\n')
+    write_trusted(repo, '[agent]\ndefault = "custom"\ncommand = ["sleep", "600"]\n[mux]\ndefault = "headless"\n')
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "team")
     return repo

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pr_helpers import commit, env_for, git, make_agent
 
-from conftest import run_exo, wait_for
+from conftest import run_exo, wait_for, write_trusted
 from exo_cli import registry
 from exo_cli.errors import InvalidInput, StateError
 from exo_cli.ops import mergequeue as mq
@@ -314,7 +314,7 @@ def test_no_gates_means_plain_merge_and_queue_flags_refused(repo: Path) -> None:
         registry.invoke("pr_merge", env_for(repo), number=n, wait=True)
     got = registry.invoke("pr_merge", env_for(repo), number=n)
     assert got.state == "merged" and got.position is None and got.queue is None
-    (repo / "exo.toml").write_text('[forge]\nkind = "github"\n[[merge.gates]]\ncommand = "true"\n')
+    write_trusted(repo, '[forge]\nkind = "github"\n[[merge.gates]]\ncommand = "true"\n')
     assert mq.gates(env_for(repo), "main")  # gates apply to main; on GitHub the merge says they did not run
 
 

@@ -24,7 +24,7 @@ import pytest
 from pr_helpers import commit, env_for, git, make_agent
 from test_complete_matrix import BR, SECRET, dirty, fingerprint, ignored, nested_top
 
-from conftest import ROOT, Exo, run_exo
+from conftest import ROOT, Exo, run_exo, write_trusted
 from exo_cli import registry
 from exo_cli.env import Env
 from exo_cli.errors import StateError
@@ -143,7 +143,7 @@ def _windows(repo: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("how", ["deleted", "corrupt-moved-aside"])
 def test_doctor_after_the_state_is_lost_rebuilds_and_kills_nothing(repo: Path, sleepers: Path, how: str) -> None:
-    (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\nidle_quiet_seconds = 3600\n')
+    write_trusted(repo, '[agent]\ncommand = ["sleep", "600"]\nidle_quiet_seconds = 3600\n')
     exo = Exo(repo)
     r = exo("spawn", "--worker", "k1", "--worker", "k2", "--prompt", "x", "--agent", "custom", "--mux", "tmux",
             "--json")

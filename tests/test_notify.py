@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pr_helpers import commit, env_for, make_agent
 
-from conftest import wait_for
+from conftest import wait_for, write_trusted
 from exo_cli import registry
 from exo_cli.ops import agentctl
 from exo_cli.ops.attention import KINDS
@@ -24,7 +24,7 @@ def recorder(repo: Path, out: Path, *, extra: str = "") -> None:
     """Configure a notify command that appends what it reads to ``out`` (one JSON line per event)."""
     code = f"import sys; data = sys.stdin.buffer.read(); open({str(out)!r}, 'ab').write(data)"
     cmd = json.dumps([sys.executable, "-c", code])
-    (repo / "exo.toml").write_text(f"[notify]\ncommand = {cmd}\n{extra}")
+    write_trusted(repo, f"[notify]\ncommand = {cmd}\n{extra}")
 
 
 def events(out: Path) -> list[dict]:
@@ -94,7 +94,7 @@ def test_every_event_kind_reaches_the_command_exactly_once(repo: Path, tmp_path:
 
 
 def test_a_broken_notifier_never_breaks_the_operation(repo: Path, tmp_path: Path) -> None:
-    (repo / "exo.toml").write_text('[notify]\ncommand = ["/nonexistent/notifier"]\ndesktop = true\n')
+    write_trusted(repo, '[notify]\ncommand = ["/nonexistent/notifier"]\ndesktop = true\n')
     a = make_agent(repo, "w1")
     r = registry.invoke("question", env_for(a.worktree, "w1"), message="Still fine?", timeout=0.05)
     assert r.status == "timeout"
@@ -269,7 +269,7 @@ def test_the_notifier_runs_as_the_human_never_as_the_agent_that_raised_the_event
     out = tmp_path / "probe.json"
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    (repo / "exo.toml").write_text(f"[notify]\ncommand = {json.dumps([sys.executable, str(probe), str(out), exo_bin])}\n")
+    write_trusted(repo, f"[notify]\ncommand = {json.dumps([sys.executable, str(probe), str(out), exo_bin])}\n")
     # The human ran exo with their session (and a key that must not be written anywhere nor reach the notifier).
     attention.remember_human(env_for(repo, extra={"DISPLAY": ":7", "HUMAN_API_KEY": "human-canary"}))
     a = make_agent(repo, "w1")
@@ -312,7 +312,7 @@ def test_the_notifier_of_an_unrecorded_human_gets_the_account_and_a_default_path
 
     out = tmp_path / "env.json"
     code = f"import json, os, sys; sys.stdin.read(); json.dump(dict(os.environ), open({str(out)!r}, 'w'))"
-    (repo / "exo.toml").write_text(f"[notify]\ncommand = {json.dumps([sys.executable, '-c', code])}\n")
+    write_trusted(repo, f"[notify]\ncommand = {json.dumps([sys.executable, '-c', code])}\n")
     a = make_agent(repo, "w1")
     registry.invoke("done", env_for(a.worktree, "w1", extra={"OPENAI_API_KEY": "agent-canary"}), output="x")
     got = wait_for(lambda: out.exists() and out.stat().st_size and json.loads(out.read_text()), what="the notifier")
@@ -327,7 +327,7 @@ def test_a_hostile_record_of_the_humans_session_passes_only_allow_listed_variabl
 
     out = tmp_path / "env.json"
     code = f"import json, os, sys; sys.stdin.read(); json.dump(dict(os.environ), open({str(out)!r}, 'w'))"
-    (repo / "exo.toml").write_text(f"[notify]\ncommand = {json.dumps([sys.executable, '-c', code])}\n")
+    write_trusted(repo, f"[notify]\ncommand = {json.dumps([sys.executable, '-c', code])}\n")
     a = make_agent(repo, "w1")
     record = repo / ".git" / "exo" / notify.HUMAN_FILE
     record.write_text(json.dumps({"PATH": os.environ["PATH"], "LD_PRELOAD": "/tmp/evil.so", "EXO_AGENT": "w1",

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import jsonschema
 import pytest
 
-from conftest import ROOT, Exo, agent_vars, git, stop_repo_agents
+from conftest import ROOT, Exo, agent_vars, git, stop_repo_agents, write_trusted
 from exo_cli import registry
 from exo_cli.records import MCP_COMPAT
 
@@ -209,7 +209,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     (bindir / "claude").write_text("#!/bin/sh\nexit 0\n")
     (bindir / "claude").chmod(0o755)
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
-    (repo / "exo.toml").write_text('[agent]\ndefault = "demo"\n[mux]\ndefault = "tmux"\n[forge]\nkind = "local"\n')
+    write_trusted(repo, '[agent]\ndefault = "demo"\n[mux]\ndefault = "tmux"\n[forge]\nkind = "local"\n', env)
     shutil.copytree(FIXTURES, repo / ".beads", ignore=shutil.ignore_patterns("README.md"))
     subprocess.run(["git", "add", "-A"], cwd=repo, **run)
     subprocess.run(["git", "commit", "-q", "-m", "initial"], cwd=repo, **run)

@@ -15,7 +15,7 @@ import pytest
 from gh_fake import FakeGitHub
 from pr_helpers import commit, env_for, git, make_agent
 
-from conftest import Exo, agent_vars
+from conftest import Exo, agent_vars, write_trusted
 from exo_cli import registry
 from exo_cli.adapters.forge import github_slug
 from exo_cli.ops.pr import forge_for
@@ -32,7 +32,7 @@ def github(repo: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     git(repo, "remote", "add", "origin", URL)
     git(repo, "config", f"url.{bare}.insteadOf", URL)
     git(repo, "push", "-q", "origin", "main")
-    (repo / "exo.toml").write_text('[forge]\nkind = "github"\n')
+    write_trusted(repo, '[forge]\nkind = "github"\n')
     git(repo, "add", "exo.toml")
     git(repo, "commit", "-q", "-m", "exo.toml")
     git(repo, "push", "-q", "origin", "main")

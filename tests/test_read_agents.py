@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Exo, git, stop_repo_agents, wait_for
+from conftest import Exo, git, stop_repo_agents, wait_for, write_trusted
 from exo_cli import registry
 from exo_cli.adapters.mux import Location
 from exo_cli.adapters.mux.tmux import Tmux
@@ -36,7 +36,7 @@ time.sleep(600)
 def printers(repo: Path, tmp_path: Path) -> Iterator[Path]:
     prog = tmp_path / "printer.py"
     prog.write_text(PRINTER)
-    (repo / "exo.toml").write_text(f'[agent]\ndefault = "custom"\ncommand = [{json.dumps(sys.executable)}, '
+    write_trusted(repo, f'[agent]\ndefault = "custom"\ncommand = [{json.dumps(sys.executable)}, '
                                    f'{json.dumps(str(prog))}]\n')
     git(repo, "add", "exo.toml")
     git(repo, "commit", "-q", "-m", "printers")

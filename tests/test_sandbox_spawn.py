@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, Exo, git, stop_repo_agents, wait_for
+from conftest import ROOT, Exo, git, stop_repo_agents, trust, wait_for, write_trusted
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
                                  reason="bubblewrap is not installed (under CI it must be: .ci/run installs it)")
@@ -52,6 +52,7 @@ def team(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (repo / ".exo" / "config.toml").write_text('[sandbox]\nenv = ["REPO", "HOME_REAL"]\n')  # the user's, not the repo's
     git(repo, "add", "exo.toml")
     git(repo, "commit", "-q", "-m", "exo.toml")
+    trust(repo)  # the user's own team settings
     home = Path(__import__("os").environ["HOME"])
     (home / ".ssh").mkdir()
     (home / ".ssh" / "id_ed25519").write_text("canary")
@@ -139,10 +140,12 @@ def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path) -
 
 
 def test_the_repositorys_exo_toml_cannot_widen_the_sandbox(team: Path, exo: Exo) -> None:
-    """[sandbox] paths, env or devices in the committed exo.toml are refused (a repository would open the walls)."""
+    """[sandbox] paths, env or devices in the committed exo.toml are refused until trusted (a repository would open
+    the walls)."""
     (team / "exo.toml").write_text((team / "exo.toml").read_text() + '[sandbox]\npaths = ["/etc"]\n')
     r = exo("spawn", "--worker", "w1", "--prompt", "go", "--agent", "custom", "--mux", "headless", "--sandbox")
-    assert r.exit_code == 4 and "sandbox.paths in the repository's exo.toml would widen" in r.stderr
+    assert r.exit_code == 5 and "sets sandbox.paths, which exo uses only once you trust it" in r.stderr, r.stderr
+    assert "exo trust" in r.stderr
     assert exo("agents", "--json").json()["agents"] == []  # type: ignore[index]
 
 
@@ -193,7 +196,7 @@ exec sleep 600
 
 @needs_bwrap
 def test_a_sandboxed_team_lead_spawns_only_sandboxed_children(team: Path, exo: Exo) -> None:
-    (team / "exo.toml").write_text(f'[agent]\ncommand = ["sh", "-c", {json.dumps(TL_AGENT)}, "{{prompt}}"]\n')
+    write_trusted(team, f'[agent]\ncommand = ["sh", "-c", {json.dumps(TL_AGENT)}, "{{prompt}}"]\n')
     r = exo("spawn", "--subtree", "--task", "lead", "--branch", "lead", "--agent", "custom", "--mux", "headless",
             "--sandbox", "--json")
     assert r.exit_code == 0, r.stdout + r.stderr

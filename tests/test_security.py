@@ -32,6 +32,7 @@ from conftest import (
     live_agent_environ,
     run_exo,
     stop_repo_agents,
+    write_trusted,
 )
 from exo_cli import registry
 from exo_cli.env import Env
@@ -80,7 +81,7 @@ def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     for key, value in CANARIES.items():
         monkeypatch.setenv(key, value)
-    (repo / "exo.toml").write_text(f"[agent]\ncommand = {json.dumps([sys.executable, '-c', CUSTOM])}\n")
+    write_trusted(repo, f"[agent]\ncommand = {json.dumps([sys.executable, '-c', CUSTOM])}\n")
     yield repo
     stop_repo_agents(repo)
 
@@ -202,7 +203,7 @@ def test_a_tls_proof_never_reaches_its_children(team: Path, tmp_path: Path) -> N
     from conftest import live_agent_vars
 
     dump = "import json, os; json.dump(dict(os.environ), open('post-create-env.json', 'w'))"
-    (team / "exo.toml").write_text(team.joinpath("exo.toml").read_text()
+    write_trusted(team, team.joinpath("exo.toml").read_text()
                                    + f"[worktree]\npost_create = {json.dumps([sys.executable, '-c', dump])}\n")
     r = Exo(team)("spawn", "--subtree", "--task", "lead", "--branch", "lead", "--agent", "custom", "--mux", "headless",
                   "--json")
@@ -369,7 +370,7 @@ def test_send_and_notes_type_no_control_character_into_a_pane(repo: Path, tmp_pa
     reader.write_text(__import__("textwrap").dedent(RAW_READER))
     out_dir = tmp_path / "raw"
     out_dir.mkdir()
-    (repo / "exo.toml").write_text(
+    write_trusted(repo,
         f"[agent]\ncommand = {json.dumps([sys.executable, str(reader), str(out_dir) + '/{name}.bin'])}\n")
     exo = Exo(repo)
     try:
@@ -501,7 +502,7 @@ def test_a_dev_that_leaves_its_process_tree_gets_no_other_identity(repo: Path, t
     out = tmp_path / "attempts"
     out.mkdir()
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    (repo / "exo.toml").write_text(
+    write_trusted(repo,
         f"[agent]\ncommand = {json.dumps([sys.executable, str(script), str(out), '{name}', str(other)])}\n")
     exo = Exo(repo)
     try:

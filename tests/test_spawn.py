@@ -14,7 +14,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, Exo, git, live_agent_vars, run_exo, state_text, stop_repo_agents, wait_for
+from conftest import (
+    ROOT,
+    Exo,
+    git,
+    live_agent_vars,
+    run_exo,
+    state_text,
+    stop_repo_agents,
+    trust,
+    wait_for,
+    write_trusted,
+)
 from exo_cli.env import Env
 
 AGENT = r'''
@@ -68,7 +79,7 @@ def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     script.write_text(AGENT)
     out = tmp_path / "out"
     out.mkdir()
-    (repo / "exo.toml").write_text(f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{prompt}}"]\n')
+    write_trusted(repo, f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{prompt}}"]\n')
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("OUT_DIR", str(out))
     monkeypatch.setenv("SECRET_TOKEN", CANARY)
@@ -155,7 +166,7 @@ def test_finished_agents_close_their_windows_and_free_their_names(team: Path) ->
     """complete closes the window; reap clears done and dead agents; a finished name can be spawned again."""
     from exo_cli.env import Env
 
-    (team / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n')
+    write_trusted(team, '[agent]\ncommand = ["sleep", "600"]\n')
     exo = Exo(team)
     sock = f"exo-{repo_id(team)}"
 
@@ -218,7 +229,7 @@ def test_runtime_folder_goes_with_the_last_agent_unless_someone_waits(team: Path
     """exo removes the runtime folder it made once no agent runs, but never under a waiter's doorbell."""
     from exo_cli.env import Env
 
-    (team / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n[broker]\nidle_exit = 1\n')
+    write_trusted(team, '[agent]\ncommand = ["sleep", "600"]\n[broker]\nidle_exit = 1\n')
     exo = Exo(team)
     runtime = Env(cwd=team).runtime_dir
     for name in ("h1", "h2"):
@@ -418,6 +429,7 @@ def test_copy_symlink_post_create(team: Path) -> None:
         fh.write('[worktree]\ncopy = [".env", "missing.cfg"]\nsymlink = ["node_modules"]\n'
                  f'post_create = [{json.dumps(sys.executable)}, "-c", '
                  '"import os; open(\'post.txt\', \'w\').write(os.environ[\'EXO_AGENT\'] + os.environ[\'BEADS_DIR\'])"]\n')
+    trust(team)
     code, res = spawn_json(Exo(team), "--worker", "cp", "--prompt", "x", "--agent", "custom")
     assert code == 0, res
     wt = team / ".exo" / "worktrees" / "cp"
@@ -433,6 +445,7 @@ def test_process_compose_yaml(team: Path) -> None:
         fh.write('[services.web]\ncommand = "python3 -m http.server $PORT"\nport = 18000\nreadiness_http = "/"\n'
                  '[services.db]\ncommand = "sleep 1000"\nport = 15432\nreadiness = "test -f db.ready"\n'
                  'shutdown = "rm -f db.ready"\n')
+    trust(team)
     code, res = spawn_json(Exo(team), "--worker", "s1", "--worker", "s2", "--prompt", "x", "--agent", "custom")
     assert code == 0, res
     docs = {}
@@ -679,7 +692,7 @@ def test_spawn_into_another_repo(team: Path, tmp_path: Path) -> None:
     (other / "f").write_text("x")
     git(other, "add", "f")
     git(other, "commit", "-qm", "i")
-    (other / "exo.toml").write_text((team / "exo.toml").read_text())
+    write_trusted(other, (team / "exo.toml").read_text())
     try:
         code, res = spawn_json(Exo(team), "--worker", "far", "--prompt", "x", "--agent", "custom",
                                "--repo", str(other))
@@ -697,7 +710,7 @@ def test_spawn_repo_by_a_tl_agent(team: Path, tmp_path: Path) -> None:
     other.mkdir()
     git(other, "init", "-q", "-b", "trunk")
     git(other, "commit", "-q", "--allow-empty", "-m", "i")
-    (other / "exo.toml").write_text((team / "exo.toml").read_text())
+    write_trusted(other, (team / "exo.toml").read_text())
     exo = Exo(team)
     assert spawn_json(exo, "--subtree", "--task", "t", "--branch", "lead", "--agent", "custom")[0] == 0
     lead = {**live_agent_vars(team, "lead"), "EXO_STATE_DIR": str(team / ".git" / "exo")}
@@ -754,7 +767,7 @@ TICKER = 'import time\nfor i in range(100000):\n    print("tick", i, flush=True)
 def test_read_since_last_and_wait_for(team: Path, tmp_path: Path) -> None:
     ticker = tmp_path / "ticker.py"
     ticker.write_text(TICKER)
-    (team / "exo.toml").write_text(f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(ticker))}]\n')
+    write_trusted(team, f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(ticker))}]\n')
     exo = Exo(team)
     assert spawn_json(exo, "--worker", "tk", "--prompt", "x", "--agent", "custom")[0] == 0
     r = exo("read", "tk", "--wait-for", r"tick 5\b", "--timeout", "60", "--json")

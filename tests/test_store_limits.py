@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, Exo, agent_vars, git, run_exo, stop_repo_agents
+from conftest import ROOT, Exo, agent_vars, git, run_exo, stop_repo_agents, write_trusted
 from exo_cli.env import Env
 from exo_cli.records import Agent
 
@@ -209,7 +209,7 @@ def _tree(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, depth:
     out = tmp_path / "out"
     out.mkdir()
     limits = f"\n[limits]\nmax_depth = {max_depth}\n" if max_depth is not None else ""
-    (repo / "exo.toml").write_text(
+    write_trusted(repo,
         f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{prompt}}"]\n{limits}')
     for k, v in {"PYTHONPATH": str(ROOT), "OUT_DIR": str(out), "TREE_DEPTH": str(depth), "TREE_PAD": pad}.items():
         monkeypatch.setenv(k, v)

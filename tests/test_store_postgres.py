@@ -154,8 +154,17 @@ def test_a_password_in_the_url_is_refused(repo: Path) -> None:
         open_store(repo, repo, "postgresql://me:secret@db.example.invalid/exo")
     proc = run_exo("agents", "--json", cwd=repo, env={"EXO_STORE_URL": "postgresql://me:secret@/exo?host=/x"})
     assert proc.returncode == 4 and "secret" not in proc.stdout + proc.stderr
-    (repo / "exo.toml").write_text('[store]\nurl = "postgresql://me:hunter2@/exo?host=/x"\n')
-    proc = run_exo("agents", "--json", cwd=repo)
+    for url in ("postgresql://me:hunter2@/exo?host=/x", "postgresql://me@/exo?host=/x&password=hunter2"):
+        (repo / "exo.toml").write_text(f'[store]\nurl = "{url}"\n')
+        proc = run_exo("agents", "--json", cwd=repo)  # a repository's value is refused, untrusted, before it is used
+        assert proc.returncode == 5 and "hunter2" not in proc.stdout + proc.stderr
+        proc = run_exo("trust", "--json", cwd=repo)  # and never pinned: no password lands in a file
+        assert proc.returncode == 4 and "hunter2" not in proc.stdout + proc.stderr, proc.stdout
+        assert not (Path(os.environ["EXO_CONFIG_DIR"]) / "trust").exists()
+    (repo / "exo.toml").unlink()
+    (repo / ".exo").mkdir()
+    (repo / ".exo" / "config.toml").write_text('[store]\nurl = "postgresql://me:hunter2@/exo?host=/x"\n')
+    proc = run_exo("agents", "--json", cwd=repo)  # the local file is trusted: the password itself is refused
     assert proc.returncode == 4 and "hunter2" not in proc.stdout + proc.stderr
 
 

@@ -16,7 +16,7 @@ import pytest
 from gh_fake import FakeGitHub
 from pr_helpers import env_for, git, make_agent
 
-from conftest import ROOT
+from conftest import ROOT, write_trusted
 from exo_cli import registry
 from exo_cli.ops import watch
 
@@ -38,7 +38,7 @@ class Gh:
 
 def _setup(repo: Path) -> int:
     git(repo, "remote", "add", "origin", "git@github.com:o/r.git")
-    (repo / "exo.toml").write_text('[forge]\nkind = "github"\n')
+    write_trusted(repo, '[forge]\nkind = "github"\n')
     make_agent(repo, "w1", parent="tl1")
     env = env_for(repo)
     return env.store.insert_pr(forge="github", title="T", body="", head="main.w1", base="main", author="w1",
@@ -94,7 +94,7 @@ def test_poll_with_the_real_gh(repo: Path, tmp_path: Path) -> None:
     if shutil.which("gh") is None:
         pytest.skip("gh is not installed")
     git(repo, "remote", "add", "origin", "https://github.localhost/o/r.git")
-    (repo / "exo.toml").write_text('[forge]\nkind = "github"\n')
+    write_trusted(repo, '[forge]\nkind = "github"\n')
     make_agent(repo, "w1", parent="tl1")
     with FakeGitHub() as fake:
         fake.prs[7] = {"id": "PR_7", "number": 7, "title": "T", "body": "", "base": "main", "head": "main.w1",
@@ -174,7 +174,7 @@ def test_watch_on_the_local_forge_says_at_once_there_is_nothing_to_poll(repo: Pa
     is still polled."""
     from conftest import run_exo
 
-    (repo / "exo.toml").write_text('[forge]\nkind = "local"\n')
+    write_trusted(repo, '[forge]\nkind = "local"\n')
     r = run_exo("watch", cwd=repo, timeout=60)
     assert (r.returncode, r.stderr) == (0, ""), r.stderr
     assert r.stdout.startswith("Nothing to poll: this repository's forge is local"), r.stdout
@@ -183,5 +183,5 @@ def test_watch_on_the_local_forge_says_at_once_there_is_nothing_to_poll(repo: Pa
         {"rounds": 0, "changes": [], "stopped_by": "nothing-to-poll"}], r.stdout
     assert watch.start_poller(env_for(repo)) is None  # nor does the root TL's server start a poller
     _setup(repo)
-    (repo / "exo.toml").write_text('[forge]\nkind = "local"\n')  # the forge changed; its GitHub PR is still open
+    write_trusted(repo, '[forge]\nkind = "local"\n')  # the forge changed; its GitHub PR is still open
     assert watch.pollable(env_for(repo))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_agents_watch import AGENT, _alive
 
-from conftest import ROOT, git, wait_for
+from conftest import ROOT, git, wait_for, write_trusted
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,7 +44,7 @@ def zteam(repo: Path, tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], di
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     (tmp_path / "pc").mkdir()
-    (repo / "exo.toml").write_text(
+    write_trusted(repo,
         f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{name}}", "{{prompt}}"]\n'
         'idle_quiet_seconds = 2\n[services.web]\ncommand = "sleep 600"\nport = 18400\n'
     )

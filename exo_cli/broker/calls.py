@@ -30,12 +30,14 @@ if TYPE_CHECKING:
 def agent_env(broker: Broker, slot: Slot, peer: Peer, req: dict[str, Any]) -> Env:
     """The ``Env`` of one request of ``peer.agent``: its folder and environment checked, the caller fixed."""
     from exo_cli.broker import guard
+    from exo_cli.config_paths import user_config_dir
     from exo_cli.env import Caller, Env
 
     agent = peer.agent
     cwd = guard.checked_cwd(agent, req.get("cwd"), bool(req.get("cwd_given")), broker.repo_root)
     environ = guard.request_environ(req.get("environ"), agent, state_dir=str(broker.state_dir), socket=slot.path,
-                                    proof=peer.proof, repo_root=broker.repo_root)
+                                    proof=peer.proof, repo_root=broker.repo_root,
+                                    config_dir=str(user_config_dir(broker.env.environ)))
     fault = broker.env.environ.get("EXO_FAULT")
     if fault:  # the broker's own fault points (a reliability test started it so), never an agent's
         environ["EXO_FAULT"] = fault

@@ -196,8 +196,11 @@ def transcript_roots(environ: Mapping[str, str]) -> list[str]:
 
 
 def request_environ(given: Any, agent: Agent, *, state_dir: str, socket: str, proof: str | None,
-                    repo_root: Path) -> dict[str, str]:
-    """The environment a call runs with: the relay's (minus what steers exo or git), identity from the record."""
+                    repo_root: Path, config_dir: str) -> dict[str, str]:
+    """The environment a call runs with: the relay's (minus what steers exo or git), identity from the record.
+
+    The user's configuration folder is the broker's (``config_dir``), never one the agent's variables
+    (``XDG_CONFIG_HOME``, ``HOME``) would name: the user file is trusted and holds the ``exo trust`` pins."""
     from exo_cli.env import PROOF_VAR, SOCKET_VAR
     from exo_cli.records import ROOT
 
@@ -212,7 +215,8 @@ def request_environ(given: Any, agent: Agent, *, state_dir: str, socket: str, pr
                 continue
             out[k] = v
     out.update({"EXO_AGENT": agent.id, "EXO_ROLE": agent.role, "EXO_PARENT": agent.parent or ROOT,
-                "EXO_STATE_DIR": state_dir, SOCKET_VAR: socket, "BEADS_DIR": str(repo_root / ".beads")})
+                "EXO_STATE_DIR": state_dir, SOCKET_VAR: socket, "BEADS_DIR": str(repo_root / ".beads"),
+                "EXO_CONFIG_DIR": config_dir})
     if proof:
         out[PROOF_VAR] = proof  # proven: the processes exo starts for the agent (a conflict check) carry it
     return out

@@ -62,6 +62,7 @@ COMMANDS: dict[str, Entry] = {
     "done": Entry("exo_cli.commands.messages:done", "Mark your own task done with its output."),
     "demo": Entry("exo_cli.commands.demo:demo", "Show the whole lifecycle on a scratch repository with the built-in demo agent."),
     "config": Entry("exo_cli.commands.config:config", "Show the effective configuration and where it comes from."),
+    "trust": Entry("exo_cli.commands.trust:trust", "Trust the repository exo.toml's commands, hosts, store and sandbox."),
     "store": Entry("exo_cli.commands.store:store",
                    "Where exo keeps this repository's state: move it between SQLite and PostgreSQL."),
     "broker": Entry("exo_cli.commands.broker:broker",

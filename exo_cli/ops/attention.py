@@ -24,6 +24,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from exo_cli.errors import StateError
 from exo_cli.records import (
     ASKING,
     BLOCKED_ON_DIALOG,
@@ -149,7 +150,10 @@ def signal(env: Env, kind: str, agent: Agent, text: str, **data: Any) -> None:
     ``human_cwd``, as nobody's child (an ``exo`` they run is the human, never the agent).
     """
     try:
-        command = env.config.get("notify.command")
+        try:
+            command = env.config.get("notify.command")
+        except StateError:  # a value nobody trusted never runs (exo doctor and exo trust --show list it)
+            command = []
         desktop = env.config.get("notify.desktop")
         if not command and not desktop:
             return

@@ -77,7 +77,7 @@ def _hosts(cwd: str | None, environ: Mapping[str, str], incomplete: str) -> list
     """The configured hosts (read from the configuration files; nothing is reached)."""
     from exo_cli.env import Env
 
-    table = Env(cwd, environ).config.get("hosts") or {}
+    table = Env(cwd, environ).config.peek("hosts") or {}  # names to complete: nothing is used
     return [(name, _short(str(entry.get("ssh")))) for name, entry in sorted(table.items()) if name.startswith(incomplete)]
 
 

@@ -54,4 +54,4 @@ def config(env: Env, *, keys: list[str] | None = None) -> ConfigResult:
     except Exception:  # outside a repository: the user file only
         root = None
     files = [str(p) for p in config_files(env.environ, root) if p.is_file()]
-    return ConfigResult([ConfigEntry(k, conf.get(k), conf.origin(k)) for k in wanted], files)
+    return ConfigResult([ConfigEntry(k, conf.peek(k), conf.origin(k)) for k in wanted], files)

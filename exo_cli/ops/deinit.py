@@ -381,6 +381,15 @@ def _steps(env: Env, s: Survey, *, config: bool, apply: bool) -> tuple[list[str]
     if why:
         (removed if gone else kept).append(why)
     removed += _folder_out(env, apply=apply, kept=kept)
+    from exo_cli.trust import pins_path
+
+    pins = pins_path(env.environ, env.repo.root)
+    if pins.is_file():
+        removed.append(f"{pins}: the values trusted with exo trust")
+        if apply:
+            pins.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                pins.parent.rmdir()  # the folder goes with the last repository's pins
     _fault(apply, "deinit.files", env)
     if state.is_dir() or env.store_url:
         removed += _state_out(env, apply=apply, kept=kept)

@@ -225,5 +225,8 @@ def setup(root: Path, environ: dict[str, str], kind: str) -> Env:
     git.add(["README.md", "hello.py", "exo.toml"])
     git.commit("A tiny greeting module")
     senv = Env(cwd=root, environ=environ)
+    from exo_cli.ops.trust import trust_written
+
+    trust_written(senv, EXO_TOML.format(mux=kind))  # what exo wrote is trusted
     invoke("init", senv)
     return senv

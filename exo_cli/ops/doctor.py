@@ -558,6 +558,13 @@ def broker_files(c: Checkup) -> Iterator[Finding]:
         yield Finding(kind, subject, detail, action, repair)
 
 
+def untrusted_config(c: Checkup) -> Iterator[Finding]:
+    """Values of the repository's exo.toml exo refuses until `exo trust` pins them (left for the human)."""
+    from exo_cli.ops.trust import problems
+
+    yield from (Finding(*problem) for problem in problems(c.env))
+
+
 def merge_queues(c: Checkup) -> Iterator[Finding]:
     """The merge queues: clones a dead runner left removed, and a runner started for a queue nobody advances."""
     from exo_cli.ops.queuerun import leftovers
@@ -567,6 +574,7 @@ def merge_queues(c: Checkup) -> Iterator[Finding]:
 
 
 CHECKS: tuple[Callable[[Checkup], Iterator[Finding]], ...] = (
+    untrusted_config,
     lost_records,
     interrupted_spawns,
     zombies,

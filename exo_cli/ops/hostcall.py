@@ -56,27 +56,29 @@ def _serve(req: dict[str, Any], *, cwd: str, environ: Mapping[str, str]) -> Any:
 
     args = dict(req.get("args") or {})
     if req.get("op") == "" and args.get("hello"):
-        return _hello(Env(cwd, environ), __version__)
+        return _hello(_trusting(Env(cwd, environ), _pins(req)), __version__)
     if req.get("v") != PROTOCOL:
         theirs = f"protocol {req['v']}" if isinstance(req.get("v"), int) else "no protocol version exo knows"
         raise StateError(f"exo {__version__} here speaks host protocol {PROTOCOL}, the caller {theirs}",
                          hint="Install the same exo version on every host.", protocol=PROTOCOL)
     name, extra = _checked(req)
+    pins = _pins(req)
     merged = {**environ, **extra, "EXO_HOST": name} if name else {**environ, **extra}
     # joined before anything opens the store: a store named by [store] url would otherwise be opened
     # (and pointed to) as a team of this clone's own
-    probe = Env(cwd, {k: v for k, v in merged.items() if k not in PROOF_VARS})
+    probe = _trusting(Env(cwd, {k: v for k, v in merged.items() if k not in PROOF_VARS}), pins)
     _join(probe, req.get("store") or {})
-    here = Env(cwd, environ)
+    here = _trusting(Env(cwd, environ), pins)
     if not here.caller.is_human:  # over ssh nothing calls but the other host's exo (proven below, if an agent)
         raise StateError(f"exo host-call answers other hosts' exo over ssh; {here.caller.agent_id} is an agent "
                          "of this host", hint="Run the operation itself (exo read, exo kill, ...).",
                          caller=here.caller.agent_id)
+    _pin_here(here, pins)
     if name:
         _learn_name(probe, name)
     via = req.get("via") if req.get("op") == "spawn" else None
     settings = _settings(via)
-    env = Env(cwd, merged, overrides=settings)
+    env = _trusting(Env(cwd, merged, overrides=settings), pins)
     env.__dict__[FORWARDED] = True
     if via is not None:
         env.config  # noqa: B018 - a carried setting of the wrong type is InvalidInput naming it, before anything
@@ -130,6 +132,38 @@ def _checked(req: dict[str, Any]) -> tuple[str, dict[str, str]]:
         raise InvalidInput(f"A host call cannot set {', '.join(refused)}", hint="A request carries the caller's "
                            "proof and the keys an agent needs, nothing that steers exo or this host.", field="env")
     return name, extra
+
+
+def _pins(req: dict[str, Any]) -> dict[str, Any]:
+    """The values the caller's human trusted (``exo trust`` there), checked: keys that need trust only."""
+    from exo_cli.trust import needs_trust
+
+    pins = req.get("trust") or {}
+    if not isinstance(pins, dict) or not all(isinstance(k, str) and needs_trust(k) for k in pins):
+        raise InvalidInput("A host call's trust must map keys that need trust to their values", field="trust")
+    return pins
+
+
+def _trusting(env: Env, pins: dict[str, Any]) -> Env:
+    """``env`` trusting the caller's pins as well as this clone's own."""
+    if pins:
+        env.config.carry(pins)
+    return env
+
+
+def _pin_here(env: Env, pins: dict[str, Any]) -> None:
+    """Record the caller's pins as this clone's (the human's trust, carried by its exo), so this host's broker
+    and hooks trust what the call trusted; only once the caller is known to be no agent of this host."""
+    from exo_cli.ops.trust import write_pins
+    from exo_cli.trust import canonical, pins_path, read_pins
+
+    if not pins:
+        return
+    root = env.repo.root
+    path = pins_path(env.environ, root)
+    own = read_pins(path)
+    if any(k not in own or canonical(own[k]) != canonical(v) for k, v in pins.items()):
+        write_pins(root, path, {**own, **pins})
 
 
 def _settings(via: Any) -> dict[str, Any]:

@@ -214,7 +214,7 @@ def probe(env: Env, host: Host) -> HostView:
     base: dict[str, Any] = {"name": host.name, "ssh": host.dest, "path": host.path, "agents": len(there),
                             "sandboxed": sum(1 for a in there if a.spec.get("sandboxed"))}
     try:
-        hello: Hello = ask(host, {"v": PROTOCOL, "op": "", "args": {"hello": True}}, Hello, timeout=60.0)
+        hello: Hello = ask(host, {"v": PROTOCOL, "op": "", "args": {"hello": True}, "trust": dict(env.config.pins)}, Hello, timeout=60.0)
     except ExoError as exc:  # unreachable, no exo there, an answer that is no exo's, or exo's error there
         return HostView(**base, reachable=exc.data.get("reason") != "unreachable", error=exc.message)
     from exo_cli.adapters.store import same_store as same_db

@@ -140,6 +140,9 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
         default_agent = pick_agent(tools, agent)
         written = exo_toml(default_agent)
         atomic_write(path, written)
+        from exo_cli.ops.trust import trust_written
+
+        trust_written(env, written)  # what exo wrote is trusted (never a file that was there before)
     else:
         default_agent = str(env.config.get("agent.default"))
     excluded = add_exclude(repo.common_dir, "/.exo/")

@@ -59,6 +59,7 @@ def request(env: Env, host: Host, operation: str, args: Mapping[str, Any], *,
     sent.update(secrets or {})
     return {"v": PROTOCOL, "op": operation, "args": to_jsonable(dict(args)), "as_host": host.name,
             "from_host": env.host_name, "store": {"url": env.store_url, "team": team(env)}, "env": sent,
+            "trust": dict(env.config.pins),  # the values the human trusted here: trusted in the clone there too
             **({"via": dict(via)} if via else {})}
 
 

@@ -272,6 +272,8 @@ def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_w
     check_depth(env if target is env else target, str(info["parent"]))
     session = parent_session_id or info.pop("session_id")
     info.pop("session_id", None)
+    # every key a spawn may use that needs trust, checked before anything is made or run: one error names them all
+    target.config.require_trusted("agent", "worktree", "services", "sandbox")
     skip = bool(target.config.get("agent.skip_permissions")) if skip_permissions is None else skip_permissions
     from exo_cli.ops.spawn.sandboxing import decide
 

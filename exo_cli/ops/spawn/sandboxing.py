@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 BYPASS_FLAGS = ("--dangerously-skip-permissions", "--dangerously-bypass-approvals-and-sandbox", "--yolo", "-y",
                 "--approval-mode=yolo")
-# [sandbox] keys that open the walls (what a sandboxed agent may write, keep or touch): never from a repository
-WIDENING = ("sandbox.paths", "sandbox.env", "sandbox.devices", "sandbox.allow_hosts")
 HINT = "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or spawn with --no-sandbox."
 
 
@@ -140,14 +138,6 @@ def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[
     )  # fmt: skip
     mine = {k: v for k, v in environ.items() if k.startswith("EXO_") or k in ("BEADS_DIR", "CODEX_HOME")}
     config = env.config
-    shared = str(env.repo.root / "exo.toml")
-    for key in WIDENING:  # the repository's own file may not open its walls (until `exo trust`, issue 33)
-        if config.origin(key) == shared and config.get(key):
-            from exo_cli.errors import InvalidInput
-
-            raise InvalidInput(f"{key} in the repository's exo.toml would widen the agents' sandbox",
-                               hint="Set it in .exo/config.toml or your own config file instead.", key=key,
-                               source=shared)
     plan = sandbox.assemble(
         places, argv, cli=backend, environ=environ, store_url=env.store_url,
         tmux_socket=tmux_socket.pinned(env.runtime_dir, f"exo-{env.repo_id}"), paths=config.get("sandbox.paths"),
