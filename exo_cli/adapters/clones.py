@@ -285,6 +285,56 @@ def read_refs(clone: str | os.PathLike[str]) -> CloneRefs:
     return CloneRefs(head, branches, state)
 
 
+# --------------------------------------------------------------------------- the clone's object store
+
+MAX_STORE_ENTRIES = 1 << 20  # loose objects and packs: a bigger store is refused (``git gc`` in the clone first)
+
+
+def _refuse(clone: str | os.PathLike[str], rel: str, why: str) -> StateError:
+    return StateError(f"{os.path.join(clone, '.git', rel)} {why}: exo does not read this clone",
+                      worktree=str(clone), path=os.path.join(str(clone), ".git", rel), reason="hostile-clone",
+                      hint="Only git clone --shared's own files are read; restore it (or remove the clone).")
+
+
+def check_store(clone: str | os.PathLike[str], alternates: set[str]) -> None:
+    """StateError unless the clone's object store is what ``git clone --shared`` made: its ``alternates`` naming
+    exactly the repository's store (one of ``alternates``), no ``http-alternates``, no ``commondir``, and
+    every entry of ``objects/`` a plain folder or regular file (never a link, a FIFO or a device), all read
+    without following a link. git reading the store (exo's reads name it as an alternate) follows the
+    alternates and the links it finds there: a store pointing at another repository on disk would have exo
+    import that repository's objects into this one, where every agent reads them."""
+    git_dir = os.path.join(clone, ".git")
+    try:
+        if not stat.S_ISDIR(os.lstat(os.path.join(git_dir, "objects")).st_mode):
+            raise _refuse(clone, "objects", "is not a folder")
+    except FileNotFoundError:
+        raise _refuse(clone, "objects", "is missing") from None
+    for rel in ("objects/info/http-alternates", "commondir"):
+        if os.path.lexists(os.path.join(git_dir, rel)):
+            raise _refuse(clone, rel, "exists (git clone --shared writes none)")
+    rel = "objects/info/alternates"
+    data = read_inside(git_dir, rel, limit=64 << 10)
+    lines = [x for x in (data or b"").decode("utf-8", "replace").splitlines() if x.strip()]
+    if data is None or len(lines) != 1 or os.path.normpath(lines[0]) not in alternates:
+        raise _refuse(clone, rel, "does not name exactly the repository's object store")
+    count = 0
+    for rel_dir in ("objects", *(f"objects/{d}" for d in _subdirs(git_dir, "objects"))):
+        with os.scandir(os.path.join(git_dir, rel_dir)) as it:
+            for entry in it:
+                count += 1
+                if count > MAX_STORE_ENTRIES:
+                    raise _refuse(clone, "objects", f"holds over {MAX_STORE_ENTRIES} entries")
+                if entry.is_dir(follow_symlinks=False):  # objects/xx, pack, info; info/commit-graphs (not read)
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    raise _refuse(clone, f"{rel_dir}/{entry.name}", "is a link or no regular file")
+
+
+def _subdirs(root: str, rel: str) -> list[str]:
+    with os.scandir(os.path.join(root, rel)) as it:
+        return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+
+
 # --------------------------------------------------------------------------- the reader
 
 
@@ -305,6 +355,7 @@ class Reader:
             raise StateError(f"{self.clone} is not an agent's clone (any more): its .git is not a folder",
                              worktree=self.clone, reason="no-checkout",
                              hint="Check it by hand: exo reads a clone only through its own git folder.")
+        check_store(self.clone, self.expected_alternates())
         refs = read_refs(self.clone)
         g = self.gitdir
         ensure_private_dir(self.folder, parents=True)
@@ -342,6 +393,12 @@ class Reader:
             if refs.head:
                 self.git().run(["read-tree", "HEAD"], check=False)  # no index: one from HEAD (stat data rebuilt)
         return refs._replace(state=labels)
+
+    def expected_alternates(self) -> set[str]:
+        """The names under which ``git clone --shared`` wrote the repository's object store into the clone."""
+        objects = self.common_dir / "objects"
+        return {os.path.normpath(p) for p in (str(objects), os.path.realpath(objects),
+                                              os.path.join(str(self.repo.path), ".git", "objects"))}
 
     def _stores(self) -> list[str]:
         return [os.path.join(os.path.realpath(self.clone), ".git", "objects"), str(self.common_dir / "objects")]
