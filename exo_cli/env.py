@@ -397,16 +397,21 @@ def _common_dir_from_files(env: Env) -> Path | None:
             dotgit = folder / ".git"
             if dotgit.is_dir():
                 return dotgit if not (dotgit / "commondir").exists() else None
-            if dotgit.is_file():
-                text = dotgit.read_text(encoding="utf-8").strip()
+            if dotgit.is_file():  # a checkout's files (an agent's to write): never a FIFO, a device or a link
+                from exo_cli.adapters.files import read_regular_text
+
+                text = (read_regular_text(dotgit, limit=4096, follow=False) or "").strip()
                 if not text.startswith("gitdir:"):
                     return None
                 gitdir = Path(text[len("gitdir:"):].strip())
                 gitdir = gitdir if gitdir.is_absolute() else folder / gitdir
                 common = gitdir / "commondir"
-                if not common.is_file():
+                if not os.path.lexists(common):
                     return gitdir
-                rel = Path(common.read_text(encoding="utf-8").strip())
+                named = (read_regular_text(common, limit=4096, follow=False) or "").strip()
+                if not named:
+                    return None
+                rel = Path(named)
                 return rel if rel.is_absolute() else gitdir / rel
     except (OSError, ValueError):
         return None

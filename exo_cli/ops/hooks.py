@@ -189,17 +189,18 @@ def _update(env: Env, agent: Agent, **changes: Any) -> None:
 # ---------------------------------------------------------------------------------- handlers
 
 
+CONTEXT_LIMIT = 1 << 20  # bytes of a worktree's .exo/context.md read
+
+
 def task_context(agent: Agent) -> str:
     """The agent's ``.exo/context.md`` when its worktree has one, else its task."""
     if agent.worktree:
         path = os.path.join(agent.worktree, ".exo", "context.md")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read().strip()
-            if text:
-                return text
-        except OSError:
-            pass
+        from exo_cli.adapters.files import read_regular_text
+
+        text = (read_regular_text(path, limit=CONTEXT_LIMIT, follow=False) or "").strip()  # the agent's to write
+        if text:
+            return text
     lines = [f"You are exo agent {agent.name} (role {agent.role}); your parent is {agent.parent or ROOT}."]
     if agent.task:
         lines.append(f"Your task: {agent.task}")
@@ -321,17 +322,20 @@ def _last_message(data: dict[str, Any]) -> str | None:
 
 def transcript_tokens(path: str, state: dict[str, Any]) -> int:
     """Tokens of the assistant messages added to a Claude transcript since the last call."""
-    try:
-        size = os.path.getsize(path)
+    from exo_cli.adapters.files import open_regular
+
+    try:  # the hook payload names it: never a FIFO or a device
+        fd = open_regular(path)
     except OSError:
         return 0
-    off = state.get("toff", 0) if state.get("tpath") == path else 0
-    if not isinstance(off, int) or off > size:
-        off = 0
-    skip_partial = False
-    if size - off > TRANSCRIPT_TAIL:
-        off, skip_partial = size - TRANSCRIPT_TAIL, True
-    with open(path, "rb") as fh:
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        off = state.get("toff", 0) if state.get("tpath") == path else 0
+        if not isinstance(off, int) or off > size:
+            off = 0
+        skip_partial = False
+        if size - off > TRANSCRIPT_TAIL:
+            off, skip_partial = size - TRANSCRIPT_TAIL, True
         fh.seek(off)
         chunk = fh.read(size - off)
     if skip_partial:
