@@ -398,21 +398,10 @@ def _common_dir_from_files(env: Env) -> Path | None:
             if dotgit.is_dir():
                 return dotgit if not (dotgit / "commondir").exists() else None
             if dotgit.is_file():  # a checkout's files (an agent's to write): never a FIFO, a device or a link
-                from exo_cli.adapters.files import read_regular_text
+                from exo_cli.adapters import gitdir as gd
 
-                text = (read_regular_text(dotgit, limit=4096, follow=False) or "").strip()
-                if not text.startswith("gitdir:"):
-                    return None
-                gitdir = Path(text[len("gitdir:"):].strip())
-                gitdir = gitdir if gitdir.is_absolute() else folder / gitdir
-                common = gitdir / "commondir"
-                if not os.path.lexists(common):
-                    return gitdir
-                named = (read_regular_text(common, limit=4096, follow=False) or "").strip()
-                if not named:
-                    return None
-                rel = Path(named)
-                return rel if rel.is_absolute() else gitdir / rel
+                found = gd.git_dir_of(folder)
+                return gd.common_of(found) if found is not None else None
     except (OSError, ValueError):
         return None
     return None

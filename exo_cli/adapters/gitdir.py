@@ -57,9 +57,15 @@ def git_dir_of(checkout: str | os.PathLike[str]) -> Path | None:
 
 def _common(git_dir: Path) -> Path:
     """A linked worktree's git folder names the shared one in its ``commondir`` file."""
+    return common_of(git_dir) or git_dir
+
+
+def common_of(git_dir: Path) -> Path | None:
+    """The shared git folder ``git_dir``'s ``commondir`` names (``git_dir`` without one); None when that file
+    is there but unreadable (a FIFO, a device, a link, empty)."""
     common = _read(git_dir / "commondir")
     if not common:
-        return git_dir
+        return None if os.path.lexists(git_dir / "commondir") else git_dir
     path = Path(common)
     return path if path.is_absolute() else git_dir / path
 
@@ -328,7 +334,7 @@ def remove_locks(locks: Mapping[str, int]) -> list[str]:
 
 
 __all__ = ["HEAD_FILES", "STATE_DIRS", "STATE_FILES", "Checkout", "Locks", "branches_concerned", "checkouts", "common_dir",
-           "created_locks", "git_dir_around", "git_dir_of", "head_branch", "head_commit", "lock_files", "operations", "ref_commit",
+           "created_locks", "git_dir_around", "git_dir_of", "head_branch", "head_commit", "common_of", "lock_files", "operations", "ref_commit",
            "remove_locks", "state_commits"]
 
 
