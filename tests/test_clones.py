@@ -411,5 +411,16 @@ def test_a_clone_whose_store_reaches_another_repository_is_refused(team: Path, e
     attack("fifo")
     (objects / blob[:2] / blob[2:]).unlink()
     os.unlink(clone / ".git" / "refs" / "tags" / "leak")
+    head = clone / ".git" / "HEAD"
+    saved = head.read_bytes()
+    head.unlink()
+    head.symlink_to(secret / ".git" / "HEAD")
+    attack("HEAD link")
+    head.unlink()
+    head.write_bytes(saved)
+    with open(clone / ".git" / "packed-refs", "ab") as fh:  # sparse: read in part, its refs would be dropped
+        fh.truncate(65 << 20)
+    attack("huge packed-refs")
+    (clone / ".git" / "packed-refs").unlink()
     r = exo("status", "w1", "--json")  # restored: read again
     assert r.exit_code == 0, r.stdout + r.stderr

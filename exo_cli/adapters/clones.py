@@ -53,7 +53,8 @@ CLONE_REFS = "refs/exo/clones/"
 IDENTITY = {"GIT_AUTHOR_NAME": "exo", "GIT_AUTHOR_EMAIL": "exo@localhost",
             "GIT_COMMITTER_NAME": "exo", "GIT_COMMITTER_EMAIL": "exo@localhost"}
 MAX_INDEX = 512 << 20  # bytes: a bigger index is not copied (git rebuilds one from HEAD)
-MAX_SMALL = 4 << 20  # bytes: packed-refs, info/exclude
+MAX_SMALL = 4 << 20  # bytes: info/exclude, a state file
+MAX_PACKED_REFS = 64 << 20  # bytes: a bigger packed-refs is refused
 _OID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _SHA = re.compile(r"\b(?:[0-9a-f]{64}|[0-9a-f]{40})\b")
 _BAD_REF = re.compile(r"(^|/)\.|\.\.|[\x00-\x20\x7f~^:?*\[\\]|@\{|\.lock(/|$)|//|/$|\.$")
@@ -246,7 +247,7 @@ def read_refs(clone: str | os.PathLike[str]) -> CloneRefs:
         return CloneRefs(None, branches, state)
     git_dir = os.path.join(clone, ".git")
     refs: dict[str, str] = {}
-    packed = read_inside(git_dir, "packed-refs", limit=64 << 20) or b""
+    packed = read_inside(git_dir, "packed-refs", limit=MAX_PACKED_REFS) or b""
     for line in packed.decode("utf-8", "replace").splitlines():
         oid, _, ref = line.partition(" ")
         if _OID.match(oid) and good_ref(ref, "refs/"):
@@ -312,6 +313,15 @@ def check_store(clone: str | os.PathLike[str], alternates: set[str]) -> None:
     for rel in ("objects/info/http-alternates", "commondir"):
         if os.path.lexists(os.path.join(git_dir, rel)):
             raise _refuse(clone, rel, "exists (git clone --shared writes none)")
+    for rel, limit, needed in (("HEAD", 4096, True), ("packed-refs", MAX_PACKED_REFS, False)):
+        try:  # read whole or refused: a branch silently unread would have its keep-alive ref pruned
+            st = os.lstat(os.path.join(git_dir, rel))
+        except FileNotFoundError:
+            if needed:
+                raise _refuse(clone, rel, "is missing") from None
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise _refuse(clone, rel, f"is a link, no regular file or over {limit} bytes")
     rel = "objects/info/alternates"
     data = read_inside(git_dir, rel, limit=64 << 10)
     lines = [x for x in (data or b"").decode("utf-8", "replace").splitlines() if x.strip()]
