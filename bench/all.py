@@ -207,6 +207,16 @@ def parse_broker(out: str) -> list[Row]:
     ]
 
 
+def parse_ui(out: str) -> list[Row]:
+    paint = _num(r"agents painted from navigation start \(\d+ runs\): median ([\d.]+) ms", out)
+    count = int(_num(r"^(\d+) agents painted", out))
+    p50 = _num(r"note -> page latency \(\d+ notes\): p50 ([\d.]+) ms", out)
+    return [
+        (f"exo ui: {count} agents painted (Chromium, median)", f"{paint:.0f} ms", "< 300 ms", _verdict(paint < 300)),
+        ("exo ui: note -> page, p50", f"{p50:.1f} ms", "< 100 ms", _verdict(p50 < 100)),
+    ]
+
+
 BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "startup": (parse_startup, ["--runs", "10"]),
     "hooks": (parse_hooks, ["--runs", "15"]),
@@ -222,6 +232,7 @@ BENCHES: dict[str, tuple[Callable[[str], list[Row]], list[str]]] = {
     "checkpoints": (parse_checkpoints, ["--runs", "5"]),
     "hosts": (parse_hosts, ["--runs", "5"]),
     "broker": (parse_broker, ["--runs", "7", "--notes", "5"]),
+    "ui": (parse_ui, ["--runs", "3", "--notes", "5"]),
 }
 
 

@@ -19,6 +19,7 @@ from exo_cli.records import BACKENDS, LAYOUTS, MCP_COMPAT, MUXES
 from exo_cli.validate import MAX_TIMEOUT
 
 FORGES = ("auto", "local", "github")
+SANDBOX_MODES = ("off", "on", "auto")
 
 
 class EnvVars:
@@ -50,6 +51,7 @@ class EnvVars:
         "EXO_STORE_TIMEOUT": "timeouts.store",
         "EXO_SSH_COMMAND": "ssh.command",
         "EXO_BROKER": "broker.enabled",
+        "EXO_SANDBOX": "sandbox.mode",
     }
     HOST = "EXO_HOST"  # this machine's name among exo's hosts (else the state folder's host-name, else hostname)
 
@@ -102,8 +104,12 @@ DEFAULTS: dict[str, Any] = {
     # the team broker: every agent reaches exo through its own socket (docs/architecture.md "The broker")
     "broker": {"enabled": True, "idle_exit": 5},
     "hosts": {},
-    # the merge queue (docs/merge-queue.md): with gates for a base, `pr merge` enqueues instead of merging
+    # bubblewrap around agents that work in their own clone (docs/security.md "The sandbox")
+    "sandbox": {"mode": "off", "env": [], "paths": [], "hide": [], "devices": []},
+    # the merge queue (docs/commands.md: The merge queue): with gates for a base, `pr merge` enqueues instead of merging
     "merge": {"gates": [], "setup": [], "bases": [], "batch": 4, "window": 5},
+    "prices": {},  # model -> {input, output, cache_write, cache_read} dollars per million tokens (exo_cli/prices.py)
+    "budget": {"agent_usd": 0, "agent_tokens": 0},  # each new agent's budget (0: none; ops/budget.py)
 }
 
 _Check = Callable[[Any], bool]
@@ -198,6 +204,35 @@ def host_problem(name: Any, entry: Any) -> str | None:
     return None
 
 
+PRICE_KEYS = ("input", "output", "cache_write", "cache_read")
+
+
+def price_problem(model: Any, entry: Any) -> str | None:
+    """What is wrong with one ``[prices."MODEL"]`` entry, or None."""
+    if not isinstance(model, str) or not model.strip() or any(ord(c) < 32 or ord(c) == 127 for c in model):
+        return "the model name must be text without control characters"
+    if not isinstance(entry, dict):
+        return "expected a table with input, output, cache_write and cache_read"
+    unknown = sorted(set(entry) - set(PRICE_KEYS))
+    missing = [k for k in PRICE_KEYS if k not in entry]
+    if unknown or missing:
+        return (f"unknown key(s) {', '.join(unknown)}; " if unknown else "") + \
+            (f"missing {', '.join(missing)}; " if missing else "") + "expected exactly " + ", ".join(PRICE_KEYS)
+    for k in PRICE_KEYS:
+        v = entry[k]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e6:
+            return f"{k} must be a number of dollars per million tokens (0 or more)"
+    return None
+
+
+def _is_prices_table(v: Any) -> bool:
+    return isinstance(v, dict) and all(price_problem(k, x) is None for k, x in v.items())
+
+
+def _is_amount(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and 0 <= v < 1e12
+
+
 def gate_problem(entry: Any) -> str | None:
     """Why one ``[[merge.gates]]`` entry is wrong, or None (``command``: a command; ``timeout``: seconds)."""
     if not isinstance(entry, dict):
@@ -282,6 +317,14 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "ssh.persist": (_is_seconds, "a whole number of seconds"),
     "broker.enabled": (_is_bool, "true or false"),
     "broker.idle_exit": (_is_seconds, "a whole number of seconds"),
+    "sandbox.mode": (_choice(*SANDBOX_MODES), "one of " + ", ".join(SANDBOX_MODES)),
+    "sandbox.env": (_is_str_list, "a list of variable names (or globs such as \"MY_*\") a sandboxed agent keeps"),
+    "sandbox.paths": (lambda v: _is_str_list(v) and all(x.startswith(("/", "~/")) for x in v),
+                      "a list of absolute folders (or ~/...) a sandboxed agent may write"),
+    "sandbox.hide": (lambda v: _is_str_list(v) and all(x.startswith(("/", "~/")) for x in v),
+                     "a list of absolute paths (or ~/...) hidden from sandboxed agents"),
+    "sandbox.devices": (lambda v: _is_str_list(v) and all(x.startswith("/dev/") for x in v),
+                        "a list of device nodes (/dev/...) sandboxed agents may use, such as GPUs"),
     "merge.gates": (_is_gates, "a list of tables { command = COMMAND, timeout = SECONDS }"),
     "merge.setup": (lambda v: isinstance(v, list) and all(_is_argv(x) for x in v),
                     "a list of commands (each a string run by sh -c, or a list of strings)"),
@@ -289,6 +332,10 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "merge.batch": (lambda v: _is_int(v) and 1 <= v <= 64, "a whole number from 1 to 64"),
     "merge.window": (_is_seconds, "a whole number of seconds"),
     "hosts": (_is_hosts_table, "a table of host name -> { ssh = DESTINATION, path = CLONE, exo = COMMAND, env = [NAMES] }"),
+    "budget.agent_usd": (_is_amount, "a number of dollars (0 = no budget)"),
+    "budget.agent_tokens": (_is_int, "a whole number of tokens (0 = no budget)"),
+    "prices": (_is_prices_table, "a table of model -> { input = N, output = N, cache_write = N, cache_read = N } "
+               "in dollars per million tokens"),
 }
 _SECTIONS = {k.split(".")[0] for k in SCHEMA if "." in k}
 
@@ -344,6 +391,12 @@ def _check(key: str, value: Any, origin: str) -> None:
         for sub, item in value.items():
             if sub not in BACKENDS or not _is_str_list(item):
                 _check_entry(f"{key}.{sub}", item, origin, sub in BACKENDS)
+    if check is _is_prices_table and isinstance(value, dict):  # name the model that is wrong, and why
+        for model, entry in value.items():
+            why = price_problem(model, entry)
+            if why is not None:
+                raise InvalidInput(f"Bad [prices.{_shown(model)}] in {origin}: {why}", hint=f"Fix [prices] in {origin}.",
+                                   key=f"prices.{model}", source=origin)
     if check is _is_gates and isinstance(value, list):  # name the gate that is wrong, and why
         for i, entry in enumerate(value):
             why = gate_problem(entry)

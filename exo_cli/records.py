@@ -26,13 +26,14 @@ ASKING = "asking"
 BLOCKED_ON_DIALOG = "blocked-on-dialog"
 WAITING_PERMISSION = "waiting-permission"
 FAILED_TURN = "failed-turn"  # its last turn ended with an error (an API error); alive, takes new messages
+OVER_BUDGET = "over-budget"  # it reached its budget: alive and idle, messages held until `exo budget` raises it
 DONE = "done"
 DEAD = "dead"
 REMOVAL_DEFERRED = "completed by itself; removal deferred"  # the status reason of an agent that completed itself
 UNKNOWN = "unknown"
 UNREACHABLE = "unreachable"  # shown, never recorded: the agent's host cannot be reached just now
 LIVE_STATUSES = (STARTING, WORKING, IDLE, ASKING, BLOCKED_ON_DIALOG, WAITING_PERMISSION, FAILED_TURN, UNKNOWN,
-                 UNREACHABLE)
+                 UNREACHABLE, OVER_BUDGET)
 # Statuses in which an agent waits at its input for the next message (it can be typed into).
 AT_REST = (IDLE, FAILED_TURN)
 
@@ -112,6 +113,22 @@ class Agent(NamedTuple):
 
 
 AGENT_JSON_FIELDS = ("location", "spec", "undo")
+
+USAGE_KINDS = ("input", "output", "cache_write", "cache_read")
+
+
+class Usage(NamedTuple):
+    """Tokens used with one model, by kind (one turn's, or a sum); input excludes the cache reads and writes."""
+
+    model: str
+    input: int = 0
+    output: int = 0
+    cache_write: int = 0
+    cache_read: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output + self.cache_write + self.cache_read
 
 
 def in_subtree(agents: list[Agent], ancestor: str, agent_id: str) -> bool:

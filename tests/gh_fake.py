@@ -4,7 +4,9 @@
 HTTP at ``http://api.github.localhost/``; with ``HTTP_PROXY``/``HTTPS_PROXY`` pointing
 at this server every request ``gh`` makes lands here (and nowhere else), is logged, and
 is answered from a small in-memory model of one repository's pull requests. Unknown
-requests get HTTP 500, so ``gh`` fails loudly instead of reaching anything real. With
+requests get HTTP 500, so ``gh`` fails loudly instead of reaching anything real. Besides the
+PRs it keeps their comments and closing (``gh pr close --comment``) and the commit statuses
+``gh api repos/OWNER/REPO/statuses/SHA`` sets (``statuses``). With
 ``bare`` set to the remote's bare repository, creating a PR whose base or head branch the
 remote lacks is refused as GitHub refuses it.
 """
@@ -31,6 +33,7 @@ class FakeGitHub:
         self.next_number = 7
         # called with (pr, "SQUASH"|"MERGE") when gh merges; returns the merge commit's sha
         self.on_merge: Callable[[dict[str, Any], str], str | None] | None = None
+        self.statuses: list[dict[str, Any]] = []  # the commit statuses set (``gh api .../statuses/SHA``), in order
         self.lock = threading.Lock()
         fake = self
 
@@ -113,6 +116,14 @@ class FakeGitHub:
         entry: dict[str, Any] = {"method": method, "path": path, "auth": headers.get("Authorization")}
         with self.lock:
             self.requests.append(entry)
+            status = re.search(rf"/repos/{re.escape(self.owner)}/{re.escape(self.name)}/statuses/([0-9a-f]{{40}})$",
+                               path)
+            if status and method == "POST":  # REST: create a commit status
+                body = json.loads(raw or "{}")
+                if body.get("state") not in ("pending", "success", "failure", "error"):
+                    return 422, {"message": "Validation Failed"}
+                self.statuses.append({"sha": status.group(1), **body})
+                return 201, {"state": body["state"], "context": body.get("context", "default")}
             if "graphql" not in path:
                 return 500, {"message": f"fake GitHub: unhandled {method} {path}"}
             q = json.loads(raw)
@@ -168,5 +179,20 @@ class FakeGitHub:
                     if pr["id"] == inp.get("pullRequestId"):
                         pr.update({k: inp[k] for k in ("title", "body") if k in inp})
                         return 200, {"data": {"updatePullRequest": {"__typename": "UpdatePullRequestPayload"}}}
+                return 200, {"errors": [{"message": "no such PR"}]}
+            if op == "CommentCreate":
+                inp = var["input"]
+                for pr in self.prs.values():
+                    if pr["id"] == inp.get("subjectId"):
+                        pr.setdefault("comments", []).append(inp["body"])
+                        url = f"https://{HOST}/{self.owner}/{self.name}/pull/{pr['number']}#issuecomment-1"
+                        return 200, {"data": {"addComment": {"commentEdge": {"node": {"url": url}}}}}
+                return 200, {"errors": [{"message": "no such subject"}]}
+            if op == "PullRequestClose":
+                inp = var["input"]
+                for pr in self.prs.values():
+                    if pr["id"] == inp.get("pullRequestId"):
+                        pr["state"] = "CLOSED"
+                        return 200, {"data": {"closePullRequest": {"pullRequest": {"id": pr["id"]}}}}
                 return 200, {"errors": [{"message": "no such PR"}]}
             return 500, {"message": f"fake GitHub: unhandled graphql operation {op!r}"}

@@ -22,8 +22,9 @@ import pytest
 from exo_cli.adapters import gitdir
 from exo_cli.adapters.agents.base import tail_json_lines
 from exo_cli.adapters.checkpoint import _read as checkpoint_read
+from exo_cli.adapters.usage import read_usage
 from exo_cli.ops.deinit import _exclude_lines
-from exo_cli.ops.hooks import task_context, transcript_tokens
+from exo_cli.ops.hooks import task_context
 from exo_cli.ops.rebase import ref_sha
 from exo_cli.records import Agent
 
@@ -135,7 +136,7 @@ def test_an_agents_context_and_transcript_are_never_waited_on(tmp_path: Path, ki
     assert "the task" in answers(context, lambda: task_context(agent))
     transcript = tmp_path / "t.jsonl"
     plant(transcript, kind)
-    assert answers(transcript, lambda: transcript_tokens(str(transcript), {})) == 0
+    assert answers(transcript, lambda: read_usage("claude", str(transcript), {})) == []
     assert answers(transcript, lambda: tail_json_lines(str(transcript))) == []
 
 

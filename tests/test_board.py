@@ -162,7 +162,7 @@ def test_board_in_an_80x24_tmux_pane(team: Path, tmp_path: Path) -> None:
 def _row(name: str, status: str = "idle", needs: str | None = None, **kw: object) -> SimpleNamespace:
     agent = SimpleNamespace(id=name, name=name, depth=0, status=status, task=kw.get("task"), bead=None,
                             last_message=kw.get("last"), pr=kw.get("pr"), turns=3, tool_calls=12, tokens=45200,
-                            age_seconds=125.0)
+                            age_seconds=125.0, cost_usd=kw.get("usd", 0.25))
     return SimpleNamespace(agent=agent, needs=needs, conflicts=list(kw.get("conflicts") or []))  # type: ignore[arg-type]
 
 
@@ -176,6 +176,10 @@ def test_one_line_per_agent_at_any_width(width: int) -> None:
         text = fmt.line(r, width)
         assert len(text) == width and "\n" not in text and "\x1b" not in text
     assert "#12 open" in fmt.line(rows[0], width) and "3/12/45k" in fmt.line(rows[0], width)
+    if width >= fmt.COST_FROM:  # the dollars, on a board wide enough
+        assert "3/12/45k   $0.25" in fmt.line(rows[0], width) and "COST" in fmt.header(width)
+        assert "45k   ?" in fmt.line(_row("w5", usd=None), width)  # a model without a price: never a guess
+    assert "over its budget" in fmt.line(_row("w6", "over-budget", "budget"), width)
     assert fmt.line(rows[1], width).startswith("!") and "waits for a permission" in fmt.line(rows[1], width)
     assert ("conflicts with w1: src/api.py" if width > 80 else "conflicts w1: src/api.py") in fmt.line(rows[2], width)
     assert len(fmt.header(width)) == width

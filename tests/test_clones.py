@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -243,6 +244,11 @@ def test_gc_never_breaks_a_clone_and_complete_keeps_what_only_it_has(team: Path,
     assert {"on keepme", "only here"} <= kept and any(k.startswith("WIP on main.w1") for k in kept), kept
     assert git(team, "fsck", "--no-dangling") == ""
     assert not clone.exists() and git(team, "for-each-ref", "refs/exo/clones/") == ""
+    for cmd in r.json()["restore"]:  # type: ignore[index]  # the archive's commands bring it back as a clone
+        done = subprocess.run(shlex.split(cmd), cwd=team, capture_output=True, text=True)
+        assert done.returncode == 0, (cmd, done.stderr)
+    assert (clone / ".git" / "objects" / "info" / "alternates").is_file(), "restored as a worktree, not a clone"
+    assert (clone / "only.txt").read_text() == "only in the clone\n"
 
 
 def test_a_branch_is_only_fast_forwarded_from_a_clone(team: Path, exo: Exo) -> None:

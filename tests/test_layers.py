@@ -3,7 +3,7 @@
 exo is two floors under two front ends: ``adapters/`` (the only code touching the outside
 world: git, SQLite, processes, /proc, files and locks, multiplexers, agent CLIs, beads, forges)
 under ``ops/`` (every operation), under the registry and the front ends (``commands/`` with
-``main``, ``cli``, ``hookrun`` and ``readrun``, and ``mcp_server``), which render through ``render/``. The small shared modules
+``main``, ``cli``, ``hookrun`` and ``readrun``, ``mcp_server``, and ``web`` for ``exo ui``), which render through ``render/``. The small shared modules
 (records, errors, validate, config, env, selfcmd) sit beside them.
 
 Every import counts, at the top of a module, inside a function or under ``TYPE_CHECKING``
@@ -29,7 +29,7 @@ PACKAGE = "exo_cli"
 ADAPTERS = "exo_cli.adapters"
 OPS = "exo_cli.ops"
 FRONT_ENDS = ("exo_cli.registry", "exo_cli.commands", "exo_cli.main", "exo_cli.cli", "exo_cli.hookrun",
-              "exo_cli.readrun", "exo_cli.mcp_server", "exo_cli.render")
+              "exo_cli.readrun", "exo_cli.mcp_server", "exo_cli.render", "exo_cli.web")
 OUTSIDE_WORLD = ("subprocess", "sqlite3", "_sqlite3", "fcntl")  # only adapters/ touches these
 
 # (importer, what) -> why it is still allowed. ``importer`` covers its submodules too
@@ -143,6 +143,12 @@ def only_mcp_server_imports_mcp() -> list[Violation]:
     return _banned("only exo_cli.mcp_server imports mcp", PACKAGE, ("mcp",), ("exo_cli.mcp_server",))
 
 
+def only_the_web_front_end_imports_the_web_stack() -> list[Violation]:
+    """``exo ui``'s server and highlighter (exo_cli/web/) are no other module's business."""
+    return _banned("only exo_cli.web imports starlette, uvicorn or pygments", PACKAGE,
+                   ("starlette", "uvicorn", "pygments"), ("exo_cli.web",))
+
+
 def _op(module: str) -> str:
     """The operation a module belongs to: ``exo_cli.ops.spawn.task`` -> ``exo_cli.ops.spawn``."""
     return ".".join(module.split(".")[:3])
@@ -247,6 +253,7 @@ RULES = [
     ops_stay_inside,
     only_adapters_touch_the_world,
     only_mcp_server_imports_mcp,
+    only_the_web_front_end_imports_the_web_stack,
     ops_keep_their_privates,
     ops_write_no_sql,
     no_import_circles,

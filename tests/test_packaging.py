@@ -75,6 +75,8 @@ def test_wheel_ships_man_pages_completions_and_license(wheel: Path) -> None:
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
     modules = {str(p.relative_to(ROOT)) for p in (ROOT / "exo_cli").rglob("*.py")}
     assert modules <= names, f"modules missing from the wheel: {sorted(modules - names)}"
+    assets = {str(p.relative_to(ROOT)) for p in (ROOT / "exo_cli" / "web" / "static").iterdir()}
+    assert assets and assets <= names, f"exo ui's page missing from the wheel: {sorted(assets - names)}"
     assert not [n for n in names if "__pycache__" in n or n.startswith(("tests/", "bench/"))]
 
 

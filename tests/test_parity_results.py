@@ -498,6 +498,38 @@ def case_agents(w: World) -> list[Pair]:
     return [Pair(["agents"], "list_agents", {}), Pair(["agents"], "list_agents", {}, compat=True)]
 
 
+def case_cost(w: World) -> list[Pair]:
+    from exo_cli.env import Env
+    from exo_cli.records import Usage
+
+    w.record("co-lead", role="tl")
+    w.record("co-kid", parent="co-lead")
+    store = Env(cwd=w.repo, environ=w.environ(None)).store
+    store.record_usage("co-kid", 1, [Usage("claude-haiku-4-5", 100, 20, 3, 400), Usage("no-price", 5)])
+    return [Pair(["cost"], "cost", {}), Pair(["cost", "co-lead", "--tree"], "cost", {"agent": "co-lead", "tree": True}),
+            Pair(["cost", "--tree"], "cost", {"tree": True})]  # the same error both ways
+
+
+def case_budget(w: World) -> list[Pair]:
+    w.record("bu1")
+    w.record("bu2")
+    return [Pair(["budget", "bu1", "5"], "budget", {"agent": "bu2", "amount": "5"}, names={"bu1": "bu2"}),
+            Pair(["budget", "bu1", "+100", "--tokens"], "budget", {"agent": "bu2", "amount": "+100", "tokens": True},
+                 names={"bu1": "bu2"}),
+            Pair(["budget", "bu1", "lots"], "budget", {"agent": "bu2", "amount": "lots"}, names={"bu1": "bu2"})]
+
+
+def case_report_usage(w: World) -> list[Pair]:
+    w.record("ru1", backend="custom")
+    w.record("ru2", backend="custom")
+    w.record("ru3", backend="codex")
+    w.record("ru4", backend="codex")
+    return [Pair(["usage", "--model", "m", "--input", "3", "--cache-read", "4"], "report_usage",
+                 {"model": "m", "input": 3, "cache_read": 4}, names={"ru1": "ru2"}, cli_agent="ru1", tool_agent="ru2"),
+            Pair(["usage", "--model", "m", "--input", "3"], "report_usage", {"model": "m", "input": 3},
+                 names={"ru3": "ru4"}, cli_agent="ru3", tool_agent="ru4")]  # refused alike
+
+
 def case_status(w: World) -> list[Pair]:
     w.record("st-view", output="x")
     w.settle()

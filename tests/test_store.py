@@ -474,4 +474,5 @@ def test_the_store_adds_no_import_to_the_hot_paths() -> None:
             "open_store(Path('/nonexistent'), Path('/nonexistent')); import exo_cli.adapters.store.sqlite; "
             "print(sorted(m for m in sys.modules if m.startswith('exo_cli.adapters')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['exo_cli.adapters', 'exo_cli.adapters.store', 'exo_cli.adapters.store.sqlite']"
+    assert out.strip() == ("['exo_cli.adapters', 'exo_cli.adapters.store', 'exo_cli.adapters.store.sqlite', "
+                           "'exo_cli.adapters.store.usage']")  # usage: its usage table's methods (stdlib only)

@@ -67,7 +67,7 @@ def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> int:
     For every file an agent can write that exo opens: one in a worktree or its git folder, an
     agent's clone, a hook payload's transcript.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(0, f"{os.fspath(path)} is no regular file")

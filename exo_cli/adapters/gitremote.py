@@ -79,6 +79,11 @@ class Remotes:
         lease = [f"--force-with-lease=refs/heads/{branch}{':' + delete_at if delete_at else ''}"] * (force or bool(delete_at))
         return self.run(["push", "--quiet", *lease, remote, spec], check=False, timeout=timeout)
 
+    def push_commit(self, remote: str, commit: str, branch: str, *, timeout: float = 300) -> Finished:
+        """Push ``commit`` to ``branch`` on ``remote`` as a fast-forward only (never forced): git refuses it when
+        the remote's ``branch`` has commits ``commit`` lacks."""
+        return self.run(["push", "--quiet", remote, f"{commit}:refs/heads/{branch}"], check=False, timeout=timeout)
+
     def remote_has_branch(self, remote: str, branch: str) -> bool | None:
         """Whether ``remote`` has ``branch`` (``ls-remote``); None when the remote cannot be asked."""
         proc = self.run(["ls-remote", "--exit-code", "--heads", remote, f"refs/heads/{branch}"], check=False)

@@ -234,6 +234,7 @@ class Inventory:
     limit: int = DEFAULT_LIMIT_MB << 20
     regenerable: tuple[str, ...] = DEFAULT_REGENERABLE
     owned: set[str] = field(default_factory=set)
+    layout: str = "worktree"  # "clone": an agent's own clone (restored as one)
 
     def losses(self) -> dict[str, list[str]]:
         """The non-empty kinds of work, in ``would_lose`` form."""
@@ -288,6 +289,7 @@ def survey(worktree: str, *, main: Git, regenerable: Sequence[str] = DEFAULT_REG
     inv.nested = sorted(set(inv.nested))
     inv.ignored = [e for e in inv.ignored if e.rstrip("/") not in inv.nested]
     if clone is not None:
+        inv.layout = "clone"
         inv.in_progress = clone.in_progress
         _lost(main, inv, clone.state, but=clone.refs)
     elif git_dir is not None:
@@ -485,12 +487,20 @@ def _biggest(inv: Inventory, n: int = 5) -> list[str]:
 
 
 def _restore_checkout(inv: Inventory, main: Git, branch: str | None, tip_refs: Mapping[str, str]) -> list[str]:
-    """``git worktree add`` of the worktree as it was: on its branch, or detached at its HEAD."""
+    """The checkout as it was, on its branch or detached at its HEAD: ``git worktree add`` for a worktree, ``git
+    clone --shared`` for an agent's own clone (which sees every commit of the repository, the archived ones too)."""
     q = shlex.quote
     root, wt = q(main.path), q(inv.worktree)
-    if inv.head_branch and main.rev(f"refs/heads/{inv.head_branch}"):
-        return [f"git -C {root} worktree add {wt} {q(inv.head_branch)}"]
+    on_branch = bool(inv.head_branch and main.rev(f"refs/heads/{inv.head_branch}"))
     at = tip_refs.get("HEAD") or inv.head or (f"refs/heads/{branch}" if branch else None)
+    if inv.layout == "clone":
+        if on_branch:
+            return [f"git clone --shared --branch {q(inv.head_branch or '')} {root} {wt}"]
+        sha = main.rev(at) if at else None
+        return [f"git clone --shared --no-checkout {root} {wt}", f"git -C {wt} checkout --detach {q(sha)}"] if sha \
+            else []
+    if on_branch:
+        return [f"git -C {root} worktree add {wt} {q(inv.head_branch or '')}"]
     return [f"git -C {root} worktree add --detach {wt} {q(at)}"] if at else []
 
 

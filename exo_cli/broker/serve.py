@@ -7,7 +7,8 @@ serves the same paths), then tells its starter it is ready. The main thread mult
 listening sockets; each connection gets a thread (``conn.handle``). Every ``TICK`` the reaper
 opens sockets for agents that need one, closes those of agents whose process is gone (after
 ``REAP_GRACE``, so the last hooks of an agent that completed itself still get through), gives up
-sockets another broker took over, and once no agent and no connection is left for
+sockets another broker took over, starts a runner for each merge queue with entries that none
+advances (every ``QUEUE_EVERY``), and once no agent and no connection is left for
 ``broker.idle_exit`` seconds the broker takes the start lock, removes its files and exits.
 """
 
@@ -41,6 +42,7 @@ TICK = 1.0  # seconds between reaper passes
 MAX_THREADS = 1024  # connections served at once (an MCP session or a blocking wait holds one for its length)
 REAP_GRACE = 3.0  # seconds an agent's socket stays once its process is gone
 STORE_PATIENCE = 2.0  # seconds the reaper waits for a store that restarts before it watches processes alone
+QUEUE_EVERY = 5.0  # seconds between looks for merge queues no runner advances
 LOG_MAX = 1 << 20  # bytes of log kept from earlier runs
 
 
@@ -83,6 +85,7 @@ class Broker:
         self.state_dir = env.state_dir.resolve()
         self.repo_root = env.repo.root
         self.store_down = False
+        self.queues_at = 0.0  # when the reaper last looked for merge queues no runner advances
 
     # ------------------------------------------------------------------ logging
 
@@ -188,6 +191,7 @@ class Broker:
             return
         self.hold_life()
         self.sync()
+        self.resume_queues()
         with self.lock:
             busy = bool(self.slots) or self.connections > 0
             if busy:
@@ -199,6 +203,23 @@ class Broker:
             if time.monotonic() - self.idle_since < self.idle_exit:
                 return
         self._exit_when_idle()
+
+    def resume_queues(self) -> None:
+        """Every ``QUEUE_EVERY`` seconds: start a detached runner for each merge queue with entries and no runner
+        (one killed, or whose starter could not start it); the runner, not the broker, advances it."""
+        if self.store_down or time.monotonic() - self.queues_at < QUEUE_EVERY:
+            return
+        self.queues_at = time.monotonic()
+        from exo_cli.ops.queuerun import resume_idle
+
+        try:
+            with self.env.store.patience(STORE_PATIENCE):
+                started = resume_idle(self.env)
+        except ExoError as exc:
+            self.log(f"merge queues: {exc.message}")
+            return
+        for base in started:
+            self.log(f"started a runner for the merge queue of {base}")
 
     def _exit_when_idle(self) -> None:
         """Take the start lock (not waiting: a starter holding it is about to use us), check again, stop."""

@@ -36,6 +36,8 @@ SPECS: dict[str, Spec] = {
     "read": Spec((kinds.AGENT,), repeat=True),
     "kill": Spec((kinds.LIVE_AGENT,)),
     "output": Spec((kinds.AGENT,)),
+    "cost": Spec((kinds.AGENT,)),
+    "budget": Spec((kinds.AGENT, None)),
     "diff": Spec((kinds.AGENT,)),
     "checkpoints": Spec((kinds.AGENT,)),
     "checkpoint": Spec((kinds.AGENT,)),

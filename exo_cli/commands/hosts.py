@@ -21,7 +21,8 @@ def _yes(v: bool | None) -> str | None:
 
 def render_hosts(out: Out, result: HostsResult) -> None:
     rows = [[h.name, h.ssh, h.path, "yes" if h.reachable else "NO", h.version, h.store, _yes(h.same_store),
-             _yes(h.same_origin), h.agents, h.error] for h in result.hosts]
+             _yes(h.same_origin), f"{h.agents} ({h.sandboxed} sandboxed)" if h.sandboxed else h.agents, h.error]
+            for h in result.hosts]
     out.table(["HOST", "SSH", "PATH", "REACHABLE", "EXO", "STORE", "SAME STORE", "SAME ORIGIN", "AGENTS", "PROBLEM"],
               rows, empty="No hosts. Add [hosts.NAME] with ssh and path to exo.toml or your user config.")
     out.line(f"This host: {result.this_host}")

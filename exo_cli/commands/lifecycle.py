@@ -59,6 +59,9 @@ def render_doctor(out: Out, result: DoctorResult) -> None:
     if b is not None and (b.running or b.sockets):
         state = f"running (pid {b.pid}, exo {b.exo})" if b.running else "not running"
         out.line(f"broker: {state}; {sum(1 for s in b.sockets if s.present)} agent socket(s)")
+    if result.sandbox is not None:
+        sb = result.sandbox
+        out.line(f"sandbox: {'bubblewrap works' if sb.available else 'unavailable'} ({sb.detail})")
 
 
 @click.command(help=op_help("kill") + "\n\n\b\nExamples:\n  exo kill auth\n  exo kill w1 --json")

@@ -115,9 +115,12 @@ def _edit(template: str) -> str | None:
 @op_option("spawn", "layout", "--layout", type=click.Choice(LAYOUTS))
 @op_option("spawn", "repo", "--repo", metavar="PATH")
 @op_option("spawn", "skip_permissions", "--skip-permissions/--no-skip-permissions", default=None)
+@op_option("spawn", "sandbox", "--sandbox/--no-sandbox", default=None)
 @op_option("spawn", "after", "--after", multiple=True, metavar="AGENT", shell_complete=completer(kinds.AGENT))
 @op_option("spawn", "demo_script", "--demo-script", metavar="FILE")
 @op_option("spawn", "host", "--host", metavar="NAME", shell_complete=completer(kinds.HOST))
+@op_option("spawn", "budget_usd", "--budget-usd", type=click.FloatRange(min=0), metavar="DOLLARS")
+@op_option("spawn", "budget_tokens", "--budget-tokens", type=click.IntRange(min=1), metavar="N")
 @json_option
 @click.pass_obj
 @click.pass_context
@@ -125,8 +128,10 @@ def spawn(ctx: click.Context, env: Any, beads: tuple[str, ...], worker: tuple[st
           prompt: tuple[str, ...], prompt_file: str | None, edit: bool, subtree: bool, task: str | None,
           branch: str | None, fork_session: bool | None, parent_session_id: str | None, ready: int | None,
           specs: tuple[str, ...], agent: str | None, mux: str | None, from_branch: str | None,
-          no_worktree: bool, layout: str | None, repo: str | None, skip_permissions: bool | None, after: tuple[str, ...],
-          demo_script: str | None, host: str | None, as_json: bool) -> None:
+          no_worktree: bool, layout: str | None, repo: str | None, skip_permissions: bool | None, sandbox: bool | None,
+          after: tuple[str, ...],
+          demo_script: str | None, host: str | None, budget_usd: float | None, budget_tokens: int | None,
+          as_json: bool) -> None:
     prompts = list(prompt)
     bead_ids = [b for b in beads if b != "-"]
     if len(bead_ids) != len(beads):
@@ -146,7 +151,8 @@ def spawn(ctx: click.Context, env: Any, beads: tuple[str, ...], worker: tuple[st
         subtree=subtree, task=task, branch=branch, fork_session=fork_session,
         parent_session_id=parent_session_id, ready=ready, specs=_specs(specs), agent=agent, mux=mux,
         from_branch=from_branch, no_worktree=no_worktree, layout=layout, repo=repo, skip_permissions=skip_permissions,
-        after=list(after), demo_script=demo_script, host=host,
+        sandbox=sandbox, after=list(after), demo_script=demo_script, host=host, budget_usd=budget_usd,
+        budget_tokens=budget_tokens,
     )  # fmt: skip
     emit(result, as_json=as_json, human=render_spawn)
     if not as_json:

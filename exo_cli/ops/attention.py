@@ -24,7 +24,15 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from exo_cli.records import ASKING, BLOCKED_ON_DIALOG, DEAD, FAILED_TURN, ROOT, WAITING_PERMISSION
+from exo_cli.records import (
+    ASKING,
+    BLOCKED_ON_DIALOG,
+    DEAD,
+    FAILED_TURN,
+    OVER_BUDGET,
+    ROOT,
+    WAITING_PERMISSION,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -36,8 +44,8 @@ if TYPE_CHECKING:
 QUEUE_KINDS = ("pr-queued", "pr-bounced")
 # The statuses in which an agent needs the human, and the event raised once when it enters one.
 NEEDS_HUMAN = {ASKING: "question", WAITING_PERMISSION: "waiting-permission", BLOCKED_ON_DIALOG: "blocked-on-dialog",
-               FAILED_TURN: "failed-turn", DEAD: "dead"}
-KINDS = ("question", "waiting-permission", "blocked-on-dialog", "failed-turn", "pr-filed", "dead", "done")
+               FAILED_TURN: "failed-turn", DEAD: "dead", OVER_BUDGET: "over-budget"}
+KINDS = ("question", "waiting-permission", "blocked-on-dialog", "failed-turn", "pr-filed", "dead", "done", "over-budget")
 TEXT_MAX = 4000
 
 

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from exo_cli.ops.status import AgentView
 
 # Why an agent needs the human, in the order the board lists them.
-NEEDS = ("asking", "permission", "dialog", "failed", "pr-ready", "dead")
+NEEDS = ("asking", "permission", "dialog", "failed", "budget", "pr-ready", "dead")
 # The attention event (``attention.NEEDS_HUMAN``, the one rule) -> the board's name for the need.
 _BY_EVENT = {"question": "asking", "waiting-permission": "permission", "blocked-on-dialog": "dialog",
-             "failed-turn": "failed", "dead": "dead"}
+             "failed-turn": "failed", "dead": "dead", "over-budget": "budget"}
 INBOX_MAX = 50  # notes and the like, and as many lifecycle events, newest first (pending questions: all)
 # Lifecycle events (spawned, idle, dead, killed, completed...): what happened rather than what an
 # agent said; the board folds them into one line so that they never crowd out what needs you.

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from exo_cli.adapters.mux import PaneState
     from exo_cli.env import Env
     from exo_cli.ops.broker import BrokerStatus
+    from exo_cli.ops.sandbox import SandboxStatus
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class DoctorResult:
     dry_run: bool
     kept: list[str]
     broker: BrokerStatus | None = None  # the team broker after the repairs (None outside a repository's state)
+    sandbox: SandboxStatus | None = None  # whether bubblewrap works here (agents can be sandboxed)
 
     @property
     def exit_code(self) -> int:
@@ -618,10 +620,11 @@ def doctor(env: Env, *, dry_run: bool = False, hosts: bool = False) -> DoctorRes
         release_runtime(env)  # nothing of the team left running or on screen: its tmux server stops too
     repaired = sum(1 for p in problems if p.repaired)
     from exo_cli.ops.broker import broker_status
+    from exo_cli.ops.sandbox import sandbox_status
 
     return DoctorResult(problems=problems, repaired=repaired, remaining=len(problems) - repaired,
                         consistent=not problems, dry_run=dry_run, kept=checkup.kept,
-                        broker=broker_status(env) if env.has_state() else None)
+                        broker=broker_status(env) if env.has_state() else None, sandbox=sandbox_status(env))
 
 
 def _settle(finding: Finding, *, dry_run: bool) -> Problem:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 
+from exo_cli.adapters.usage import read_usage
 from exo_cli.limits import clip
 from exo_cli.lite import NamedTuple
 from exo_cli.ops import delivery as msgs
@@ -32,6 +33,7 @@ from exo_cli.records import (
     DONE,
     FAILED_TURN,
     IDLE,
+    OVER_BUDGET,
     ROOT,
     WAITING_PERMISSION,
     WORKING,
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from exo_cli.env import Env
+    from exo_cli.records import Usage
 
 EVENTS = ("session-start", "prompt", "stop", "stop-failure", "session-end", "notification", "tool", "notify")
 CLIS = (*AGENT_CLIS, "exo")  # "exo": the demo agent, which speaks Claude's format
@@ -52,7 +55,6 @@ COUNTED = ("stop", "tool", "notify")
 MAX_BLOCKS = 5  # consecutive stop-hook blocks before the agent is let go idle
 TITLE_PREFIX = "Generate a concise"  # Codex's title-generation side thread
 PERMISSION_TYPES = ("permission_prompt", "ToolPermission")
-TRANSCRIPT_TAIL = 4 * 1024 * 1024
 
 
 class HookResult(NamedTuple):
@@ -320,54 +322,6 @@ def _last_message(data: dict[str, Any]) -> str | None:
     return None
 
 
-def transcript_tokens(path: str, state: dict[str, Any]) -> int:
-    """Tokens of the assistant messages added to a Claude transcript since the last call."""
-    from exo_cli.adapters.files import open_regular
-
-    try:  # the hook payload names it: never a FIFO or a device
-        fd = open_regular(path)
-    except OSError:
-        return 0
-    with os.fdopen(fd, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        off = state.get("toff", 0) if state.get("tpath") == path else 0
-        if not isinstance(off, int) or off > size:
-            off = 0
-        skip_partial = False
-        if size - off > TRANSCRIPT_TAIL:
-            off, skip_partial = size - TRANSCRIPT_TAIL, True
-        fh.seek(off)
-        chunk = fh.read(size - off)
-    if skip_partial:
-        first = chunk.find(b"\n") + 1
-        chunk, off = chunk[first:], off + first
-    end = chunk.rfind(b"\n") + 1
-    chunk = chunk[:end]
-    state["toff"], state["tpath"] = off + end, path
-    seen = list(state.get("tids") or [])
-    total = 0
-    for line in chunk.splitlines():
-        if b'"usage"' not in line:
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        message = obj.get("message") if isinstance(obj, dict) else None
-        if not isinstance(message, dict) or not isinstance(usage := message.get("usage"), dict):
-            continue
-        mid = message.get("id")
-        if mid in seen:
-            continue
-        seen.append(mid)
-        for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
-            v = usage.get(k)
-            if isinstance(v, int):
-                total += v
-    state["tids"] = seen[-20:]
-    return total
-
-
 def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block: bool = True) -> HookResult:
     event = "notify" if not can_block else "stop"
     if cli == "gemini" and data.get("prompt_response") == NO_RESPONSE:
@@ -388,16 +342,12 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     if text is not None:  # an output over exo's limit is kept up to it, and the hook says so (fail open)
         text, cut = clip(text, "output", "output")
     active = bool(data.get("stop_hook_active"))
-    tokens = 0
     tpath = data.get("transcript_path")
-    if first_for_turn and cli == "claude" and isinstance(tpath, str) and tpath:
-        try:
-            tokens = transcript_tokens(tpath, state)
-        except OSError:
-            tokens = 0
+    usage = read_usage(cli, tpath, state, text) if isinstance(tpath, str) and tpath else []
 
     reasons: list[str] = []
     turn_no = agent.turns + (1 if first_for_turn else 0)  # the turn this stop ends, as its checkpoints say
+    budget, spent = _budget(env, agent, usage)  # "over": no new turn; "warn": told once at 80%
     if can_block:
         rebase = rebase_onto_base(env, agent, state, turn=turn_no)
         sha, base = rebase.sha or "", rebase.base
@@ -448,7 +398,9 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
                 actions.append("asked-parent")
                 state["base_ok"] = sha  # asked once for this tip: do not retry it every turn
         pending = env.store.messages(recipient=agent.id, unconsumed=True, undelivered=True, limit=1)
-        if pending or reasons:
+        if budget == "over":  # its messages stay held, and nothing keeps it going
+            reasons = []
+        elif pending or reasons:
             if int(state.get("blocks", 0)) < MAX_BLOCKS:
                 taken = msgs.claim_pending(env, agent.id)
                 if taken:
@@ -464,15 +416,21 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
         changes["output"] = text
     if blocking:
         changes.update(status=WORKING, status_reason="continuing with messages")
+    elif budget == "over" and spent is not None:
+        changes.update(status=OVER_BUDGET, status_reason=f"over budget: {spent.text()}"[:500])
     else:
         changes.update(status=IDLE, status_reason=None)
+    if budget == "warn":
+        from exo_cli.ops.budget import with_warned
+
+        changes["spec"] = with_warned(agent, True)
     if agent.status == DONE:
         changes.pop("status", None)
         changes.pop("status_reason", None)
     foresee = agent.status != DONE and _foresight_due(env, agent, state)
     # one short transaction for the record, counters and bookkeeping
-    env.store.record_turn(agent.id, changes, turns=1 if first_for_turn else 0, tokens=tokens,
-                          kv=(_key(agent.id), json.dumps(state, separators=(",", ":"))))
+    env.store.record_turn(agent.id, changes, turns=1 if first_for_turn else 0, tokens=sum(u.total for u in usage),
+                          kv=(_key(agent.id), json.dumps(state, separators=(",", ":"))), turn=turn_no, usage=usage)
     # The turn's checkpoint: before the answer when the agent goes on at once, else in the background.
     ckpt = _checkpoint(env, agent, turn_no) if blocking else "checkpoint-due" * turnend.mark_due(env, agent, turn=turn_no)
     later = [turnend.due_command(agent)] if ckpt == "checkpoint-due" else []
@@ -483,6 +441,9 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     if turnend.after_exit(env, later):
         actions += ["foresight"] * foresee
     actions += [ckpt] if ckpt else []
+    if budget == "over" and spent is not None:  # it rests at its input, its messages held: no idle, no dependents
+        actions.append(_tell_budget(env, agent, budget, spent.text()))
+        return HookResult(event, cli, agent.id, neutral(event, cli), actions, cut)
     if not blocking and can_block and agent.status != DONE and "block-limit" not in actions:
         # A message posted while this hook ran saw the agent still working and was queued; now
         # that the record says idle, a later sender types it, and one in between is taken here.
@@ -494,6 +455,8 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
                 state["blocks"] = 1
                 env.store.update_agent(agent.id, status=WORKING, status_reason="continuing with messages")
                 save_state(env, agent.id, state)
+                if budget == "warn" and spent is not None:  # it goes on anyway: its next hook hands the warning over
+                    actions.append(_tell_budget(env, agent, budget, spent.text()))
                 return HookResult(event, cli, agent.id, block_output(cli, msgs.render_all(late)),
                                   [*actions, "late-messages"], cut)
     if not blocking and agent.status != DONE and (first_for_turn or agent.status != IDLE):
@@ -505,8 +468,35 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
             from exo_cli.ops.spawn.pending import start_dependents
 
             start_dependents(env, agent.id, ready)
+    if budget == "warn" and spent is not None:  # after the late messages: its next turn's hooks hand it over
+        actions.append(_tell_budget(env, agent, budget, spent.text()))
     out = block_output(cli, "\n\n".join(reasons)) if blocking else neutral(event, cli)
     return HookResult(event, cli, agent.id, out, actions, cut)
+
+
+def _budget(env: Env, agent: Agent, usage: list[Usage]) -> tuple[str | None, Any]:
+    """The budget's verdict on the turn that ended (``ops/budget.py``, loaded only for an agent with a budget)."""
+    if agent.status == DONE or not agent.spec.get("budget"):
+        return None, None
+    from exo_cli.ops.budget import verdict
+
+    return verdict(env, agent, usage)
+
+
+def _tell_budget(env: Env, agent: Agent, budget: str, spent: str) -> str:
+    """Tell the agent and its parent it used 80% of its budget, or its parent and the human it is over."""
+    if budget == "warn":
+        msgs.post(env, msgs.EVENT, agent.parent or ROOT, agent.id, f"You have used 80% of your budget ({spent}); "
+                  "at 100% exo starts no new turn until it is raised.", data={"event": "budget-warning"})
+        msgs.notify_parent(env, agent, "budget-warning", f"{agent.name} used 80% of its budget: {spent}")
+        return "budget-warning"
+    if agent.status != OVER_BUDGET:  # told once when it stops, not at each overrun turn the human starts
+        msgs.notify_parent(env, agent, OVER_BUDGET, f"{agent.name} is over its budget: {spent}. Raise it with "
+                           f"`exo budget {agent.id} +N` (dollars) or `+N --tokens`.")
+        from exo_cli.ops import attention
+
+        attention.signal(env, OVER_BUDGET, agent, f"over its budget: {spent}")
+    return OVER_BUDGET
 
 
 NO_RESPONSE = "[no response text]"  # Gemini's AfterAgent prompt_response when the turn produced no text

@@ -178,6 +178,7 @@ class HostView(NamedTuple):
     same_origin: bool | None = None
     compatible: bool | None = None  # its exo speaks this exo's protocol
     agents: int = 0  # agents recorded on it
+    sandboxed: int = 0  # of those, the ones that run in bubblewrap
     error: str | None = None
 
 
@@ -208,10 +209,10 @@ def probe(env: Env, host: Host) -> HostView:
         mine = Git(env.repo.root).remote_url(str(env.config.get("forge.remote")))
     except ExoError:
         mine = None
-    agents = 0
-    if env.has_state():
-        agents = sum(1 for a in env.store.agents() if a.host == host.name and a.id != ROOT and not a.retired)
-    base: dict[str, Any] = {"name": host.name, "ssh": host.dest, "path": host.path, "agents": agents}
+    there = [a for a in env.store.agents() if a.host == host.name and a.id != ROOT and not a.retired] \
+        if env.has_state() else []
+    base: dict[str, Any] = {"name": host.name, "ssh": host.dest, "path": host.path, "agents": len(there),
+                            "sandboxed": sum(1 for a in there if a.spec.get("sandboxed"))}
     try:
         hello: Hello = ask(host, {"v": PROTOCOL, "op": "", "args": {"hello": True}}, Hello, timeout=60.0)
     except ExoError as exc:  # unreachable, no exo there, an answer that is no exo's, or exo's error there

@@ -156,6 +156,11 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
         warnings.append(f"agent.default is {default_agent} ({where}), which is not installed: a plain `exo spawn` "
                         f"will fail. Install it ({AGENT_CLI_INSTALL[default_agent]}), set "
                         f"agent.default to {pick_agent(tools)}, or spawn with --agent")
+    from exo_cli.ops.sandbox import sandbox_status, unavailable_warning
+
+    sandbox_warning = unavailable_warning(sandbox_status(env))
+    if sandbox_warning:
+        warnings.append(sandbox_warning)
     wiring = None
     if agent is not None:
         from exo_cli.ops.rootwire import wire_agent

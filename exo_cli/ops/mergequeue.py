@@ -7,9 +7,11 @@ head, the order it was enqueued in, why it bounced) and its pinned head under
 of the base), then ``merged`` (the PR's state too) or ``bounced`` (the PR stays open, out of
 the queue). The order is priority (0 first), then the order of enqueuing.
 
-The runner (``queuerun.advance``) holds the base's runner lock; enqueuing starts one, detached
+The runner (``queuerun.advance``) holds the base's runner lock (a file lock, and the store's lock
+``queue-run:<base>`` for the other hosts); enqueuing starts one, detached
 and outside every agent, when none holds it (``start_runner``), and it exits when the queue is
-empty. Landing takes the same per-base merge lock as a plain ``pr merge``.
+empty. Landing takes the same per-base merge lock as a plain ``pr merge`` (``pr.merge_lock``: the
+store's ``merge:<base>``, held across hosts).
 """
 
 from __future__ import annotations
@@ -177,11 +179,14 @@ def start_runner(env: Env, base: str) -> bool:
 
 
 def runner_alive(env: Env, base: str) -> bool:
-    """Whether a runner holds the queue of ``base`` now."""
+    """Whether a runner (on any host sharing the store) holds the queue of ``base`` now."""
     from exo_cli.adapters.files import state_lock
 
     with state_lock(env.state_dir, f"mq-run-{key(base)}", blocking=False) as lock:
-        return not lock.held
+        if not lock.held:
+            return True
+        with env.store.named_lock(f"queue-run:{base}", host=env.host_name, wait=0) as held:
+            return not held
 
 
 def summary_lines(env: Env) -> list[str]:

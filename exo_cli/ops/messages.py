@@ -41,6 +41,7 @@ from exo_cli.records import (
     DONE,
     FAILED_TURN,
     IDLE,
+    OVER_BUDGET,
     ROOT,
     TEAM_BELL,
     WORKING,
@@ -70,7 +71,7 @@ class Posted:
     agent_id: str
     name: str
     message_id: int
-    delivery: str  # "typed" (into an idle pane) | "queued" (next hook, or a waiter)
+    delivery: str  # "typed" (into an idle pane) | "queued" (next hook, or a waiter) | "held" (over budget)
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def find_agent(env: Env, ref: str) -> Agent:
 
 def _deliver(env: Env, msg_id: int, recipient: Agent) -> str:
     if recipient.id == ROOT or recipient.status not in AT_REST or not recipient.location:
-        return "queued"
+        return "held" if recipient.status == OVER_BUDGET else "queued"
     if not env.runs_here(recipient):  # typed into its pane by exo on its host
         from exo_cli.ops.remote import deliver_there
 
@@ -345,11 +346,8 @@ def answer(env: Env, *, agent: str, message: str) -> AnswerResult:
         if m.state == PENDING and (env.caller.is_human or m.recipient == me)
     ]  # fmt: skip
     if not pending:
-        raise StateError(
-            f"{child.name} has no pending question for you",
-            hint="See questions with `exo wait` (kind question), or message it with `exo send`.",
-            agent=child.id,
-        )
+        raise StateError(f"{child.name} has no pending question for you", agent=child.id,
+                         hint="See questions with `exo wait` (kind question), or message it with `exo send`.")
     q = pending[0]
     msg_id = post(env, ANSWER, me, child.id, message, reply_to=q.id)
     env.store.mark_messages([q.id], state=ANSWERED)
@@ -462,7 +460,7 @@ def _bound(value: int) -> int:
 def _entry_status(agent: Agent | None) -> str:
     if agent is None or agent.status == DEAD:
         return "dead"
-    if agent.status in (IDLE, DONE):
+    if agent.status in (IDLE, DONE, OVER_BUDGET):
         return "idle"
     if agent.status == FAILED_TURN:
         return "failed"

@@ -268,7 +268,8 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
 
     With `[[merge.gates]]` for the base, the PR joins the merge queue instead and this
     returns at once with its `state` and `position` (`--wait`: once it is merged or
-    bounced); the base moves only to a commit that passed the gates (docs/merge-queue.md).
+    bounced); the base moves only to a commit that passed the gates (docs/commands.md: The merge queue),
+    on GitHub by a fast-forward push of it.
     """
     pr = _get(env, number)
     if pr.state != "open":
@@ -293,10 +294,10 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
                          "PR joins the queue and lands once the gates pass.", pr=number)
     forge = forge_for(env, pr.forge, runner=gh_runner(env))
     gated = not now and bool(mergequeue.gates(env, pr.base))
-    queued = gated and forge.kind == "local"
+    queued = gated and forge.kind in ("local", "github")
     if not queued and (priority is not None or wait):
         raise InvalidInput(f"--priority and --wait apply to the merge queue, and none serves {pr.base}",
-                           hint="Configure [[merge.gates]] (docs/merge-queue.md), or leave them out.", pr=number)
+                           hint="Configure [[merge.gates]] (docs/commands.md: The merge queue), or leave them out.", pr=number)
     if across and forge.kind == "local":  # the author works on another host: its branch comes from the shared remote
         from exo_cli.ops.hostgit import fetch_head
 
@@ -363,6 +364,9 @@ def _enqueue(env: Env, pr: PullRequest, *, strategy: str, priority: int | None, 
                              pr=pr.number, agents=blocking, reason="open-descendants")
     got = mq.enqueue(env, pr, strategy=strategy, priority=mq.DEFAULT_PRIORITY if priority is None else priority,
                      head_ref=head_ref)
+    from exo_cli.ops.queuegh import status
+
+    status(env, pr, "pending", f"queued for {pr.base}")
     mq.start_runner(env, pr.base)
     if wait:
         deadline = time.monotonic() + float(env.config.get("timeouts.wait") or 600)
@@ -400,12 +404,15 @@ def _open_below(env: Env, pr: PullRequest) -> list[str]:
 
 @contextlib.contextmanager
 def merge_lock(env: Env, base: str) -> Iterator[None]:
-    """Serialize merges into ``base`` (a file lock per base branch in exo's state folder)."""
+    """Serialize merges into ``base``, the merge queue's landings included: a file lock per base in exo's
+    state folder (this host's processes, freed by the kernel at ``kill -9``), then the store's lock of the
+    base (``merge:<base>``: every host sharing the store; see ``adapters/store/baselock.py``)."""
     import hashlib
 
     from exo_cli.adapters.files import state_lock
 
-    with state_lock(env.state_dir, f"merge-{hashlib.sha1(base.encode()).hexdigest()[:16]}"):
+    with state_lock(env.state_dir, f"merge-{hashlib.sha1(base.encode()).hexdigest()[:16]}"), \
+            env.store.named_lock(f"merge:{base}", host=env.host_name, wait=None):
         yield
 
 

@@ -1,7 +1,8 @@
 """The merge queue's runner: build the candidate, run the gates, land exactly what passed, bounce the culprit.
 
-``advance`` runs while it holds the runner lock of one base (a file lock the kernel lets go
-of when the process dies, so ``kill -9`` frees it) and returns when the queue is empty. Its
+``advance`` runs while it holds the runner locks of one base (a file lock the kernel lets go
+of when the process dies, so ``kill -9`` frees it, and the store's ``queue-run:<base>``, which
+excludes a runner on another host) and returns when the queue is empty. Its
 steps, each safe to be killed at:
 
 1. ``recover``: entries a dead runner left ``testing`` go back to ``queued``; an entry whose
@@ -22,6 +23,7 @@ steps, each safe to be killed at:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from exo_cli.ops import mergequeue as mq
 from exo_cli.records import DONE, ROOT, PullRequest
 
 if TYPE_CHECKING:
+    from exo_cli.adapters.forge.github import GitHubForge
     from exo_cli.adapters.gates import GateRun
     from exo_cli.env import Env
 
@@ -53,8 +56,9 @@ def advance(env: Env, base: str) -> int:
 
     landed = 0
     while True:
-        with state_lock(env.state_dir, f"mq-run-{mq.key(base)}", blocking=False) as lock:
-            if not lock.held:
+        with state_lock(env.state_dir, f"mq-run-{mq.key(base)}", blocking=False) as lock, \
+                env.store.named_lock(f"queue-run:{base}", host=env.host_name, wait=0) as held:
+            if not lock.held or not held:  # another runner advances it (on this host, or another)
                 return landed
             lock.write(f"{os.getpid()} {env.host_name}\n")
             recover(env, base)
@@ -107,12 +111,14 @@ def recover(env: Env, base: str) -> None:
         remove_clone(clone)
     prune_logs(env, base)
     git = Git(env.repo.root)
-    tip = git.rev(f"refs/heads/{base}")
+    # the local base, and the remote's as this repository last saw it (a push updates it: a GitHub landing)
+    tips = [t for t in (git.rev(f"refs/heads/{base}"),
+                        git.rev(f"refs/remotes/{env.config.get('forge.remote') or 'origin'}/{base}")) if t]
     with mq.entries_lock(env, base):
         for pr in mq.waiting(env, base):
             q = mq.entry(pr)
             made = q.get("candidate")
-            if made and tip and git.is_ancestor(made, tip):
+            if made and any(git.is_ancestor(made, tip) for tip in tips):
                 merged(env, pr, made)
             elif q.get("state") == "testing":
                 mq.set_entry(env, pr, state="queued", candidate=None, base_sha=None)
@@ -162,11 +168,15 @@ def pick(env: Env, base: str) -> list[PullRequest]:
 
 def step(env: Env, base: str, batch: list[PullRequest]) -> int:
     """Test ``batch`` (retry, bisect), land what passed, bounce the culprit; how many landed."""
+    from exo_cli.ops import queuegh
+
     git = Git(env.repo.root)
+    batch = [p for p in batch if p.forge == batch[0].forge]  # one forge lands a batch (a repository changed forge)
     if mq.entry(batch[0]).get("state") == "tested":
         q = mq.entry(batch[-1])
         return land(env, base, batch, [str(mq.entry(p)["candidate"]) for p in batch], str(q.get("base_sha")))
-    base_sha = git.rev(f"refs/heads/{base}")
+    gh = queuegh.forge(env, batch)  # on GitHub the base that counts is the remote's
+    base_sha = queuegh.remote_base(env, gh, base) if gh is not None else git.rev(f"refs/heads/{base}")
     if base_sha is None:
         for pr in batch:
             bounce(env, pr, f"the base branch {base} does not exist", files=None, run=None)
@@ -185,6 +195,8 @@ def step(env: Env, base: str, batch: list[PullRequest]) -> int:
     with mq.entries_lock(env, base):
         for pr, made in zip(batch, built.commits, strict=True):
             mq.set_entry(env, pr, state="testing", candidate=made, base_sha=base_sha)
+    for pr in batch:
+        queuegh.status(env, pr, "pending", f"testing in the merge queue of {base}")
     run = gate(env, base, built.commits[-1])
     if not run.ok:
         run = gate(env, base, built.commits[-1])  # once more: a flaky gate must not bounce anyone
@@ -286,12 +298,14 @@ def record_run(env: Env, base: str, commit: str, log: str) -> None:
 
 def land(env: Env, base: str, batch: list[PullRequest], commits: list[str], base_sha: str) -> int:
     """Move ``base`` from ``base_sha`` to ``commits[-1]`` (what passed) and mark the batch merged; how many landed."""
+    from exo_cli.ops import queuegh
     from exo_cli.ops.pr import merge_lock, refuse_paused
 
     git = Git(env.repo.root)
     tip = commits[-1]
+    gh = queuegh.forge(env, batch)
     with merge_lock(env, base):
-        now = git.rev(f"refs/heads/{base}")
+        now = queuegh.remote_base(env, gh, base) if gh is not None else git.rev(f"refs/heads/{base}")
         if now is not None and git.is_ancestor(tip, now):  # landed before a kill: only the records are left
             with mq.entries_lock(env, base):
                 for pr, made in zip(batch, commits, strict=True):
@@ -305,24 +319,54 @@ def land(env: Env, base: str, batch: list[PullRequest], commits: list[str], base
         with mq.entries_lock(env, base):
             for pr, made in zip(batch, commits, strict=True):
                 mq.set_entry(env, pr, state="tested", candidate=made, base_sha=base_sha)
-        try:
-            refuse_paused(env, base, batch[0].number)
-            from exo_cli.ops.checkpoints import before_branch_moves
+        if gh is not None:
+            if not push(env, gh, base, batch, tip):
+                return 0
+        else:
+            try:
+                refuse_paused(env, base, batch[0].number)
+                from exo_cli.ops.checkpoints import before_branch_moves
 
-            before_branch_moves(env, base, "merge")
-            fault.point("queue.landing", env.environ)
-            git.fast_forward(base, base_sha, tip, reason=f"exo: merge queue lands {len(batch)} PR(s)",
-                             what=f"land the merge queue's tested commit into {base}")
-        except StateError as exc:
-            stuck(env, base, batch, exc)
-            time.sleep(RETRY_LANDING)
-            return 0
+                before_branch_moves(env, base, "merge")
+                fault.point("queue.landing", env.environ)
+                git.fast_forward(base, base_sha, tip, reason=f"exo: merge queue lands {len(batch)} PR(s)",
+                                 what=f"land the merge queue's tested commit into {base}")
+            except StateError as exc:
+                stuck(env, base, batch, exc)
+                time.sleep(RETRY_LANDING)
+                return 0
         fault.point("queue.landed", env.environ)
         with mq.entries_lock(env, base):
             for pr, made in zip(batch, commits, strict=True):
                 merged(env, pr, made)
+    if gh is not None:  # the local base follows the remote's (fetched, fast-forwarded when it can be)
+        with contextlib.suppress(ExoError):
+            gh.sync_base(base, reason=f"exo: merge queue landed {len(batch)} PR(s) on GitHub")
     warn_conflicting(env, base, tip, skip={p.author for p in batch})
     return len(batch)
+
+
+def push(env: Env, gh: GitHubForge, base: str, batch: list[PullRequest], tip: str) -> bool:
+    """Land ``tip`` on the remote's ``base`` by a fast-forward push; False when it did not (requeued, or bounced
+    with git's message when the remote refused it)."""
+    from exo_cli.limits import clip
+    from exo_cli.ops.checkpoints import before_branch_moves
+    from exo_cli.validate import visible
+
+    before_branch_moves(env, base, "merge")  # the local base follows the push: agents' checkouts of it saved first
+    fault.point("queue.landing", env.environ)
+    try:
+        gh.land(base, tip)
+    except StateError as exc:
+        with mq.entries_lock(env, base):
+            for pr in batch:
+                mq.set_entry(env, pr, state="queued", candidate=None, base_sha=None)
+        if exc.data.get("reason") != "base-moved":  # refused (a protected branch): git's own words, to each author
+            said = visible(clip(str(exc.data.get("git") or exc.message), "tail", "message")[0])
+            for pr in batch:
+                bounce(env, pr, f"the push to {base} on GitHub was refused: {said}", files=None, run=None)
+        return False
+    return True
 
 
 def warn_conflicting(env: Env, base: str, tip: str, *, skip: set[str]) -> list[str]:
@@ -369,6 +413,9 @@ def merged(env: Env, pr: PullRequest, made: str) -> None:
                                                      "queue": {**q, "state": "merged", "at": time.time()}})
     Git(env.repo.root).delete_ref(mq.PIN.format(number=pr.number), str(q.get("pinned")))
     notify_merged(env, env.store.pr(pr.number) or fresh, sender=ROOT)
+    from exo_cli.ops.queuegh import after_landing
+
+    after_landing(env, env.store.pr(pr.number) or fresh, made)
 
 
 def stuck(env: Env, base: str, batch: list[PullRequest], exc: StateError) -> None:
@@ -403,6 +450,9 @@ def bounce(env: Env, pr: PullRequest, reason: str, *, files: list[str] | None, r
     data = {"pr": pr.number, "head": pr.head, "base": pr.base, "reason": reason, "files": files,
             "log": run.log if run else None}
     env.store.event("pr-bounced", pr.author, data)
+    from exo_cli.ops.queuegh import status
+
+    status(env, pr, "failure", f"bounced from the merge queue: {reason}")
     mq.signal(env, "pr-bounced", pr, f"PR #{pr.number} ({pr.head} -> {pr.base}) bounced: {reason}")
     detail = ("Conflicting paths: " + ", ".join(files[:20]) if files else
               f"The end of its log ({run.log if run else ''}):\n{tail}" if tail else "")
@@ -460,10 +510,22 @@ def leftovers(env: Env) -> list[tuple[str, str, str, str, Any]]:
     return out
 
 
+def resume_idle(env: Env) -> list[str]:
+    """Start a detached runner for each base whose queue has entries and no runner: the bases started.
+
+    What every long-lived exo process of the human does now and then (the root TL's session,
+    the broker's reaper, ``exo watch``), so a queue whose runner was killed never stalls.
+    """
+    if not env.has_state():
+        return []
+    started = []
+    for base in sorted({p.base for p in env.store.prs(state="open") if mq.entry(p).get("state") in mq.WAITING}):
+        if not mq.runner_alive(env, base) and mq.start_runner(env, base):
+            started.append(base)
+    return started
+
+
 def resume_queues(env: Env) -> None:
     """Entry for ``mcp_server.BACKGROUND``: the root TL's session starts a runner for each queue nobody advances."""
-    if not env.caller.is_human or not env.has_state():
-        return
-    for base in sorted({p.base for p in env.store.prs(state="open") if mq.entry(p).get("state") in mq.WAITING}):
-        if not mq.runner_alive(env, base):
-            mq.start_runner(env, base)
+    if env.caller.is_human:
+        resume_idle(env)

@@ -75,6 +75,8 @@ class AgentView(NamedTuple):
     tokens: int
     host: str = ""  # the host it runs on ("" for records made before hosts)
     layout: str = "worktree"  # where it works: "worktree", "clone" (its own clone --shared) or "none" (the repository)
+    sandboxed: bool = False  # it runs in bubblewrap (docs/security.md "The sandbox")
+    cost_usd: float | None = 0.0  # the dollars of its tokens (None: a model without a price, `exo cost`)
 
 
 class AgentsResult(NamedTuple):
@@ -114,6 +116,9 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
         for pr in env.store.prs():
             prs[pr.head] = {"number": pr.number, "state": pr.state, "base": pr.base, "queue": queue_state(pr)}
         last = env.store.last_message_by_sender()
+    from exo_cli.ops.cost import agent_usd, team_costs
+
+    costs = team_costs(env, [a.id for a in agents]) if agents else {}
     children: dict[str | None, list[Agent]] = {}
     ids = {a.id for a in agents}
     for a in agents:
@@ -149,6 +154,8 @@ def _views(env: Env, agents: list[Agent]) -> list[AgentView]:
                     tokens=a.tokens,
                     host=a.host,
                     layout=layout_of(a),
+                    sandboxed=bool(a.spec.get("sandboxed")),
+                    cost_usd=agent_usd(costs, a.id),
                 )
             )
             walk(a.id, depth + 1)

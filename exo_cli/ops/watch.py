@@ -109,7 +109,12 @@ def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
     env.follow_store()  # a long-lived poller follows `exo store migrate`, as every command does
     if not env.has_state():
         return PollResult(0, [], False)
-    prs = [p for p in env.store.prs(state="open") if p.forge == "github" and p.remote_number]
+    _resume_queues(env)
+    # a PR the merge queue is landing (tested, pushed, its record not yet merged) is exo's merge, never an outside one
+    from exo_cli.ops.mergequeue import entry
+
+    prs = [p for p in env.store.prs(state="open") if p.forge == "github" and p.remote_number
+           and entry(p).get("state") != "tested"]
     forge = forge_for(env, "github", runner=runner)
     changes: list[Change] = []
     errors: list[str] = []
@@ -152,6 +157,14 @@ def poll_once(env: Env, *, runner: GhRunner | None = None) -> PollResult:
                 synced.add(pr.base)
                 changes += _sync_base(forge, pr, errors)
     return PollResult(polled=len(prs), changes=changes, pending=pending, errors=errors)
+
+
+def _resume_queues(env: Env) -> None:
+    """Start a runner for each merge queue no runner advances (the human's poller only: never an agent's)."""
+    if env.caller.is_human:
+        from exo_cli.ops.queuerun import resume_idle
+
+        resume_idle(env)
 
 
 def _sync_base(forge: Any, pr: PullRequest, errors: list[str]) -> list[Change]:
@@ -250,7 +263,8 @@ def watch(env: Env, *, once: bool = False, interval_pending: Annotated[int, Rang
     {--interval_idle} seconds otherwise. Changes go to the owning agent as a message and an
     event, and are printed as they happen (`--json`: one JSON object per line). After a
     merge on GitHub the local base branch is fetched and fast-forwarded. Stops on Ctrl-C.
-    Only one poller runs per repository. With the local forge and no GitHub PR tracked there
+    Only one poller runs per repository. Each round also starts a runner for every merge queue
+    that has entries and none advancing it. With the local forge and no GitHub PR tracked there
     is nothing to poll: it says so at once (stopped_by nothing-to-poll) and exits 0.
     """
     from exo_cli import cancel
@@ -258,6 +272,7 @@ def watch(env: Env, *, once: bool = False, interval_pending: Annotated[int, Rang
 
     env.repo  # noqa: B018 - EnvironmentError_ outside a repository
     if not pollable(env):
+        _resume_queues(env)  # a merge queue advances from here too, whatever the forge
         return WatchResult(0, [], "nothing-to-poll")
     observer = getattr(env, "watch_observer", None)  # set by the command: prints each change at once
 

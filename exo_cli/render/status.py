@@ -27,14 +27,15 @@ def render_agents(out: Out, result: AgentsResult) -> None:
         last = last if len(last) <= 40 else last[:37] + "..."
         rows.append([
             "  " * a.depth + (a.name if a.id == a.name else a.id), a.role, a.status, a.backend, task, a.branch, where, pr,
-            f"{a.turns}/{a.tool_calls}/{_tokens(a.tokens)}", last, ago(a.age_seconds),
+            f"{a.turns}/{a.tool_calls}/{_tokens(a.tokens)}", "?" if a.cost_usd is None else f"${a.cost_usd:.2f}",
+            last, ago(a.age_seconds),
         ])
-    headers = ["AGENT", "ROLE", "STATUS", "BACKEND", "TASK", "BRANCH", "PANE", "PR", "TURNS/TOOLS/TOK", "LAST MESSAGE",
-               "AGE"]
+    headers = ["AGENT", "ROLE", "STATUS", "BACKEND", "TASK", "BRANCH", "PANE", "PR", "TURNS/TOOLS/TOK", "COST",
+               "LAST MESSAGE", "AGE"]
     if any(a.layout == "clone" for a in result.agents):  # some work in their own clone: say which
         headers.insert(headers.index("BRANCH"), "LAYOUT")
         for row, a in zip(rows, result.agents, strict=True):
-            row.insert(5, a.layout)
+            row.insert(5, a.layout + (" (sandboxed)" if a.sandboxed else ""))
     if any(a.host not in ("", result.this_host) for a in result.agents):  # a team on several hosts
         headers.insert(1, "HOST")
         for row, a in zip(rows, result.agents, strict=True):

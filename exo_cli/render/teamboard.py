@@ -2,7 +2,7 @@
 
 Pure formatting shared by ``exo board`` (Textual) and ``exo agents --watch`` (plain text).
 Columns: a mark (``!`` when the agent needs you), the name (indented by depth), the status,
-turns/tool calls/tokens, the PR, the age, then what is left for the task and the last
+turns/tool calls/tokens, the dollars, the PR, the age, then what is left for the task and the last
 message (why it needs you, or a foreseen conflict, first). Agent text has its control
 characters made visible (``render.text.safe``) and is never interpreted as markup.
 """
@@ -19,10 +19,11 @@ PR_STATE = {"open": "open", "merged": "mrgd", "closed": "clsd", "queued": "qued"
             "bounced": "bncd"}
 SHORT_STATUS = {"waiting-permission": "permission", "blocked-on-dialog": "dialog", "failed-turn": "failed"}
 NEEDS_TEXT = {"asking": "asks you", "permission": "waits for a permission", "dialog": "shows a dialog",
-              "failed": "its turn failed",
+              "failed": "its turn failed", "budget": "over its budget",
               "pr-ready": "PR ready to merge", "dead": "dead"}
-NAME_W, STATUS_W, COUNT_W, PR_W, AGE_W, HOST_W = 12, 10, 10, 8, 5, 8
-HEADER = ("", "AGENT", "STATUS", "TRN/TL/TOK", "PR", "AGE")
+NAME_W, STATUS_W, COUNT_W, COST_W, PR_W, AGE_W, HOST_W = 12, 10, 10, 6, 8, 5, 8
+COST_FROM = 100  # the dollars column shows on boards at least this wide (at 80, why an agent needs you keeps its room)
+HEADER = ("", "AGENT", "STATUS", "TRN/TL/TOK", "COST", "PR", "AGE")
 
 
 def clean(text: Any) -> str:
@@ -66,6 +67,17 @@ def tokens(n: int) -> str:
     return f"{n / 1000:.0f}k" if n >= 1000 else str(n)
 
 
+def dollars(usd: float | None, used: int) -> str:
+    """An agent's dollars in at most COST_W columns: "-" before any token, "?" when a model has no price."""
+    if usd is None:
+        return "?"
+    if not used:
+        return "-"
+    if usd >= 1000:
+        return f"${usd / 1000:.0f}k"
+    return f"${usd:.0f}" if usd >= 100 else f"${usd:.2f}" if usd < 10 else f"${usd:.1f}"
+
+
 def _rest(row: Any, room: int) -> tuple[str, str]:
     a = row.agent
     task = clean(a.bead or a.task)
@@ -84,10 +96,11 @@ def line(row: Any, width: int = 80) -> str:
     state = a.pr.get("queue") or a.pr["state"] if a.pr else ""
     pr = f"#{a.pr['number']} {PR_STATE.get(state, state)}" if a.pr else "-"
     counts = f"{a.turns}/{a.tool_calls}/{tokens(a.tokens)}"
-    name = "  " * min(a.depth, 4) + clean(a.name)
+    name = "  " * min(a.depth, 4) + clean(a.name) + ("*" if getattr(a, "sandboxed", False) else "")  # in bubblewrap
     host = [fit(clean(row.host), HOST_W)] if getattr(row, "host", "") else []  # a team on several hosts
     head = " ".join([("!" if row.needs else " "), fit(name, NAME_W), *host,
-                     fit(SHORT_STATUS.get(a.status, a.status), STATUS_W), fit(counts, COUNT_W), fit(pr, PR_W),
+                     fit(SHORT_STATUS.get(a.status, a.status), STATUS_W), fit(counts, COUNT_W),
+                     *([fit(dollars(a.cost_usd, a.tokens), COST_W)] if width >= COST_FROM else []), fit(pr, PR_W),
                      fit(ago(a.age_seconds), AGE_W)])
     room = width - len(head) - 1
     task, said = _rest(row, room)
@@ -107,9 +120,10 @@ def line(row: Any, width: int = 80) -> str:
 
 
 def header(width: int = 80, *, hosts: bool = False) -> str:
-    mark, name, status, counts, pr, age = HEADER
+    mark, name, status, counts, cost, pr, age = HEADER
     head = " ".join([fit(mark, 1), fit(name, NAME_W), *([fit("HOST", HOST_W)] if hosts else []), fit(status, STATUS_W),
-                     fit(counts, COUNT_W), fit(pr, PR_W), fit(age, AGE_W)])
+                     fit(counts, COUNT_W), *([fit(cost, COST_W)] if width >= COST_FROM else []), fit(pr, PR_W),
+                     fit(age, AGE_W)])
     return fit(head + " TASK · LAST MESSAGE", width)
 
 

@@ -10,7 +10,10 @@ One HTTP server on 127.0.0.1 (port 0) answers, from a script of turns:
 
 A script is a list of turns, each ``{"text": "..."}`` or ``{"tool": name, "input": {...}}`` (optionally
 with a ``"text"`` said before the call), ``{"error": <HTTP status>, "message": "..."}`` (an API error in
-that API's format), or a callable ``(entry) -> turn``. Turns are consumed only by
+that API's format), or a callable ``(entry) -> turn``. A turn may carry ``"usage": {"input", "output",
+"cache_write", "cache_read"}`` (tokens, each kind apart: input excludes the cache reads and writes),
+sent in that API's own usage fields (``USAGE`` otherwise; side requests get ``SIDE_USAGE``); each
+entry records what it was sent (``usage``), and ``agent_usage`` sums the agent requests'. Turns are consumed only by
 *agent* requests, i.e. requests that carry a non-empty tool list. Side requests (Claude's session
 title, Gemini's model router and next-speaker check, Codex's title thread) get a minimal instance of
 the JSON schema they ask for, or a canned text, and never consume a turn. When the script is
@@ -42,6 +45,8 @@ Entry = dict[str, Any]
 TurnSource = Turn | Callable[[Entry], Turn]
 
 DONE: Turn = {"text": "done"}
+USAGE = {"input": 10, "output": 5, "cache_write": 0, "cache_read": 0}
+SIDE_USAGE = {"input": 1, "output": 1, "cache_write": 0, "cache_read": 0}  # told apart from any agent turn's
 SIDE_TEXT = "E2E"
 _GEMINI_PATH = re.compile(r"^/v1(?:beta|alpha)?/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)$")
 
@@ -143,6 +148,14 @@ class ModelServer:
             return [e for e in self._entries
                     if (kind is None or e["kind"] == kind) and (api is None or e.get("api") == api)]
 
+    def agent_usage(self, api: str | None = None) -> dict[str, int]:
+        """The tokens of each kind sent to the agent requests so far (what exo must have counted)."""
+        total = dict.fromkeys(USAGE, 0)
+        for entry in self.agent_requests(api):
+            for k in total:
+                total[k] += int(entry.get("usage", {}).get(k, 0))
+        return total
+
     def agent_requests(self, api: str | None = None) -> list[Entry]:
         """Return the logged agent requests (the ones that carried tools)."""
         return self.entries("agent", api)
@@ -232,6 +245,8 @@ class ModelServer:
             index, turn = self._take_turn(entry)
             entry["turn"] = index
             entry["answer"] = turn
+            if not turn.get("error"):  # an API error uses no tokens
+                entry["usage"] = {**USAGE, **(turn.get("usage") or {})}
             if turn.get("tool") and api != "gemini":
                 entry["tool_id"] = f"{'toolu' if api == 'anthropic' else 'call'}_e2e_{next(self._ids)}"
             self._record(entry)
@@ -240,8 +255,9 @@ class ModelServer:
         schema = find_schema(entry["body"])
         answer = json.dumps(schema_instance(schema)) if schema is not None else SIDE_TEXT
         entry["answer"] = {"text": answer}
+        entry["usage"] = dict(SIDE_USAGE)
         self._record(entry)
-        return {"text": answer}
+        return {"text": answer, "usage": SIDE_USAGE}
 
     # Anthropic Messages ------------------------------------------------------------------------
 
@@ -258,8 +274,9 @@ class ModelServer:
             content.append({"type": "tool_use", "id": entry["tool_id"], "name": turn["tool"],
                             "input": turn.get("input", {})})
         stop = "tool_use" if turn.get("tool") else "end_turn"
-        usage = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0,
-                 "cache_read_input_tokens": 0}
+        u = {**USAGE, **(turn.get("usage") or {})}
+        usage = {"input_tokens": u["input"], "output_tokens": u["output"],
+                 "cache_creation_input_tokens": u["cache_write"], "cache_read_input_tokens": u["cache_read"]}
         msg_id = f"msg_e2e_{next(self._ids)}"
         if not body.get("stream"):
             message = {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
@@ -280,7 +297,7 @@ class ModelServer:
                        ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
                        ("content_block_stop", {"type": "content_block_stop", "index": index})]
         events += [("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                      "usage": {"output_tokens": 5}}),
+                                      "usage": {"output_tokens": u["output"]}}),
                    ("message_stop", {"type": "message_stop"})]
         return 200, "text/event-stream", _sse(events)
 
@@ -308,7 +325,7 @@ class ModelServer:
         if turn.get("tool"):
             parts.append({"functionCall": {"name": turn["tool"], "args": turn.get("input", {})}})
         response = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
-                    "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+                    "usageMetadata": _gemini_usage({**USAGE, **(turn.get("usage") or {})}),
                     "modelVersion": model, "responseId": f"resp_e2e_{next(self._ids)}"}
         if method == "streamGenerateContent":
             if query.get("alt") == ["sse"]:
@@ -356,8 +373,10 @@ class ModelServer:
                     "content_index": 0, "delta": item["content"][0]["text"]}))
             events.append(("response.output_item.done", {"type": "response.output_item.done",
                                                          "output_index": index, "item": item}))
-        usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
-                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}
+        u = {**USAGE, **(turn.get("usage") or {})}
+        usage = {"input_tokens": u["input"] + u["cache_read"], "input_tokens_details": {"cached_tokens": u["cache_read"]},
+                 "output_tokens": u["output"], "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": u["input"] + u["cache_read"] + u["output"]}
         events.append(("response.completed", {"type": "response.completed",
                                               "response": {**base, "status": "completed", "output": items,
                                                            "usage": usage}}))
@@ -457,6 +476,15 @@ def _openai_namespace(tools: Any, name: str) -> str | None:
             if name.startswith(prefix) and name[len(prefix):] in members:
                 return str(tool["name"])
     return None
+
+
+def _gemini_usage(u: dict[str, int]) -> dict[str, int]:
+    """Gemini's usageMetadata: the prompt count includes the cached tokens (Gemini has no cache write)."""
+    prompt = u["input"] + u["cache_read"]
+    out = {"promptTokenCount": prompt, "candidatesTokenCount": u["output"], "totalTokenCount": prompt + u["output"]}
+    if u["cache_read"]:
+        out["cachedContentTokenCount"] = u["cache_read"]
+    return out
 
 
 def _sse(events: list[tuple[str, dict[str, Any]]]) -> bytes:

@@ -32,6 +32,7 @@ from e2e.lifecycle import (
 )
 from e2e.lifecycle_more import assert_mcp_server_has_the_agents_proof
 from e2e.model_server import ModelServer, tool_names
+from e2e.usage_check import assert_usage_counted, turn_usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
 
@@ -75,13 +76,15 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     send_text = "SEND-W1-5c2: please also say goodbye, then stop."
     bash = ("printf 'hello\\n' > hello.txt && git add hello.txt && "
             "git -c user.name=W1 -c user.email=w1@example.invalid commit -q -m 'Add hello.txt'")
-    server.script(
+    server.script(*({**turn, "usage": turn_usage(n)} for n, turn in enumerate((
         {"tool": "Bash", "input": {"command": bash, "description": "write and commit hello.txt"}},
         {"tool": "mcp__exo__note", "input": {"message": note_text}},
         {"tool": "mcp__exo__file_pr", "input": {"title": "Add hello.txt", "body": "Says hello."}},
         {"text": "TURN-1-DONE: committed, noted and filed the PR."},
         {"text": "TURN-2-DONE: got your message."},
-    )
+        {"text": "TURN-3-DONE: over budget now."},
+        {"text": "TURN-4-DONE: released."},
+    ))))
 
     # 1. The human spawns w1: the real claude TUI starts in a new worktree, with no dialog.
     result = spawn_w1(team, TASK)
@@ -145,6 +148,23 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     assert json.dumps(typed["body"]["messages"]).count(send_text) == 1  # typed once, not re-injected by a hook
     team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "TURN-2-DONE: got your message.",
                     what="idle after the typed turn")
+    assert_usage_counted(team.exo_json, team.repo, server)  # every kind of token of both turns, to the token
+
+    # A token budget stops it after the turn that reaches it; raising it resumes it with the held message.
+    used = team.exo_json("cost", "w1")["agents"][0]["total"]["tokens"]
+    team.exo_json("budget", "w1", str(used + 1), "--tokens")
+    assert [s["delivery"] for s in team.exo_json("send", "w1", "OVER-1")["sent"]] == ["typed"]
+    team.wait_request(lambda e: e["turn"] == 5, what="the turn that reaches the budget", agent="w1")
+    over = team.wait_agent("w1", lambda a: a.status == "over-budget", what="over budget after that turn")
+    assert over.output == "TURN-3-DONE: over budget now." and over.status_reason.startswith("over budget: ")
+    assert [s["delivery"] for s in team.exo_json("send", "w1", "HELD-2")["sent"]] == ["held"]
+    assert team.exo_json("wait", "w1", "--until-idle", "--timeout", "30")["timed_out"] is False
+    raised = team.exo_json("budget", "w1", "+100000", "--tokens")
+    assert raised["released"] is True and len(raised["delivered"]) == 1, raised
+    resumed = team.wait_request(lambda e: e["turn"] == 6, what="the turn after the raise", agent="w1")
+    assert user_texts(resumed)[-1] == "[MESSAGE from root] HELD-2"
+    team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "TURN-4-DONE: released.",
+                    what="idle after the released turn")
 
     # 7. The parent merges the PR and completes w1: the agent stops and every trace is removed.
     merged = team.exo_json("pr", "merge", str(number))

@@ -33,6 +33,7 @@ from e2e.lifecycle_more import (
     make_repo,
 )
 from e2e.model_server import ModelServer, tool_names, tool_results
+from e2e.usage_check import assert_usage_counted, turn_usage
 from exo_cli.env import Env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
@@ -57,7 +58,7 @@ def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
 
 def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecycle: Lifecycle) -> None:
     lc, server, repo = lifecycle, lifecycle.server, lifecycle.repo
-    server.script(
+    server.script(*({**turn, "usage": turn_usage(n, cache_write=False)} for n, turn in enumerate((
         {"tool": "exec_command", "input": {"cmd": COMMIT}},
         {"tool": "mcp__exo__note", "input": {"message": "NOTE-42: hello.txt is committed"}},
         {"tool": "mcp__exo__file_pr", "input": {"title": "Add hello.txt", "body": "From the Codex e2e test"}},
@@ -66,7 +67,7 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
         {"text": "TURN-TWO-DONE"},
         # the stop hook hands over a message that arrived while it was busy: the turn goes on
         {"text": "TURN-THREE-DONE"},
-    )
+    ))))
 
     spawned = lc.exo_json("spawn", "--worker", "w1", "--agent", "codex", "--skip-permissions", "--mux", "tmux",
                           "--prompt", "Write hello.txt and report")
@@ -92,6 +93,7 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
     assert_mcp_server_has_the_agents_proof(json.loads(rec["location"])["pid"])  # a relay on its socket (no proof)
     requests = server.agent_requests()
     assert [e["turn"] for e in requests] == [0, 1, 2, 3]
+    assert_usage_counted(lc.exo_json, repo, server)  # every kind of token of turn one, to the token
     assert "COMMITTED" in tool_results(requests[1])[-1]["output"]
     assert git(worktree, "log", "-1", "--format=%s") == "Add hello.txt"
     assert (worktree / "hello.txt").read_text() == "hello from codex\n"

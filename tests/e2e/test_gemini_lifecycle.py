@@ -30,6 +30,7 @@ from e2e.lifecycle_more import (
     make_repo,
 )
 from e2e.model_server import ModelServer, tool_names, tool_results
+from e2e.usage_check import assert_usage_counted, turn_usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
 
@@ -62,7 +63,7 @@ def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
 
 def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecycle: Lifecycle) -> None:
     lc, server, repo = lifecycle, lifecycle.server, lifecycle.repo
-    server.script(
+    server.script(*({**turn, "usage": turn_usage(n, cache_write=False)} for n, turn in enumerate((
         {"tool": "run_shell_command", "input": {"command": COMMIT}},
         {"tool": "mcp_exo_note", "input": {"message": "NOTE-42: hello.txt is committed"}},
         {"tool": "mcp_exo_file_pr", "input": {"title": "Add hello.txt", "body": "From the Gemini e2e test"}},
@@ -72,7 +73,7 @@ def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecy
         {"text": "TURN-TWO-DONE"},
         # the stop hook hands over a message that arrived while it was busy: the turn goes on
         {"text": "TURN-THREE-DONE"},
-    )
+    ))))
 
     spawned = lc.exo_json("spawn", "--worker", "w1", "--agent", "gemini", "--skip-permissions", "--mux", "tmux",
                           "--prompt", "Write hello.txt and report")
@@ -98,6 +99,7 @@ def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecy
     assert_mcp_server_has_the_agents_proof(json.loads(rec["location"])["pid"])
     requests = server.agent_requests()
     assert [e["turn"] for e in requests] == [0, 1, 2, 3]
+    assert_usage_counted(lc.exo_json, repo, server)  # every kind of token of turn one, to the token
     assert "COMMITTED" in tool_results(requests[1])[-1]["output"]
     assert git(worktree, "log", "-1", "--format=%s|%an") == "Add hello.txt|E2E Agent"
     assert (worktree / "hello.txt").read_text() == "hello from gemini\n"

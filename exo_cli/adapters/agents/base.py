@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked, open_regular
+from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked
 from exo_cli.errors import StateError, UsageError
 from exo_cli.selfcmd import exo_command
 
@@ -149,8 +149,13 @@ def tail_json_lines(path: str, limit: int = 256 * 1024, *, containing: bytes | N
 
     With ``containing``, [] at once (nothing parsed) when those bytes do not occur in the tail.
     """
-    try:  # a hook payload names it: never a FIFO or a device
-        with os.fdopen(open_regular(path), "rb") as fh:
+    from exo_cli.adapters.usage import open_regular
+
+    fh = open_regular(path)
+    if fh is None:  # missing, or not a regular file (a FIFO would block the hook)
+        return []
+    try:
+        with fh:
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - limit))
             data = fh.read()

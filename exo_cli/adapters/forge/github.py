@@ -265,6 +265,46 @@ class GitHubForge(Forge):
             return False
         return True
 
+    # -- the merge queue (issue 34) -------------------------------------------------------------
+    def land(self, base: str, commit: str) -> None:
+        """Move ``base`` on the remote to ``commit`` by a fast-forward push from this repository (never forced).
+
+        StateError ``reason="base-moved"`` when the remote's base has commits ``commit`` lacks (rebuild and
+        test again), ``reason="push-refused"`` with git's own message when the remote refused it (a
+        protected branch, say), ExternalFailure when the remote cannot be reached.
+        """
+        proc = self.git.push_commit(self.remote, commit, base)
+        if proc.returncode == 0:
+            return
+        said = f"{proc.stderr or ''}\n{proc.stdout or ''}".strip()
+        text = said.lower()
+        if any(s in text for s in _UNREACHABLE):
+            raise push_failure(self.remote, base, proc)
+        moved = any(s in text for s in ("non-fast-forward", "fetch first")) and "declined" not in text
+        raise StateError(f"{self.remote} refused the push of {commit[:12]} to {base}: {said}",
+                         hint="It landed nowhere.", reason="base-moved" if moved else "push-refused",
+                         base=base, commit=commit, git=said)
+
+    def close_landed(self, pr: PullRequest, commit: str) -> None:
+        """Close ``pr`` on GitHub with a comment naming ``commit``, the squash exo's merge queue landed it as
+        (GitHub marks a PR merged only when its head is in the base); nothing when it is closed already."""
+        if not pr.remote_number:
+            return
+        state = self.view(pr)
+        if state is None or state.state != "open":
+            return
+        self.gh(["pr", "close", str(pr.remote_number), "--repo", self.slug(),
+                 f"--comment=Landed by exo's merge queue as {commit} (squashed into {pr.base})."],
+                what="gh pr close")
+
+    def set_status(self, commit: str, state: str, description: str) -> None:
+        """Show the merge queue's state of a PR as the commit status ``exo/merge-queue`` of ``commit``
+        (``state``: pending, success, failure or error)."""
+        host, owner, name = self.slug().split("/", 2)
+        self.gh(["api", "--hostname", host, "--method", "POST", f"repos/{owner}/{name}/statuses/{commit}",
+                 "-f", f"state={state}", "-f", "context=exo/merge-queue", "-f", f"description={description[:140]}"],
+                what="gh api statuses")
+
     def view(self, pr: PullRequest) -> RemoteState | None:
         if not pr.remote_number:
             return None

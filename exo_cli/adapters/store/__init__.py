@@ -15,13 +15,13 @@ if TYPE_CHECKING:
     from exo_cli.adapters.store.base import Store
 
 # The schema version every store implements; a store refuses a database whose version is newer.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the usage table (tokens per agent, turn, model and kind)
 
 # The SQLite database's file name inside exo's state folder.
 DB_FILE = "state.db"
 
 # The tables a repository's state is made of (what `exo store migrate` copies and counts).
-TABLES = ("agents", "messages", "events", "prs", "kv")
+TABLES = ("agents", "messages", "events", "prs", "kv", "usage")
 
 # How long a writer waits while `exo store migrate` holds the state, in seconds (``moving.py``).
 HOLD_SECONDS = 60.0

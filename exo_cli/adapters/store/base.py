@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from exo_cli.records import Agent, AgentKey, Message, PullRequest
+from exo_cli.records import Agent, AgentKey, Message, PullRequest, Usage
 
 
 class Waiter(Protocol):
@@ -101,13 +101,21 @@ class Store(Protocol):
         ...
 
     def record_turn(self, agent_id: str, changes: Mapping[str, Any], *, turns: int, tokens: int,
-                    kv: tuple[str, str]) -> None:
+                    kv: tuple[str, str], turn: int = 0, usage: Sequence[Usage] = ()) -> None:
         """Record the end of a turn in one transaction.
 
         Sets ``changes`` (as ``update_agent``), adds ``turns`` and ``tokens`` to the
-        counters and stores the pair ``kv`` (the hook's bookkeeping): never one without
-        the others.
+        counters, stores the pair ``kv`` (the hook's bookkeeping) and the ``usage`` rows of
+        turn number ``turn``: never one without the others.
         """
+        ...
+
+    def record_usage(self, agent_id: str, turn: int, usage: Sequence[Usage]) -> None:
+        """Add the ``usage`` rows of turn ``turn`` and their sum to the agent's ``tokens`` (one transaction)."""
+        ...
+
+    def usage(self, agent_ids: Sequence[str] | None = None) -> list[tuple[str, Usage]]:
+        """Tokens summed per agent and model (every agent's, or only those of ``agent_ids``), by agent then model."""
         ...
 
     def delete_agent(self, agent_id: str) -> None:
@@ -221,6 +229,12 @@ class Store(Protocol):
 
     def kv_claim(self, key: str, value: str) -> bool:
         """Set ``key`` only when it is absent; True when this call set it (one winner of a race)."""
+        ...
+
+    def named_lock(self, name: str, *, host: str, wait: float | None) -> AbstractContextManager[bool]:
+        """Hold the lock ``name`` of this repository, exclusive among exo's processes on every host, while the
+        block runs: yields True when held, False when another held it for ``wait`` seconds (0: one try; None:
+        wait). Freed when the holder dies (``baselock.py``: a PostgreSQL session lock, a SQLite leased row)."""
         ...
 
     # -- reaching the store ------------------------------------------------------------------

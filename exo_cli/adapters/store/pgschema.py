@@ -16,7 +16,8 @@ from collections.abc import Sequence
 # The PostgreSQL schema's own version (SQLite's is ``store.SCHEMA_VERSION``): 2 added the hold and
 # moved marker of `exo store migrate` to ``exo.repos`` (a process of an older exo then refuses the
 # database instead of writing past a migrate it cannot see).
-PG_SCHEMA_VERSION = 2
+# 3 added exo.usage (tokens per agent, turn, model and kind).
+PG_SCHEMA_VERSION = 3
 
 MIGRATIONS: dict[int, Sequence[str]] = {
     1: (
@@ -58,5 +59,13 @@ MIGRATIONS: dict[int, Sequence[str]] = {
     2: (
         "ALTER TABLE exo.repos ADD COLUMN IF NOT EXISTS held_by TEXT, ADD COLUMN IF NOT EXISTS moved_to TEXT,"
         " ADD COLUMN IF NOT EXISTS incoming TEXT",
+    ),
+    3: (
+        """CREATE TABLE IF NOT EXISTS exo.usage (
+            repo TEXT NOT NULL, agent TEXT NOT NULL, turn BIGINT NOT NULL, model TEXT NOT NULL,
+            input BIGINT NOT NULL DEFAULT 0, output BIGINT NOT NULL DEFAULT 0,
+            cache_write BIGINT NOT NULL DEFAULT 0, cache_read BIGINT NOT NULL DEFAULT 0,
+            created_at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS usage_agent ON exo.usage (repo, agent)",
     ),
 }

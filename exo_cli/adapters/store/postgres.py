@@ -16,6 +16,7 @@ Connections, reconnection after a restart, the migrate's hold and the wake-ups a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +27,7 @@ import psycopg
 from exo_cli.adapters.store.pgconn import channel, check_url
 from exo_cli.adapters.store.pgmove import PgMoving
 from exo_cli.adapters.store.pgschema import PG_SCHEMA_VERSION
+from exo_cli.adapters.store.usage import PgUsage
 from exo_cli.records import (
     AGENT_JSON_FIELDS,
     STARTING,
@@ -40,6 +42,7 @@ from exo_cli.records import (
 
 if TYPE_CHECKING:
     from exo_cli.adapters.store.base import Store
+    from exo_cli.records import Usage
 else:
     Store = object
 
@@ -90,7 +93,7 @@ def pr_from_row(row: Any) -> PullRequest:
     return PullRequest(**kw)
 
 
-class PostgresStore(PgMoving, Store):
+class PostgresStore(PgUsage, PgMoving, Store):
     """PostgreSQL-backed state of one repository (rows keyed by ``repo``)."""
 
     def exists(self) -> bool:
@@ -177,16 +180,20 @@ class PostgresStore(PgMoving, Store):
                    (WAITING_PERMISSION, WORKING, self.repo, agent_id))
 
     def record_turn(self, agent_id: str, changes: Mapping[str, Any], *, turns: int, tokens: int,
-                    kv: tuple[str, str]) -> None:
-        def turn(c: psycopg.Connection[Any]) -> None:
+                    kv: tuple[str, str], turn: int = 0, usage: Sequence[Usage] = ()) -> None:
+        def end(c: psycopg.Connection[Any]) -> None:
             self._set_agent(c, agent_id, changes, None)
             c.execute("UPDATE exo.agents SET turns = turns + %s, tokens = tokens + %s WHERE repo = %s AND id = %s",
                       (turns, tokens, self.repo, agent_id))
             c.execute(_KV_UPSERT, (self.repo, *kv))
-        self._tx(turn)
+            self._insert_usage(c, agent_id, turn, usage)
+        self._tx(end)
 
     def delete_agent(self, agent_id: str) -> None:
-        self._exec("DELETE FROM exo.agents WHERE repo = %s AND id = %s", (self.repo, agent_id))
+        def delete(c: psycopg.Connection[Any]) -> None:
+            c.execute("DELETE FROM exo.agents WHERE repo = %s AND id = %s", (self.repo, agent_id))
+            c.execute("DELETE FROM exo.usage WHERE repo = %s AND agent = %s", (self.repo, agent_id))
+        self._tx(delete)
 
     def retire_agent(self, agent_id: str, new_id: str, *, forget_keys: Sequence[str] = (),
                      forget_prefixes: Sequence[str] = ()) -> bool:
@@ -197,7 +204,7 @@ class PostgresStore(PgMoving, Store):
             if c.execute("UPDATE exo.agents SET id = %s WHERE repo = %s AND id = %s", (new_id, r, agent_id)).rowcount == 0:
                 return False
             for table, col in (("agents", "parent"), ("messages", "sender"), ("messages", "recipient"),
-                               ("events", "agent"), ("prs", "author")):
+                               ("events", "agent"), ("prs", "author"), ("usage", "agent")):
                 c.execute(f"UPDATE exo.{table} SET {col} = %s WHERE repo = %s AND {col} = %s", (new_id, r, agent_id))
             if forget_keys:
                 c.execute("DELETE FROM exo.kv WHERE repo = %s AND key = ANY(%s)", (r, list(forget_keys)))
@@ -370,6 +377,11 @@ class PostgresStore(PgMoving, Store):
     def kv_claim(self, key: str, value: str) -> bool:
         return self._exec("INSERT INTO exo.kv (repo, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                           (self.repo, key, value)) == 1
+
+    def named_lock(self, name: str, *, host: str, wait: float | None) -> contextlib.AbstractContextManager[bool]:
+        from exo_cli.adapters.store.baselock import pg_lock
+
+        return pg_lock(self, name, host=host, wait=wait)
 
 
 _KV_UPSERT = ("INSERT INTO exo.kv (repo, key, value) VALUES (%s, %s, %s)"

@@ -26,6 +26,7 @@ from functools import cached_property
 from pathlib import Path
 
 from exo_cli.adapters.store import DB_FILE, HOLD_SECONDS, MOVED_APP_ID, SCHEMA_VERSION, pointed_url
+from exo_cli.adapters.store.usage import SqliteUsage
 from exo_cli.errors import InvalidInput, StateError
 from exo_cli.records import (
     AGENT_JSON_FIELDS,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from exo_cli.adapters.bell import Doorbell
     from exo_cli.adapters.store.base import Store
     from exo_cli.adapters.store.sqlmove import SqliteMoving
+    from exo_cli.records import Usage
 else:
     # mypy checks SqliteStore against the interface; at run time the Protocol classes
     # would only cost every hook ~1.4 ms to build.
@@ -75,7 +77,7 @@ def _is_locked(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc).lower() or "busy" in str(exc).lower()
 
 
-class SqliteStore(Store):
+class SqliteStore(SqliteUsage, Store):
     """SQLite-backed state: agents, messages, events, pull requests."""
 
     def __init__(self, path: Path, runtime_dir: Path | Callable[[], Path]) -> None:
@@ -356,17 +358,19 @@ class SqliteStore(Store):
             )
 
     def record_turn(self, agent_id: str, changes: Mapping[str, Any], *, turns: int, tokens: int,
-                    kv: tuple[str, str]) -> None:
+                    kv: tuple[str, str], turn: int = 0, usage: Sequence[Usage] = ()) -> None:
         with self.write() as c:
             self._set_agent(c, agent_id, changes, None)
             c.execute("UPDATE agents SET turns = turns + ?, tokens = tokens + ? WHERE id = ?",
                       (turns, tokens, agent_id))
             c.execute(_KV_UPSERT, kv)
+            self._insert_usage(c, agent_id, turn, usage)
         self.bell.ring(TEAM_BELL)
 
     def delete_agent(self, agent_id: str) -> None:
         with self.write() as c:
             c.execute("DELETE FROM agents WHERE id = ?", (agent_id,))
+            c.execute("DELETE FROM usage WHERE agent = ?", (agent_id,))
         self.bell.ring(TEAM_BELL)
 
     def retire_agent(self, agent_id: str, new_id: str, *, forget_keys: Sequence[str] = (),
@@ -381,6 +385,7 @@ class SqliteStore(Store):
             c.execute("UPDATE messages SET recipient = ? WHERE recipient = ?", (new_id, agent_id))
             c.execute("UPDATE events SET agent = ? WHERE agent = ?", (new_id, agent_id))
             c.execute("UPDATE prs SET author = ? WHERE author = ?", (new_id, agent_id))
+            c.execute("UPDATE usage SET agent = ? WHERE agent = ?", (new_id, agent_id))
             for key in forget_keys:
                 c.execute("DELETE FROM kv WHERE key = ?", (key,))
             for prefix in forget_prefixes:
@@ -598,6 +603,11 @@ class SqliteStore(Store):
         with self.write() as c:
             cur = c.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", (key, value))
             return cur.rowcount == 1
+
+    def named_lock(self, name: str, *, host: str, wait: float | None) -> contextlib.AbstractContextManager[bool]:
+        from exo_cli.adapters.store.baselock import sqlite_lock
+
+        return sqlite_lock(self, name, host=host, wait=wait)
 
     # -- moving the state between stores (`exo store migrate`: sqlmove.py, loaded only then) ----------
     def _moving(self) -> SqliteMoving:

@@ -43,6 +43,14 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         "CREATE INDEX prs_head ON prs(head)",
         "CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     ),
+    2: (
+        """CREATE TABLE usage (
+            agent TEXT NOT NULL, turn INTEGER NOT NULL, model TEXT NOT NULL,
+            input INTEGER NOT NULL DEFAULT 0, output INTEGER NOT NULL DEFAULT 0,
+            cache_write INTEGER NOT NULL DEFAULT 0, cache_read INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL)""",
+        "CREATE INDEX usage_agent ON usage(agent)",
+    ),
 }
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from exo_cli.errors import ExoError, UsageError
 from exo_cli.ops import attention
+from exo_cli.ops.budget import budget_for
 from exo_cli.ops.spawn import pending
 from exo_cli.ops.spawn.call import Call
 from exo_cli.ops.spawn.plan import (
@@ -53,7 +54,8 @@ __all__ = ["BACKENDS", "COMMON", "MUXES", "WHOLE_CALL", "SpawnResult", "SpawnedA
 
 # What every spawn tool takes as it is, besides its own arguments (spawn_agents names the backend
 # ``backend``, the word its tool family uses; the others take ``agent``).
-COMMON = ("mux", "from_branch", "no_worktree", "layout", "repo", "skip_permissions", "after", "host")
+COMMON = ("mux", "from_branch", "no_worktree", "layout", "repo", "skip_permissions", "sandbox", "after", "host",
+          "budget_usd", "budget_tokens")
 
 
 def _adapt_agents(*, bead_ids: list[str] | None = None, backend: Annotated[str, Choice(BACKENDS)] | None = None,
@@ -95,9 +97,14 @@ SPAWN_HELP = {
               "hostile (default: worktree.layout in exo.toml).",
     "repo": "Spawn into the repository at this path (it keeps its own exo state).",
     "skip_permissions": "Let agents run tools without asking (default: agent.skip_permissions in exo.toml).",
+    "sandbox": "Run the agents in bubblewrap, each in its own clone, or not (default: sandbox.mode in exo.toml).",
     "after": "Start only when these agents are idle or done (their output can go in the prompt as {{A.output}}).",
     "demo_script": "Script file for the demo agent.",
     "host": "Start the agents on this host of [hosts] (over ssh; needs a shared PostgreSQL store).",
+    "budget_usd": "Each agent's budget in dollars (default: budget.agent_usd; a team lead's child: at most what "
+                  "the lead has left).",
+    "budget_tokens": "Each agent's budget in tokens (default: budget.agent_tokens; a team lead's child: at most "
+                     "what the lead has left).",
 }
 
 
@@ -181,9 +188,12 @@ def spawn(
     layout: Annotated[str, Choice(LAYOUTS)] | None = None,
     repo: str | None = None,
     skip_permissions: bool | None = None,
+    sandbox: bool | None = None,
     after: list[str] | None = None,
     demo_script: str | None = None,
     host: str | None = None,
+    budget_usd: Annotated[float, Range(0)] | None = None,
+    budget_tokens: Annotated[int, Range(1)] | None = None,
 ) -> SpawnResult:
     """Start agents: one worktree, branch and agent per bead, worker or subtree.
 
@@ -205,7 +215,8 @@ def spawn(
             beads=beads, worker=worker, prompt=prompts, subtree=subtree, task=task, branch=branch,
             fork_session=fork_session, parent_session_id=parent_session_id, ready=ready, specs=specs, agent=agent,
             mux=mux, from_branch=from_branch, no_worktree=no_worktree, layout=layout, repo=repo,
-            skip_permissions=skip_permissions, after=after, demo_script=demo_script))
+            skip_permissions=skip_permissions, after=after, demo_script=demo_script, budget_usd=budget_usd,
+            budget_tokens=budget_tokens, **({"sandbox": sandbox} if sandbox is not None else {})))
     target = target_env(env, repo)
     backend = choose_backend(target, agent or (own_backend(env) if fork_session else None))
     if fork_session and backend not in FORKING:
@@ -220,7 +231,9 @@ def spawn(
     warnings: list[str] = []
     common = common_for(env, target, mux=kind, from_branch=from_branch, no_worktree=no_worktree, layout=layout,
                         skip_permissions=skip_permissions, demo_script=demo_script, fork_session=fork_session,
-                        parent_session_id=parent_session_id, after=list(after or []), warnings=warnings)
+                        parent_session_id=parent_session_id, after=list(after or []), warnings=warnings,
+                        backend=backend, sandbox=sandbox,
+                        budget=budget_for(env, target, backend, usd=budget_usd, tokens=budget_tokens))
     call = Call(target, common)
     reqs = plan(env, target, beads=list(beads or []), worker=list(worker or []), prompt=prompts,
                 subtree=subtree, task=task, branch=branch, ready=ready, specs=list(specs or []),

@@ -55,12 +55,14 @@ class Common:
     parent_cwd: str | None
     no_worktree: bool = False
     layout: str = "worktree"  # "worktree" or "clone" (records.LAYOUTS)
+    sandbox: bool = False  # the agents run in bubblewrap (sandboxing.decide), each in its own clone
     skip_permissions: bool = False
     demo_script: str | None = None
     fork_session: bool | None = None
     session_id: str | None = None
     after: list[str] = field(default_factory=list)
     origin: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, Any] = field(default_factory=dict)  # each agent's budget: usd and/or tokens (ops/budget.py)
 
 
 @dataclass
@@ -258,7 +260,8 @@ def check_depth(env: Env, parent: str) -> None:
 
 def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_worktree: bool, layout: str | None,
                skip_permissions: bool | None, demo_script: str | None, fork_session: bool | None,
-               parent_session_id: str | None, after: list[str], warnings: list[str]) -> Common:
+               parent_session_id: str | None, after: list[str], warnings: list[str], backend: str = "",
+               sandbox: bool | None = None, budget: dict[str, Any] | None = None) -> Common:
     """What the call's tasks share: the parent, its branch and base, the session, the options."""
     if target is env:
         info = caller_context(env, from_branch=from_branch, no_worktree=no_worktree)
@@ -270,11 +273,24 @@ def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_w
     session = parent_session_id or info.pop("session_id")
     info.pop("session_id", None)
     skip = bool(target.config.get("agent.skip_permissions")) if skip_permissions is None else skip_permissions
+    from exo_cli.ops.spawn.sandboxing import decide
+
+    chosen = choose_layout(target, layout, no_worktree=no_worktree)
+    caller = env.caller_agent() if not env.caller.is_human else None
+    sandboxed = decide(target, flag=sandbox, layout=chosen, explicit_layout=layout is not None
+                       or target.config.origin("worktree.layout") != "default", no_worktree=no_worktree,
+                       skip_permissions=skip, backend=backend,
+                       inherited=caller is not None and bool(caller.spec.get("sandboxed")))
+    if sandboxed and fork_session:  # the parent's transcript is not in the new agent's private HOME
+        raise UsageError("--fork-session does not work with a sandboxed agent yet",
+                         hint="Start it fresh (--no-fork-session), or spawn it with --no-sandbox.")
+    if sandboxed:
+        fork_session = False
     return Common(
-        mux=mux, no_worktree=no_worktree, layout=choose_layout(target, layout, no_worktree=no_worktree),
+        mux=mux, no_worktree=no_worktree, layout="clone" if sandboxed else chosen, sandbox=sandboxed,
         skip_permissions=skip, demo_script=demo_script,
         fork_session=fork_session, session_id=session, after=list(after),
-        origin={"caller": env.caller.agent_id, "repo": str(env.repo.root)}, **info,
+        origin={"caller": env.caller.agent_id, "repo": str(env.repo.root)}, budget=dict(budget or {}), **info,
     )  # fmt: skip
 
 

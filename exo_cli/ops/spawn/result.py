@@ -43,6 +43,7 @@ class SpawnedAgent:
     location: dict[str, Any]
     host: str = ""  # the host it runs on
     layout: str = "worktree"  # where it works: "worktree", "clone" or "none"
+    sandboxed: bool = False  # it runs in bubblewrap
 
 
 class SpawnError(TypedDict):
@@ -88,6 +89,7 @@ def view(a: Agent) -> SpawnedAgent:
         status_reason=a.status_reason, backend=a.backend, mux=a.mux, bead=a.bead, task=a.task,
         branch=a.branch, base_branch=a.base_branch, worktree=a.worktree, location=dict(a.location), host=a.host,
         layout=str(a.spec.get("layout") or ("worktree" if a.spec.get("creates_worktree", True) else "none")),
+        sandboxed=bool(a.spec.get("sandboxed")),
     )  # fmt: skip
 
 

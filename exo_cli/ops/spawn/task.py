@@ -255,6 +255,7 @@ def _record(call: Call, req: Request, agent_id: str, *, path: Path, branch: str 
         "after": list(common.after),
         "spawner_pid": os.getpid(),
         **host_fields(env),
+        **({"budget": dict(common.budget)} if common.budget else {}),
     }
     return Agent(
         id=agent_id, name=agent_id, role="tl" if req.kind == "subtree" else "dev", parent=common.parent,
@@ -336,6 +337,12 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
     call.exclude_exo()
     identity = _identity(call, agent, spec)
     base_env = agent_env(env)
+    if call.common.sandbox:  # its own HOME first: the backend's trust entries and Codex's folder go there
+        from exo_cli.ops.spawn import sandboxing
+
+        private, binds = sandboxing.make_home(env, backend=req.agent, path=path, agent_dir=Path(spec["agent_dir"]),
+                                              environ=base_env)
+        spec.update(sandboxed=True, sandbox_home=str(private), sandbox_binds=binds)
     if worktree:  # the post-create command is no agent: it never gets the proof
         _fill_worktree(call, agent, spec, path, {**base_env, **beside_agent(identity)})
     launch = _prepare_backend(call, req, agent, spec, path, base_env=base_env, identity=identity, bead_task=bead_task)
@@ -431,7 +438,12 @@ def _fill_worktree(call: Call, agent: Agent, spec: dict[str, Any], path: Path, e
         call.warn(f"{agent.id}: {w}")
     if created:  # nothing copied: the record already says so
         env.store.update_agent(agent.id, spec=spec)
-    wt.run_post_create_argv(wt.post_create_command(env.config.get("worktree.post_create")), path, environ)
+    argv = wt.post_create_command(env.config.get("worktree.post_create"))
+    if argv is not None and spec.get("sandboxed"):  # it runs what the repository (or the agent) wrote: walled too
+        from exo_cli.ops.spawn import sandboxing
+
+        argv, environ = sandboxing.around(env, spec, path, list(argv), environ, tty=False)
+    wt.run_post_create_argv(argv, path, environ)
 
 
 def _write_context(call: Call, req: Request, agent: Agent, spec: dict[str, Any], path: Path, bead_task: Any) -> None:
@@ -506,6 +518,8 @@ def _prepare_backend(call: Call, req: Request, agent: Agent, spec: dict[str, Any
     prompt = first_prompt(req, agent.id, bead_full, title)
     extra = list((env.config.get("agent.args") or {}).get(req.agent, []) or [])
     home = Path(env.environ.get("HOME") or os.path.expanduser("~"))
+    if spec.get("sandboxed"):
+        home = Path(spec["sandbox_home"])
     lctx = LaunchContext(
         name=agent.id, role=agent.role, worktree=path, repo_root=env.repo.root, prompt=prompt,
         agent_dir=agent_dir, state_dir=env.state_dir, home=home, env=base_env,
@@ -514,6 +528,11 @@ def _prepare_backend(call: Call, req: Request, agent: Agent, spec: dict[str, Any
         parent_cwd=Path(common.parent_cwd) if common.parent_cwd else None, headless=common.mux == "headless",
     )  # fmt: skip
     launch = backend.prepare(lctx, identity)
+    if spec.get("sandboxed"):
+        from exo_cli.ops.spawn import sandboxing
+
+        launch = sandboxing.wrap(env, backend=req.agent, path=path, agent_dir=agent_dir, launch=launch,
+                                 tty=common.mux != "headless", binds=[tuple(b) for b in spec["sandbox_binds"]])
     spec["phase"] = "prepared"
     spec["launch_files"] = list(launch.files)
     env.store.update_agent(agent.id, spec=spec, undo=list(launch.undo))
@@ -557,9 +576,13 @@ def _start(call: Call, agent_id: str, spec: dict[str, Any], launch: Launch, *, s
         if spec.get(broker.KEY_FIELD):  # the runner starts the team's broker again when it dies
             extra["channel"] = {**launch.channel, "keeper": broker.keeper(env)}
     elif call.common.mux == "zellij" and services and path is not None:
-        extra["services_argv"] = wt.services_argv(path)
+        extra["services_argv"], extra["services_env"] = wt.services_argv(path), beside_agent(launch.env)
+        if spec.get("sandboxed"):
+            from exo_cli.ops.spawn import sandboxing
+
+            extra["services_argv"], extra["services_env"] = sandboxing.around(
+                env, spec, path, extra["services_argv"], extra["services_env"], tty=True)
         extra["services_log"] = str(path / wt.PC_LOG)
-        extra["services_env"] = beside_agent(launch.env)
     loc: Location = call.starter().start(agent_id, list(launch.argv), cwd=launch.cwd, env=dict(launch.env),
                                          log_path=logs / f"{agent_id}.log", **extra)
     spec["phase"] = "started"
@@ -583,7 +606,11 @@ def _start_services(call: Call, agent_id: str, spec: dict[str, Any], path: Path,
         return
     logs = call.env.state_dir / "logs"
     svc_name = f"{agent_id[:58]}-svc"
+    argv, svc_env = wt.services_argv(path), beside_agent(launch.env)
+    if spec.get("sandboxed"):
+        from exo_cli.ops.spawn import sandboxing
+
+        argv, svc_env = sandboxing.around(call.env, spec, path, argv, svc_env, tty=True)
     with contextlib.suppress(ExoError):
-        sloc = mux.start(svc_name, wt.services_argv(path), cwd=str(path), env=beside_agent(launch.env),
-                         log_path=logs / f"{svc_name}.log")
+        sloc = mux.start(svc_name, argv, cwd=str(path), env=svc_env, log_path=logs / f"{svc_name}.log")
         spec["services_location"] = sloc.to_dict()

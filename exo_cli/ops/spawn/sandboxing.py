@@ -1,0 +1,189 @@
+"""Spawn's sandbox step: whether the call's agents run in bubblewrap, and each agent's command wrapped in it.
+
+``decide`` settles it once per call from ``--sandbox/--no-sandbox`` and ``[sandbox] mode``
+(``off`` by default in this version; ``on``: every agent; ``auto``: wherever bubblewrap works).
+A sandboxed agent works in its own ``git clone --shared`` (the only layout that can be
+sandboxed). ``--skip-permissions`` (or a CLI's bypass flag in ``agent.args``) with a mode other
+than ``off`` is refused where bubblewrap does not work, unless ``--no-sandbox``: never silently
+unsandboxed. ``wrap`` fills the agent's private HOME and turns its launch into the ``bwrap``
+command line (adapters/sandbox.py); the record says ``sandboxed``. Every backend runs inside
+(the real Claude Code, Gemini CLI and Codex: tests/e2e/test_sandbox_lifecycle.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.errors import EnvironmentError_, UsageError
+
+if TYPE_CHECKING:
+    from exo_cli.adapters.agents import Launch
+    from exo_cli.env import Env
+
+BYPASS_FLAGS = ("--dangerously-skip-permissions", "--dangerously-bypass-approvals-and-sandbox", "--yolo", "-y",
+                "--approval-mode=yolo")
+# [sandbox] keys that open the walls (what a sandboxed agent may write, keep or touch): never from a repository
+WIDENING = ("sandbox.paths", "sandbox.env", "sandbox.devices")
+HINT = "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or spawn with --no-sandbox."
+
+
+def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool, no_worktree: bool,
+           skip_permissions: bool, backend: str, inherited: bool = False) -> bool:
+    """Whether the call's agents run sandboxed (see the module); UsageError or EnvironmentError when they cannot.
+
+    ``inherited``: the caller is a sandboxed agent, whose children are sandboxed whatever the mode
+    (an unsandboxed child would be its way out); ``--no-sandbox`` from it is refused.
+    """
+    if inherited:
+        if flag is False:
+            raise UsageError("a sandboxed agent's children run sandboxed: --no-sandbox is refused",
+                             hint="Ask your parent (or the human) to spawn it unsandboxed.")
+        flag = True
+    mode = str(target.config.get("sandbox.mode") or "off")
+    bypass = skip_permissions or any(a in BYPASS_FLAGS for a in (target.config.get("agent.args") or {}).get(backend, []))
+    if flag is False or (flag is None and mode == "off"):
+        return False
+    required = flag is True or mode == "on"
+    other_layout = no_worktree or (explicit_layout and layout != "clone")
+    if required and other_layout:
+        raise UsageError("a sandboxed agent works in its own clone: --sandbox (or [sandbox] mode = \"on\") excludes "
+                         + ("--no-worktree" if no_worktree else "--layout worktree (or worktree.layout = \"worktree\")"),
+                         hint="Drop one of them, or spawn with --no-sandbox.")
+    from exo_cli.ops.sandbox import sandbox_status
+
+    status = sandbox_status(target)
+    if required and not status.available:
+        raise EnvironmentError_(f"Cannot sandbox the agents: {status.detail}", hint=HINT, detail=status.detail)
+    if not status.available or other_layout:
+        if bypass:
+            raise EnvironmentError_(
+                "Refusing to let agents run tools without asking (--skip-permissions or a bypass flag in agent.args) "
+                "outside a sandbox: " + (status.detail if not status.available else "they work in the repository itself"
+                                          if no_worktree else "they work in a worktree"),
+                hint="Spawn with --no-sandbox to run them unsandboxed anyway." + ("" if status.available else " " + HINT))
+        return False
+    return True
+
+
+def private_places(agent_dir: Path) -> tuple[Path, Path]:
+    """(the private HOME, the cache) of a sandboxed agent, in exo's folder for it."""
+    return agent_dir / "home", agent_dir / "cache"
+
+
+def make_home(env: Env, *, backend: str, path: Path, agent_dir: Path,
+              environ: dict[str, str]) -> tuple[Path, list[tuple[str, str]]]:
+    """Fill the agent's private HOME before its backend writes its files; (the HOME, the credential binds).
+
+    The backend then runs with that HOME (its trust entries and Codex's folder go there), and
+    ``environ`` loses ``CLAUDE_CONFIG_DIR`` and ``CODEX_HOME`` (the user's folders, hidden inside).
+    """
+    from exo_cli.adapters.files import ensure_private_dir
+    from exo_cli.adapters.sandbox_home import make_home as fill
+
+    home = Path(env.environ.get("HOME") or os.path.expanduser("~"))
+    private, cache = private_places(agent_dir)
+    ensure_private_dir(cache, parents=True)
+    identity = {"name": environ.get("GIT_AUTHOR_NAME", ""), "email": environ.get("GIT_AUTHOR_EMAIL", "")}
+    if not identity["name"] or not identity["email"]:
+        from exo_cli.adapters.agents.gemini import git_identity_env
+
+        found = git_identity_env(env.repo.root, environ)
+        identity = {"name": identity["name"] or found.get("GIT_AUTHOR_NAME", ""),
+                    "email": identity["email"] or found.get("GIT_AUTHOR_EMAIL", "")}
+    binds = fill(private, real_home=home, cli=backend, clone=str(path), environ=environ, identity=identity)
+    environ.pop("CLAUDE_CONFIG_DIR", None)
+    environ.pop("CODEX_HOME", None)
+    return private, binds
+
+
+def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[str], environ: dict[str, str],
+             tty: bool, binds: list[tuple[str, str]]) -> Any:
+    """The ``sandbox.Plan`` that runs ``argv`` as this agent (its clone, its HOME, its socket), ``environ`` allow-listed."""
+    from dataclasses import replace
+
+    from exo_cli.adapters import sandbox
+    from exo_cli.adapters.files import atomic_write
+    from exo_cli.adapters.mux import tmux_socket
+
+    home = Path(env.environ.get("HOME") or os.path.expanduser("~"))
+    private, cache = private_places(agent_dir)
+    git_config = agent_dir / "git-config"
+    try:
+        text = (env.repo.common_dir / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    atomic_write(git_config, sandbox.clean_git_config(text), mode=0o600, fsync=False)
+    socket = environ.get("EXO_SOCKET")
+    places = sandbox.Agent(
+        clone=str(path), repository=str(env.repo.root), state_dir=str(env.state_dir), runtime_dir=str(env.runtime_dir),
+        home=str(home), private_home=str(private), cache=str(cache),
+        empty=sandbox.ensure_empty_file(agent_dir / "empty"), socket_dir=os.path.dirname(socket) if socket else None,
+        checkouts=str(env.worktree_root), git_config=str(git_config), credentials=tuple(binds),
+    )  # fmt: skip
+    mine = {k: v for k, v in environ.items() if k.startswith("EXO_") or k in ("BEADS_DIR", "CODEX_HOME")}
+    config = env.config
+    shared = str(env.repo.root / "exo.toml")
+    for key in WIDENING:  # the repository's own file may not open its walls (until `exo trust`, issue 33)
+        if config.origin(key) == shared and config.get(key):
+            from exo_cli.errors import InvalidInput
+
+            raise InvalidInput(f"{key} in the repository's exo.toml would widen the agents' sandbox",
+                               hint="Set it in .exo/config.toml or your own config file instead.", key=key,
+                               source=shared)
+    plan = sandbox.assemble(
+        places, argv, cli=backend, environ=environ, store_url=env.store_url,
+        tmux_socket=tmux_socket.pinned(env.runtime_dir, f"exo-{env.repo_id}"), paths=config.get("sandbox.paths"),
+        hide=config.get("sandbox.hide"), env=config.get("sandbox.env"), devices=config.get("sandbox.devices"),
+        tty=tty, set_env=mine,
+    )  # fmt: skip
+    # exo's files for this agent (the CLI's settings, the `exo` command folder) are read inside; the
+    # Codex folder is written there
+    readable = [str(agent_dir), str(env.state_dir / "bin")]
+    writable = [str(agent_dir / d) for d in ("codex-home",) if (agent_dir / d).is_dir()]
+    return replace(plan, readable=(*plan.readable, *readable), writable=(*plan.writable, *writable))
+
+
+def command(plan: Any, argv: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """``plan``'s bwrap command line and environment (running ``argv`` instead of its own when given)."""
+    from dataclasses import replace
+
+    from exo_cli.adapters import sandbox
+
+    found = sandbox.bwrap_path(plan.env) or sandbox.bwrap_path()
+    if found is None:
+        raise EnvironmentError_("bubblewrap is not installed (no bwrap on PATH)", hint=HINT)
+    return sandbox.build(plan if argv is None else replace(plan, argv=tuple(argv)), bwrap=found)
+
+
+def wrap(env: Env, *, backend: str, path: Path, agent_dir: Path, launch: Launch, tty: bool,
+         binds: list[tuple[str, str]]) -> Launch:
+    """``launch`` run inside the agent's sandbox: its argv (and a headless agent's next turns) behind ``bwrap``."""
+    from exo_cli.adapters.agents import Launch
+
+    plan = plan_for(env, backend=backend, path=path, agent_dir=agent_dir, argv=list(launch.argv),
+                    environ=launch.env, tty=tty, binds=binds)
+    argv, inner_env = command(plan)
+    channel = dict(launch.channel)
+    if channel.get("mode") == "resume":  # each next turn of a headless agent starts a new process: sandboxed too
+        channel["resume"] = command(plan, list(channel["resume"]))[0]
+    return Launch(argv=argv, env=inner_env, cwd=launch.cwd, files=list(launch.files), undo=list(launch.undo),
+                  channel=channel)
+
+
+def around(env: Env, spec: dict[str, Any], path: Path, argv: list[str], environ: dict[str, str], *,
+           tty: bool) -> tuple[list[str], dict[str, str]]:
+    """A command exo runs beside a sandboxed agent (its post-create command, its services), in its sandbox.
+
+    They run code the agent may have written, so they get its walls, with no CLI's variables.
+    """
+    binds = [(str(a), str(b)) for a, b in spec.get("sandbox_binds") or []]
+    plan = plan_for(env, backend="custom", path=path, agent_dir=Path(spec["agent_dir"]), argv=argv, environ=environ,
+                    tty=tty, binds=binds)
+    return command(plan)
+
+
+def describe(spec: dict[str, Any]) -> bool:
+    """Whether an agent's record says it runs sandboxed."""
+    return bool(spec.get("sandboxed"))
