@@ -398,17 +398,11 @@ def _common_dir_from_files(env: Env) -> Path | None:
             dotgit = folder / ".git"
             if dotgit.is_dir():
                 return dotgit if not (dotgit / "commondir").exists() else None
-            if dotgit.is_file():
-                text = dotgit.read_text(encoding="utf-8").strip()
-                if not text.startswith("gitdir:"):
-                    return None
-                gitdir = Path(text[len("gitdir:"):].strip())
-                gitdir = gitdir if gitdir.is_absolute() else folder / gitdir
-                common = gitdir / "commondir"
-                if not common.is_file():
-                    return gitdir
-                rel = Path(common.read_text(encoding="utf-8").strip())
-                return rel if rel.is_absolute() else gitdir / rel
+            if dotgit.is_file():  # a checkout's files (an agent's to write): never a FIFO, a device or a link
+                from exo_cli.adapters import gitdir as gd
+
+                found = gd.git_dir_of(folder)
+                return gd.common_of(found) if found is not None else None
     except (OSError, ValueError):
         return None
     return None

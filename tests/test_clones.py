@@ -372,3 +372,62 @@ def test_doctor_rebuilds_the_record_of_a_live_agent_in_its_clone(team: Path, exo
     rows = exo("agents", "--json").json()["agents"]  # type: ignore[index]
     assert [(a["id"], a["layout"], a["branch"], a["worktree"]) for a in rows] == [
         ("w1", "clone", "main.w1", str(clone))]
+
+
+def test_a_clone_whose_store_reaches_another_repository_is_refused(team: Path, exo: Exo, tmp_path: Path) -> None:
+    """The clone's object store is the agent's to write: an alternate (or a link) to a repository the agent
+    cannot read must not have exo import that repository's objects into this one."""
+    data = spawn_clone(exo, "w1")
+    clone = Path(data["worktrees"][0][1])
+    secret = tmp_path / "secret"
+    subprocess.run(["git", "init", "-q", str(secret)], check=True)
+    (secret / "key.txt").write_text("TOPSECRET\n")
+    git(secret, "add", "key.txt")
+    git(secret, "commit", "-q", "-m", "secret")
+    blob = git(secret, "rev-parse", "HEAD:key.txt")
+    alternates = clone / ".git" / "objects" / "info" / "alternates"
+    original = alternates.read_text()
+    objects = clone / ".git" / "objects"
+
+    def leaked() -> bool:
+        return subprocess.run(["git", "-C", str(team), "cat-file", "-e", blob], capture_output=True).returncode == 0
+
+    def attack(label: str) -> None:
+        runs = [exo(*args) for args in (("status", "w1", "--json"), ("checkpoint", "w1", "--json"),
+                                        ("complete", "w1", "--json"))]
+        assert not leaked(), label
+        for r in runs:
+            assert r.exit_code == 5 and "does not read this clone" in r.stdout, (label, r.stdout, r.stderr)
+            assert "Traceback" not in r.stderr
+
+    alternates.write_text(original + str(secret / ".git" / "objects") + "\n")  # a second alternate
+    git(clone, "update-ref", "refs/heads/leak", git(secret, "rev-parse", "HEAD"))
+    attack("alternates")
+    alternates.write_text(original)
+    os.unlink(clone / ".git" / "refs" / "heads" / "leak")
+    (objects / "info" / "http-alternates").write_text("http://127.0.0.1:9/x\n")
+    attack("http-alternates")
+    os.unlink(objects / "info" / "http-alternates")
+    shutil.rmtree(objects / blob[:2], ignore_errors=True)
+    (objects / blob[:2]).mkdir()
+    (objects / blob[:2] / blob[2:]).symlink_to(secret / ".git" / "objects" / blob[:2] / blob[2:])  # one object
+    git(clone, "update-ref", "refs/tags/leak", blob)
+    attack("object link")
+    (objects / blob[:2] / blob[2:]).unlink()
+    os.mkfifo(objects / blob[:2] / blob[2:])  # git opening it would wait for a writer
+    attack("fifo")
+    (objects / blob[:2] / blob[2:]).unlink()
+    os.unlink(clone / ".git" / "refs" / "tags" / "leak")
+    head = clone / ".git" / "HEAD"
+    saved = head.read_bytes()
+    head.unlink()
+    head.symlink_to(secret / ".git" / "HEAD")
+    attack("HEAD link")
+    head.unlink()
+    head.write_bytes(saved)
+    with open(clone / ".git" / "packed-refs", "ab") as fh:  # sparse: read in part, its refs would be dropped
+        fh.truncate(65 << 20)
+    attack("huge packed-refs")
+    (clone / ".git" / "packed-refs").unlink()
+    r = exo("status", "w1", "--json")  # restored: read again
+    assert r.exit_code == 0, r.stdout + r.stderr

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 from exo_cli import fault
 from exo_cli.adapters import ckptfiles, clones, gitdir, keep
 from exo_cli.adapters.ckptrefs import ARCHIVED, REFS, Listed, list_refs
-from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked
+from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked, read_regular_text
 from exo_cli.adapters.git import Git
 from exo_cli.errors import ExoError, StateError
 
@@ -513,10 +513,8 @@ def _stat(path: Path) -> list[int]:
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return ""
+    """A small git-folder file (a worktree's, the agent's to write): never a FIFO, a device or a link."""
+    return (read_regular_text(path, limit=4096, follow=False) or "").strip()
 
 
 def _z(text: str) -> list[str]:

@@ -53,7 +53,8 @@ CLONE_REFS = "refs/exo/clones/"
 IDENTITY = {"GIT_AUTHOR_NAME": "exo", "GIT_AUTHOR_EMAIL": "exo@localhost",
             "GIT_COMMITTER_NAME": "exo", "GIT_COMMITTER_EMAIL": "exo@localhost"}
 MAX_INDEX = 512 << 20  # bytes: a bigger index is not copied (git rebuilds one from HEAD)
-MAX_SMALL = 4 << 20  # bytes: packed-refs, info/exclude
+MAX_SMALL = 4 << 20  # bytes: info/exclude, a state file
+MAX_PACKED_REFS = 64 << 20  # bytes: a bigger packed-refs is refused
 _OID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _SHA = re.compile(r"\b(?:[0-9a-f]{64}|[0-9a-f]{40})\b")
 _BAD_REF = re.compile(r"(^|/)\.|\.\.|[\x00-\x20\x7f~^:?*\[\\]|@\{|\.lock(/|$)|//|/$|\.$")
@@ -246,7 +247,7 @@ def read_refs(clone: str | os.PathLike[str]) -> CloneRefs:
         return CloneRefs(None, branches, state)
     git_dir = os.path.join(clone, ".git")
     refs: dict[str, str] = {}
-    packed = read_inside(git_dir, "packed-refs", limit=64 << 20) or b""
+    packed = read_inside(git_dir, "packed-refs", limit=MAX_PACKED_REFS) or b""
     for line in packed.decode("utf-8", "replace").splitlines():
         oid, _, ref = line.partition(" ")
         if _OID.match(oid) and good_ref(ref, "refs/"):
@@ -285,6 +286,65 @@ def read_refs(clone: str | os.PathLike[str]) -> CloneRefs:
     return CloneRefs(head, branches, state)
 
 
+# --------------------------------------------------------------------------- the clone's object store
+
+MAX_STORE_ENTRIES = 1 << 20  # loose objects and packs: a bigger store is refused (``git gc`` in the clone first)
+
+
+def _refuse(clone: str | os.PathLike[str], rel: str, why: str) -> StateError:
+    return StateError(f"{os.path.join(clone, '.git', rel)} {why}: exo does not read this clone",
+                      worktree=str(clone), path=os.path.join(str(clone), ".git", rel), reason="hostile-clone",
+                      hint="Only git clone --shared's own files are read; restore it (or remove the clone).")
+
+
+def check_store(clone: str | os.PathLike[str], alternates: set[str]) -> None:
+    """StateError unless the clone's object store is what ``git clone --shared`` made: its ``alternates`` naming
+    exactly the repository's store (one of ``alternates``), no ``http-alternates``, no ``commondir``, and
+    every entry of ``objects/`` a plain folder or regular file (never a link, a FIFO or a device), all read
+    without following a link. git reading the store (exo's reads name it as an alternate) follows the
+    alternates and the links it finds there: a store pointing at another repository on disk would have exo
+    import that repository's objects into this one, where every agent reads them."""
+    git_dir = os.path.join(clone, ".git")
+    try:
+        if not stat.S_ISDIR(os.lstat(os.path.join(git_dir, "objects")).st_mode):
+            raise _refuse(clone, "objects", "is not a folder")
+    except FileNotFoundError:
+        raise _refuse(clone, "objects", "is missing") from None
+    for rel in ("objects/info/http-alternates", "commondir"):
+        if os.path.lexists(os.path.join(git_dir, rel)):
+            raise _refuse(clone, rel, "exists (git clone --shared writes none)")
+    for rel, limit, needed in (("HEAD", 4096, True), ("packed-refs", MAX_PACKED_REFS, False)):
+        try:  # read whole or refused: a branch silently unread would have its keep-alive ref pruned
+            st = os.lstat(os.path.join(git_dir, rel))
+        except FileNotFoundError:
+            if needed:
+                raise _refuse(clone, rel, "is missing") from None
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise _refuse(clone, rel, f"is a link, no regular file or over {limit} bytes")
+    rel = "objects/info/alternates"
+    data = read_inside(git_dir, rel, limit=64 << 10)
+    lines = [x for x in (data or b"").decode("utf-8", "replace").splitlines() if x.strip()]
+    if data is None or len(lines) != 1 or os.path.normpath(lines[0]) not in alternates:
+        raise _refuse(clone, rel, "does not name exactly the repository's object store")
+    count = 0
+    for rel_dir in ("objects", *(f"objects/{d}" for d in _subdirs(git_dir, "objects"))):
+        with os.scandir(os.path.join(git_dir, rel_dir)) as it:
+            for entry in it:
+                count += 1
+                if count > MAX_STORE_ENTRIES:
+                    raise _refuse(clone, "objects", f"holds over {MAX_STORE_ENTRIES} entries")
+                if entry.is_dir(follow_symlinks=False):  # objects/xx, pack, info; info/commit-graphs (not read)
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    raise _refuse(clone, f"{rel_dir}/{entry.name}", "is a link or no regular file")
+
+
+def _subdirs(root: str, rel: str) -> list[str]:
+    with os.scandir(os.path.join(root, rel)) as it:
+        return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+
+
 # --------------------------------------------------------------------------- the reader
 
 
@@ -305,6 +365,7 @@ class Reader:
             raise StateError(f"{self.clone} is not an agent's clone (any more): its .git is not a folder",
                              worktree=self.clone, reason="no-checkout",
                              hint="Check it by hand: exo reads a clone only through its own git folder.")
+        check_store(self.clone, self.expected_alternates())
         refs = read_refs(self.clone)
         g = self.gitdir
         ensure_private_dir(self.folder, parents=True)
@@ -342,6 +403,12 @@ class Reader:
             if refs.head:
                 self.git().run(["read-tree", "HEAD"], check=False)  # no index: one from HEAD (stat data rebuilt)
         return refs._replace(state=labels)
+
+    def expected_alternates(self) -> set[str]:
+        """The names under which ``git clone --shared`` wrote the repository's object store into the clone."""
+        objects = self.common_dir / "objects"
+        return {os.path.normpath(p) for p in (str(objects), os.path.realpath(objects),
+                                              os.path.join(str(self.repo.path), ".git", "objects"))}
 
     def _stores(self) -> list[str]:
         return [os.path.join(os.path.realpath(self.clone), ".git", "objects"), str(self.common_dir / "objects")]

@@ -57,6 +57,56 @@ def read_named_text(name: str, cwd: Path, *, field: str, what: str) -> str:
         raise InvalidInput(f"Cannot read {what} {name!r}: {exc}", field=field) from exc
 
 
+SMALL_FILE = 1 << 20  # bytes: a git folder's small files (HEAD, commondir, a ref, a .git file), context files
+
+
+def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> int:
+    """A read-only descriptor of regular file ``path`` (the caller closes it); OSError when it is missing,
+    no regular file (a FIFO is never waited on, a device or folder never read) or, unless ``follow``, a link.
+
+    For every file an agent can write that exo opens: one in a worktree or its git folder, an
+    agent's clone, a hook payload's transcript.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, f"{os.fspath(path)} is no regular file")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | os.PathLike[str], *, limit: int = SMALL_FILE, follow: bool = True) -> bytes | None:
+    """The bytes of regular file ``path`` (``open_regular``); None when it cannot be opened so or holds more
+    than ``limit`` bytes."""
+    try:
+        fd = open_regular(path, follow=follow)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_size > limit:
+            return None
+        chunks: list[bytes] = []
+        got = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - got)):
+            got += len(chunk)
+            if got > limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_regular_text(path: str | os.PathLike[str], *, limit: int = SMALL_FILE, follow: bool = True) -> str | None:
+    """``read_regular`` as text (undecodable bytes replaced)."""
+    data = read_regular(path, limit=limit, follow=follow)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
 def sha256_hex(data: bytes) -> str:
     """``hashlib.sha256(data).hexdigest()``, without importing hashlib when CPython's own is there.
 

@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from exo_cli.adapters.files import atomic_write, read_regular_text
+
 # A full object name, SHA-1 or SHA-256.
 _SHA = re.compile(r"\b(?:[0-9a-f]{64}|[0-9a-f]{40})\b")
 # Files at the top of a checkout's git folder that name commits it would lose.
@@ -46,11 +48,8 @@ def git_dir_of(checkout: str | os.PathLike[str]) -> Path | None:
     dot = Path(checkout) / ".git"
     if dot.is_dir() and not dot.is_symlink():
         return dot
-    try:
-        text = dot.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    if not text.startswith("gitdir:"):
+    text = read_regular_text(dot, limit=4096, follow=False)  # the checkout's: never a FIFO, a device or a link
+    if text is None or not text.startswith("gitdir:"):
         return None
     target = Path(text[len("gitdir:"):].strip())
     return target if target.is_absolute() else (Path(checkout) / target)
@@ -58,9 +57,15 @@ def git_dir_of(checkout: str | os.PathLike[str]) -> Path | None:
 
 def _common(git_dir: Path) -> Path:
     """A linked worktree's git folder names the shared one in its ``commondir`` file."""
+    return common_of(git_dir) or git_dir
+
+
+def common_of(git_dir: Path) -> Path | None:
+    """The shared git folder ``git_dir``'s ``commondir`` names (``git_dir`` without one); None when that file
+    is there but unreadable (a FIFO, a device, a link, empty)."""
     common = _read(git_dir / "commondir")
     if not common:
-        return git_dir
+        return None if os.path.lexists(git_dir / "commondir") else git_dir
     path = Path(common)
     return path if path.is_absolute() else git_dir / path
 
@@ -79,11 +84,9 @@ def common_dir(start: str | os.PathLike[str], environ: Mapping[str, str]) -> Pat
     return None
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return ""
+def _read(path: Path, limit: int = 1 << 20) -> str:
+    """A git folder's file (an agent's to write): "" when missing or no regular file (a FIFO, a device, a link)."""
+    return (read_regular_text(path, limit=limit, follow=False) or "").strip()
 
 
 def operations(git_dir: Path) -> list[str]:
@@ -130,8 +133,20 @@ def head_commit(git_dir: Path) -> str | None:
     return None
 
 
+def ref_commit(git_dir: Path, ref: str) -> str | None:
+    """The object ``ref`` (``refs/...``) names in the repository of ``git_dir``, read from its loose or packed
+    file (never a FIFO, a device or a link); None when unsure."""
+    if not ref.startswith("refs/") or any(p in ("", ".", "..") for p in ref.split("/")):
+        return None
+    common = _common(git_dir)
+    text = _read(common / ref, 4096)
+    if text:
+        return text if _SHA.fullmatch(text) else None
+    return _packed(common, ref)
+
+
 def _packed(common: Path, ref: str) -> str | None:
-    for line in _read(common / "packed-refs").splitlines():
+    for line in _read(common / "packed-refs", 256 << 20).splitlines():
         sha, _, name = line.partition(" ")
         if name == ref and _SHA.fullmatch(sha):
             return sha
@@ -319,39 +334,37 @@ def remove_locks(locks: Mapping[str, int]) -> list[str]:
 
 
 __all__ = ["HEAD_FILES", "STATE_DIRS", "STATE_FILES", "Checkout", "Locks", "branches_concerned", "checkouts", "common_dir",
-           "created_locks", "git_dir_around", "git_dir_of", "head_branch", "head_commit", "lock_files", "operations",
+           "created_locks", "git_dir_around", "git_dir_of", "head_branch", "head_commit", "common_of", "lock_files", "operations", "ref_commit",
            "remove_locks", "state_commits"]
+
+
+EXCLUDE_LIMIT = 16 << 20  # bytes of info/exclude exo reads
 
 
 def add_exclude(common_dir: Path, pattern: str) -> bool:
     """Add ``pattern`` to ``info/exclude`` once; return True when it was added."""
     path = common_dir / "info" / "exclude"
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        existing = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    existing = read_regular_text(path, limit=EXCLUDE_LIMIT, follow=False)
+    if existing is None:
+        if os.path.lexists(path):
+            return False  # a link, a FIFO, a device, a huge file: never written through nor replaced
         existing = ""
     if pattern in existing.splitlines():
         return False
-    with open(path, "a", encoding="utf-8") as fh:
-        if existing and not existing.endswith("\n"):
-            fh.write("\n")
-        fh.write(pattern + "\n")
+    atomic_write(path, existing + ("\n" if existing and not existing.endswith("\n") else "") + pattern + "\n")
     return True
 
 
 def remove_exclude(common_dir: Path, pattern: str) -> bool:
     """Take every ``pattern`` line out of ``info/exclude`` (the rest byte for byte); True when one was there."""
     path = common_dir / "info" / "exclude"
-    try:
-        existing = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    existing = read_regular_text(path, limit=EXCLUDE_LIMIT, follow=False)
+    if existing is None:
         return False
     lines = existing.splitlines(keepends=True)
     kept = [line for line in lines if line.rstrip("\r\n") != pattern]
     if len(kept) == len(lines):
         return False
-    from exo_cli.adapters.files import atomic_write
-
     atomic_write(path, "".join(kept))
     return True

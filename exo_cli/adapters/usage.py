@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 
 from exo_cli.records import Usage
 
@@ -51,17 +50,12 @@ def _model(value: Any) -> str:
 def open_regular(path: str) -> BinaryIO | None:
     """``path`` opened for reading when it is a regular file; None otherwise (missing, or a FIFO or a device
     named as a transcript: opened without blocking and never read)."""
+    from exo_cli.adapters import files
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        return os.fdopen(files.open_regular(path), "rb")
     except OSError:
         return None
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return os.fdopen(fd, "rb")
-    except OSError:
-        pass
-    os.close(fd)
-    return None
 
 
 FLUSH_WAIT = 2.0  # how long a stop hook waits for Claude to write the turn's last message to its transcript

@@ -498,10 +498,9 @@ def _committed(git: Git, rel: str) -> str | None:
 
 
 def _exclude_lines(common: Path) -> list[str]:
-    try:
-        return (common / "info" / "exclude").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
+    from exo_cli.adapters.files import read_regular_text
+
+    return (read_regular_text(common / "info" / "exclude", limit=16 << 20, follow=False) or "").splitlines()
 
 
 def _exo_toml(env: Env, record: dict[str, Any], *, config: bool, apply: bool) -> tuple[bool, str | None]:

@@ -191,17 +191,18 @@ def _update(env: Env, agent: Agent, **changes: Any) -> None:
 # ---------------------------------------------------------------------------------- handlers
 
 
+CONTEXT_LIMIT = 1 << 20  # bytes of a worktree's .exo/context.md read
+
+
 def task_context(agent: Agent) -> str:
     """The agent's ``.exo/context.md`` when its worktree has one, else its task."""
     if agent.worktree:
         path = os.path.join(agent.worktree, ".exo", "context.md")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read().strip()
-            if text:
-                return text
-        except OSError:
-            pass
+        from exo_cli.adapters.files import read_regular_text
+
+        text = (read_regular_text(path, limit=CONTEXT_LIMIT, follow=False) or "").strip()  # the agent's to write
+        if text:
+            return text
     lines = [f"You are exo agent {agent.name} (role {agent.role}); your parent is {agent.parent or ROOT}."]
     if agent.task:
         lines.append(f"Your task: {agent.task}")

@@ -22,36 +22,12 @@ if TYPE_CHECKING:
 
 
 def ref_sha(worktree: str, ref: str) -> str | None:
-    """Resolve a branch ref by reading the repository files (no git process); None when unsure."""
-    try:
-        dotgit = os.path.join(worktree, ".git")
-        if os.path.isdir(dotgit):
-            gitdir = dotgit
-        else:
-            with open(dotgit, encoding="utf-8") as fh:
-                line = fh.read().strip()
-            if not line.startswith("gitdir:"):
-                return None
-            gitdir = os.path.join(worktree, line[7:].strip())
-        common = gitdir
-        try:
-            with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as fh:
-                common = os.path.join(gitdir, fh.read().strip())
-        except FileNotFoundError:
-            pass
-        try:
-            with open(os.path.join(common, ref), encoding="utf-8") as fh:
-                sha = fh.read().strip()
-            return sha if len(sha) >= 40 and not sha.startswith("ref:") else None
-        except FileNotFoundError:
-            pass
-        with open(os.path.join(common, "packed-refs"), encoding="utf-8") as fh:
-            for line in fh:
-                if line.rstrip("\n").endswith(" " + ref) and not line.startswith(("#", "^")):
-                    return line.split(" ", 1)[0]
-    except OSError:
-        return None
-    return None
+    """Resolve a branch ref by reading the repository files (no git process; the agent's to write, so never a
+    FIFO, a device or a link is opened); None when unsure."""
+    from exo_cli.adapters import gitdir
+
+    found = gitdir.git_dir_of(worktree)
+    return gitdir.ref_commit(found, ref) if found is not None else None
 
 
 class RebaseResult(NamedTuple):
