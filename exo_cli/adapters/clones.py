@@ -126,17 +126,11 @@ def read_inside(root: str | os.PathLike[str], rel: str, *, limit: int = MAX_SMAL
             fds.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
         fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fds[-1])
         fds.append(fd)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        chunks: list[bytes] = []
-        got = 0
-        while chunk := os.read(fd, 1 << 20):
-            got += len(chunk)
-            if got > limit:
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
+        from exo_cli.adapters.files import read_fd
+
+        return read_fd(fd, limit)
     except OSError:
         return None
     finally:

@@ -85,6 +85,15 @@ def read_regular(path: str | os.PathLike[str], *, limit: int = SMALL_FILE, follo
     except OSError:
         return None
     try:
+        return read_fd(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def read_fd(fd: int, limit: int) -> bytes | None:
+    """All bytes of open regular file ``fd`` (from where it stands), or None past ``limit`` bytes or on an error
+    (a file that grows while read is cut off at the limit, never read without end)."""
+    try:
         if os.fstat(fd).st_size > limit:
             return None
         chunks: list[bytes] = []
@@ -97,8 +106,6 @@ def read_regular(path: str | os.PathLike[str], *, limit: int = SMALL_FILE, follo
         return b"".join(chunks)
     except OSError:
         return None
-    finally:
-        os.close(fd)
 
 
 def read_regular_text(path: str | os.PathLike[str], *, limit: int = SMALL_FILE, follow: bool = True) -> str | None:

@@ -115,14 +115,18 @@ def build(env: Any, auth: rules.Auth, hub: Hub, *, on_exchange: Any = None) -> A
             return PlainTextResponse("Not found\n", status_code=404)
         return Response(cached(name), media_type=ASSETS[name])
 
-    async def call(request: Request, name: str, **kwargs: Any) -> Response:
+    async def run(request: Request, name: str, **kwargs: Any) -> Any:
+        """The operation's result, or the Response that refuses it (not signed in, or its error)."""
         if not signed_in(request):
             return refused("not signed in.")
         try:
-            result = await run_in_threadpool(invoke, name, env, **kwargs)
+            return await run_in_threadpool(invoke, name, env, **kwargs)
         except ExoError as exc:
             return failure(exc)
-        return Response(to_json(result), media_type="application/json")
+
+    async def call(request: Request, name: str, **kwargs: Any) -> Response:
+        result = await run(request, name, **kwargs)
+        return result if isinstance(result, Response) else Response(to_json(result), media_type="application/json")
 
     async def board(request: Request) -> Response:
         return await call(request, "board")
@@ -144,12 +148,9 @@ def build(env: Any, auth: rules.Auth, hub: Hub, *, on_exchange: Any = None) -> A
 
     async def highlighted(request: Request, name: str, **kwargs: Any) -> Response:
         """A diff or a pull request, its patch as highlighted lines (``views.patch_lines``)."""
-        if not signed_in(request):
-            return refused("not signed in.")
-        try:
-            result = await run_in_threadpool(invoke, name, env, **kwargs)
-        except ExoError as exc:
-            return failure(exc)
+        result = await run(request, name, **kwargs)
+        if isinstance(result, Response):
+            return result
         out = json.loads(to_json(result))
         shown = out if name == "diff" else out["diff"]  # a PR holds its diff (``PrDiffView``)
         shown["lines"] = await run_in_threadpool(patch_lines, shown.pop("patch", None))
