@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from exo_cli.errors import StateError
+
+# Importing typing would cost every hook (env.py imports this module); type checkers still see it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 # The one table of keys that need trust when the repository file sets them: a rule ``X`` covers the
 # key X and every key under it, ``X.*`` the keys under the section X. Keys added later under a

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from net_sandbox import bwrap_argv, bwrap_missing
 
-from conftest import Exo, wait_for
+from conftest import Exo, wait_for, write_trusted
 from exo_cli.adapters import brokerio, netlog, netpolicy, netproxy
 from exo_cli.adapters.netpolicy import model_entries, parse, policy_for
 from exo_cli.adapters.netproxy import NetProxy, Refused, network_plan, parse_head
@@ -91,7 +91,7 @@ def test_allow_hosts_in_exo_toml_is_checked_entry_by_entry(repo: Path) -> None:
     r = Exo(repo)("config", "sandbox.allow_hosts")
     assert r.exit_code == 4, r.stdout + r.stderr
     assert "pypi.org:8o" in r.stderr and "exo.toml" in r.stderr and "Traceback" not in r.stderr
-    (repo / "exo.toml").write_text('[sandbox]\nallow_hosts = ["npm", "*.corp.example:8443"]\n')
+    write_trusted(repo, '[sandbox]\nallow_hosts = ["npm", "*.corp.example:8443"]\n')
     assert Env(cwd=repo).config.get("sandbox.allow_hosts") == ["npm", "*.corp.example:8443"]
 
 
@@ -396,7 +396,7 @@ def test_spawn_gets_the_policy_and_the_plan_from_the_config_and_the_clis_own_fil
     from exo_cli.ops import broker as broker_ops
     from exo_cli.ops import network
 
-    (repo / "exo.toml").write_text('[sandbox]\nallow_hosts = ["github", "pypi.org:8443"]\n')
+    write_trusted(repo, '[sandbox]\nallow_hosts = ["github", "pypi.org:8443"]\n')
     codex_home = tmp_path / "codex"
     codex_home.mkdir()
     (codex_home / "config.toml").write_text('model_provider = "corp"\n[model_providers.corp]\n'

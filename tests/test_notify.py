@@ -37,6 +37,14 @@ def hook(wt: str, agent: str, event: str, payload: dict) -> None:
     registry.invoke("hook", env_for(wt, agent), event=event, cli="claude", payload=json.dumps(payload))
 
 
+def over_budget(repo: Path, name: str) -> None:
+    """Agent ``name`` ends a turn past its token budget (its record says what it spent; no transcript here)."""
+    env = env_for(repo)
+    a = env.store.agent(name)
+    env.store.update_agent(name, tokens=100, spec={**a.spec, "budget": {"tokens": 10}})
+    hook(a.worktree, name, "stop", {"stop_hook_active": False, "last_assistant_message": "spent"})
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_every_event_kind_reaches_the_command_exactly_once(repo: Path, tmp_path: Path) -> None:
     out = tmp_path / "events.jsonl"
@@ -76,6 +84,9 @@ def test_every_event_kind_reaches_the_command_exactly_once(repo: Path, tmp_path:
         wait_for(lambda: registry.invoke("agents", env_for(repo)).by_status.get("dead") == 1, what="w3 dead")
         registry.invoke("agents", env_for(repo))
         assert c.id == "w3"
+        # over its budget at the end of a turn
+        make_agent(repo, "w4")
+        over_budget(repo, "w4")
         # done
         registry.invoke("done", env_for(a.worktree, "w1"), output="all done")
         wait_for(lambda: len(events(out)) >= len(KINDS), what="every event recorded")
@@ -200,6 +211,10 @@ def test_the_board_flags_exactly_the_agents_that_raised_one_attention_event(repo
             registry.invoke("complete", env_for(repo), target="refused")
         assert Path(c.worktree, "late.txt").exists()
         entered["ender"] = entered["killed"] = entered["refused"] = "dead"
+        # over its budget: alive and idle, its messages held
+        make_agent(repo, "spender")
+        over_budget(repo, "spender")
+        entered["spender"] = "over-budget"
         # a PR filed to the root: ready for the human to merge
         pr = make_agent(repo, "filer")
         commit(pr.worktree, "a.txt", "a\n", "add a")
@@ -228,11 +243,11 @@ def test_the_board_flags_exactly_the_agents_that_raised_one_attention_event(repo
     got = Counter((e["agent"], e["event"]) for e in events(out))
     assert set(entered.values()) >= set(NEEDS_HUMAN), "a status that needs the human has no scenario here"
     board_kind = {"asking": "question", "permission": "waiting-permission", "dialog": "blocked-on-dialog",
-                  "failed": "failed-turn", "dead": "dead", "pr-ready": "pr-filed"}
+                  "failed": "failed-turn", "dead": "dead", "pr-ready": "pr-filed", "budget": "over-budget"}
     assert got == Counter({(a, board_kind[n]): 1 for a, n in flagged.items()}), (got, flagged)
     assert flagged == {"zombie": "dead", "asker": "asking", "perm": "permission", "failer": "failed",
                        "dialog": "dialog", "gone": "dead", "waiter": "dead", "ender": "dead", "killed": "dead",
-                       "refused": "dead", "filer": "pr-ready"}, flagged
+                       "refused": "dead", "filer": "pr-ready", "spender": "budget"}, flagged
     assert statuses == entered
 
 

@@ -65,7 +65,7 @@ def test_migrate_to_postgres_and_back_keeps_every_row_and_id(repo: Path, url: st
     proc = run_exo("store", "migrate", "--to", url, "--json", cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads(proc.stdout)
-    assert res["counts"] == {"agents": 3, "messages": 3, "events": 1, "prs": 1, "kv": 1}
+    assert res["counts"] == {"agents": 3, "messages": 3, "events": 1, "prs": 1, "kv": 1, "usage": 0}
     assert (res["source"], res["target"]) == ("sqlite", url)
     assert not (state / "state.db").exists() and Path(res["kept"]).exists()
     assert (state / "store-url").read_text().strip() == url

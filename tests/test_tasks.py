@@ -204,6 +204,7 @@ def test_context_file_and_snapshots(repo: Path) -> None:
     add_beads(repo)
     env = make_env(repo)
     wt = repo / "wt"
+    wt.mkdir()  # a checkout that exists (exo never makes one by writing its context into it)
     assert tasks.write_context(env, wt, "# hi\n") is True
     assert tasks.context_path(wt).read_text() == "# hi\n"
     assert tasks.write_context(env, wt, "# hi\n") is False

@@ -24,9 +24,9 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import NamedTuple
 
 from exo_cli.adapters.files import atomic_write, read_regular_text
+from exo_cli.lite import NamedTuple
 
 # A full object name, SHA-1 or SHA-256.
 _SHA = re.compile(r"\b(?:[0-9a-f]{64}|[0-9a-f]{40})\b")

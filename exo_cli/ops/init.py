@@ -161,8 +161,9 @@ def init(env: Env, *, force: bool = False, agent: Annotated[str, Choice(AGENT_CL
                         f"agent.default to {pick_agent(tools)}, or spawn with --agent")
     from exo_cli.ops.sandbox import sandbox_status, unavailable_warning
 
-    sandbox_warning = unavailable_warning(sandbox_status(env))
-    if sandbox_warning:
+    mode = env.config.peek("sandbox.mode")  # to decide on a warning only: trusted or not
+    sandbox_warning = unavailable_warning(sandbox_status(env)) if mode in ("on", "auto") else None
+    if sandbox_warning:  # only when agents are to be sandboxed here (`[sandbox] mode` on or auto)
         warnings.append(sandbox_warning)
     wiring = None
     if agent is not None:

@@ -250,7 +250,8 @@ def merge_message(pr: PullRequest, strategy: str) -> str:
         "force": "Enqueue even though the author's descendants have open PRs into its branch.",
     },
     cli_only={"wait": "waiting for the gates can take far longer than a tool call should",
-              "now": "only the human bypasses the merge queue"},
+              "now": "only the human bypasses the merge queue",
+              "force": "only the human overrides the refusal that names the author's descendants"},
 )
 def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
              strategy: Annotated[str, Choice(STRATEGIES)] | None = None,
@@ -292,6 +293,9 @@ def merge_pr(env: Env, *, number: Annotated[int, Range(1)],
     if now and caller is not None:
         raise StateError("Only the human bypasses the merge queue (--now)", hint="Merge without --now: the "
                          "PR joins the queue and lands once the gates pass.", pr=number)
+    if force and caller is not None:
+        raise StateError("Only the human enqueues a PR past its author's descendants' open PRs (--force)",
+                         hint="Merge those PRs into the author's branch first, or ask the human.", pr=number)
     forge = forge_for(env, pr.forge, runner=gh_runner(env))
     gated = not now and bool(mergequeue.gates(env, pr.base))
     queued = gated and forge.kind in ("local", "github")
