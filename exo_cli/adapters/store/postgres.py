@@ -214,8 +214,8 @@ class PostgresStore(PgUsage, PgMoving, Store):
         return self._tx(retire)
 
     def pending_agent_ids(self) -> list[str]:
-        rows = self.query("SELECT id FROM exo.agents WHERE repo = %s AND status = %s AND spec LIKE %s",
-                          (self.repo, STARTING, '%"pending"%'))
+        rows = self.query("SELECT id FROM exo.agents WHERE repo = %s AND status = %s AND spec LIKE %s "
+                          "ORDER BY created_at, id", (self.repo, STARTING, '%"pending"%'))
         return [r["id"] for r in rows]
 
     # -- messages and events -------------------------------------------------------------

@@ -393,7 +393,8 @@ class SqliteStore(SqliteUsage, Store):
             return True
 
     def pending_agent_ids(self) -> list[str]:
-        rows = self.query("SELECT id FROM agents WHERE status = ? AND spec LIKE '%\"pending\"%'", (STARTING,))
+        rows = self.query("SELECT id FROM agents WHERE status = ? AND spec LIKE '%\"pending\"%' ORDER BY created_at, id",
+                          (STARTING,))
         return [r["id"] for r in rows]
 
     # -- messages and events -------------------------------------------------------------
