@@ -180,6 +180,10 @@ def test_codex_notify_alone_marks_the_agent_idle(lifecycle: Lifecycle) -> None:
     assert sent["sent"][0]["delivery"] == "typed"
     rec = lc.wait_status("w1", "idle", timeout=45, since_turns=1)
     assert rec["output"] == "NOTIFY-ONLY-AGAIN" and rec["turns"] == 2
+    # the second turn's idle event can be read a moment after its status (a loaded machine): wait for it
+    deadline = time.monotonic() + 30
+    while [e["kind"] for e in lc.events("w1")].count("idle") < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert [e["kind"] for e in lc.events("w1")].count("idle") == 2
     assert lc.hook_state("w1")["last_turn"] != state["last_turn"]
     assert_no_egress(server)
