@@ -113,10 +113,6 @@ def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path) -
     assert r.exit_code == 2 and "excludes --no-worktree" in r.stderr
     r = exo(*base, "--agent", "custom", "--sandbox", "--layout", "worktree")
     assert r.exit_code == 2 and "excludes --layout worktree" in r.stderr
-    if shutil.which("bwrap") is not None:
-        r = exo("spawn", "--subtree", "--task", "t", "--branch", "b1", "--agent", "claude", "--fork-session",
-                "--parent-session-id", "s1", "--sandbox", "--mux", "headless")
-        assert r.exit_code == 2 and "--fork-session does not work with a sandboxed agent" in r.stderr, r.stderr
     # a machine without bubblewrap: PATH without bwrap
     bare = tmp_path / "bin"
     bare.mkdir()
@@ -206,3 +202,66 @@ def test_a_sandboxed_team_lead_spawns_only_sandboxed_children(team: Path, exo: E
     assert path.read_text().split() == ["unsandboxed=refused", "child=ok"]
     agents = {a["id"]: a for a in exo("agents", "--json").json()["agents"]}  # type: ignore[index]
     assert agents["c2"]["sandboxed"] is True and agents["c2"]["layout"] == "clone" and "c1" not in agents
+
+
+@needs_bwrap
+def test_a_sandboxed_subtree_forks_the_session_into_its_private_home(team: Path, exo: Exo, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """--fork-session of a sandboxed Claude subtree: the one transcript it forks is copied into its private HOME
+    (under its clone's project folder), the user's ~/.claude gets nothing; `claude --resume ID --fork-session`."""
+    from exo_cli.adapters.agents.claude import encode_project_dir
+
+    home = Path(os.environ["HOME"])
+    mine = home / ".claude" / "projects" / encode_project_dir(team)
+    mine.mkdir(parents=True)
+    (mine / "s1.jsonl").write_text('{"type":"user","message":"the parent\'s conversation"}\n')
+    bindir = tmp_path / "bin"  # a stand-in for the claude CLI: spawn needs one on PATH (the sandbox cannot run it)
+    bindir.mkdir()
+    (bindir / "claude").write_text("#!/bin/sh\nexec sleep 600\n")
+    (bindir / "claude").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    r = exo("spawn", "--subtree", "--task", "t", "--branch", "b1", "--agent", "claude", "--fork-session",
+            "--parent-session-id", "s1", "--mux", "headless", "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    (agent,) = r.json()["agents"]  # type: ignore[index]
+    assert agent["sandboxed"] is True and agent["layout"] == "clone"
+    private = team / ".git" / "exo" / "agents" / "b1" / "home"
+    forked = private / ".claude" / "projects" / encode_project_dir(agent["worktree"]) / "s1.jsonl"
+    assert forked.read_text() == (mine / "s1.jsonl").read_text() and forked.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in (home / ".claude" / "projects").iterdir()) == [mine.name]
+    assert exo("kill", "b1").exit_code == 0
+
+
+def test_a_sandboxed_parents_transcript_is_read_without_following_its_links(tmp_path: Path) -> None:
+    """A sandboxed parent writes its own HOME: a transcript (or a projects folder) it made a link to the user's
+    secret is not copied into its child; its real transcript is."""
+    from exo_cli.adapters.agents import LaunchContext
+    from exo_cli.adapters.agents.claude import ClaudeBackend, encode_project_dir
+    from exo_cli.errors import NotFound
+
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("canary")
+    parent_home, child_home = tmp_path / "parent-home", tmp_path / "child-home"
+    projects = parent_home / ".claude" / "projects"
+    (projects / encode_project_dir("/p/clone")).mkdir(parents=True)
+    (projects / encode_project_dir("/p/clone") / "s1.jsonl").symlink_to(secret)
+    (projects / "linked").symlink_to(tmp_path)  # a folder link: /p/linked/<id>.jsonl would be the secret's folder
+    (tmp_path / "s2.jsonl").write_text("canary")
+    child_home.mkdir()
+
+    def fork(session: str) -> object:
+        ctx = LaunchContext(name="c", role="dev", worktree=Path("/p/child"), repo_root=tmp_path, prompt="p",
+                            agent_dir=tmp_path, state_dir=tmp_path, home=child_home, env={}, resume_session=session,
+                            fork_session=True, parent_cwd=Path("/p/clone"), parent_config=parent_home / ".claude",
+                            parent_confined=True)
+        return ClaudeBackend()._copy_transcript(ctx)
+
+    for session in ("s1", "s2"):
+        with pytest.raises(NotFound):
+            fork(session)
+    assert not any(p.is_file() for p in child_home.rglob("*"))
+    (projects / encode_project_dir("/p/clone") / "s1.jsonl").unlink()
+    (projects / encode_project_dir("/p/clone") / "s1.jsonl").write_text("conversation")
+    undo = fork("s1")
+    copied = child_home / ".claude" / "projects" / encode_project_dir("/p/child") / "s1.jsonl"
+    assert copied.read_text() == "conversation" and undo == {"kind": "remove-file", "path": str(copied)}

@@ -39,7 +39,7 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
             raise UsageError("a sandboxed agent's children run sandboxed: --no-sandbox is refused",
                              hint="Ask your parent (or the human) to spawn it unsandboxed.")
         flag = True
-    mode = str(target.config.get("sandbox.mode") or "off")
+    mode = str(target.config.get("sandbox.mode") or "auto")
     bypass = skip_permissions or any(a in BYPASS_FLAGS for a in (target.config.get("agent.args") or {}).get(backend, []))
     if flag is False or (flag is None and mode == "off"):
         return False
@@ -94,6 +94,17 @@ def make_home(env: Env, *, backend: str, path: Path, agent_dir: Path,
     environ.pop("CLAUDE_CONFIG_DIR", None)
     environ.pop("CODEX_HOME", None)
     return private, binds
+
+
+def parent_transcripts(env: Env, parent: str) -> tuple[Path, bool]:
+    """(the Claude folder holding ``parent``'s transcripts, whether it is a sandboxed parent's own) for a sandboxed
+    child's ``--fork-session``: the child's private HOME gets a copy of the one transcript it forks."""
+    from exo_cli.adapters.agents.claude import config_dir
+
+    record = env.store.agent(parent) if parent else None
+    if record is not None and record.spec.get("sandboxed") and record.spec.get("sandbox_home"):
+        return Path(str(record.spec["sandbox_home"])) / ".claude", True
+    return config_dir(env.environ, Path(env.environ.get("HOME") or os.path.expanduser("~"))), False
 
 
 def network_for(env: Env, spec: dict[str, Any]) -> Any:
