@@ -107,7 +107,23 @@ def test_a_sandboxed_agent_commits_and_reaches_exo_but_nothing_else(team: Path, 
         assert exo("kill", "w1").exit_code == 0
 
 
-def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path) -> None:
+def _tool(cwd: Path, tool: str, args: dict[str, object]) -> object:
+    """One call of an MCP tool through the real SDK client, in process (so the test's PATH applies)."""
+    import asyncio
+
+    from mcp import Client
+
+    from exo_cli.env import Env
+    from exo_cli.mcp_server import build_server
+
+    async def go() -> object:
+        async with Client(build_server(Env(cwd=cwd), "tl")) as c:
+            return await c.call_tool(tool, args)
+
+    return asyncio.run(go())
+
+
+def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base = ("spawn", "--worker", "w1", "--prompt", "go", "--mux", "headless")
     r = exo(*base, "--agent", "custom", "--sandbox", "--no-worktree")
     assert r.exit_code == 2 and "excludes --no-worktree" in r.stderr
@@ -123,15 +139,35 @@ def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path) -
     path = {"PATH": f"{bare}:{Path(sys.executable).parent}"}
     r = exo(*base, "--agent", "custom", "--sandbox", env=path)
     assert r.exit_code == 7 and "bubblewrap is not installed" in r.stderr
-    r = exo(*base, "--agent", "custom", "--skip-permissions", env={**path, "EXO_SANDBOX": "auto"})
-    assert r.exit_code == 7 and "Refusing to let agents run tools without asking" in r.stderr
-    assert "--no-sandbox" in r.stderr
-    assert exo("agents", "--json").json()["agents"] == []  # type: ignore[index]
-    r = exo(*base, "--agent", "custom", "--skip-permissions", "--no-sandbox", "--json", env={**path, "EXO_SANDBOX": "auto"})
-    assert r.exit_code == 0, r.stderr
-    assert r.json()["agents"][0]["sandboxed"] is False  # type: ignore[index]
+    # the default mode (auto): never silently unsandboxed, for the CLI and the MCP spawn tools alike
+    for agent in ("custom", "demo"):
+        r = exo(*base, "--agent", agent, "--skip-permissions", env=path)
+        assert r.exit_code == 7 and "Refusing to let agents run tools without asking" in r.stderr, r.stderr
+        assert "--no-sandbox" in r.stderr
+    with monkeypatch.context() as patched:
+        patched.setenv("PATH", path["PATH"])
+        from mcp.shared.exceptions import MCPError
+
+        with pytest.raises(BaseException) as refused:  # an EnvironmentError is a protocol error (in the client's task group)
+            _tool(team, "spawn_workers", {"specs": [{"name": "m1", "prompt": "x", "agent": "custom"}],
+                                          "skip_permissions": True, "mux": "headless"})
+        errors, found = [refused.value], []
+        while errors:
+            e = errors.pop()
+            errors += list(getattr(e, "exceptions", ()))
+            found += [e] if isinstance(e, MCPError) else []
+        assert [(e.error.code, "Refusing to let agents run tools without asking" in e.error.message) for e in found] == [
+            (-32005, True)], refused.value
+        assert exo("agents", "--json").json()["agents"] == []  # type: ignore[index]
+        r = exo(*base, "--agent", "custom", "--json", env=path)  # no bubblewrap: unsandboxed
+        assert r.exit_code == 0 and r.json()["agents"][0]["sandboxed"] is False, r.stderr  # type: ignore[index]
+        r = exo("spawn", "--worker", "w2", "--prompt", "go", "--mux", "headless", "--agent", "custom", "--skip-permissions",
+                "--no-sandbox", "--json", env=path)
+        assert r.exit_code == 0, r.stderr
+        assert r.json()["agents"][0]["sandboxed"] is False  # type: ignore[index]
     if shutil.which("bwrap") is not None:  # where bubblewrap works, auto refuses only an unsandboxed layout
-        r = exo(*base, "--agent", "custom", "--skip-permissions", "--layout", "worktree", env={"EXO_SANDBOX": "auto"})
+        r = exo("spawn", "--worker", "w3", "--prompt", "go", "--mux", "headless", "--agent", "custom",
+                "--skip-permissions", "--layout", "worktree")
         assert r.exit_code == 7 and "outside a sandbox: they work in a worktree" in r.stderr
 
 

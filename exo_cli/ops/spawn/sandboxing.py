@@ -1,7 +1,8 @@
 """Spawn's sandbox step: whether the call's agents run in bubblewrap, and each agent's command wrapped in it.
 
 ``decide`` settles it once per call from ``--sandbox/--no-sandbox`` and ``[sandbox] mode``
-(``off`` by default in this version; ``on``: every agent; ``auto``: wherever bubblewrap works).
+(``auto`` by default: wherever bubblewrap works; ``on``: every agent, an error where it does not;
+``off``: none). ``--layout worktree`` and ``--no-worktree`` ask for an unsandboxed agent under ``auto``.
 A sandboxed agent works in its own ``git clone --shared`` (the only layout that can be
 sandboxed). ``--skip-permissions`` (or a CLI's bypass flag in ``agent.args``) with a mode other
 than ``off`` is refused where bubblewrap does not work, unless ``--no-sandbox``: never silently
