@@ -301,3 +301,29 @@ def test_a_sandboxed_parents_transcript_is_read_without_following_its_links(tmp_
     undo = fork("s1")
     copied = child_home / ".claude" / "projects" / encode_project_dir("/p/child") / "s1.jsonl"
     assert copied.read_text() == "conversation" and undo == {"kind": "remove-file", "path": str(copied)}
+
+
+@needs_bwrap
+def test_an_agent_recorded_before_sandboxing_was_on_starts_as_it_was_spawned(team: Path, exo: Exo) -> None:
+    """A deferred start (--after) recorded by an exo that had no sandbox (no `sandbox` or `layout` in its record)
+    starts unsandboxed in its worktree under the new default, as it was asked for; a new one is sandboxed."""
+    from exo_cli.env import Env
+    from exo_cli.ops.spawn.pending import launch_pending
+
+    assert exo("spawn", "--worker", "w1", "--prompt", "go", "--agent", "custom", "--mux", "headless").exit_code == 0
+    for name in ("old", "new"):
+        r = exo("spawn", "--worker", name, "--prompt", "later", "--agent", "custom", "--mux", "headless", "--after", "w1")
+        assert r.exit_code == 0, r.stderr
+    env = Env(cwd=team)
+    old = env.store.agent("old")
+    assert old is not None and old.spec["common"]["sandbox"] is True  # recorded under the default (auto)
+    spec = {**old.spec, "common": {k: v for k, v in old.spec["common"].items() if k not in ("sandbox", "layout")}}
+    env.store.update_agent("old", spec=spec)  # as an exo without a sandbox recorded it
+    for name in ("old", "new"):
+        assert launch_pending(env, name).errors == []
+    agents = {a["id"]: a for a in exo("agents", "--json").json()["agents"]}  # type: ignore[index]
+    assert (agents["old"]["sandboxed"], agents["old"]["layout"]) == (False, "worktree")
+    assert (team / ".exo" / "worktrees" / "old" / ".git").is_file()  # a linked worktree, as before
+    assert (agents["new"]["sandboxed"], agents["new"]["layout"]) == (True, "clone")
+    doctor = exo("doctor", "--json").json()
+    assert [p for p in doctor["problems"] if p["subject"] in ("old", "new")] == [], doctor  # type: ignore[index]
