@@ -97,9 +97,8 @@ def test_a_sandboxed_agent_commits_and_reaches_exo_but_nothing_else(team: Path, 
         assert merged.exit_code == 0, merged.stdout + merged.stderr
         assert (team / "agent.txt").read_text() == "work\n"
         (clone / "post.txt").unlink()  # the post-create command's report: complete would keep it as work
-        assert exo("kill", "w1").exit_code == 0  # it still sleeps: stopped first (every process of its sandbox)
-        done = exo("complete", "w1", "--json")
-        assert done.exit_code == 0, done.stdout + done.stderr
+        done = exo("complete", "w1", "--json")  # it still sleeps: complete stops it (every process of its sandbox)
+        assert done.exit_code == 0 and done.json()["stopped"] is True, done.stdout + done.stderr  # type: ignore[index]
         assert not clone.exists()
         assert exo("reap").exit_code == 0  # its private HOME and cache go with exo's folder for it
         assert not (team / ".git" / "exo" / "agents" / "w1").exists()

@@ -237,9 +237,8 @@ def _processes(env: Env, agent: Agent, worktree: str, *, settle: float) -> list[
     deadline = time.monotonic() + settle
     while True:
         found = processes_inside(worktree, exclude=_own_pids(env))
-        # its own: in its groups, or below them in a session of their own (a sandbox's processes: bwrap --new-session)
-        agents_own = [p for p in found if p["pgid"] in groups or p["sid"] in groups
-                      or not groups.isdisjoint(ancestors(p["pid"]))]
+        agents_own = [p for p in found if p["pgid"] in groups or p["sid"] in groups  # or below them, in a session
+                      or not groups.isdisjoint(ancestors(p["pid"]))]  # of their own (a sandbox's: bwrap --new-session)
         if not settle:
             return [p for p in found if p not in agents_own]
         if not agents_own or time.monotonic() > deadline:

@@ -50,6 +50,8 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
         raise UsageError("a sandboxed agent works in its own clone: --sandbox (or [sandbox] mode = \"on\") excludes "
                          + ("--no-worktree" if no_worktree else "--layout worktree (or worktree.layout = \"worktree\")"),
                          hint="Drop one of them, or spawn with --no-sandbox.")
+    if other_layout and not bypass:  # auto, and the call asked for an unsandboxed layout: no need to look
+        return False
     from exo_cli.ops.sandbox import sandbox_status
 
     status = sandbox_status(target)
