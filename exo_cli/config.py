@@ -106,7 +106,7 @@ DEFAULTS: dict[str, Any] = {
     "broker": {"enabled": True, "idle_exit": 5},
     "hosts": {},
     # bubblewrap around agents that work in their own clone (docs/security.md "The sandbox")
-    "sandbox": {"mode": "auto", "env": [], "paths": [], "hide": [], "devices": [],
+    "sandbox": {"mode": "off", "env": [], "paths": [], "hide": [], "devices": [],
                 # a sandboxed agent's network: its model API and these, nothing else
                 "allow_hosts": []},
     # the merge queue (docs/commands.md: The merge queue): with gates for a base, `pr merge` enqueues instead of merging

@@ -182,10 +182,10 @@ def test_doctor_and_init_say_whether_bubblewrap_works(exo: object, tmp_path: Pat
         if found:
             (bare / tool).symlink_to(found)
     path = f"{bare}:{Path(sys.executable).parent}"
-    done = exo("init", "--json", env={"PATH": path, "EXO_SANDBOX": "off"})  # type: ignore[operator]
+    done = exo("init", "--json", env={"PATH": path})  # type: ignore[operator]
     assert done.exit_code == 0, done.stderr
     assert not any("bubblewrap" in w for w in done.json()["warnings"])  # sandboxing is off: nothing to warn about
-    done = exo("init", "--json", env={"PATH": path})  # type: ignore[operator]  # the default mode: auto
+    done = exo("init", "--json", env={"PATH": path, "EXO_SANDBOX": "auto"})  # type: ignore[operator]
     assert done.exit_code == 0, done.stderr
     assert any("bubblewrap is not installed" in w and "apt-get install bubblewrap" in w for w in done.json()["warnings"])
     doctor = exo("doctor", env={"PATH": path})  # type: ignore[operator]
@@ -196,7 +196,7 @@ def test_doctor_and_init_say_whether_bubblewrap_works(exo: object, tmp_path: Pat
     doctor = exo("doctor", "--json", env={"PATH": path})  # type: ignore[operator]
     assert doctor.json()["sandbox"] == {"available": False, "detail": "bwrap does not work here: bwrap: No permissions "
                                         "to create new namespace"}
-    done = exo("init", "--json", env={"PATH": path})  # type: ignore[operator]
+    done = exo("init", "--json", env={"PATH": path, "EXO_SANDBOX": "auto"})  # type: ignore[operator]
     assert any("bwrap does not work here: bwrap: No permissions to create new namespace: agents cannot run in a "
                "sandbox" in w for w in done.json()["warnings"]), done.json()
 

@@ -138,13 +138,15 @@ def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path, m
     path = {"PATH": f"{bare}:{Path(sys.executable).parent}"}
     r = exo(*base, "--agent", "custom", "--sandbox", env=path)
     assert r.exit_code == 7 and "bubblewrap is not installed" in r.stderr
-    # the default mode (auto): never silently unsandboxed, for the CLI and the MCP spawn tools alike
+    # mode auto: never silently unsandboxed, for the CLI and the MCP spawn tools alike
+    path["EXO_SANDBOX"] = "auto"
     for agent in ("custom", "demo"):
         r = exo(*base, "--agent", agent, "--skip-permissions", env=path)
         assert r.exit_code == 7 and "Refusing to let agents run tools without asking" in r.stderr, r.stderr
         assert "--no-sandbox" in r.stderr
     with monkeypatch.context() as patched:
         patched.setenv("PATH", path["PATH"])
+        patched.setenv("EXO_SANDBOX", "auto")
         from mcp.shared.exceptions import MCPError
 
         with pytest.raises(BaseException) as refused:  # an EnvironmentError is a protocol error (in the client's task group)
@@ -166,7 +168,7 @@ def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path, m
         assert r.json()["agents"][0]["sandboxed"] is False  # type: ignore[index]
     if shutil.which("bwrap") is not None:  # where bubblewrap works, auto refuses only an unsandboxed layout
         r = exo("spawn", "--worker", "w3", "--prompt", "go", "--mux", "headless", "--agent", "custom",
-                "--skip-permissions", "--layout", "worktree")
+                "--skip-permissions", "--layout", "worktree", env={"EXO_SANDBOX": "auto"})
         assert r.exit_code == 7 and "outside a sandbox: they work in a worktree" in r.stderr
 
 
@@ -256,7 +258,7 @@ def test_a_sandboxed_subtree_forks_the_session_into_its_private_home(team: Path,
     (bindir / "claude").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     r = exo("spawn", "--subtree", "--task", "t", "--branch", "b1", "--agent", "claude", "--fork-session",
-            "--parent-session-id", "s1", "--mux", "headless", "--json")
+            "--parent-session-id", "s1", "--mux", "headless", "--sandbox", "--json")
     assert r.exit_code == 0, r.stdout + r.stderr
     (agent,) = r.json()["agents"]  # type: ignore[index]
     assert agent["sandboxed"] is True and agent["layout"] == "clone"
@@ -303,9 +305,11 @@ def test_a_sandboxed_parents_transcript_is_read_without_following_its_links(tmp_
 
 
 @needs_bwrap
-def test_an_agent_recorded_before_sandboxing_was_on_starts_as_it_was_spawned(team: Path, exo: Exo) -> None:
+def test_an_agent_recorded_before_sandboxing_was_on_starts_as_it_was_spawned(team: Path, exo: Exo,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A deferred start (--after) recorded by an exo that had no sandbox (no `sandbox` or `layout` in its record)
-    starts unsandboxed in its worktree under the new default, as it was asked for; a new one is sandboxed."""
+    starts unsandboxed in its worktree under mode auto, as it was asked for; a new one is sandboxed."""
+    monkeypatch.setenv("EXO_SANDBOX", "auto")
     from exo_cli.env import Env
     from exo_cli.ops.spawn.pending import launch_pending
 
@@ -315,7 +319,7 @@ def test_an_agent_recorded_before_sandboxing_was_on_starts_as_it_was_spawned(tea
         assert r.exit_code == 0, r.stderr
     env = Env(cwd=team)
     old = env.store.agent("old")
-    assert old is not None and old.spec["common"]["sandbox"] is True  # recorded under the default (auto)
+    assert old is not None and old.spec["common"]["sandbox"] is True  # recorded under mode auto
     spec = {**old.spec, "common": {k: v for k, v in old.spec["common"].items() if k not in ("sandbox", "layout")}}
     env.store.update_agent("old", spec=spec)  # as an exo without a sandbox recorded it
     for name in ("old", "new"):

@@ -421,7 +421,7 @@ def demo(env: Env, *, mux: str | None = None, path: str | None = None, keep: boo
             run.say(f"created the project, {len(BEADS)} beads and exo's state; agents run {kind}")
             from exo_cli.ops.sandbox import sandbox_status
 
-            sandbox = sandbox_status(senv)  # [sandbox] mode is auto here: sandboxed wherever bubblewrap works
+            sandbox = sandbox_status(senv)  # its exo.toml says auto: sandboxed wherever bubblewrap works
             run.say("each agent runs sandboxed (bubblewrap), in its own clone" if sandbox.available else
                     f"agents run unsandboxed: {sandbox.detail}; install bubblewrap to sandbox them")
             try:

@@ -1,8 +1,9 @@
 """Spawn's sandbox step: whether the call's agents run in bubblewrap, and each agent's command wrapped in it.
 
 ``decide`` settles it once per call from ``--sandbox/--no-sandbox`` and ``[sandbox] mode``
-(``auto`` by default: wherever bubblewrap works; ``on``: every agent, an error where it does not;
-``off``: none). ``--layout worktree`` and ``--no-worktree`` ask for an unsandboxed agent under ``auto``.
+(``off`` by default in this version: none; ``auto``: wherever bubblewrap works; ``on``: every agent,
+an error where it does not). ``--layout worktree`` and ``--no-worktree`` ask for an unsandboxed agent
+under ``auto``.
 A sandboxed agent works in its own ``git clone --shared`` (the only layout that can be
 sandboxed). ``--skip-permissions`` (or a CLI's bypass flag in ``agent.args``) with a mode other
 than ``off`` is refused where bubblewrap does not work, unless ``--no-sandbox``: never silently
@@ -40,7 +41,7 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
             raise UsageError("a sandboxed agent's children run sandboxed: --no-sandbox is refused",
                              hint="Ask your parent (or the human) to spawn it unsandboxed.")
         flag = True
-    mode = str(target.config.get("sandbox.mode") or "auto")
+    mode = str(target.config.get("sandbox.mode") or "off")
     bypass = skip_permissions or any(a in BYPASS_FLAGS for a in (target.config.get("agent.args") or {}).get(backend, []))
     if flag is False or (flag is None and mode == "off"):
         return False
@@ -160,7 +161,11 @@ def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[
     )  # fmt: skip
     # exo's files for this agent (the CLI's settings, the `exo` command folder) are read inside; the
     # Codex folder is written there
-    readable = [str(agent_dir), str(env.state_dir / "bin")]
+    import exo_cli
+
+    # ... and exo's own code, which the agent's `exo` command and the demo agent run (a checkout under /tmp, hidden
+    # otherwise)
+    readable = [str(agent_dir), str(env.state_dir / "bin"), os.path.dirname(os.path.abspath(exo_cli.__file__))]
     writable = [str(agent_dir / d) for d in ("codex-home",) if (agent_dir / d).is_dir()]
     return replace(plan, readable=(*plan.readable, *readable), writable=(*plan.writable, *writable))
 
