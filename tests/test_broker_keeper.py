@@ -26,14 +26,19 @@ from exo_cli import __version__
 from exo_cli.adapters import broker as adapter
 from exo_cli.env import Env
 from exo_cli.ops import broker as ops
+from exo_cli.ops import turnend
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("tmux") is None,
                                 reason="needs bubblewrap and tmux")
 
-# The lead blocks in `exo wait` (through its relay) from the start; the worker only lives.
+# The lead blocks in `exo wait` (through its relay) from the start; the worker ends a turn that changed a
+# file (its stop hook, as Claude Code runs it), then lives on.
+STOP = '{"session_id": "s1", "hook_event_name": "Stop", "stop_hook_active": false, "last_assistant_message": "done"}'
 AGENT = r"""
 case "$EXO_AGENT" in
 lead) exo wait --json --timeout 300 > .exo/wait.tmp 2> .exo/wait.err; mv .exo/wait.tmp .exo/wait.json ;;
+w1) echo work > turn.txt; printf '%s' '""" + STOP + r"""' | exo hook stop --cli claude > .exo/hook.tmp 2>&1
+    mv .exo/hook.tmp .exo/hook.json ;;
 esac
 exec sleep 600
 """
@@ -100,6 +105,16 @@ def test_keepers_start_a_killed_broker_again_and_an_in_flight_wait_resumes(team:
         assert os.readlink(f"/proc/{pid}/ns/pid") == own_ns
         assert not any(k.startswith("EXO_") for k in _environ(pid))  # none of the agent's variables
     p = ops.paths(env)
+    # the worker's turn ended: its checkpoint, due after the hook's answer, is taken by the broker itself (a
+    # helper process's call would come back through the agent's socket, not from the agent's process tree)
+    w1 = env.store.agent("w1")
+    assert w1 is not None
+    hooked = Path(str(w1.worktree)) / ".exo" / "hook.json"
+    wait_for(hooked.exists, 120, "the worker's stop hook")
+    due = Path(turnend.folder(env, w1)) / turnend.DUE
+    wait_for(lambda: not due.exists(), 120, f"the worker's due checkpoint ({hooked.read_text()})")
+    taken = exo("checkpoints", "w1", "--json")
+    assert taken.exit_code == 0 and taken.json()["checkpoints"], taken.stdout  # type: ignore[index]
     wait_for(lambda: (adapter.ping(p, __version__) or {}).get("connections", 0) >= 1, 120,
              "the lead's wait to be in flight in the broker")
     for kill in range(2):  # the keepers wait on the new broker's life lock again: a second kill goes the same way
