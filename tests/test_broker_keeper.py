@@ -167,6 +167,9 @@ if os.fork():
     os.close(w)
     sys.exit(0 if os.read(r, 1) == b"!" else 1)
 os.setsid()
+null = os.open(os.devnull, os.O_RDWR)
+for std in (0, 1, 2):  # a daemon, as the broker is: it keeps nothing of its starter's open
+    os.dup2(null, std)
 fd = os.open(life, os.O_RDWR | os.O_CREAT, 0o600)
 fcntl.flock(fd, fcntl.LOCK_EX)
 s = socket.socket(socket.AF_UNIX)
@@ -234,6 +237,52 @@ def test_each_launcher_starts_the_keeper_beside_the_agent(tmp_path: Path, launch
             assert (tmp_path / "exit").read_text().strip() == "-15"
     finally:
         for p in (holder, pane):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if standin:
+            os.kill(standin, signal.SIGKILL)
+
+
+def test_a_herd_of_keepers_starts_the_broker_once(tmp_path: Path) -> None:
+    """Eight agents' keepers wake together when the broker dies: one starts it, the others wait for that one
+    (the keepers' own lock) and find it running; nobody starts a second exo."""
+    from exo_cli.adapters.mux._launch import keeper_argv
+    from exo_cli.adapters.mux.base import keeper_line
+
+    life, ctl, started = tmp_path / "life", tmp_path / "ctl", tmp_path / "started"
+    calls = tmp_path / "calls"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(life)], stdout=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdout.read(1) == b"!"
+    # each start is counted before the stand-in starts (a second exo would count too)
+    start = f"import sys; open({str(calls)!r}, 'a').write('x'); sys.argv = sys.argv[1:]; exec(compile(sys.argv[0], 's', 'exec'))"
+    (tmp_path / "line").write_text(keeper_line({
+        "life": str(life), "ctl": str(ctl), "log": "",
+        "argv": [sys.executable, "-c", start, STANDIN, str(life), str(ctl), str(started)], "env": {}}) + "\n")
+    command = " ".join(f"'{a}'" for a in keeper_argv(sys.executable))
+    panes = [subprocess.Popen(["/bin/sh", "-c", f'{command} "$$" < "$1" & exec sleep 600', "sh",
+                               str(tmp_path / "line")], start_new_session=True) for _ in range(8)]
+    standin = 0
+    try:
+        watched = {str(i): p.pid for i, p in enumerate(panes)}
+        wait_for(lambda: len(keepers(watched)) == 8, 60, "eight keepers")
+        holder.kill()
+        holder.wait()
+        wait_for(started.exists, 60, "a keeper to start the broker")
+        standin = int(started.read_text().split()[0])
+        # every keeper is back to waiting on the new broker's life lock (/proc/locks lists each blocked request)
+        inode = f":{life.stat().st_ino} "
+
+        def blocked() -> bool:
+            waiting = {int(line.split()[5]) for line in Path("/proc/locks").read_text().splitlines()
+                       if "->" in line and "FLOCK" in line and inode in line}
+            return set(keepers(watched)) <= waiting
+
+        wait_for(blocked, 60, "every keeper to wait on the new broker")
+        assert calls.read_text() == "x"
+        assert len(started.read_text().splitlines()) == 1
+    finally:
+        for p in (holder, *panes):
             if p.poll() is None:
                 p.kill()
                 p.wait()

@@ -28,8 +28,10 @@ the team broker), a thread of the runner starts the broker again when it dies: i
 when it ends, ``kill -9`` too), and once it gets it and nobody answers on the control socket it runs
 ``argv`` (``exo broker start``) with ``env`` (the human's, without exo's markers). The runner lives
 outside the agent's sandbox, so sandboxed agents recover with no human command. No polling while the
-broker lives; a herd of runners is spread by a short wait derived from the pid, and whoever comes
-later finds the new broker holding the lock.
+broker lives; a herd of runners is spread by a short wait derived from the pid, one of them at a
+time starts it (the keepers' lock ``keep`` beside the life lock: the others wait for it rather than
+each start an exo), and whoever comes later finds the new broker holding the lock. A pane agent's
+keeper is this same code (``--keep``, see ``keep``).
 
 Messages arrive as files ``<dir>/<name>.inbox/<seq>.msg`` (written atomically by exo), each
 followed by one byte on the wake-up FIFO ``<dir>/<name>.wake``. The runner keeps its state in
@@ -264,21 +266,43 @@ class Keeper:
             try:
                 if not self._lock(fcntl.LOCK_NB) or self.answers():
                     continue
+                claim = self._claim()
             except OSError:
                 return
-            self.restarts += 1
-            last = time.monotonic()
-            self.say("exo's broker is gone; starting it again")
-            import subprocess
-
+            if claim is None:  # another keeper is starting it: wait for that one rather than start an exo too
+                time.sleep(0.25)
+                continue
             try:
-                done = subprocess.run(self.argv, env=self.env, cwd="/", stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=KEEP_TIMEOUT)
-                rc, why = done.returncode, done.stderr.decode("utf-8", "replace").strip()[-500:]
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                rc, why = -1, str(exc)
-            if rc != 0:
-                self.say(f"cannot start exo's broker: {why}")
+                if not self._lock(fcntl.LOCK_NB) or self.answers():  # it was started while we took the claim
+                    continue
+                self.restarts += 1
+                last = time.monotonic()
+                self.start_broker()
+            finally:
+                os.close(claim)
+
+    def _claim(self) -> int | None:
+        """The keepers' own lock (``keep`` beside the life lock), held while one of them starts the broker."""
+        fd = os.open(os.path.join(os.path.dirname(self.life), "keep"), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def start_broker(self) -> None:
+        self.say("exo's broker is gone; starting it again")
+        import subprocess
+
+        try:
+            done = subprocess.run(self.argv, env=self.env, cwd="/", stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=KEEP_TIMEOUT)
+            rc, why = done.returncode, done.stderr.decode("utf-8", "replace").strip()[-500:]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            rc, why = -1, str(exc)
+        if rc != 0:
+            self.say(f"cannot start exo's broker: {why}")
 
 
 def encode_keeper(spec: dict[str, Any]) -> str:
