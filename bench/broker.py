@@ -181,13 +181,23 @@ def keepers(repo: Path, count: int) -> dict[int, subprocess.Popen[bytes]]:
                 sid = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[3]
             except (OSError, IndexError):
                 continue
-            if b"--keep" in argv and sid == name:  # up, and out of its pane's session
-                pane_pid = int(argv[argv.index(b"--keep") + 1])
+            mark = b"exo-keeper" if b"exo-keeper" in argv else b"--keep"  # its shell waiter, or Python's
+            if mark in argv and sid == name:  # up, and out of its pane's session
+                pane_pid = int(argv[argv.index(mark) + 1])
                 if pane_pid in out:
                     found[int(name)] = out[pane_pid]
         time.sleep(0.1)
-    time.sleep(1.0)  # settled: what they import while the broker lives
+    time.sleep(2.0)  # settled: waiting on the broker's life lock
     return found
+
+
+def tree_rss_kib(pid: int) -> int:
+    """RSS of ``pid`` and its children (a keeper's shell waiter and its ``flock``)."""
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        children = []
+    return rss_kib(pid) + sum(tree_rss_kib(c) for c in children)
 
 
 def hooks_at_once(argv: Sequence[str], envs: list[dict[str, str]], cwd: Path) -> list[float]:
@@ -313,7 +323,7 @@ def measure(args: argparse.Namespace, repo: Path, wt: Path, env: dict[str, str],
         verdicts.append(per <= 20 and holders == [pids[0]])
         kept = keepers(repo, len(relays))
         try:
-            keep_kib = [rss_kib(k) for k in kept]
+            keep_kib = [tree_rss_kib(k) for k in kept]
             with_keepers = (total + sum(keep_kib)) / 1024 / len(relays)
             print(f"... with a sandboxed pane agent's keeper beside each: {len(kept)} keepers, "
                   f"{statistics.median(keep_kib) / 1024:.1f} MiB RSS each, {with_keepers:.1f} MiB per agent (budget 20)")

@@ -55,7 +55,8 @@ def team(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def keepers(watched: dict[str, int]) -> dict[int, int]:
-    """{pid: the pane process it watches} of the live keepers (``_runner.py --keep PID``) of ``watched``'s panes."""
+    """{pid: the pane process it watches} of the live keepers (``_runner.py --keep PID``, then its shell waiter)
+    of ``watched``'s panes."""
     out = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -65,8 +66,9 @@ def keepers(watched: dict[str, int]) -> dict[int, int]:
             state = _stat(int(name))[0]
         except (OSError, IndexError):
             continue
-        if b"--keep" in argv and any(a.endswith(b"_runner.py") for a in argv) and state != "Z":
-            pane = int(argv[argv.index(b"--keep") + 1])
+        mark = b"exo-keeper" if b"exo-keeper" in argv else b"--keep"  # the shell waiter, or Python's
+        if mark in argv and any(a.endswith(b"_runner.py") for a in argv) and state != "Z":
+            pane = int(argv[argv.index(mark) + 1])
             if pane in watched.values():
                 out[int(name)] = pane
     return out
@@ -182,15 +184,17 @@ time.sleep(600)
 """
 
 
-@pytest.mark.parametrize("launcher", ["sh", "python"])
+@pytest.mark.parametrize("launcher", ["sh", "python", "sh-big"])
 def test_each_launcher_starts_the_keeper_beside_the_agent(tmp_path: Path, launcher: str) -> None:
     """The shell launcher (tmux) and the Python one (Zellij: it stays the pane's process and records the
     exit status) start the keeper; it starts the broker (a stand-in here) once its life lock drops, with
-    the environment it was given, and ends with the agent."""
+    the environment it was given, and ends with the agent. It waits in a shell (``KEEP_SH``), or in Python
+    where that cannot take its request (``sh-big``: an environment larger than a pipe holds; also what runs
+    where util-linux is missing)."""
     from exo_cli.adapters.mux import _launch
     from exo_cli.adapters.mux.base import deliver_spec, encode_spec, keeper_line, launcher_argv, make_fifo
 
-    if launcher == "sh" and _launch.shell_programs() is None:
+    if launcher != "python" and _launch.shell_programs() is None:
         pytest.skip("dash and env are needed for the shell launcher")
     life, ctl, started = tmp_path / "life", tmp_path / "ctl", tmp_path / "started"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(life)], stdout=subprocess.PIPE)  # the broker
@@ -198,10 +202,12 @@ def test_each_launcher_starts_the_keeper_beside_the_agent(tmp_path: Path, launch
     keeper = {"life": str(life), "ctl": str(ctl), "log": str(tmp_path / "keeper.log"),
               "argv": [sys.executable, "-c", STANDIN, str(life), str(ctl), str(started)],
               "env": {"EXO_STATE_DIR": "/the/state", "PATH": os.environ["PATH"]}}
+    if launcher == "sh-big":
+        keeper["env"]["BIG"] = "x" * 40000
     spec = {"argv": ["sleep", "600"], "env": {"PATH": os.environ["PATH"]}, "cwd": str(tmp_path), "keep": [],
             "keeper": keeper_line(keeper)}
     fifo = make_fifo(tmp_path / "fifo")
-    if launcher == "sh":
+    if launcher != "python":
         programs = _launch.shell_programs()
         assert programs is not None
         argv, payload = _launch.sh_argv(str(fifo), [], programs), _launch.encode_sh(spec)
@@ -216,10 +222,13 @@ def test_each_launcher_starts_the_keeper_beside_the_agent(tmp_path: Path, launch
         found = wait_for(lambda: keepers({"a": pane.pid}), 60, "the keeper")
         (kpid,) = found
         wait_for(lambda: _stat(kpid)[3] == str(kpid), 30, "the keeper to leave the pane's session")
+        shell = launcher != "sh-big" and Path("/usr/bin/setpriv").exists() and Path("/usr/bin/flock").exists()
+        wait_for(lambda: (b"exo-keeper" in Path(f"/proc/{kpid}/cmdline").read_bytes()) == shell, 30,
+                 "the keeper to wait where it should")
         assert not started.exists()  # the broker lives: the keeper only waits
         holder.kill()
         holder.wait()
-        wait_for(started.exists, 60, "the keeper to start the broker")
+        wait_for(lambda: started.exists() and started.read_text().endswith("\n"), 60, "the keeper to start the broker")
         pid, state = started.read_text().split()
         standin = int(pid)
         assert state == "/the/state"
@@ -268,15 +277,15 @@ def test_a_herd_of_keepers_starts_the_broker_once(tmp_path: Path) -> None:
         wait_for(lambda: len(keepers(watched)) == 8, 60, "eight keepers")
         holder.kill()
         holder.wait()
-        wait_for(started.exists, 60, "a keeper to start the broker")
+        wait_for(lambda: started.exists() and started.read_text().endswith("\n"), 60, "a keeper to start the broker")
         standin = int(started.read_text().split()[0])
         # every keeper is back to waiting on the new broker's life lock (/proc/locks lists each blocked request)
         inode = f":{life.stat().st_ino} "
 
-        def blocked() -> bool:
+        def blocked() -> bool:  # each keeper, or its shell waiter's flock
             waiting = {int(line.split()[5]) for line in Path("/proc/locks").read_text().splitlines()
                        if "->" in line and "FLOCK" in line and inode in line}
-            return set(keepers(watched)) <= waiting
+            return all(k in waiting or waiting & _children(k) for k in keepers(watched))
 
         wait_for(blocked, 60, "every keeper to wait on the new broker")
         assert calls.read_text() == "x"
@@ -288,3 +297,10 @@ def test_a_herd_of_keepers_starts_the_broker_once(tmp_path: Path) -> None:
                 p.wait()
         if standin:
             os.kill(standin, signal.SIGKILL)
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:
+        return set()

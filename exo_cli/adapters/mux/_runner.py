@@ -246,44 +246,66 @@ class Keeper:
         return True
 
     def run(self) -> None:
-        backoff = 1.0
-        last = -KEEP_BACKOFF * 2
+        """The headless runner's thread: wait while a broker lives, then one ``round``; again and again."""
         while True:
             try:
                 self._lock(0)  # blocks while a broker lives
             except OSError:  # the runtime folder is gone (the team was removed): nothing to keep
                 return
-            if self.answers():  # a broker that holds no life lock (another exo version): look again later
-                time.sleep(backoff)
-                backoff = min(backoff * 2, KEEP_BACKOFF)
-                continue
-            if time.monotonic() - last < KEEP_BACKOFF * 2:  # it died again soon after we started it: no loop
-                time.sleep(backoff)
-                backoff = min(backoff * 2, KEEP_BACKOFF)
-            else:
-                backoff = 1.0
-            time.sleep((os.getpid() % 16) / 8)  # spread a herd of runners; the first one starts it
-            try:
-                if not self._lock(fcntl.LOCK_NB) or self.answers():
-                    continue
-                claim = self._claim()
-            except OSError:
+            if not self.round():
                 return
-            if claim is None:  # another keeper is starting it: wait for that one rather than start an exo too
-                time.sleep(0.25)
-                continue
-            try:
-                if not self._lock(fcntl.LOCK_NB) or self.answers():  # it was started while we took the claim
-                    continue
+
+    def round(self) -> bool:
+        """The broker's life lock was found free: start it again unless another does; False when there is
+        nothing left to keep (the runtime folder is gone).
+
+        Another broker that answers without holding the lock (another exo version's) is looked at
+        again after a pause. A herd is spread by a wait derived from the pid, and one keeper at a time
+        starts it (the keepers' lock ``keep``, which also records how many quick restarts came one
+        after another: a broker dying again within two minutes of its start waits 1, 2, 4... up to
+        30 seconds before the next one, team-wide).
+        """
+        try:
+            if self.answers():
+                time.sleep(KEEP_BACKOFF / 6)
+                return True
+            time.sleep((os.getpid() % 16) / 8)  # spread a herd of keepers; the first one starts it
+            if not self._lock(fcntl.LOCK_NB) or self.answers():
+                return True
+            claim = self._claim()
+        except OSError:
+            return False
+        if claim is None:  # another keeper is starting it: wait for that one rather than start an exo too
+            time.sleep(0.25)
+            return True
+        try:
+            quick = self._quick_restarts(claim)
+            if quick:
+                time.sleep(min(2.0 ** (quick - 1), KEEP_BACKOFF))
+            if self._lock(fcntl.LOCK_NB) and not self.answers():  # nobody started it while we waited
                 self.restarts += 1
-                last = time.monotonic()
+                os.ftruncate(claim, 0)
+                os.pwrite(claim, f"{quick + 1}".encode(), 0)  # its mtime: when the broker was last started
                 self.start_broker()
-            finally:
-                os.close(claim)
+        except OSError:
+            return False
+        finally:
+            os.close(claim)
+        return True
+
+    def _quick_restarts(self, claim: int) -> int:
+        """How many starts came one within two minutes of the other, the last one included (0: none lately)."""
+        st = os.fstat(claim)
+        if time.time() - st.st_mtime > KEEP_BACKOFF * 4:
+            return 0
+        try:
+            return int(os.pread(claim, 16, 0).decode("ascii", "replace").strip() or 0)
+        except ValueError:
+            return 0
 
     def _claim(self) -> int | None:
         """The keepers' own lock (``keep`` beside the life lock), held while one of them starts the broker."""
-        fd = os.open(os.path.join(os.path.dirname(self.life), "keep"), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(os.path.join(os.path.dirname(self.life), "keep"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -335,6 +357,39 @@ def decode_keeper(line: bytes) -> dict[str, Any]:
             "env": dict(zip(flat[0::2], flat[1::2], strict=True))}
 
 
+# The waiting half of a pane agent's keeper where util-linux is installed: a shell (about 2 MiB) and, while
+# the broker lives, one ``flock -s`` on its life lock (about 2 MiB), instead of a Python interpreter (about
+# 10 MiB) the whole time; each time the lock drops, one ``--keep-round`` (``Keeper.round``) runs. Both die
+# with the pane's process (``setpriv --pdeathsig``), and the shell ends at once when that was gone before
+# it could ask. $1 the pane's pid, $2 the life lock, $3 python, $4 this file, $5 setpriv, $6 flock.
+KEEP_SH = """[ "$PPID" = "$1" ] || exit 0
+IFS= read -r spec || exit 0
+exec </dev/null
+while :; do
+  exec 9<>"$2" || exit 0
+  "$5" --pdeathsig KILL "$6" -s 9 || exit 0
+  exec 9<&-
+  printf '%s\\n' "$spec" | "$3" -I -S "$4" --keep-round
+  [ "$?" -ne 3 ] || exit 0
+done
+"""
+WAITER_TOOLS = {"sh": ("/bin/dash", "/usr/bin/dash"), "setpriv": ("/usr/bin/setpriv", "/bin/setpriv"),
+                "flock": ("/usr/bin/flock", "/bin/flock")}
+WAITER_LINE = 60000  # a longer request (a huge environment) would not fit the pipe at once: the Python keeper waits
+
+
+def waiter_argv(pid: int, life: str) -> list[str] | None:
+    """The shell waiter's command (``KEEP_SH``), or None where dash, setpriv or flock is missing (macOS)."""
+    found = {}
+    for name, places in WAITER_TOOLS.items():
+        path = next((p for p in places if os.access(p, os.X_OK)), None)
+        if path is None:
+            return None
+        found[name] = path
+    return [found["setpriv"], "--pdeathsig", "KILL", found["sh"], "-c", KEEP_SH, "exo-keeper", str(pid), life,
+            sys.executable, os.path.abspath(__file__), found["setpriv"], found["flock"]]
+
+
 def _parent_watch(pid: int) -> int | None:
     """A pidfd of our parent ``pid`` (-1 when it is gone already, None when this system has no pidfd)."""
     if os.getppid() != pid:
@@ -362,7 +417,8 @@ def keep(args: list[str]) -> int:
     """
     try:
         pid = int(args[0])
-        spec = decode_keeper(sys.stdin.buffer.readline())
+        line = sys.stdin.buffer.readline()
+        spec = decode_keeper(line)
     except (IndexError, ValueError, UnicodeDecodeError) as exc:
         sys.stderr.write(f"exo keeper: bad request: {exc}\n")
         return 126
@@ -392,6 +448,22 @@ def keep(args: list[str]) -> int:
     watch = _parent_watch(pid)
     if watch == -1:
         return 0
+    waiter = waiter_argv(pid, spec["life"])
+    if waiter is not None and len(line) < WAITER_LINE:  # wait in a shell: this interpreter's memory goes
+        r, w = os.pipe()
+        os.write(w, line.strip() + b"\n")
+        os.close(w)
+        os.dup2(r, 0)
+        os.close(r)
+        if watch is not None:
+            os.close(watch)
+        try:
+            os.execv(waiter[0], waiter)
+        except OSError:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            watch = _parent_watch(pid)  # as if it had not been tried
+            if watch == -1:
+                return 0
     Keeper(spec, who="exo keeper").start()
     if watch is not None:
         select.select([watch], [], [])  # readable once the process has ended
@@ -401,9 +473,22 @@ def keep(args: list[str]) -> int:
     os._exit(0)  # at once: no interpreter shutdown waiting on the keeper's thread (it may be starting a broker)
 
 
+def keep_round() -> int:
+    """``_runner.py --keep-round``: one ``Keeper.round`` for the shell waiter (``KEEP_SH``), its request on stdin;
+    exit status 3 when there is nothing left to keep."""
+    try:
+        spec = decode_keeper(sys.stdin.buffer.readline())
+    except (ValueError, UnicodeDecodeError) as exc:
+        sys.stderr.write(f"exo keeper: bad request: {exc}\n")
+        return 3
+    return 0 if Keeper(spec, who="exo keeper").round() else 3
+
+
 def main() -> int:
     if sys.argv[1:2] == ["--keep"]:
         return keep(sys.argv[2:])
+    if sys.argv[1:2] == ["--keep-round"]:
+        return keep_round()
     import json
 
     try:
