@@ -22,7 +22,8 @@ def _examples(*lines: str) -> str:
 
 
 # How a message reached its recipient, in words (the JSON keeps the values).
-_DELIVERY = {"typed": "typed into its pane", "queued": "queued for its next turn or `exo wait`"}
+_DELIVERY = {"typed": "typed into its pane", "queued": "queued for its next turn or `exo wait`",
+             "held": "held: over budget (its own or the team's) until `exo budget` raises it"}
 
 
 def _delivery(value: str) -> str:

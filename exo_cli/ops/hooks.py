@@ -442,7 +442,7 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
         actions += ["foresight"] * foresee
     actions += [ckpt] if ckpt else []
     if budget == "over" and spent is not None:  # it rests at its input, its messages held: no idle, no dependents
-        actions.append(_tell_budget(env, agent, budget, spent.text()))
+        actions.append(_tell_budget(env, agent, budget, spent))
         return HookResult(event, cli, agent.id, neutral(event, cli), actions, cut)
     if not blocking and can_block and agent.status != DONE and "block-limit" not in actions:
         # A message posted while this hook ran saw the agent still working and was queued; now
@@ -456,7 +456,7 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
                 env.store.update_agent(agent.id, status=WORKING, status_reason="continuing with messages")
                 save_state(env, agent.id, state)
                 if budget == "warn" and spent is not None:  # it goes on anyway: its next hook hands the warning over
-                    actions.append(_tell_budget(env, agent, budget, spent.text()))
+                    actions.append(_tell_budget(env, agent, budget, spent))
                 return HookResult(event, cli, agent.id, block_output(cli, msgs.render_all(late)),
                                   [*actions, "late-messages"], cut)
     if not blocking and agent.status != DONE and (first_for_turn or agent.status != IDLE):
@@ -469,34 +469,24 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
 
             start_dependents(env, agent.id, ready)
     if budget == "warn" and spent is not None:  # after the late messages: its next turn's hooks hand it over
-        actions.append(_tell_budget(env, agent, budget, spent.text()))
+        actions.append(_tell_budget(env, agent, budget, spent))
     out = block_output(cli, "\n\n".join(reasons)) if blocking else neutral(event, cli)
     return HookResult(event, cli, agent.id, out, actions, cut)
 
 
 def _budget(env: Env, agent: Agent, usage: list[Usage]) -> tuple[str | None, Any]:
-    """The budget's verdict on the turn that ended (``ops/budget.py``, loaded only for an agent with a budget)."""
-    if agent.status == DONE or not agent.spec.get("budget"):
+    """The verdict of its budget and the team's on the turn that ended (``ops/budget.py``)."""
+    if agent.status == DONE:
         return None, None
     from exo_cli.ops.budget import verdict
 
     return verdict(env, agent, usage)
 
 
-def _tell_budget(env: Env, agent: Agent, budget: str, spent: str) -> str:
-    """Tell the agent and its parent it used 80% of its budget, or its parent and the human it is over."""
-    if budget == "warn":
-        msgs.post(env, msgs.EVENT, agent.parent or ROOT, agent.id, f"You have used 80% of your budget ({spent}); "
-                  "at 100% exo starts no new turn until it is raised.", data={"event": "budget-warning"})
-        msgs.notify_parent(env, agent, "budget-warning", f"{agent.name} used 80% of its budget: {spent}")
-        return "budget-warning"
-    if agent.status != OVER_BUDGET:  # told once when it stops, not at each overrun turn the human starts
-        msgs.notify_parent(env, agent, OVER_BUDGET, f"{agent.name} is over its budget: {spent}. Raise it with "
-                           f"`exo budget {agent.id} +N` (dollars) or `+N --tokens`.")
-        from exo_cli.ops import attention
+def _tell_budget(env: Env, agent: Agent, budget: str, spent: Any) -> str:
+    from exo_cli.ops.budget import tell
 
-        attention.signal(env, OVER_BUDGET, agent, f"over its budget: {spent}")
-    return OVER_BUDGET
+    return tell(env, agent, budget, spent)
 
 
 NO_RESPONSE = "[no response text]"  # Gemini's AfterAgent prompt_response when the turn produced no text

@@ -2,10 +2,9 @@
 
 Every message is a durable row (``Store.post``) before anything else happens; posting
 rings the recipient's doorbell, so a waiter blocked in ``wait`` or ``question`` wakes at
-once. An agent idle in a tmux pane also gets the text typed into its input
-(``core/delivery.py``); a busy or headless one gets it at its next hook (``core/hooks.py``).
-The sender is always the calling agent exo recorded (``env.caller``), never a name the
-caller supplies.
+once. An agent idle in a pane also gets the text typed into its input (``ops/delivery.py``); a busy
+or headless one at its next hook (``ops/hooks.py``); one over its budget or the team's is held. The
+sender is always the calling agent exo recorded (``env.caller``), never a name the caller supplies.
 
 Kinds: ``note`` (child -> parent), ``question`` (child -> parent, ``state`` pending ->
 answered -> closed: the ticket), ``answer`` (parent -> child, ``reply_to`` the ticket),
@@ -34,6 +33,7 @@ from exo_cli.ops.delivery import (
     agent_name,
     post,
 )
+from exo_cli.ops.teambudget import would_hold
 from exo_cli.records import (
     ASKING,
     AT_REST,
@@ -172,8 +172,10 @@ def find_agent(env: Env, ref: str) -> Agent:
 
 
 def _deliver(env: Env, msg_id: int, recipient: Agent) -> str:
+    if recipient.status == OVER_BUDGET or would_hold(env, recipient):  # over its budget or the team's
+        return "held"
     if recipient.id == ROOT or recipient.status not in AT_REST or not recipient.location:
-        return "held" if recipient.status == OVER_BUDGET else "queued"
+        return "queued"
     if not env.runs_here(recipient):  # typed into its pane by exo on its host
         from exo_cli.ops.remote import deliver_there
 

@@ -1,0 +1,164 @@
+"""The team's budget in dollars and tokens: every agent's usage (retired ones too, every host of a shared store).
+
+It lives in the store (``KEY``: ``usd``, ``tokens``, and ``config``, the configuration's values last
+taken), so the stop hooks of every host read the same one. ``[budget] team_usd`` / ``team_tokens``
+are taken into it by ``exo spawn`` and ``exo budget --team`` on the human's side when they changed
+since they were last taken; ``exo budget --team AMOUNT`` sets it at once. The last one set wins.
+
+At 80% the human is told once (an event to the root and a ``budget-warning`` notification); at 100%
+every agent stops at the end of its current turn exactly as one over its own budget does (status
+``over-budget`` with the team as the reason, messages held), the agents resting at their input stop
+at once, and new spawns are refused. Raising it releases every agent it held.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from exo_cli.ops.budget import WARN_AT, Spent
+from exo_cli.records import AT_REST, IDLE, OVER_BUDGET, ROOT, Agent
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from exo_cli.env import Env
+    from exo_cli.records import Usage
+
+KEY = "budget:team"
+REASON = "over budget: the team "  # how the status_reason of an agent the team's budget holds starts
+HINT = "Raise it with `exo budget --team +N` (dollars) or `exo budget --team +N --tokens` (the human)."
+
+
+def record(env: Env) -> dict[str, Any]:
+    """The stored team budget (``usd``, ``tokens``, ``config``); {} when none was ever set."""
+    if not env.has_state():
+        return {}
+    try:
+        value = json.loads(env.store.kv_get(KEY) or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def limits(env: Env) -> dict[str, Any] | None:
+    """The team's budget in force (``usd`` and/or ``tokens``), or None."""
+    rec = record(env)
+    out = {k: rec[k] for k in ("usd", "tokens") if isinstance(rec.get(k), int | float) and rec[k] is not None}
+    return out or None
+
+
+def write(env: Env, rec: dict[str, Any]) -> None:
+    env.store.kv_set(KEY, json.dumps(rec, separators=(",", ":")))
+
+
+def take_config(env: Env) -> None:
+    """Take ``[budget] team_usd`` / ``team_tokens`` into the store when they changed since last taken.
+
+    Run on the human's side (``exo spawn``, ``exo budget --team``), never by a hook: a kind whose
+    configured value changed takes it (0: none); a value set by ``exo budget --team`` stays until then.
+    A raise releases the agents the team's budget held.
+    """
+    cfg = {"usd": env.config.get("budget.team_usd") or None, "tokens": env.config.get("budget.team_tokens") or None}
+    rec = record(env)
+    raw = rec.get("config")
+    was: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if was == cfg or (not rec and not any(cfg.values())):
+        return
+    for kind, value in cfg.items():
+        if was.get(kind) != value:
+            rec[kind] = value
+    rec["config"] = cfg
+    write(env, rec)
+    release(env)
+
+
+def team_spent(env: Env, turn: Sequence[Usage] = ()) -> Spent | None:
+    """What the whole team used against its budget (with ``turn``, a turn not yet recorded); None without one."""
+    b = limits(env)
+    if b is None:
+        return None
+    from exo_cli.ops.cost import model_usage, prices, team_costs, total
+
+    table = prices(env)
+    rows = [r for agent_rows in team_costs(env).values() for r in agent_rows]
+    t = total([*rows, *(model_usage(u, table) for u in turn)])
+    return Spent(t.usd if b.get("usd") is not None else None, t.tokens, b.get("usd"), b.get("tokens"),
+                 t.unpriced, team=True)
+
+
+def over(env: Env) -> Spent | None:
+    """The team's spending when it reached its budget, else None."""
+    s = team_spent(env)
+    return s if s is not None and s.share >= 1.0 else None
+
+
+def verdict(env: Env, agent: Agent, turn: Sequence[Usage]) -> tuple[str | None, Spent | None]:
+    """At the end of ``agent``'s turn: ("over", spent) when the team reached its budget; the human told at 80%."""
+    s = team_spent(env, turn)
+    if s is None:
+        return None, None
+    if s.share >= 1.0:
+        return "over", s
+    if s.share >= WARN_AT and env.store.kv_claim(_told("warned", s), "1"):
+        from exo_cli.ops import attention
+        from exo_cli.ops.delivery import EVENT, post
+
+        text = f"The team has used 80% of its budget ({s.text()}); at 100% every agent stops at the end of its turn."
+        post(env, EVENT, agent.id, ROOT, text, data={"event": "budget-warning", "team": True})
+        attention.signal(env, "budget-warning", agent, text, team=True)
+    return None, s
+
+
+def _told(what: str, s: Spent) -> str:
+    """The key claimed once per budget (a raised budget is told again at its own 80% and 100%)."""
+    return f"{KEY}:{what}:{s.budget_usd}:{s.budget_tokens}"
+
+
+def stopped(env: Env, agent: Agent, s: Spent) -> None:
+    """The team reached its budget at the end of ``agent``'s turn: the human is told once and every agent
+    resting at its input stops now (the others at the end of their turn, by their own stop hook)."""
+    reason = f"over budget: {s.text()}"[:500]
+    for other in env.store.agents():
+        if other.id not in (ROOT, agent.id) and other.live and other.status == IDLE:
+            env.store.update_agent(other.id, if_status=IDLE, status=OVER_BUDGET, status_reason=reason)
+    if env.store.kv_claim(_told("over", s), "1"):
+        from exo_cli.ops import attention
+        from exo_cli.ops.delivery import EVENT, post
+
+        text = f"The team is over its budget: {s.text()}. Every agent stops at the end of its turn. {HINT}"
+        post(env, EVENT, agent.id, ROOT, text, data={"event": OVER_BUDGET, "team": True})
+        attention.signal(env, OVER_BUDGET, agent, f"the team is over its budget: {s.text()}", team=True)
+
+
+def holds(agent: Agent) -> bool:
+    """Whether ``agent`` is held by the team's budget (rather than its own)."""
+    return agent.status == OVER_BUDGET and (agent.status_reason or "").startswith(REASON)
+
+
+def release(env: Env) -> list[str]:
+    """Release the agents the team's budget held, when it no longer is over; the ids released."""
+    if over(env) is not None:
+        return []
+    from exo_cli.ops.budget import release_one
+
+    out = []
+    for a in env.store.agents():
+        if holds(a) and release_one(env, a) is not None:
+            out.append(a.id)
+    return out
+
+
+def refuse_spawn(env: Env) -> None:
+    """A spawn while the team is over its budget: StateError with the hint to raise it."""
+    s = over(env)
+    if s is not None:
+        from exo_cli.errors import StateError
+
+        raise StateError(f"The team is over its budget ({s.text()}): no new agent starts", hint=HINT,
+                         budget_usd=s.budget_usd, budget_tokens=s.budget_tokens, tokens=s.tokens, usd=s.usd)
+
+
+def would_hold(env: Env, recipient: Agent) -> bool:
+    """Whether a message to ``recipient`` resting at its input is held because the team is over its budget."""
+    return recipient.id != ROOT and recipient.status in AT_REST and over(env) is not None
