@@ -10,50 +10,15 @@ cut short: the one that crosses the line may overrun it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from exo_cli.ops.budgetspent import WARN_AT, Spent
 from exo_cli.records import Agent, Usage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from exo_cli.env import Env
-
-WARN_AT = 0.8
-
-
-@dataclass
-class Spent:
-    """What an agent has used against its budget, and the budget."""
-
-    usd: float | None  # None: a model it used has no price
-    tokens: int
-    budget_usd: float | None
-    budget_tokens: int | None
-    unpriced: list[str]
-    team: bool = False  # the whole team's spending against the team's budget (ops/teambudget.py)
-
-    @property
-    def share(self) -> float:
-        """The largest share of a budget used (1.0 and more: over), counting an unknown price as over."""
-        shares = [0.0]
-        if self.budget_tokens is not None:
-            shares.append(self.tokens / self.budget_tokens if self.budget_tokens else float("inf"))
-        if self.budget_usd is not None:
-            shares.append(float("inf") if self.usd is None else
-                          self.usd / self.budget_usd if self.budget_usd else float("inf"))
-        return max(shares)
-
-    def text(self) -> str:
-        parts = []
-        if self.budget_tokens is not None:
-            parts.append(f"{self.tokens:,} of {self.budget_tokens:,} tokens")
-        if self.budget_usd is not None:
-            used = "price unknown (" + ", ".join(self.unpriced) + ")" if self.usd is None else f"${self.usd:.2f}"
-            parts.append(f"{used} of ${self.budget_usd:.2f}")
-        return ("the team used " if self.team else "") + "; ".join(parts)
-
 
 def limits(agent: Agent) -> dict[str, Any] | None:
     """The agent's budget (``usd``, ``tokens``, ``warned``), or None."""
@@ -119,28 +84,6 @@ def tell(env: Env, agent: Agent, budget: str, s: Spent) -> str:
 
         attention.signal(env, OVER_BUDGET, agent, f"over its budget: {spent_text}")
     return OVER_BUDGET
-
-
-def release_one(env: Env, agent: Agent) -> list[int] | None:
-    """Let an agent over a budget work again (status ``idle``) and hand it its oldest held message, on its
-    host; None when another process changed its status first, else the ids of the messages handed over."""
-    from exo_cli.records import IDLE, OVER_BUDGET
-
-    if not env.store.update_agent(agent.id, if_status=OVER_BUDGET, status=IDLE, status_reason=None):
-        return None
-    fresh = env.store.agent(agent.id)
-    if fresh is None:
-        return []
-    if env.runs_here(fresh):
-        from exo_cli.ops.delivery import deliver_pending
-
-        return deliver_pending(env, [fresh])
-    from exo_cli.ops.delivery import TYPED_KINDS
-    from exo_cli.ops.remote import deliver_there
-
-    held = env.store.messages(recipient=fresh.id, kinds=list(TYPED_KINDS), unconsumed=True, undelivered=True,
-                              limit=1)
-    return [m.id for m in held if deliver_there(env, fresh, m.id) == "typed"]
 
 
 def with_warned(agent: Agent, warned: bool) -> dict[str, Any]:

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from exo_cli.errors import InvalidInput, StateError
-from exo_cli.ops.budget import WARN_AT, limits, release_one, spent
+from exo_cli.ops.budget import limits, spent
+from exo_cli.ops.budgetspent import WARN_AT
+from exo_cli.ops.teambudget import release_one
 from exo_cli.records import OVER_BUDGET, ROOT, in_subtree
 from exo_cli.registry import op
 

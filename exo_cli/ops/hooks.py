@@ -35,6 +35,7 @@ from exo_cli.records import (
     IDLE,
     OVER_BUDGET,
     ROOT,
+    TEAM_BUDGET_KEY,
     WAITING_PERMISSION,
     WORKING,
     Agent,
@@ -475,8 +476,9 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
 
 
 def _budget(env: Env, agent: Agent, usage: list[Usage]) -> tuple[str | None, Any]:
-    """The verdict of its budget and the team's on the turn that ended (``ops/budget.py``)."""
-    if agent.status == DONE:
+    """The verdict of its budget and the team's on the turn that ended (``ops/budget.py``, loaded only when
+    the agent or the team has a budget: the hook stays light)."""
+    if agent.status == DONE or not (agent.spec.get("budget") or env.store.kv_get(TEAM_BUDGET_KEY)):
         return None, None
     from exo_cli.ops.budget import verdict
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from exo_cli.ops.budget import WARN_AT, Spent
-from exo_cli.records import AT_REST, IDLE, OVER_BUDGET, ROOT, Agent
+from exo_cli.ops.budgetspent import WARN_AT, Spent
+from exo_cli.records import AT_REST, IDLE, OVER_BUDGET, ROOT, TEAM_BUDGET_KEY, Agent
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from exo_cli.env import Env
     from exo_cli.records import Usage
 
-KEY = "budget:team"
+KEY = TEAM_BUDGET_KEY
 REASON = "over budget: the team "  # how the status_reason of an agent the team's budget holds starts
 HINT = "Raise it with `exo budget --team +N` (dollars) or `exo budget --team +N --tokens` (the human)."
 
@@ -140,13 +140,33 @@ def release(env: Env) -> list[str]:
     """Release the agents the team's budget held, when it no longer is over; the ids released."""
     if over(env) is not None:
         return []
-    from exo_cli.ops.budget import release_one
-
     out = []
     for a in env.store.agents():
         if holds(a) and release_one(env, a) is not None:
             out.append(a.id)
     return out
+
+
+def release_one(env: Env, agent: Agent) -> list[int] | None:
+    """Let an agent over a budget work again (status ``idle``) and hand it its oldest held message, on its
+    host; None when another process changed its status first, else the ids of the messages handed over."""
+    from exo_cli.records import IDLE, OVER_BUDGET
+
+    if not env.store.update_agent(agent.id, if_status=OVER_BUDGET, status=IDLE, status_reason=None):
+        return None
+    fresh = env.store.agent(agent.id)
+    if fresh is None:
+        return []
+    if env.runs_here(fresh):
+        from exo_cli.ops.delivery import deliver_pending
+
+        return deliver_pending(env, [fresh])
+    from exo_cli.ops.delivery import TYPED_KINDS
+    from exo_cli.ops.remote import deliver_there
+
+    held = env.store.messages(recipient=fresh.id, kinds=list(TYPED_KINDS), unconsumed=True, undelivered=True,
+                              limit=1)
+    return [m.id for m in held if deliver_there(env, fresh, m.id) == "typed"]
 
 
 def refuse_spawn(env: Env) -> None:
