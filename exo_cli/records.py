@@ -27,6 +27,7 @@ BLOCKED_ON_DIALOG = "blocked-on-dialog"
 WAITING_PERMISSION = "waiting-permission"
 FAILED_TURN = "failed-turn"  # its last turn ended with an error (an API error); alive, takes new messages
 TEAM_BUDGET_KEY = "budget:team"  # the store's key of the team's budget (ops/teambudget.py)
+TEAM_OVER = "over budget: the team "  # how the status_reason of an agent the team's budget holds starts
 OVER_BUDGET = "over-budget"  # it reached its budget: alive and idle, messages held until `exo budget` raises it
 DONE = "done"
 DEAD = "dead"

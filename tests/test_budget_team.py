@@ -31,6 +31,7 @@ def _events(repo: Path, event: str, recipient: str = "root") -> list[Any]:
             if m.data.get("event") == event]
 
 
+@pytest.mark.sqlite_only  # the store's part (kv, lock, usage) runs on both below
 def test_the_team_budget_warns_once_stops_every_agent_and_a_raise_releases_them(
         repo: Path, tmp_path: Path) -> None:
     (repo / "exo.toml").write_text("[budget]\nteam_tokens = 1000\n")
@@ -78,6 +79,11 @@ def test_the_team_budget_warns_once_stops_every_agent_and_a_raise_releases_them(
     sent = _json(run_exo_as(repo, "lead", "send", "w2", "go on", "--json"))
     assert [s["delivery"] for s in sent["sent"]] == ["held"]
     assert "held: over budget" in run_exo_as(repo, None, "send", "w2", "and this").stdout
+    from exo_cli.registry import invoke
+    from exo_cli.render import teamboard
+
+    rows = {r.agent.id: r for r in invoke("board", env_for(repo)).rows}
+    assert rows["w2"].needs == "budget" and "the team is over its budget" in teamboard.line(rows["w2"], 120)
     waited = _json(run_exo_as(repo, None, "wait", "lead", "w1", "--until-idle", "--timeout", "30", "--json"))
     assert waited["timed_out"] is False  # a fan-in returns
     spawn = run_exo_as(repo, None, "spawn", "--worker", "k1", "--agent", "demo", "--mux", "headless", "--json")
@@ -101,6 +107,34 @@ def test_the_team_budget_warns_once_stops_every_agent_and_a_raise_releases_them(
     (repo / "exo.toml").write_text("[budget]\nteam_tokens = 0\n")
     none = _json(run_exo_as(repo, None, "budget", "--team", "+0", "--tokens", "--json"))
     assert none["budget_tokens"] is None and none["status"] == "ok"
+
+
+def test_a_custom_agent_reporting_usage_takes_the_team_over_and_the_store_holds_only_a_sound_budget(
+        repo: Path) -> None:
+    from exo_cli.ops import agentctl, teambudget
+    from exo_cli.registry import invoke
+
+    make_agent(repo, "c2", backend="custom", status="working")
+    make_agent(repo, "w", status="idle")
+    human = env_for(repo)
+    assert invoke("budget", human, amount="100", tokens=True, team=True).budget_tokens == 100
+    invoke("report_usage", env_for(repo, "c2"), model="house", input=150)  # through exo usage / report_usage
+    store = human.store
+    reason = "over budget: the team used 150 of 100 tokens"
+    assert (store.agent("w").status, store.agent("w").status_reason) == ("over-budget", reason)  # type: ignore[union-attr]
+    assert store.agent("c2").status == "working"  # type: ignore[union-attr]  # it stops when it comes to rest
+    c2 = agentctl.went_idle(human, store.agent("c2"), "done", "fence")  # type: ignore[arg-type]
+    assert (c2.status, c2.status_reason) == ("over-budget", reason)
+    assert not _events(repo, "idle") and len(_events(repo, "over-budget")) == 1
+    with pytest.raises(Exception, match="without a price"):  # dollars cannot be measured: refused, nothing set
+        invoke("budget", human, amount="5", team=True)
+    assert teambudget.limits(human) == {"tokens": 100}
+    for bad in ('{"usd": true, "tokens": NaN}', '{"tokens": -5}', '["x"]', "not json", '{"tokens": "9"}'):
+        store.kv_set("budget:team", bad)  # whatever the store holds, only a sound budget counts
+        assert teambudget.limits(human) is None and teambudget.over(human) is None
+    store.kv_set("budget:team", '{"tokens": 100}')
+    assert invoke("budget", human, amount="0", tokens=True, team=True).budget_tokens is None  # 0: none
+    assert store.agent("w").status == "idle" and store.agent("c2").status == "idle"  # type: ignore[union-attr]
 
 
 @pytest.mark.sqlite_only
@@ -159,6 +193,7 @@ def test_a_dollar_budget_is_refused_at_spawn_for_a_model_known_to_have_no_price(
     assert budget_for(env, env, "claude", usd=2, tokens=None) == {"usd": 2}
 
 
+@pytest.mark.sqlite_only  # no store
 def test_the_model_each_cli_will_use_is_read_from_its_documented_choices(tmp_path: Path) -> None:
     home, project = tmp_path / "home", tmp_path / "project"
     (home / ".claude").mkdir(parents=True)

@@ -121,18 +121,18 @@ def _team(env: Env, key: str, relative: bool, value: float) -> BudgetResult:
     if not env.caller.is_human:
         raise StateError("Only the human sets the team's budget", hint="Ask the human to raise it.")
     env.repo  # noqa: B018 - fail early outside a repository
-    teambudget.take_config(env)
-    rec = teambudget.record(env)
-    before = rec.get(key)
-    new = (float(before or 0) + value) if relative else value
-    rec[key] = (int(new) if key == "tokens" else round(float(new), 6)) or None
-    teambudget.write(env, rec)
+    with teambudget.locked(env):
+        teambudget.take_config_locked(env)
+        rec = teambudget.record(env)
+        new = (float(rec.get(key) or 0) + value) if relative else value
+        rec[key] = (int(new) if key == "tokens" else round(float(new), 6)) or None
+        if key == "usd" and rec[key] is not None and teambudget.used(env).usd is None:
+            unpriced = teambudget.used(env).unpriced
+            raise StateError(f"The team used models without a price ({', '.join(unpriced)}): a dollar budget "
+                             "cannot be measured", hint='Set their price with [prices."MODEL"], or budget tokens '
+                             "with --tokens.", models=unpriced)
+        teambudget.write(env, rec)
     s = teambudget.team_spent(env)
-    if key == "usd" and s is not None and s.usd is None and s.budget_usd is not None:
-        teambudget.write(env, {**rec, key: before})
-        raise StateError(f"The team used models without a price ({', '.join(s.unpriced)}): a dollar budget cannot "
-                         "be measured", hint='Set their price with [prices."MODEL"], or budget tokens with --tokens.',
-                         models=s.unpriced)
     released = teambudget.release(env)
     b = teambudget.limits(env) or {}
     return BudgetResult("", "team", b.get("usd"), b.get("tokens"), s.usd if s else None,

@@ -17,16 +17,18 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from exo_cli.ops.budgetspent import WARN_AT, Spent
-from exo_cli.records import AT_REST, IDLE, OVER_BUDGET, ROOT, TEAM_BUDGET_KEY, Agent
+from exo_cli.records import AT_REST, IDLE, OVER_BUDGET, ROOT, TEAM_BUDGET_KEY, TEAM_OVER, Agent
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from contextlib import AbstractContextManager
 
     from exo_cli.env import Env
+    from exo_cli.ops.cost import CostTotal
     from exo_cli.records import Usage
 
 KEY = TEAM_BUDGET_KEY
-REASON = "over budget: the team "  # how the status_reason of an agent the team's budget holds starts
+REASON = TEAM_OVER
 HINT = "Raise it with `exo budget --team +N` (dollars) or `exo budget --team +N --tokens` (the human)."
 
 
@@ -43,13 +45,21 @@ def record(env: Env) -> dict[str, Any]:
 
 def limits(env: Env) -> dict[str, Any] | None:
     """The team's budget in force (``usd`` and/or ``tokens``), or None."""
+    import math
+
     rec = record(env)
-    out = {k: rec[k] for k in ("usd", "tokens") if isinstance(rec.get(k), int | float) and rec[k] is not None}
+    out = {k: v for k in ("usd", "tokens") if isinstance(v := rec.get(k), int | float) and not isinstance(v, bool)
+           and math.isfinite(v) and v > 0}  # what the store holds is read as untrusted: a bad value is none
     return out or None
 
 
 def write(env: Env, rec: dict[str, Any]) -> None:
     env.store.kv_set(KEY, json.dumps(rec, separators=(",", ":")))
+
+
+def locked(env: Env) -> AbstractContextManager[bool]:
+    """The lock of the team's budget record (every host): its read-modify-writes never lose one another."""
+    return env.store.named_lock("budget-team", host=env.host_name, wait=None)
 
 
 def take_config(env: Env) -> None:
@@ -59,6 +69,14 @@ def take_config(env: Env) -> None:
     configured value changed takes it (0: none); a value set by ``exo budget --team`` stays until then.
     A raise releases the agents the team's budget held.
     """
+    if not (env.config.get("budget.team_usd") or env.config.get("budget.team_tokens") or record(env)):
+        return  # no team budget now nor ever: nothing to take (and no lock to wait for)
+    with locked(env):
+        take_config_locked(env)
+
+
+def take_config_locked(env: Env) -> None:
+    """``take_config`` with ``locked`` held."""
     cfg = {"usd": env.config.get("budget.team_usd") or None, "tokens": env.config.get("budget.team_tokens") or None}
     rec = record(env)
     raw = rec.get("config")
@@ -73,16 +91,21 @@ def take_config(env: Env) -> None:
     release(env)
 
 
+def used(env: Env, turn: Sequence[Usage] = ()) -> CostTotal:
+    """Every agent's tokens and dollars (retired ones too; with ``turn``, a turn not yet recorded)."""
+    from exo_cli.ops.cost import model_usage, prices, team_costs, total
+
+    table = prices(env)
+    rows = [r for agent_rows in team_costs(env).values() for r in agent_rows]
+    return total([*rows, *(model_usage(u, table) for u in turn)])
+
+
 def team_spent(env: Env, turn: Sequence[Usage] = ()) -> Spent | None:
     """What the whole team used against its budget (with ``turn``, a turn not yet recorded); None without one."""
     b = limits(env)
     if b is None:
         return None
-    from exo_cli.ops.cost import model_usage, prices, team_costs, total
-
-    table = prices(env)
-    rows = [r for agent_rows in team_costs(env).values() for r in agent_rows]
-    t = total([*rows, *(model_usage(u, table) for u in turn)])
+    t = used(env, turn)
     return Spent(t.usd if b.get("usd") is not None else None, t.tokens, b.get("usd"), b.get("tokens"),
                  t.unpriced, team=True)
 
@@ -129,6 +152,14 @@ def stopped(env: Env, agent: Agent, s: Spent) -> None:
         text = f"The team is over its budget: {s.text()}. Every agent stops at the end of its turn. {HINT}"
         post(env, EVENT, agent.id, ROOT, text, data={"event": OVER_BUDGET, "team": True})
         attention.signal(env, OVER_BUDGET, agent, f"the team is over its budget: {s.text()}", team=True)
+
+
+def after_usage(env: Env, agent: Agent) -> None:
+    """A custom agent reported usage (``exo usage``): when that took the team over its budget, the agents
+    resting at their input stop now and the human is told (the reporter stops when it comes to rest)."""
+    s = over(env)
+    if s is not None:
+        stopped(env, agent, s)
 
 
 def holds(agent: Agent) -> bool:
