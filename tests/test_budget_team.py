@@ -17,7 +17,6 @@ from test_cost import STOP, _turn
 from test_messages_helpers import env_for, hook_json, make_agent, run_exo_as, run_hook
 
 from conftest import stop_repo_agents, write_trusted
-from exo_cli.adapters.agentmodel import known_model
 from exo_cli.records import Usage
 
 
@@ -195,6 +194,8 @@ def test_a_dollar_budget_is_refused_at_spawn_for_a_model_known_to_have_no_price(
 
 @pytest.mark.sqlite_only  # no store
 def test_the_model_each_cli_will_use_is_read_from_its_documented_choices(tmp_path: Path) -> None:
+    from exo_cli.adapters.agentmodel import known_model
+
     home, project = tmp_path / "home", tmp_path / "project"
     (home / ".claude").mkdir(parents=True)
     (home / ".gemini").mkdir()
