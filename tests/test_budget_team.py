@@ -227,3 +227,52 @@ def test_the_model_each_cli_will_use_is_read_from_its_documented_choices(tmp_pat
         assert known_model("claude", [], environ, project) is None
     (home / ".codex/config.toml").write_text("model = [")
     assert known_model("codex", [], environ, project) is None
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize("message", [True, False])
+def test_an_agent_judged_before_another_took_the_team_over_does_not_rest_idle(repo: Path, tmp_path: Path,
+                                                                              message: bool) -> None:
+    """w1's stop hook judges the team under its budget, then w2's turn takes it over before w1's is recorded:
+    w1 still stops (status over-budget, a message for it held, not continued), as the resting agents did."""
+    import os
+    import subprocess
+
+    from test_messages_helpers import EXO, agent_vars
+
+    make_agent(repo, "w1", backend="claude", status="working")
+    make_agent(repo, "w2", backend="claude", status="working")
+    store = env_for(repo).store
+    store.kv_set("budget:team", '{"tokens": 1000}')
+    store.record_usage("w2", 1, [Usage("m", 900)])
+    if message:
+        store.post("send", "w2", "w1", "go on", data={"from_name": "w2"})
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    env = {**os.environ, **agent_vars(repo, "w1"), "EXO_FAULT": "budget.judged", "EXO_FAULT_PAUSE": str(pause)}
+    payload = json.dumps({**STOP["claude"], "session_id": "s1", "cwd": str(repo), "turn_id": "a"})
+    judged = subprocess.Popen([*EXO, "hook", "stop", "--cli", "claude"], cwd=repo, env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert judged.stdin is not None
+        judged.stdin.write(payload)
+        judged.stdin.close()
+        from conftest import wait_for
+
+        wait_for(lambda: (pause / "budget.judged").exists(), what="w1's hook to judge its turn")
+        transcript = tmp_path / "t.jsonl"
+        _turn("claude", transcript, 1, 150, 0, 0, 0)  # w2's turn: 1,050 of 1,000
+        hook_json(run_hook(repo, "w2", "stop", "claude", {**STOP["claude"], "session_id": "s2", "cwd": str(repo),
+                                                          "transcript_path": str(transcript), "turn_id": "b"}))
+        assert store.agent("w1").status == "working"  # type: ignore[union-attr]  # not resting: its hook stops it
+        (pause / "budget.judged").unlink()
+        assert judged.stdout is not None and judged.stderr is not None
+        out, err = judged.stdout.read(), judged.stderr.read()
+        judged.wait(timeout=60)
+    finally:
+        if judged.poll() is None:
+            judged.kill()
+    assert judged.returncode == 0 and json.loads(out) == {}, err  # not continued with the message
+    w1 = store.agent("w1")
+    assert (w1.status, w1.status_reason) == ("over-budget", "over budget: the team used 1,050 of 1,000 tokens")  # type: ignore[union-attr]
+    assert len(store.messages(recipient="w1", unconsumed=True, undelivered=True)) == message  # held

@@ -54,6 +54,9 @@ def verdict(env: Env, agent: Agent, turn: Sequence[Usage]) -> tuple[str | None, 
             return "over", s
         own = ("warn" if s.share >= WARN_AT and not (limits(agent) or {}).get("warned") else None), s
     team = teambudget.verdict(env, agent, turn)
+    from exo_cli import fault
+
+    fault.point("budget.judged", env.environ)
     return team if team[0] == "over" else own
 
 

@@ -399,6 +399,8 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
                 actions.append("asked-parent")
                 state["base_ok"] = sha  # asked once for this tip: do not retry it every turn
         pending = env.store.messages(recipient=agent.id, unconsumed=True, undelivered=True, limit=1)
+        if pending and budget != "over" and env.store.kv_get(TEAM_BUDGET_KEY):  # went over since it was judged?
+            budget, spent = _team_now(env, budget, spent)
         if budget == "over":  # its messages stay held, and nothing keeps it going
             reasons = []
         elif pending or reasons:
@@ -442,6 +444,8 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     if turnend.after_exit(env, later):
         actions += ["foresight"] * foresee
     actions += [ckpt] if ckpt else []
+    if budget != "over" and changes.get("status") == IDLE and env.store.kv_get(TEAM_BUDGET_KEY):  # went over since?
+        budget, spent = _team_now(env, budget, spent, agent)
     if budget == "over" and spent is not None:  # it rests at its input, its messages held: no idle, no dependents
         actions.append(_tell_budget(env, agent, budget, spent))
         return HookResult(event, cli, agent.id, neutral(event, cli), actions, cut)
@@ -483,6 +487,12 @@ def _budget(env: Env, agent: Agent, usage: list[Usage]) -> tuple[str | None, Any
     from exo_cli.ops.budget import verdict
 
     return verdict(env, agent, usage)
+
+
+def _team_now(env: Env, budget: str | None, spent: Any, rested: Agent | None = None) -> tuple[str | None, Any]:
+    from exo_cli.ops.teambudget import settle
+
+    return settle(env, rested, budget, spent)
 
 
 def _tell_budget(env: Env, agent: Agent, budget: str, spent: Any) -> str:

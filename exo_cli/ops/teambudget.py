@@ -162,6 +162,17 @@ def after_usage(env: Env, agent: Agent) -> None:
         stopped(env, agent, s)
 
 
+def settle(env: Env, rested: Agent | None, budget: str | None, spent: Spent | None) -> tuple[str | None, Spent | None]:
+    """A stop hook's second look: ("over", spent) when the team went over its budget since the hook judged the
+    turn (another agent's turn recorded meanwhile), else ``budget, spent`` as they were. With ``rested`` (the
+    agent the hook has recorded idle), that agent's status becomes ``over-budget`` (unless it changed)."""
+    s = over(env)
+    if s is None or rested is not None and not env.store.update_agent(
+            rested.id, if_status=IDLE, status=OVER_BUDGET, status_reason=f"over budget: {s.text()}"[:500]):
+        return budget, spent
+    return "over", s
+
+
 def holds(agent: Agent) -> bool:
     """Whether ``agent`` is held by the team's budget (rather than its own)."""
     return agent.status == OVER_BUDGET and (agent.status_reason or "").startswith(REASON)
