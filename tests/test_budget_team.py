@@ -132,6 +132,10 @@ def test_a_custom_agent_reporting_usage_takes_the_team_over_and_the_store_holds_
         store.kv_set("budget:team", bad)  # whatever the store holds, only a sound budget counts
         assert teambudget.limits(human) is None and teambudget.over(human) is None
     store.kv_set("budget:team", '{"tokens": 100}')
+    (repo / "exo.toml").write_text("[budget]\nteam_tokens = 1000000000\n")  # an agent's own exo.toml: not taken
+    teambudget.take_config(env_for(repo, "c2"))
+    assert teambudget.limits(human) == {"tokens": 100}
+    (repo / "exo.toml").unlink()
     assert invoke("budget", human, amount="0", tokens=True, team=True).budget_tokens is None  # 0: none
     assert store.agent("w").status == "idle" and store.agent("c2").status == "idle"  # type: ignore[union-attr]
 

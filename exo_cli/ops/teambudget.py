@@ -67,8 +67,11 @@ def take_config(env: Env) -> None:
 
     Run on the human's side (``exo spawn``, ``exo budget --team``), never by a hook: a kind whose
     configured value changed takes it (0: none); a value set by ``exo budget --team`` stays until then.
-    A raise releases the agents the team's budget held.
+    A raise releases the agents the team's budget held. Only the human's own call takes it: an agent
+    spawning reads its worktree's exo.toml, which it may have written itself.
     """
+    if not env.caller.is_human:
+        return
     if not (env.config.get("budget.team_usd") or env.config.get("budget.team_tokens") or record(env)):
         return  # no team budget now nor ever: nothing to take (and no lock to wait for)
     with locked(env):
