@@ -45,6 +45,9 @@ def test_the_team_budget_warns_once_stops_every_agent_and_a_raise_releases_them(
     # the configuration is taken into the store by the human's side (here `exo budget --team` at +0)
     first = _json(run_exo_as(repo, None, "budget", "--team", "+0", "--tokens", "--json"))
     assert (first["budget_tokens"], first["tokens"], first["status"]) == (1000, 300, "ok")
+    make_agent(repo, "l2", status="working")
+    _json(run_exo_as(repo, None, "spawn", "--worker", "k2", "--after", "l2", "--agent", "demo", "--mux", "headless",
+                     "--prompt", "after l2", "--json"))  # waits for l2
 
     transcript = tmp_path / "t.jsonl"
     payload = dict(STOP["claude"], session_id="s", cwd=str(repo), transcript_path=str(transcript))
@@ -89,6 +92,9 @@ def test_the_team_budget_warns_once_stops_every_agent_and_a_raise_releases_them(
     assert spawn.returncode == 5 and store.agent("k1") is None, spawn.stdout
     err = json.loads(spawn.stdout)["error"]
     assert "over its budget" in err["message"] and "exo budget --team" in err["hint"]
+    assert run_exo_as(repo, "l2", "done", "--output", "finished").returncode == 0  # k2 would start now: it never will
+    k2 = store.agent("k2")
+    assert k2.status == "dead" and "the team is over its budget" in k2.status_reason  # type: ignore[union-attr]
     # an agent's own raise does not release it while the team holds it; only the human raises the team's
     store.update_agent("w1", spec={"budget": {"tokens": 10}})
     assert _json(run_exo_as(repo, None, "budget", "w1", "+5000", "--tokens", "--json"))["released"] is False
