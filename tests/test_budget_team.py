@@ -108,6 +108,8 @@ def test_the_team_budget_warns_once_stops_every_agent_and_a_raise_releases_them(
     for a in ("lead", "w1", "w2"):
         assert store.agent(a).status == "idle", a  # type: ignore[union-attr]
     assert len(_events(repo, "budget-warning")) == 1  # 1,050 of 1,500 is 70%: nobody told again
+    assert _json(run_exo_as(repo, None, "cost", "--json"))["team_budget"] == {"tokens": 1500}
+    assert "its budget: 1,500 tokens" in run_exo_as(repo, None, "cost").stdout
     # a changed configuration is taken at the next spawn (or `exo budget --team`): 0 is no budget
     (repo / "exo.toml").write_text("[budget]\nteam_tokens = 0\n")
     none = _json(run_exo_as(repo, None, "budget", "--team", "+0", "--tokens", "--json"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from exo_cli.ops.budgetspent import WARN_AT, Spent
+from exo_cli.ops.budgetspent import WARN_AT, Spent, team_limits, team_record
 from exo_cli.records import AT_REST, IDLE, OVER_BUDGET, ROOT, TEAM_BUDGET_KEY, TEAM_OVER, Agent
 
 if TYPE_CHECKING:
@@ -29,28 +29,9 @@ if TYPE_CHECKING:
 
 KEY = TEAM_BUDGET_KEY
 REASON = TEAM_OVER
+record = team_record  # the stored record (``usd``, ``tokens``, ``config``)
+limits = team_limits  # the team's budget in force, or None
 HINT = "Raise it with `exo budget --team +N` (dollars) or `exo budget --team +N --tokens` (the human)."
-
-
-def record(env: Env) -> dict[str, Any]:
-    """The stored team budget (``usd``, ``tokens``, ``config``); {} when none was ever set."""
-    if not env.has_state():
-        return {}
-    try:
-        value = json.loads(env.store.kv_get(KEY) or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def limits(env: Env) -> dict[str, Any] | None:
-    """The team's budget in force (``usd`` and/or ``tokens``), or None."""
-    import math
-
-    rec = record(env)
-    out = {k: v for k in ("usd", "tokens") if isinstance(v := rec.get(k), int | float) and not isinstance(v, bool)
-           and math.isfinite(v) and v > 0}  # what the store holds is read as untrusted: a bad value is none
-    return out or None
 
 
 def write(env: Env, rec: dict[str, Any]) -> None:
