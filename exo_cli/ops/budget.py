@@ -1,11 +1,14 @@
 """An agent's budget in dollars or tokens: told at 80%, stopped at the end of the turn that reaches it.
 
-The operation ``exo budget`` is in ``ops/budgetset.py``. The budget lives in the agent's record (``spec["budget"]``: ``usd``, ``tokens``, ``warned``), set
-and raised by ``exo budget``. The stop hook calls ``verdict`` with the usage of the turn that just
-ended: at 100% the agent is not continued, its status is ``over-budget`` (alive and idle at its
-input; messages to it are held), and its parent and the human are told; at 80% it and its parent
-are told once. ``exo budget AGENT +N`` raises it and hands the held messages over. A turn is never
-cut short: the one that crosses the line may overrun it.
+The operation ``exo budget`` is in ``ops/budgetset.py``, the team's budget in ``ops/teambudget.py``. The
+budget lives in the agent's record (``spec["budget"]``: ``usd``, ``tokens``, ``warned``), set at spawn
+(here or on another host: ``budget_for``) and raised by ``exo budget``. The stop hook (a custom agent:
+``agentctl.went_idle``, on the usage it reported) calls ``verdict`` with the usage of the turn that
+just ended: at 100% of its budget or the team's the agent is not continued, its status is
+``over-budget`` (alive and idle at its input; messages to it are held), and its parent and the human
+are told (``tell``); at 80% of its own it and its parent are told once. ``exo budget AGENT +N``
+raises it and hands the held messages over. A turn is never cut short: the one that crosses the line
+may overrun it.
 """
 
 from __future__ import annotations
