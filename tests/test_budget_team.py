@@ -79,8 +79,8 @@ def test_the_team_budget_warns_once_stops_every_agent_and_a_raise_releases_them(
     assert over.data["team"] is True and "exo budget --team" in over.body
     assert len(_events(repo, "over-budget", "lead")) == 1  # w1's parent hears of w1 (lead's own: the human's)
     sent = _json(run_exo_as(repo, "lead", "send", "w2", "go on", "--json"))
-    assert [s["delivery"] for s in sent["sent"]] == ["held"]
-    assert "held: over budget" in run_exo_as(repo, None, "send", "w2", "and this").stdout
+    assert [(s["delivery"], s["held_by"]) for s in sent["sent"]] == [("held", "team")]
+    assert "held: over budget (the team's)" in run_exo_as(repo, None, "send", "w2", "and this").stdout
     from exo_cli.registry import invoke
     from exo_cli.render import teamboard
 

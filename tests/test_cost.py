@@ -188,7 +188,7 @@ def test_a_token_budget_stops_the_agent_after_the_turn_that_reaches_it_and_a_rai
     assert (w1.status, w1.status_reason) == ("over-budget", "over budget: 105 of 100 tokens")  # type: ignore[union-attr]
     assert store.messages(recipient="w1", unconsumed=True, undelivered=True)  # held, not handed over
     sent = json.loads(run_exo_as(repo, "lead", "send", "w1", "and this", "--json").stdout)
-    assert [s["delivery"] for s in sent["sent"]] == ["held"]
+    assert [(s["delivery"], s["held_by"]) for s in sent["sent"]] == [("held", "agent")]
     assert [m.data.get("event") for m in store.messages(recipient="lead", kinds=["event"])].count("over-budget") == 1
     waited = json.loads(run_exo_as(repo, "lead", "wait", "w1", "--until-idle", "--timeout", "30", "--json").stdout)
     assert waited["timed_out"] is False  # a fan-in returns: over budget counts as idle

@@ -157,6 +157,13 @@ def settle(env: Env, rested: Agent | None, budget: str | None, spent: Spent | No
     return "over", s
 
 
+def held_by(agent: Agent, delivery: str) -> str | None:
+    """Whose budget held a message to ``agent`` (its record before the message): "team", "agent", or None."""
+    if delivery != "held":
+        return None
+    return "team" if agent.status != OVER_BUDGET or holds(agent) else "agent"
+
+
 def holds(agent: Agent) -> bool:
     """Whether ``agent`` is held by the team's budget (rather than its own)."""
     return agent.status == OVER_BUDGET and (agent.status_reason or "").startswith(REASON)
