@@ -159,6 +159,13 @@ class Lifecycle:
         """Return exo's events about an agent, oldest first."""
         return self.query("SELECT kind, data FROM events WHERE agent = ? ORDER BY id", (agent_id,))
 
+    def net_refusals(self, name: str) -> list[dict[str, Any]]:
+        """The refusals exo's network proxy logged for the agent's current life (host, port, agent, reason)."""
+        from exo_cli.adapters import netlog
+
+        key = json.loads(self.agent(name).get("spec") or "{}").get("socket_key")
+        return netlog.refusals(netlog.folder(self.state_dir), netlog.stem(key), last=1000) if key else []
+
     def mark(self, what: str) -> None:
         """Record when a step happened (seconds since the test began), for the timings report."""
         self.marks[what] = round(time.monotonic() - self.started, 1)
