@@ -46,6 +46,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.tmux,
 
 COMMIT = "printf 'hello from codex\\n' > hello.txt && git add hello.txt && git commit -q -m 'Add hello.txt' && echo COMMITTED"
 
+WALL = "; (echo x >> {readme}) 2>/dev/null && echo WROTE-MAIN || echo DENIED-MAIN"
+
 
 @pytest.fixture
 def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
@@ -66,7 +68,7 @@ def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
 def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecycle: Lifecycle) -> None:
     lc, server, repo = lifecycle, lifecycle.server, lifecycle.repo
     server.script(*({**turn, "usage": turn_usage(n, cache_write=False)} for n, turn in enumerate((
-        {"tool": "exec_command", "input": {"cmd": COMMIT}},
+        {"tool": "exec_command", "input": {"cmd": COMMIT + WALL.format(readme=repo / "README.md")}},
         {"tool": "mcp__exo__note", "input": {"message": "NOTE-42: hello.txt is committed"}},
         {"tool": "mcp__exo__file_pr", "input": {"title": "Add hello.txt", "body": "From the Codex e2e test"}},
         {"text": "TURN-ONE-DONE"},
@@ -103,7 +105,9 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
     requests = server.agent_requests()
     assert [e["turn"] for e in requests] == [0, 1, 2, 3]
     assert_usage_counted(lc.exo_json, repo, server)  # every kind of token of turn one, to the token
-    assert "COMMITTED" in tool_results(requests[1])[-1]["output"]
+    shell = tool_results(requests[1])[-1]["output"]
+    assert "COMMITTED" in shell and "DENIED-MAIN" in shell, shell  # its shell cannot write the main checkout
+    assert (repo / "README.md").read_text() == "# e2e\n"
     assert git(worktree, "log", "-1", "--format=%s") == "Add hello.txt"
     assert (worktree / "hello.txt").read_text() == "hello from codex\n"
     assert git(worktree, "status", "--porcelain") == ""  # exo wrote nothing into the worktree for Codex
