@@ -400,7 +400,7 @@ def test_spawn_gets_the_policy_and_the_plan_from_the_config_and_the_clis_own_fil
     codex_home = tmp_path / "codex"
     codex_home.mkdir()
     (codex_home / "config.toml").write_text('model_provider = "corp"\n[model_providers.corp]\n'
-                                            'base_url = "https://llm.corp.example/v1"\n')
+                                            'base_url = "https://llm.corp.example/v1"\nenv_key = "CORP_LLM_KEY"\n')
     env = Env(cwd=repo)
     policy = network.policy(env, backend="codex", environ={"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": "k"})
     assert policy.entries()[0] == "llm.corp.example:443" and "pypi.org:8443" in policy.entries()
@@ -410,6 +410,19 @@ def test_spawn_gets_the_policy_and_the_plan_from_the_config_and_the_clis_own_fil
     assert plan.binds == ((str(folder), "/run/exo-net"),) and plan.policy == policy
     assert plan.prelude[-1] == "--" and "--tunnel" not in plan.prelude  # no loopback model server here
     assert plan.env["HTTPS_PROXY"] == plan.env["http_proxy"] == "http://127.0.0.1:3128"
+    # the sandbox keeps the variable the provider's key is in (and nothing else of the caller's)
+    from exo_cli.ops.spawn import sandboxing
+
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "clone").mkdir()
+    inside = sandboxing.plan_for(env, backend="codex", path=tmp_path / "clone", agent_dir=tmp_path / "agent",
+                                 argv=["codex"], environ={"CODEX_HOME": str(codex_home), "CORP_LLM_KEY": "k",
+                                                          "OTHER_SECRET": "s", "PATH": "/usr/bin:/bin"},
+                                 tty=False, binds=[]).env
+    assert inside["CORP_LLM_KEY"] == "k" and "OTHER_SECRET" not in inside
+    for hostile in ("*", "CORP_*", "A B", ""):  # never a glob: it would let every variable in
+        (codex_home / "config.toml").write_text(f'model_provider = "c"\n[model_providers.c]\nenv_key = "{hostile}"\n')
+        assert netpolicy.codex_provider_key(codex_home) is None
 
 
 def test_a_localhost_base_url_reaches_the_hosts_own_server_and_gets_a_tunnel(net: Net, tmp_path: Path) -> None:

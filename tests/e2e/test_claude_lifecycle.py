@@ -8,7 +8,7 @@ through the bridge's tunnel), exo's hooks (``--settings``) and exo's MCP server 
 the scripted model drives the agent through a Bash commit and exo's MCP tools; the assertions are
 on exo's state and on what the model server received. Each test has its own HOME, TMPDIR, model
 server and exo tmux server (killed in a finalizer); inside the sandbox, exo's proxy replaces the
-egress trap, so nothing leaves 127.0.0.1. The unsandboxed path: tests/e2e/test_sandbox_lifecycle.py.
+egress trap, so nothing leaves 127.0.0.1. The unsandboxed path: tests/e2e/test_unsandboxed_lifecycle.py.
 """
 
 from __future__ import annotations

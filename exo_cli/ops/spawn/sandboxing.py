@@ -7,7 +7,7 @@ sandboxed). ``--skip-permissions`` (or a CLI's bypass flag in ``agent.args``) wi
 than ``off`` is refused where bubblewrap does not work, unless ``--no-sandbox``: never silently
 unsandboxed. ``wrap`` fills the agent's private HOME and turns its launch into the ``bwrap``
 command line (adapters/sandbox.py); the record says ``sandboxed``. Every backend runs inside
-(the real Claude Code, Gemini CLI and Codex: tests/e2e/test_sandbox_lifecycle.py).
+(the real Claude Code, Gemini CLI and Codex: every lifecycle in tests/e2e/ runs sandboxed).
 """
 
 from __future__ import annotations
