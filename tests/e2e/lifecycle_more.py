@@ -336,6 +336,9 @@ def assert_through_the_proxy(agent_pid: int, server: ModelServer, cli: str) -> N
     assert bridges, f"no exo network bridge under the agent: {procs}"
     tunnel = f"{port}=127.0.0.1:{port}"
     assert any(tunnel in procs[b] for b in bridges), [procs[b] for b in bridges]
+    from exo_cli.adapters.netproxy import INSIDE
+
+    assert all(f"{INSIDE}/sock" in procs[b] for b in bridges)  # its one way out: the proxy's socket
     clis = [pid for pid, cmd in procs.items() if cmd and any(Path(a).name == cli for a in cmd[:2])
             and not any(a.endswith("netbridge.py") for a in cmd)]
     assert clis, f"no {cli} process under the agent: {procs}"

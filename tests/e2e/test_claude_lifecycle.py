@@ -243,4 +243,5 @@ def test_claude_question_answered_by_the_parent_and_a_queued_message(team: Team)
     idle = team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "GOT-QUEUED: keeping it short.",
                            what="idle after the queued message")
     assert idle.turns >= 1
+    assert_through_the_proxy(idle.location["pid"], server, "claude")
     assert_no_egress(server)

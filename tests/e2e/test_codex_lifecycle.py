@@ -189,6 +189,7 @@ def test_codex_notify_alone_marks_the_agent_idle(lifecycle: Lifecycle) -> None:
     assert spawned["agents"][0]["sandboxed"] is True
     rec = lc.wait_status("w1", "idle", timeout=60, since_turns=0)
     assert rec["output"] == "NOTIFY-ONLY-DONE"
+    assert_through_the_proxy(json.loads(rec["location"])["pid"], server, "codex")
     state = lc.hook_state("w1")
     assert state["thread"] == rec["session_id"] and state.get("last_turn")
     sent = lc.exo_json("send", "w1", "SEND-5: once more")
