@@ -538,6 +538,10 @@ def test_a_sandboxed_agents_network_is_its_allow_list_through_the_brokers_proxy(
             ("w1", "evil.example", 443), ("w1", "127.0.0.1", outside), ("w1", "127.0.0.1", outside), ("w1", "-", 0)]
         (view,) = exo("agents", "--json").json()["agents"]  # type: ignore[index]
         assert view["net_refused"] == 4
+        # what it carried: the npm name twice (plain and CONNECT) and the model's port once, nothing else
+        (sock,) = exo("broker", "status", "--json").json()["sockets"]  # type: ignore[index]
+        assert (sock["agent"], sock["net_carried"]) == ("w1", 3)
+        assert "NET CARRIED" in exo("broker", "status").stdout
     finally:
         stop_repo_agents(repo)
 

@@ -148,6 +148,7 @@ class Agent:
         self.log_dir = log_dir
         self.lock = threading.Lock()
         self.refused = netlog.refused_count(log_dir, record)
+        self.carried = 0  # connections carried to an allowed host in this proxy's life
         self.open = 0  # connections being served
         self.paused = False  # at MAX_CONNECTIONS: not listened to until one ends
 
@@ -203,6 +204,11 @@ class NetProxy:
         self._wake()
         return path
 
+    def carried(self) -> dict[str, int]:
+        """Agent -> how many connections its proxy carried to an allowed host (since this proxy started)."""
+        with self.lock:
+            return {name: entry.carried for name, entry in self.agents.items()}
+
     def remove(self, agent: str) -> None:
         """Stop listening for ``agent`` (connections already open run to their end)."""
         with self.lock:
@@ -255,6 +261,8 @@ class NetProxy:
             head, rest = _read_head(conn)
             request = parse_head(head, rest)
             upstream = self._open(entry, request)
+            with entry.lock:
+                entry.carried += 1
             if request.connect:
                 conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             if request.forward:

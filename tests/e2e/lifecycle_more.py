@@ -323,12 +323,14 @@ def _netns(pid: int | str) -> str:
     return os.readlink(f"/proc/{pid}/ns/net")
 
 
-def assert_through_the_proxy(agent_pid: int, server: ModelServer, cli: str) -> None:
+def assert_through_the_proxy(agent_pid: int, server: ModelServer, cli: str, exo_json: Callable[..., Any],
+                             agent: str = "w1") -> None:
     """The sandboxed agent's CLI reached the scripted model only through exo's allow-list proxy.
 
     The CLI runs in a network namespace of its own (not the host's: its 127.0.0.1 is not the one the
     model server listens on), beside exo's bridge, whose tunnel for the model server's port is a
-    ``CONNECT`` through the proxy on the broker's side; and the model server got its requests.
+    ``CONNECT`` through the proxy on the broker's side; the model server got its requests, and the
+    broker's proxy counts the connections it carried for the agent (``exo broker status``).
     """
     port = server.port
     procs = {pid: _cmdline(pid) for pid in descendants(agent_pid)}
@@ -347,3 +349,5 @@ def assert_through_the_proxy(agent_pid: int, server: ModelServer, cli: str) -> N
         assert _netns(pid) != mine, f"{procs[pid]} shares the host's network"
         assert _netns(pid) == _netns(bridges[0])
     assert server.agent_requests(), "the model server got no request"
+    carried = {s["agent"]: s["net_carried"] for s in exo_json("broker", "status")["sockets"]}
+    assert (carried.get(agent) or 0) >= 1, carried

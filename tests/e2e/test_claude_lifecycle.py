@@ -123,7 +123,7 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     assert idle.output == "TURN-1-DONE: committed, noted and filed the PR."
     assert idle.session_id  # recorded from the SessionStart payload
     assert_mcp_server_has_the_agents_proof(idle.location["pid"])
-    assert_through_the_proxy(idle.location["pid"], server, "claude")
+    assert_through_the_proxy(idle.location["pid"], server, "claude", team.exo_json)
 
     # The task arrives in the first model request as the SessionStart hook's additional context.
     contexts = [m["content"] for m in first["body"]["messages"]
@@ -243,5 +243,5 @@ def test_claude_question_answered_by_the_parent_and_a_queued_message(team: Team)
     idle = team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "GOT-QUEUED: keeping it short.",
                            what="idle after the queued message")
     assert idle.turns >= 1
-    assert_through_the_proxy(idle.location["pid"], server, "claude")
+    assert_through_the_proxy(idle.location["pid"], server, "claude", team.exo_json)
     assert_no_egress(server)

@@ -101,7 +101,7 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
     rec = lc.wait_status("w1", "idle", timeout=60, since_turns=0)
     assert rec["session_id"] and rec["output"] == "TURN-ONE-DONE"
     assert_mcp_server_has_the_agents_proof(json.loads(rec["location"])["pid"])  # a relay on its socket (no proof)
-    assert_through_the_proxy(json.loads(rec["location"])["pid"], server, "codex")
+    assert_through_the_proxy(json.loads(rec["location"])["pid"], server, "codex", lc.exo_json)
     requests = server.agent_requests()
     assert [e["turn"] for e in requests] == [0, 1, 2, 3]
     assert_usage_counted(lc.exo_json, repo, server)  # every kind of token of turn one, to the token
@@ -189,7 +189,7 @@ def test_codex_notify_alone_marks_the_agent_idle(lifecycle: Lifecycle) -> None:
     assert spawned["agents"][0]["sandboxed"] is True
     rec = lc.wait_status("w1", "idle", timeout=60, since_turns=0)
     assert rec["output"] == "NOTIFY-ONLY-DONE"
-    assert_through_the_proxy(json.loads(rec["location"])["pid"], server, "codex")
+    assert_through_the_proxy(json.loads(rec["location"])["pid"], server, "codex", lc.exo_json)
     state = lc.hook_state("w1")
     assert state["thread"] == rec["session_id"] and state.get("last_turn")
     sent = lc.exo_json("send", "w1", "SEND-5: once more")

@@ -108,7 +108,7 @@ def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecy
     rec = lc.wait_status("w1", "idle", timeout=60, since_turns=0)
     assert rec["session_id"] and rec["output"] == "TURN-ONE-DONE"
     assert_mcp_server_has_the_agents_proof(json.loads(rec["location"])["pid"])
-    assert_through_the_proxy(json.loads(rec["location"])["pid"], server, "gemini")
+    assert_through_the_proxy(json.loads(rec["location"])["pid"], server, "gemini", lc.exo_json)
     requests = server.agent_requests()
     assert [e["turn"] for e in requests] == [0, 1, 2, 3]
     assert_usage_counted(lc.exo_json, repo, server)  # every kind of token of turn one, to the token

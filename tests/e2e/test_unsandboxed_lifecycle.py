@@ -87,7 +87,7 @@ def test_an_unsandboxed_agent_commits_notes_files_a_pr_and_is_merged(world: Call
     pid = json.loads(rec["location"])["pid"]
     assert descendants(pid) and Path(f"/proc/{pid}/ns/net").readlink() == Path("/proc/self/ns/net").readlink()
     with pytest.raises(AssertionError, match="no exo network bridge"):
-        assert_through_the_proxy(pid, server, cli)
+        assert_through_the_proxy(pid, server, cli, lc.exo_json)
     requests = server.agent_requests()
     assert "COMMITTED" in json.dumps(tool_results(requests[1])), requests[1]
     assert git(worktree, "log", "-1", "--format=%s") == "Add hello.txt"
