@@ -99,11 +99,14 @@ def test_headless_agent_continues_its_session_with_each_message(world: Callable[
 
 @pytest.mark.slow
 def test_gemini_headless_session_survives_gemini_s_session_cleanup(world: Callable[..., Lifecycle]) -> None:
-    """Gemini deletes a session resumed in a later minute when another session starts; exo turns that off."""
+    """Gemini deletes a session resumed in a later minute when another session starts; exo turns that off.
+
+    Unsandboxed: the other session shares the agent's HOME (a sandboxed agent's sessions are in its private one).
+    """
     lc = world("gemini")
     lc.server.script({"text": "A0"}, {"text": "A1"}, {"text": "UNRELATED"}, {"text": "A2"})
-    lc.exo_json("spawn", "--worker", "w1", "--agent", "gemini", "--skip-permissions", "--mux", "headless",
-                "--prompt", "first", timeout=120)
+    lc.exo_json("spawn", "--worker", "w1", "--agent", "gemini", "--skip-permissions", "--no-sandbox", "--mux",
+                "headless", "--prompt", "first", timeout=120)
     assert lc.exo_json("wait", "w1", "--timeout", "120", timeout=150)["results"][0]["message"] == "A0"
     minute = time.strftime("%H:%M")
     while time.strftime("%H:%M") == minute:  # the next turn starts in a later minute
