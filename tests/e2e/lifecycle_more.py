@@ -164,7 +164,8 @@ class Lifecycle:
         from exo_cli.adapters import netlog
 
         key = json.loads(self.agent(name).get("spec") or "{}").get("socket_key")
-        return netlog.refusals(netlog.folder(self.state_dir), netlog.stem(key), last=1000) if key else []
+        assert key, f"{name} has no socket key: no proxy"
+        return netlog.refusals(netlog.folder(self.state_dir), netlog.stem(key), last=1000)
 
     def mark(self, what: str) -> None:
         """Record when a step happened (seconds since the test began), for the timings report."""
