@@ -247,11 +247,6 @@ def test_an_agent_judged_before_another_took_the_team_over_does_not_rest_idle(re
                                                                               message: bool) -> None:
     """w1's stop hook judges the team under its budget, then w2's turn takes it over before w1's is recorded:
     w1 still stops (status over-budget, a message for it held, not continued), as the resting agents did."""
-    import os
-    import subprocess
-
-    from test_messages_helpers import EXO, agent_vars
-
     make_agent(repo, "w1", backend="claude", status="working")
     make_agent(repo, "w2", backend="claude", status="working")
     store = env_for(repo).store
@@ -259,32 +254,66 @@ def test_an_agent_judged_before_another_took_the_team_over_does_not_rest_idle(re
     store.record_usage("w2", 1, [Usage("m", 900)])
     if message:
         store.post("send", "w2", "w1", "go on", data={"from_name": "w2"})
+    out = _judged_then(repo, tmp_path, "w1", lambda: _w2_takes_the_team_over(repo, tmp_path, store))
+    assert json.loads(out) == {}  # not continued with the message
+    w1 = store.agent("w1")
+    assert (w1.status, w1.status_reason) == ("over-budget", "over budget: the team used 1,050 of 1,000 tokens")  # type: ignore[union-attr]
+    assert len(store.messages(recipient="w1", unconsumed=True, undelivered=True)) == message  # held
+
+
+def _w2_takes_the_team_over(repo: Path, tmp_path: Path, store: Any) -> None:
+    transcript = tmp_path / "t.jsonl"
+    _turn("claude", transcript, 1, 150, 0, 0, 0)  # w2's turn: 1,050 of 1,000
+    hook_json(run_hook(repo, "w2", "stop", "claude", {**STOP["claude"], "session_id": "s2", "cwd": str(repo),
+                                                      "transcript_path": str(transcript), "turn_id": "b"}))
+    assert store.agent("w1").status == "working"  # not resting: its own hook stops it
+
+
+def _judged_then(repo: Path, tmp_path: Path, agent: str, meanwhile: Any) -> str:
+    """Run ``agent``'s stop hook, paused right after it judged its turn (fault point budget.judged) while
+    ``meanwhile`` runs; its output."""
+    import os
+    import subprocess
+
+    from test_messages_helpers import EXO, agent_vars
+
+    from conftest import wait_for
+
     pause = tmp_path / "pause"
     pause.mkdir()
-    env = {**os.environ, **agent_vars(repo, "w1"), "EXO_FAULT": "budget.judged", "EXO_FAULT_PAUSE": str(pause)}
+    env = {**os.environ, **agent_vars(repo, agent), "EXO_FAULT": "budget.judged", "EXO_FAULT_PAUSE": str(pause)}
     payload = json.dumps({**STOP["claude"], "session_id": "s1", "cwd": str(repo), "turn_id": "a"})
     judged = subprocess.Popen([*EXO, "hook", "stop", "--cli", "claude"], cwd=repo, env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert judged.stdin is not None
+        assert judged.stdin is not None and judged.stdout is not None and judged.stderr is not None
         judged.stdin.write(payload)
         judged.stdin.close()
-        from conftest import wait_for
-
-        wait_for(lambda: (pause / "budget.judged").exists(), what="w1's hook to judge its turn")
-        transcript = tmp_path / "t.jsonl"
-        _turn("claude", transcript, 1, 150, 0, 0, 0)  # w2's turn: 1,050 of 1,000
-        hook_json(run_hook(repo, "w2", "stop", "claude", {**STOP["claude"], "session_id": "s2", "cwd": str(repo),
-                                                          "transcript_path": str(transcript), "turn_id": "b"}))
-        assert store.agent("w1").status == "working"  # type: ignore[union-attr]  # not resting: its hook stops it
+        wait_for(lambda: (pause / "budget.judged").exists(), what=f"{agent}'s hook to judge its turn")
+        meanwhile()
         (pause / "budget.judged").unlink()
-        assert judged.stdout is not None and judged.stderr is not None
         out, err = judged.stdout.read(), judged.stderr.read()
         judged.wait(timeout=60)
     finally:
         if judged.poll() is None:
             judged.kill()
-    assert judged.returncode == 0 and json.loads(out) == {}, err  # not continued with the message
-    w1 = store.agent("w1")
-    assert (w1.status, w1.status_reason) == ("over-budget", "over budget: the team used 1,050 of 1,000 tokens")  # type: ignore[union-attr]
-    assert len(store.messages(recipient="w1", unconsumed=True, undelivered=True)) == message  # held
+    assert judged.returncode == 0, err
+    return out
+
+
+@pytest.mark.sqlite_only
+def test_a_raise_while_a_turn_that_went_over_is_judged_holds_nobody(repo: Path, tmp_path: Path) -> None:
+    """w1's turn takes the team over; the human raises the team's budget before w1's hook records it: w1 and the
+    agents resting meanwhile are not left held."""
+    make_agent(repo, "w1", backend="claude", status="working")
+    make_agent(repo, "w2", status="idle")
+    store = env_for(repo).store
+    store.kv_set("budget:team", '{"tokens": 1000}')
+    store.record_usage("w2", 1, [Usage("m", 1050)])  # over already: w1's hook judges its turn over
+    human = env_for(repo)
+    from exo_cli.registry import invoke
+
+    out = _judged_then(repo, tmp_path, "w1", lambda: invoke("budget", human, amount="+1000", tokens=True, team=True))
+    assert json.loads(out) == {}
+    assert (store.agent("w1").status, store.agent("w2").status) == ("idle", "idle")  # type: ignore[union-attr]
+    assert not _events(repo, "over-budget")  # nobody told of a stop that did not last

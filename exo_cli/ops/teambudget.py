@@ -124,11 +124,15 @@ def _told(what: str, s: Spent) -> str:
 
 def stopped(env: Env, agent: Agent, s: Spent) -> None:
     """The team reached its budget at the end of ``agent``'s turn: the human is told once and every agent
-    resting at its input stops now (the others at the end of their turn, by their own stop hook)."""
+    resting at its input stops now (the others at the end of their turn, by their own stop hook). When the
+    human raised it since the turn was judged, whatever was just held is released instead."""
     reason = f"over budget: {s.text()}"[:500]
     for other in env.store.agents():
         if other.id not in (ROOT, agent.id) and other.live and other.status == IDLE:
             env.store.update_agent(other.id, if_status=IDLE, status=OVER_BUDGET, status_reason=reason)
+    if over(env) is None:  # raised meanwhile: `exo budget --team` released before these were held
+        release(env)
+        return
     if env.store.kv_claim(_told("over", s), "1"):
         from exo_cli.ops import attention
         from exo_cli.ops.delivery import EVENT, post
