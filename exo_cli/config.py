@@ -114,7 +114,8 @@ DEFAULTS: dict[str, Any] = {
     # the merge queue (docs/commands.md: The merge queue): with gates for a base, `pr merge` enqueues instead of merging
     "merge": {"gates": [], "setup": [], "bases": [], "batch": 4, "window": 5},
     "prices": {},  # model -> {input, output, cache_write, cache_read} dollars per million tokens (exo_cli/prices.py)
-    "budget": {"agent_usd": 0, "agent_tokens": 0},  # each new agent's budget (0: none; ops/budget.py)
+    # each new agent's budget and the whole team's (0: none; ops/budget.py, ops/teambudget.py)
+    "budget": {"agent_usd": 0, "agent_tokens": 0, "team_usd": 0, "team_tokens": 0},
 }
 
 _Check = Callable[[Any], bool]
@@ -367,6 +368,8 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "hosts": (_is_hosts_table, "a table of host name -> { ssh = DESTINATION, path = CLONE, exo = COMMAND, env = [NAMES] }"),
     "budget.agent_usd": (_is_amount, "a number of dollars (0 = no budget)"),
     "budget.agent_tokens": (_is_int, "a whole number of tokens (0 = no budget)"),
+    "budget.team_usd": (_is_amount, "a number of dollars (0 = no budget)"),
+    "budget.team_tokens": (_is_int, "a whole number of tokens (0 = no budget)"),
     "prices": (_is_prices_table, "a table of model -> { input = N, output = N, cache_write = N, cache_read = N } "
                "in dollars per million tokens"),
 }

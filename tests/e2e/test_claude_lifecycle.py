@@ -101,6 +101,8 @@ def test_claude_worker_lifecycle(team: Team) -> None:
         {"text": "TURN-2-DONE: got your message."},
         {"text": "TURN-3-DONE: over budget now."},
         {"text": "TURN-4-DONE: released."},
+        {"text": "TURN-5-DONE: the team is over its budget."},
+        {"text": "TURN-6-DONE: the team's budget was raised."},
     ))))
 
     # 1. The human spawns w1: the real claude TUI starts sandboxed in its own clone, with no dialog.
@@ -195,6 +197,21 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     assert user_texts(resumed)[-1] == "[MESSAGE from root] HELD-2"
     team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "TURN-4-DONE: released.",
                     what="idle after the released turn")
+    # The team's budget stops it the same way at the end of the turn that reaches it; the human's raise resumes it.
+    team_used = team.exo_json("cost")["team"]["tokens"]
+    assert team.exo_json("budget", "--team", str(team_used + 1), "--tokens")["status"] == "ok"
+    assert [s["delivery"] for s in team.exo_json("send", "w1", "TEAM-1")["sent"]] == ["typed"]
+    team.wait_request(lambda e: e["turn"] == 7, what="the turn that reaches the team's budget", agent="w1")
+    over = team.wait_agent("w1", lambda a: a.status == "over-budget", what="over the team's budget after that turn")
+    assert over.output == "TURN-5-DONE: the team is over its budget."
+    assert over.status_reason.startswith("over budget: the team used ")
+    assert [s["delivery"] for s in team.exo_json("send", "w1", "TEAM-HELD")["sent"]] == ["held"]
+    raised = team.exo_json("budget", "--team", "+100000", "--tokens")
+    assert raised["agents"] == ["w1"], raised
+    resumed = team.wait_request(lambda e: e["turn"] == 8, what="the turn after the team's raise", agent="w1")
+    assert user_texts(resumed)[-1] == "[MESSAGE from root] TEAM-HELD"
+    team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "TURN-6-DONE: the team's budget was raised.",
+                    what="idle after the team's released turn")
 
     # 7. The parent merges the PR and completes w1: the agent stops and every trace is removed.
     merged = team.exo_json("pr", "merge", str(number))
