@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from exo_cli.adapters.git import Git
 from exo_cli.adapters.proc import TOKEN_VAR, end_session, run_token
+from exo_cli.adapters.rmtree import remove_tree
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -147,25 +147,8 @@ def make_clone(repo: str | os.PathLike[str], folder: str | os.PathLike[str], com
 
 
 def remove_clone(folder: str | os.PathLike[str]) -> None:
-    """Remove a candidate clone (files a gate made read-only included); nothing when it is gone."""
-    def writable(func: object, path: str, _exc: object) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-        with contextlib.suppress(OSError):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
-
-    if not os.path.lexists(folder):
-        return
-    import sys
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(folder, onexc=writable)
-    else:
-        shutil.rmtree(folder, onerror=writable)
+    """Remove a candidate clone (folders a gate made read-only included, no link it planted followed)."""
+    remove_tree(folder)
 
 
 def leftovers(parent: str | os.PathLike[str]) -> list[str]:

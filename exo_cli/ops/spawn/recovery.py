@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters.files import locked
 from exo_cli.adapters.git import Finished, Git
+from exo_cli.adapters.rmtree import remove_tree
 from exo_cli.errors import ExoError, StateError
 from exo_cli.ops.spawn.call import PENDING, Call, finish
 from exo_cli.ops.spawn.plan import common_from_spec, request_from_spec
@@ -67,7 +67,8 @@ def cleanup_partial(env: Env, agent: Agent) -> list[str]:
         notes += _remove_worktree_and_branch(env, agent)
     agent_dir = agent.spec.get("agent_dir")
     if agent_dir and Path(agent_dir).is_dir() and Path(agent_dir).parent == env.state_dir / "agents":
-        shutil.rmtree(agent_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(agent_dir)
     return notes
 
 
@@ -110,7 +111,7 @@ def _remove_copied_files(paths: list[str]) -> None:
             if p.is_symlink() or p.is_file():
                 p.unlink()
             elif p.is_dir():
-                shutil.rmtree(p)
+                remove_tree(p)
 
 
 def _remove_worktree_and_branch(env: Env, agent: Agent) -> list[str]:
