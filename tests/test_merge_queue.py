@@ -29,15 +29,19 @@ GATE = ('echo "$(git rev-parse HEAD) {verdict}" >> "{log}"; '
 
 
 def configure(repo: Path, log: Path, *, batch: int = 4, extra: str = "") -> None:
+    """The gate ``GATE`` for ``repo``; its log's folder (never one holding the repository) is the one place outside
+    its clone a sandboxed gate may write ([sandbox] paths), so the tests hold whatever ``[sandbox] mode`` is."""
     gate = GATE.format(log=log, verdict="ran")
     (repo / ".exo").mkdir(exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
     (repo / ".exo" / "config.toml").write_text(
-        f"[merge]\nbatch = {batch}\nwindow = 0\n{extra}\n[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 60\n")
+        f"[merge]\nbatch = {batch}\nwindow = 0\n{extra}\n[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 60\n"
+        f"[sandbox]\npaths = [{json.dumps(str(log.parent))}]\n")
 
 
 @pytest.fixture
 def team(repo: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    log = tmp_path / "gates.log"
+    log = tmp_path / "gates" / "gates.log"
     from exo_cli.adapters.git import add_exclude
 
     add_exclude(repo / ".git", "/.exo/")
@@ -208,8 +212,8 @@ def test_base_that_moved_is_rebuilt_and_retested(team: tuple[Path, Path], tmp_pa
         f'; if [ ! -e "{mover}" ]; then touch "{mover}"; '
         f'git -C "{repo}" commit -q --allow-empty -m "meanwhile on main"; fi')
     configure(repo, log, extra="")
-    (repo / ".exo" / "config.toml").write_text(
-        f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
+    (repo / ".exo" / "config.toml").write_text(  # unsandboxed: a sandboxed gate cannot move the base
+        f"[sandbox]\nmode = \"off\"\n[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
     n = pr_of(repo, "w0", {"f.txt": "1\n"})
     enqueue(repo, n)
     assert advance(env_for(repo), "main") == 1
@@ -269,7 +273,8 @@ def test_kill_9_at_each_step_resumes_without_loss_or_double_merge(team: tuple[Pa
     if point == "mid-gate":  # the gate itself kills its runner, the first time, while it runs
         gate = f'if [ ! -e "{tmp_path}/killed" ]; then touch "{tmp_path}/killed"; kill -9 $PPID; sleep 1; fi; true'
         configure(repo, log, extra="")
-        (repo / ".exo" / "config.toml").write_text(f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
+        (repo / ".exo" / "config.toml").write_text(  # unsandboxed: a sandboxed gate cannot see its runner
+            f"[sandbox]\nmode = \"off\"\n[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
     numbers = [pr_of(repo, f"w{i}", {f"f{i}.txt": f"{i}\n"}) for i in range(2)]
     for n in numbers:
         enqueue(repo, n)

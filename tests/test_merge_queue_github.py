@@ -30,9 +30,11 @@ def gated(repo: Path, tmp_path: Path) -> None:
 
     add_exclude(repo / ".git", "/.exo/")
     (repo / ".exo").mkdir(exist_ok=True)
-    gate = GATE.format(log=tmp_path / "gates.log", verdict="ran")
+    (tmp_path / "gates").mkdir(exist_ok=True)
+    gate = GATE.format(log=tmp_path / "gates" / "gates.log", verdict="ran")
     (repo / ".exo" / "config.toml").write_text(
-        f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 60\n")
+        f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 60\n"
+        f"[sandbox]\npaths = [{json.dumps(str(tmp_path / 'gates'))}]\n")
 
 
 def filed(repo: Path, fake: FakeGitHub, name: str, files: dict[str, str]) -> int:

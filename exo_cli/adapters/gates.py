@@ -4,7 +4,8 @@
 so that a sandbox (issue 31) can wrap it in one place: today it runs the command in a session
 of its own (its process group and everything carrying its ``EXO_RUN`` token) inside the
 clone, output to a log file, and ends the whole session at the deadline or once the command
-has exited (a server a gate left running does not outlive it). It is not sandboxed yet.
+has exited (a server a gate left running does not outlive it). Given a sandbox ``Plan``
+(``ops/gatesandbox``: ``[sandbox] mode`` decides) it runs the command in bubblewrap instead.
 
 ``make_clone`` makes the candidate's clone: ``git clone --shared --no-checkout`` of the
 repository into a fresh folder under exo's state (never reused; ``remove_clone`` removes it,
@@ -24,10 +25,13 @@ from pathlib import Path
 from exo_cli.adapters.git import Git
 from exo_cli.adapters.proc import TOKEN_VAR, end_session, run_token
 from exo_cli.adapters.rmtree import remove_tree
+from exo_cli.errors import EnvironmentError_
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from exo_cli.adapters.sandbox import Plan
 
 TAIL_BYTES = 4000  # the end of a failing gate's log kept for the bounce message
 
@@ -60,11 +64,22 @@ def shown(command: str | Sequence[str]) -> str:
 
 
 def run_gate(clone: str | os.PathLike[str], command: str | Sequence[str], timeout: float,
-             env: Mapping[str, str], log: str | os.PathLike[str]) -> GateRun:
-    """Run ``command`` in ``clone`` with ``env``, output appended to ``log``; end it all at ``timeout``."""
+             env: Mapping[str, str], log: str | os.PathLike[str], *, plan: Plan | None = None) -> GateRun:
+    """Run ``command`` in ``clone`` with ``env``, output appended to ``log``; end it all at ``timeout``.
+
+    With ``plan`` (a sandbox whose cwd is ``clone``) it runs inside bubblewrap with the plan's
+    environment instead of ``env``: ending bwrap's session at the deadline ends the sandbox's
+    pid namespace, so every process the gate started inside goes with it.
+    """
     argv = argv_of(command)
-    token = run_token()
-    full = {**env, TOKEN_VAR: token}
+    token: str | None = None
+    if plan is None:
+        token = run_token()
+        full = {**env, TOKEN_VAR: token}
+        # posix_spawn has no cwd (and a chdir here would move every thread): a shell enters the clone first
+        enter = ["/bin/sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", os.fspath(clone), *argv]
+    else:
+        enter, full = _sandboxed(plan, argv)
     started = time.monotonic()
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -72,8 +87,6 @@ def run_gate(clone: str | os.PathLike[str], command: str | Sequence[str], timeou
         os.write(fd, f"$ {shown(command)}\n".encode())
         actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                    (os.POSIX_SPAWN_DUP2, fd, 1), (os.POSIX_SPAWN_DUP2, fd, 2)]
-        # posix_spawn has no cwd (and a chdir here would move every thread): a shell enters the clone first
-        enter = ["/bin/sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", os.fspath(clone), *argv]
         try:
             pid = os.posix_spawnp(enter[0], enter, full, file_actions=actions, setsid=True)
         except OSError as exc:
@@ -91,6 +104,20 @@ def run_gate(clone: str | os.PathLike[str], command: str | Sequence[str], timeou
         os.close(fd)
     return GateRun(shown(command), None if timed_out else code, timed_out, str(log), tail(log),
                    time.monotonic() - started)
+
+
+def _sandboxed(plan: Plan, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The bwrap command line and environment running ``argv`` in ``plan``; EnvironmentError without bwrap."""
+    from dataclasses import replace
+
+    from exo_cli.adapters import sandbox
+
+    found = sandbox.bwrap_path(plan.env) or sandbox.bwrap_path()
+    if found is None:
+        raise EnvironmentError_("bubblewrap is not installed (no bwrap on PATH): the merge gates cannot be sandboxed",
+                                hint="Install it (Debian/Ubuntu: apt-get install bubblewrap), or set [sandbox] mode "
+                                     "= \"auto\" or \"off\".")
+    return sandbox.build(replace(plan, argv=tuple(argv)), bwrap=found)
 
 
 def _wait(pid: int, timeout: float) -> tuple[int | None, bool]:

@@ -244,38 +244,45 @@ def build(env: Env, git: Git, base: str, batch: list[PullRequest], base_sha: str
 
 def gate(env: Env, base: str, commit: str) -> GateRun:
     """Run ``merge.setup`` then every gate of ``base`` on ``commit`` in a fresh clone; the first failing run, or the
-    last one."""
+    last one. Sandboxed as ``[sandbox] mode`` says (``ops/gatesandbox``): a sandbox that cannot be made raises
+    (the runner stops and tells the human; nobody is bounced for it)."""
     from exo_cli.adapters.gates import GateRun, make_clone, remove_clone, run_gate
     from exo_cli.adapters.worktree import copy_into
+    from exo_cli.ops import gatesandbox
 
     top = mq.folder(env, base)
     stamp = f"{time.time():.6f}-{os.getpid()}"
     clone = os.path.join(top, "clones", stamp)
     log = os.path.join(top, "logs", f"{stamp}-{commit[:12]}.log")
     environ = gate_environ(env)
+    walled = gatesandbox.decide(env)
     try:
-        make_clone(env.repo.common_dir, clone, commit)
-        from pathlib import Path
+        try:
+            make_clone(env.repo.common_dir, clone, commit)
+            from pathlib import Path
 
-        copy_into(Path(clone), env.repo.root, copy=env.config.get("worktree.copy") or [],
-                  symlink=env.config.get("worktree.symlink") or [])
+            copy_into(Path(clone), env.repo.root, copy=env.config.get("worktree.copy") or [],
+                      symlink=env.config.get("worktree.symlink") or [])
+        except ExoError as exc:
+            return GateRun("(preparing the clone)", 1, False, log, exc.message, 0.0)
         fault.point("queue.cloned", env.environ)
-        last: GateRun | None = None
-        for command in env.config.get("merge.setup") or []:
-            last = run_gate(clone, command, mq.DEFAULT_TIMEOUT, environ, log)
-            if not last.ok:
-                return last
-        for g in mq.gates(env, base):
-            last = run_gate(clone, g["command"], float(g.get("timeout", mq.DEFAULT_TIMEOUT)), environ, log)
-            if not last.ok:
-                return last
+        with gatesandbox.sandboxed(env, base, clone, environ) if walled else contextlib.nullcontext() as plan:
+            last: GateRun | None = None
+            for command in env.config.get("merge.setup") or []:
+                last = run_gate(clone, command, mq.DEFAULT_TIMEOUT, environ, log, plan=plan)
+                if not last.ok:
+                    return last
+            for g in mq.gates(env, base):
+                last = run_gate(clone, g["command"], float(g.get("timeout", mq.DEFAULT_TIMEOUT)), environ, log,
+                                plan=plan)
+                if not last.ok:
+                    return last
         # no gate applies any more (the configuration changed since it was enqueued): nothing lands untested
         return last if mq.gates(env, base) and last is not None else \
             GateRun("(no gate)", 1, False, log, f"no merge gate applies to {base} any more; merge it again", 0.0)
-    except ExoError as exc:
-        return GateRun("(preparing the clone)", 1, False, log, exc.message, 0.0)
     finally:
         remove_clone(clone)
+        remove_clone(gatesandbox.home_of(clone))
         record_run(env, base, commit, log)
 
 
