@@ -422,3 +422,23 @@ def test_doctor_removes_a_dead_runners_clone_and_restarts_the_queue(team: tuple[
     assert queuerun.resume_queues in mcp_server.BACKGROUND  # the root's session resumes a stalled queue too
     queuerun.resume_queues(env)
     assert started == ["main", "main"]
+
+
+def test_a_batch_stops_before_an_entry_that_must_land_alone(team: tuple[Path, Path]) -> None:
+    from exo_cli.ops.queuerun import pick
+
+    repo, _ = team
+    numbers = [pr_of(repo, f"w{i}", {f"f{i}.txt": "x\n"}) for i in range(3)]
+    for n in numbers:
+        enqueue(repo, n)
+    env = env_for(repo)
+    solo = env.store.pr(numbers[1])
+    assert solo is not None
+    mq.set_entry(env, solo, solo=True)  # its batch's push was refused (tests/test_merge_queue_github.py)
+    assert [p.number for p in pick(env, "main")] == numbers[:1]
+    first = env.store.pr(numbers[0])
+    assert first is not None
+    mq.set_entry(env, first, state="merged")
+    assert [p.number for p in pick(env, "main")] == numbers[1:2]  # alone, at once
+    enqueue(repo, numbers[1])  # `pr merge` again: it may join a batch again
+    assert [p.number for p in pick(env, "main")] == numbers[1:]

@@ -24,6 +24,7 @@ steps, each safe to be killed at:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -160,9 +161,12 @@ def pick(env: Env, base: str) -> list[PullRequest]:
             return []
         if mq.entry(ahead[0]).get("state") == "tested":  # passed already: land it (and what passed with it)
             return [p for p in ahead if mq.entry(p).get("state") == "tested"]
+        if mq.entry(ahead[0]).get("solo"):  # its batch's push was refused: it lands (or is refused) alone
+            return ahead[:1]
         oldest = min(float(mq.entry(p).get("seq", 0.0)) for p in ahead[:size])
         if len(ahead) >= size or time.time() >= oldest + window:
-            return ahead[:size]
+            # a batch stops before an entry that must land alone (one enqueued ahead of it meanwhile)
+            return list(itertools.takewhile(lambda p: not mq.entry(p).get("solo"), ahead[:size]))
         time.sleep(min(0.2, max(0.01, oldest + window - time.time())))
 
 
@@ -354,8 +358,14 @@ def land(env: Env, base: str, batch: list[PullRequest], commits: list[str], base
 
 
 def push(env: Env, gh: GitHubForge, base: str, batch: list[PullRequest], tip: str) -> bool:
-    """Land ``tip`` on the remote's ``base`` by a fast-forward push; False when it did not (requeued, or bounced
-    with git's message when the remote refused it)."""
+    """Land ``tip`` on the remote's ``base`` by a fast-forward push; False when it did not.
+
+    A base that moved on the remote: the batch is queued again (rebuilt, re-tested). A refusal of
+    the branch itself (a protected branch): every entry is bounced with git's message. Any other
+    refusal may be about one entry's commits (a pre-receive hook): a batch of several is queued
+    again to land one by one (``solo``: each built on the base, tested and pushed alone), so only
+    the entry whose own push is refused is bounced.
+    """
     from exo_cli.limits import clip
     from exo_cli.ops.checkpoints import before_branch_moves
     from exo_cli.validate import visible
@@ -365,10 +375,13 @@ def push(env: Env, gh: GitHubForge, base: str, batch: list[PullRequest], tip: st
     try:
         gh.land(base, tip)
     except StateError as exc:
+        refused = exc.data.get("reason") != "base-moved"
+        one_by_one = refused and exc.data.get("scope") != "branch" and len(batch) > 1
         with mq.entries_lock(env, base):
             for pr in batch:
-                mq.set_entry(env, pr, state="queued", candidate=None, base_sha=None)
-        if exc.data.get("reason") != "base-moved":  # refused (a protected branch): git's own words, to each author
+                mq.set_entry(env, pr, state="queued", candidate=None, base_sha=None,
+                             **({"solo": True} if one_by_one else {}))
+        if refused and not one_by_one:  # git's own words, to each author
             said = visible(clip(str(exc.data.get("git") or exc.message), "tail", "message")[0])
             for pr in batch:
                 bounce(env, pr, f"the push to {base} on GitHub was refused: {said}", files=None, run=None)
