@@ -35,9 +35,11 @@ from exo_cli.ops import mergequeue as mq
 if TYPE_CHECKING:
     from exo_cli.adapters.sandbox import Plan
     from exo_cli.env import Env
+    from exo_cli.ops.sandbox import SandboxStatus
 
 HINT = ("Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set [sandbox] mode = \"auto\" (gates "
         "run sandboxed where bubblewrap works) or \"off\".")
+_probed: dict[str, SandboxStatus] = {}  # PATH -> whether bubblewrap works: probed once per runner process
 PROXY_KEY = "gate"  # the proxy's name for the gate being run (one at a time per runner)
 
 
@@ -48,7 +50,8 @@ def decide(env: Env) -> bool:
         return False
     from exo_cli.ops.sandbox import sandbox_status
 
-    status = sandbox_status(env)
+    path = env.environ.get("PATH", "")
+    status = _probed.get(path) or _probed.setdefault(path, sandbox_status(env))
     if mode == "on" and not status.available:
         raise EnvironmentError_(f"Cannot run the merge gates sandboxed ([sandbox] mode = \"on\"): {status.detail}",
                                 hint=HINT, detail=status.detail)
