@@ -121,3 +121,35 @@ def test_no_cleanup_uses_shutil_rmtree_or_a_chmod_error_handler() -> None:
             if re.search(r"\brmtree\(|onexc=|onerror=", line):
                 found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert found == []
+
+
+def test_within_never_enters_a_link_among_the_folders(place: Path) -> None:
+    """A copied file's removal: the agent replaced a folder on its way with a link to one of the user's."""
+    from exo_cli.adapters.rmtree import remove_tree
+
+    worktree, mine = place / "wt", place / "mine"
+    (mine / "conf").mkdir(parents=True)
+    (mine / "conf" / "settings").write_text("keep\n")
+    worktree.mkdir()
+    (worktree / "config").symlink_to(mine)  # was a folder exo copied config/conf/settings into
+    remove_tree(worktree / "config" / "conf", within=worktree)
+    assert (mine / "conf" / "settings").read_text() == "keep\n"
+    (worktree / "real" / "conf").mkdir(parents=True)
+    (worktree / "real" / "conf" / "x").write_text("x\n")
+    remove_tree(worktree / "real" / "conf", within=worktree)
+    assert not (worktree / "real" / "conf").exists() and (worktree / "real").is_dir()
+    with pytest.raises(ValueError):
+        remove_tree(place / "elsewhere", within=worktree)
+
+
+def test_undoing_a_spawn_never_removes_a_copied_folder_through_a_link(place: Path) -> None:
+    from exo_cli.ops.spawn.recovery import _remove_copied_files
+
+    worktree, mine = place / "wt", place / "mine"
+    (mine / "conf").mkdir(parents=True)
+    (mine / "conf" / "settings").write_text("keep\n")
+    worktree.mkdir()
+    (worktree / "config").symlink_to(mine)  # the agent swapped the folder exo copied into for a link
+    (worktree / "copied.txt").write_text("x\n")
+    _remove_copied_files([str(worktree / "config" / "conf"), str(worktree / "copied.txt")], str(worktree))
+    assert (mine / "conf" / "settings").read_text() == "keep\n" and not (worktree / "copied.txt").exists()

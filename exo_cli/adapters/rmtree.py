@@ -27,19 +27,40 @@ MAX_ROUNDS = 10_000  # listings of the top before giving up (a writer that keeps
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def remove_tree(path: str | os.PathLike[str]) -> None:
+def remove_tree(path: str | os.PathLike[str], *, within: str | os.PathLike[str] | None = None) -> None:
     """Remove ``path`` and everything in it without following any link; nothing when it is gone.
 
     A link (or a file) at ``path`` itself is unlinked, never followed. The folder holding
-    ``path`` is the caller's (it is opened as named). OSError when something cannot be removed
-    (a folder of another user's, a writer adding files faster than they go).
+    ``path`` is the caller's (it is opened as named), unless ``within`` names a folder of the
+    caller's that holds ``path``: then every folder between the two is entered without following
+    a link (a link the writer put among them means ``path`` is not there: nothing is removed).
+    OSError when something cannot be removed (a folder of another user's, a writer adding files
+    faster than they go), ValueError when ``path`` is not inside ``within``.
     """
-    full = os.path.abspath(os.fspath(path))
-    parent, name = os.path.split(full.rstrip("/") or "/")
+    full = os.path.normpath(os.path.abspath(os.fspath(path)))
+    parent, name = os.path.split(full)
     if not name or name in (".", ".."):
         raise OSError(errno.EINVAL, "refusing to remove this folder", full)
+    steps: list[str] = []
+    if within is not None:
+        top = os.path.normpath(os.path.abspath(os.fspath(within)))
+        rel = os.path.relpath(parent, top)
+        if rel == ".." or rel.startswith("../") or os.path.isabs(rel):
+            raise ValueError(f"{full} is not inside {top}")
+        steps, parent = ([] if rel == "." else rel.split("/")), top
     pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        for step in steps:
+            try:
+                nfd = os.open(step, _DIR_FLAGS, dir_fd=pfd)
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:  # a link where a folder was: what it points at is not ours
+                    return
+                raise
+            os.close(pfd)
+            pfd = nfd
         _remove_at(pfd, name)
     finally:
         os.close(pfd)
@@ -53,7 +74,13 @@ def _remove_at(pfd: int, name: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         _unlink(pfd, name)
         return
-    top = _open_dir(pfd, name)
+    try:
+        top = _open_dir(pfd, name)
+    except OSError as exc:  # swapped for a link or a file since: unlinked, never followed
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        _unlink(pfd, name)
+        return
     try:
         _empty(top)
     finally:
@@ -144,7 +171,13 @@ def _empty(top: int) -> None:
                     moved += 1
                     os.rename(name, f".exo-rm-{os.getpid()}-{moved}", src_dir_fd=fd, dst_dir_fd=top)
                 else:
-                    child = _open_dir(fd, name)
+                    try:
+                        child = _open_dir(fd, name)
+                    except OSError as exc:  # swapped for a link or a file since: unlinked, never followed
+                        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                            raise
+                        _unlink(fd, name)
+                        continue
                     try:
                         stack.append((child, os.listdir(child), name))
                     except BaseException:

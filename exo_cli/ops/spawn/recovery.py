@@ -62,7 +62,7 @@ def cleanup_partial(env: Env, agent: Agent) -> list[str]:
     """
     notes = _close_windows(env, agent)
     notes += _undo_backend_files(agent)
-    _remove_copied_files(agent.spec.get("created_files") or [])
+    _remove_copied_files(agent.spec.get("created_files") or [], agent.worktree)
     if agent.spec.get("creates_worktree") and agent.worktree:
         notes += _remove_worktree_and_branch(env, agent)
     agent_dir = agent.spec.get("agent_dir")
@@ -103,15 +103,14 @@ def _undo_backend_files(agent: Agent) -> list[str]:
         return [f"backend cleanup: {exc}"]
 
 
-def _remove_copied_files(paths: list[str]) -> None:
-    """Remove the files, links and folders exo copied into the worktree."""
+def _remove_copied_files(paths: list[str], worktree: str | None) -> None:
+    """Remove the files, links and folders exo copied into the worktree (never through a link the agent put
+    among its folders: one outside the worktree is left alone)."""
+    if not worktree:
+        return
     for path in paths:
-        p = Path(path)
-        with contextlib.suppress(OSError):
-            if p.is_symlink() or p.is_file():
-                p.unlink()
-            elif p.is_dir():
-                remove_tree(p)
+        with contextlib.suppress(OSError, ValueError):
+            remove_tree(path, within=worktree)
 
 
 def _remove_worktree_and_branch(env: Env, agent: Agent) -> list[str]:
