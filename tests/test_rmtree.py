@@ -55,6 +55,16 @@ def place() -> Iterator[Path]:
         shutil.rmtree(top, ignore_errors=True)
 
 
+def own(top: Path) -> None:
+    """Give ``top`` and everything in it to the normal user (when the tests run as root)."""
+    if os.geteuid() != 0:
+        return
+    for folder, dirs, files in os.walk(top):
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(folder, name), NOBODY, NOBODY)
+    os.lchown(top, NOBODY, NOBODY)
+
+
 def hostile_tree(top: Path) -> tuple[Path, Path, Path]:
     """(the tree, a file outside it, a folder outside it), all the normal user's; the tree links to both."""
     outside, outdir, tree = top / "secret.txt", top / "outdir", top / "tree"
@@ -77,11 +87,7 @@ def hostile_tree(top: Path) -> tuple[Path, Path, Path]:
         at.mkdir()
     (at / "link").symlink_to(outside)
     at.chmod(0o500)
-    if os.geteuid() == 0:
-        for folder, dirs, files in os.walk(top):
-            for name in [*dirs, *files]:
-                os.lchown(os.path.join(folder, name), NOBODY, NOBODY)
-        os.lchown(top, NOBODY, NOBODY)
+    own(top)
     outside.chmod(0o640)
     outdir.chmod(0o750)
     ro.chmod(0o555)
@@ -153,3 +159,30 @@ def test_undoing_a_spawn_never_removes_a_copied_folder_through_a_link(place: Pat
     (worktree / "copied.txt").write_text("x\n")
     _remove_copied_files([str(worktree / "config" / "conf"), str(worktree / "copied.txt")], str(worktree))
     assert (mine / "conf" / "settings").read_text() == "keep\n" and not (worktree / "copied.txt").exists()
+
+
+def test_a_forced_worktree_removal_git_gives_up_on_finishes_as_a_normal_user(place: Path) -> None:
+    """git removes the worktree's records, then stops at a folder the agent made read-only: nothing is left."""
+    repo, wt, outside = place / "repo", place / "wt", place / "secret.txt"
+    outside.write_text("mine\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "first"], check=True)
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", str(wt)], check=True, capture_output=True)
+    (wt / "ro" / "sub").mkdir(parents=True)
+    (wt / "ro" / "sub" / "f").write_text("x\n")
+    (wt / "ro" / "link").symlink_to(outside)
+    state = repo / ".git" / "exo"
+    state.mkdir()
+    own(place)
+    outside.chmod(0o640)
+    (wt / "ro").chmod(0o555)
+    done = as_normal_user(
+        "from pathlib import Path\nfrom exo_cli.adapters.git import Git\nfrom exo_cli.adapters.worktree import Worktrees\n"
+        f"w = Worktrees(Git({str(repo)!r}), Path({str(state)!r}), Path({str(repo / '.git')!r}))\n"
+        f"print(w.remove({str(wt)!r}, force=True))")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(True, '')" and not os.path.lexists(wt)
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o640
+    listed = subprocess.run(["git", "-C", str(repo), "-c", f"safe.directory={repo}", "worktree", "list"],
+                            capture_output=True, text=True, check=True).stdout
+    assert str(wt) not in listed
