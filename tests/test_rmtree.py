@@ -186,3 +186,16 @@ def test_a_forced_worktree_removal_git_gives_up_on_finishes_as_a_normal_user(pla
     listed = subprocess.run(["git", "-C", str(repo), "-c", f"safe.directory={repo}", "worktree", "list"],
                             capture_output=True, text=True, check=True).stdout
     assert str(wt) not in listed
+
+
+def test_set_folder_mode_never_follows_a_link(place: Path) -> None:
+    from exo_cli.adapters.rmtree import set_folder_mode
+
+    (place / "shut").mkdir(mode=0o000)
+    set_folder_mode(place / "shut", 0o700)
+    assert stat.S_IMODE(os.stat(place / "shut").st_mode) == 0o700
+    (place / "mine").mkdir(mode=0o750)
+    (place / "link").symlink_to(place / "mine")
+    with pytest.raises(OSError):
+        set_folder_mode(place / "link", 0o777)
+    assert stat.S_IMODE(os.stat(place / "mine").st_mode) == 0o750

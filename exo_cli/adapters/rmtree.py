@@ -21,6 +21,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Callable
 
 MAX_DEPTH = 32  # folders deeper than this are moved to the top of the tree before they are entered
 MAX_ROUNDS = 10_000  # listings of the top before giving up (a writer that keeps adding files)
@@ -123,22 +124,40 @@ def _open_dir(pfd: int, name: str) -> int:
     return fd
 
 
+def set_folder_mode(path: str | os.PathLike[str], mode: int) -> None:
+    """Set the mode of the folder ``path`` (not of a link there: OSError ENOTDIR/ELOOP), even one its owner cannot
+    read; the folder holding it is the caller's."""
+    parent, name = os.path.split(os.path.normpath(os.path.abspath(os.fspath(path))))
+    pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _chmod_folder(pfd, name, lambda _old: mode)
+    finally:
+        os.close(pfd)
+
+
 def _chmod_unreadable(pfd: int, name: str) -> None:
     """Give its owner access to a folder it cannot open for reading, without following a link."""
+    _chmod_folder(pfd, name, lambda old: old | 0o700)
+
+
+def _chmod_folder(pfd: int, name: str, mode: Callable[[int], int]) -> None:
+    """chmod the folder ``name`` of ``pfd`` to ``mode(its mode)``, never through a link."""
     if hasattr(os, "O_PATH"):  # Linux: a descriptor of the folder itself (a link fails O_DIRECTORY)
         fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
         try:
             st = os.fstat(fd)
             if not stat.S_ISDIR(st.st_mode):
                 raise OSError(errno.ENOTDIR, "not a folder", name)
-            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | 0o700)  # the inode fd holds
+            os.chmod(f"/proc/self/fd/{fd}", mode(stat.S_IMODE(st.st_mode)))  # the inode fd holds
         finally:
             os.close(fd)
     elif os.chmod in os.supports_follow_symlinks:  # macOS, the BSDs: lchmod
         st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-        os.chmod(name, stat.S_IMODE(st.st_mode) | 0o700, dir_fd=pfd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.ENOTDIR, "not a folder", name)
+        os.chmod(name, mode(stat.S_IMODE(st.st_mode)), dir_fd=pfd, follow_symlinks=False)
     else:
-        raise OSError(errno.EACCES, "cannot open a folder to remove it", name)
+        raise OSError(errno.EACCES, "cannot change a folder's mode without following links here", name)
 
 
 def _empty(top: int) -> None:
