@@ -270,8 +270,9 @@ def test_bad_gate_config_is_named(repo: Path, tmp_path: Path) -> None:
 def test_kill_9_at_each_step_resumes_without_loss_or_double_merge(team: tuple[Path, Path], point: str,
                                                                   tmp_path: Path) -> None:
     repo, log = team
-    if point == "mid-gate":  # the gate itself kills its runner, the first time, while it runs
-        gate = f'if [ ! -e "{tmp_path}/killed" ]; then touch "{tmp_path}/killed"; kill -9 $PPID; sleep 1; fi; true'
+    if point == "mid-gate":  # the gate itself kills its runner, the first time, while it runs (and leaves a server)
+        gate = (f'if [ ! -e "{tmp_path}/killed" ]; then touch "{tmp_path}/killed"; setsid sleep 31339 & '
+                'kill -9 $PPID; sleep 1; fi; true')
         configure(repo, log, extra="")
         (repo / ".exo" / "config.toml").write_text(  # unsandboxed: a sandboxed gate cannot see its runner
             f"[sandbox]\nmode = \"off\"\n[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
@@ -293,6 +294,10 @@ def test_kill_9_at_each_step_resumes_without_loss_or_double_merge(team: tuple[Pa
     assert os.listdir(Path(mq.folder(env_for(repo), "main"), "clones")) == []
     merged = [e for e in env_for(repo).store.events(limit=100) if e["kind"] == "pr-merged"]
     assert len(merged) == 2
+    if point == "mid-gate":  # what the dead runner's gate left running was ended by the next runner
+        from test_merge_queue_sandbox import sleepers
+
+        wait_for(lambda: not sleepers("31339"), timeout=60, what="the dead runner's gate's server ended")
 
 
 def test_detached_runner_and_wait_from_the_command_line(team: tuple[Path, Path]) -> None:

@@ -64,21 +64,23 @@ def shown(command: str | Sequence[str]) -> str:
 
 
 def run_gate(clone: str | os.PathLike[str], command: str | Sequence[str], timeout: float,
-             env: Mapping[str, str], log: str | os.PathLike[str], *, plan: Plan | None = None) -> GateRun:
+             env: Mapping[str, str], log: str | os.PathLike[str], *, plan: Plan | None = None,
+             token: str | None = None) -> GateRun:
     """Run ``command`` in ``clone`` with ``env``, output appended to ``log``; end it all at ``timeout``.
 
     With ``plan`` (a sandbox whose cwd is ``clone``) it runs inside bubblewrap with the plan's
     environment instead of ``env``: ending bwrap's session at the deadline ends the sandbox's
-    pid namespace, so every process the gate started inside goes with it.
+    pid namespace, so every process the gate started inside goes with it. ``token``: the
+    ``EXO_RUN`` token its processes carry (``clone_token``: what a dead runner's successor ends).
     """
     argv = argv_of(command)
-    token: str | None = None
     if plan is None:
-        token = run_token()
+        token = token or run_token()
         full = {**env, TOKEN_VAR: token}
         # posix_spawn has no cwd (and a chdir here would move every thread): a shell enters the clone first
         enter = ["/bin/sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", os.fspath(clone), *argv]
     else:
+        token = None  # never inside a sandbox (NEVER_ENV): its pid namespace ends it all
         enter, full = _sandboxed(plan, argv)
     started = time.monotonic()
     Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -173,14 +175,46 @@ def make_clone(repo: str | os.PathLike[str], folder: str | os.PathLike[str], com
     return str(dest)
 
 
+RUN_SUFFIX = ".run"  # beside a clone: the EXO_RUN token of the gates run in it
+
+
+def clone_token(folder: str | os.PathLike[str]) -> str:
+    """A fresh ``EXO_RUN`` token for the gates run in the clone ``folder``, kept beside it (``<folder>.run``) so that
+    a runner killed mid-gate leaves the next one a way to end what its gate left running."""
+    from exo_cli.adapters.files import atomic_write
+
+    token = run_token()
+    atomic_write(Path(os.fspath(folder).rstrip("/") + RUN_SUFFIX), token + "\n", mode=0o600, fsync=False)
+    return token
+
+
 def remove_clone(folder: str | os.PathLike[str]) -> None:
-    """Remove a candidate clone (folders a gate made read-only included, no link it planted followed)."""
+    """End what its gates left running (carrying its token), then remove a candidate clone (folders a gate made
+    read-only included, no link it planted followed) and its token file."""
+    import signal
+
+    from exo_cli.adapters.proc import carrying
+
+    run = os.fspath(folder).rstrip("/") + RUN_SUFFIX
+    try:
+        with open(run, encoding="utf-8") as f:
+            token = f.read(200).strip()
+    except OSError:
+        token = ""
+    if token:
+        for pid in set(carrying(TOKEN_VAR, token)) - {os.getpid()}:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
     remove_tree(folder)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(run)
 
 
 def leftovers(parent: str | os.PathLike[str]) -> list[str]:
-    """The candidate clones left under ``parent`` (a runner that died)."""
+    """The candidate clones left under ``parent`` (a runner that died): folders, and token files whose folder went."""
     try:
-        return sorted(str(p) for p in Path(parent).iterdir() if p.is_dir())
+        found = {str(p).removesuffix(RUN_SUFFIX) for p in Path(parent).iterdir()
+                 if p.is_dir() or p.name.endswith(RUN_SUFFIX)}
     except OSError:
         return []
+    return sorted(found)

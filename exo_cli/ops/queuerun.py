@@ -250,7 +250,7 @@ def gate(env: Env, base: str, commit: str) -> GateRun:
     """Run ``merge.setup`` then every gate of ``base`` on ``commit`` in a fresh clone; the first failing run, or the
     last one. Sandboxed as ``[sandbox] mode`` says (``ops/gatesandbox``): a sandbox that cannot be made raises
     (the runner stops and tells the human; nobody is bounced for it)."""
-    from exo_cli.adapters.gates import GateRun, make_clone, remove_clone, run_gate
+    from exo_cli.adapters.gates import GateRun, clone_token, make_clone, remove_clone, run_gate
     from exo_cli.adapters.worktree import copy_into
     from exo_cli.ops import gatesandbox
 
@@ -263,6 +263,7 @@ def gate(env: Env, base: str, commit: str) -> GateRun:
     try:
         try:
             make_clone(env.repo.common_dir, clone, commit)
+            token = clone_token(clone)
             from pathlib import Path
 
             copy_into(Path(clone), env.repo.root, copy=env.config.get("worktree.copy") or [],
@@ -273,12 +274,12 @@ def gate(env: Env, base: str, commit: str) -> GateRun:
         with gatesandbox.sandboxed(env, base, clone, environ) if walled else contextlib.nullcontext() as plan:
             last: GateRun | None = None
             for command in env.config.get("merge.setup") or []:
-                last = run_gate(clone, command, mq.DEFAULT_TIMEOUT, environ, log, plan=plan)
+                last = run_gate(clone, command, mq.DEFAULT_TIMEOUT, environ, log, plan=plan, token=token)
                 if not last.ok:
                     return last
             for g in mq.gates(env, base):
                 last = run_gate(clone, g["command"], float(g.get("timeout", mq.DEFAULT_TIMEOUT)), environ, log,
-                                plan=plan)
+                                plan=plan, token=token)
                 if not last.ok:
                     return last
         # no gate applies any more (the configuration changed since it was enqueued): nothing lands untested
