@@ -120,10 +120,12 @@ def configure(w: dict[str, Any], mode: str) -> Path:
     out = w["shared"] / f"report-{mode}.json"
     (w["shared"] / f"cfg-{mode}.json").write_text(json.dumps({**w["cfg"], "out": str(out)}))
     gate = f"python3 {w['shared'] / 'gate.py'} {w['shared'] / f'cfg-{mode}.json'}"
+    setup = f"touch {w['repo'] / f'setup-{mode}.txt'} 2>/dev/null; true"  # [merge] setup: the same walls
     (w["repo"] / ".exo" / "config.toml").write_text(
         f'[sandbox]\nmode = "{mode}"\npaths = [{json.dumps(str(w["shared"]))}]\n'
         f'allow_hosts = ["127.0.0.1:{w["servers"][0]}"]\n'
-        f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 120\n")
+        f"[merge]\nwindow = 0\nsetup = [{json.dumps(setup)}]\n"
+        f"[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 120\n")
     return out
 
 
@@ -140,6 +142,7 @@ def test_a_sandboxed_gate_is_refused_every_attack_and_passes_honest_work(world: 
     assert entry(repo, n)["pr_state"] == "merged" and git(repo, "rev-parse", "main") in passed(repo)
     assert git(repo, "rev-parse", "--verify", "-q", "refs/heads/pwned", check=False) == ""
     assert git(repo, "config", "exo.pwned", check=False) == "" and not (repo / "pwned.txt").exists()
+    assert not (repo / "setup-on.txt").exists()
     env = env_for(repo)
     assert os.listdir(Path(mq.folder(env, "main"), "clones")) == []  # the clone and its HOME are gone
     assert os.path.isdir(Path(mq.folder(env, "main"), "cache", "npm"))  # the package cache stays for the next run
@@ -152,6 +155,7 @@ def test_a_sandboxed_gate_is_refused_every_attack_and_passes_honest_work(world: 
     got = json.loads(report.read_text())
     assert {k: got[k] for k in ATTACKS} == dict.fromkeys(ATTACKS, "ok"), got
     assert git(repo, "config", "exo.pwned") == "yes" and (repo / "pwned.txt").exists()
+    assert (repo / "setup-off.txt").exists()
 
 
 def test_the_deadline_ends_the_whole_sandbox(world: dict[str, Any], tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Callable
 
 MAX_DEPTH = 32  # folders deeper than this are moved to the top of the tree before they are entered
-MAX_ROUNDS = 10_000  # listings of the top before giving up (a writer that keeps adding files)
+MAX_ROUNDS = 1_000  # listings of the top before giving up (a writer that keeps adding files)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
