@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ
                                  reason="bubblewrap is not installed (under CI it must be: .ci/run installs it)")
 
 ATTACKS = ("refs", "objects", "git_config", "state_store", "main_checkout", "sibling", "ssh_canary", "outside_host")
-HONEST = ("own_clone", "own_history", "home", "tmp", "cache", "allowed_host")
+HONEST = ("own_clone", "own_history", "own_commit", "home", "tmp", "cache", "allowed_host")
 SECRET = "ssh-canary-7c1e"
 
 GATE = r'''
@@ -65,6 +65,7 @@ attempt("ssh_canary", lambda: cfg["secret"] in open(cfg["home"] + "/.ssh/id_ed25
 attempt("outside_host", lambda: fetch(cfg["outside"]))
 attempt("own_clone", lambda: write("built.txt"))
 attempt("own_history", lambda: git("log", "-1", "--format=%H"))
+attempt("own_commit", lambda: git("commit", "-q", "--allow-empty", "-m", "a gate's own commit"))
 attempt("home", lambda: write(os.path.expanduser("~/.gate-home")))
 attempt("tmp", lambda: write("/tmp/gate-tmp"))
 attempt("cache", lambda: os.makedirs(os.environ.get("npm_config_cache", "/tmp/npm"), exist_ok=True) or True)
@@ -249,6 +250,7 @@ def test_the_gate_plan_hides_what_an_agents_plan_hides(world: dict[str, Any]) ->
         assert (str(Path(mq.folder(env, "main"), "git-config")), os.path.join(real(repo), ".git", "config")) in plan.files
         assert plan.writable[:3] == (real(clone), real(gatesandbox.home_of(clone)), real(Path(mq.folder(env, "main"), "cache")))
         assert plan.cwd == clone and plan.env["HOME"] == gatesandbox.home_of(clone)
+        assert "name = Exo Test" in Path(gatesandbox.home_of(clone), ".gitconfig").read_text()  # the user's identity
         assert "SSH_AUTH_SOCK" not in plan.env and "SECRET_TOKEN" not in plan.env
         assert plan.network.kind == "bridge" and os.path.isdir(plan.network.binds[0][0])  # the proxy's socket folder
     (world["repo"] / ".exo" / "config.toml").write_text('[sandbox]\nmode = "on"\n')

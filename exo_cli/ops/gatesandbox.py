@@ -63,6 +63,17 @@ def home_of(clone: str) -> str:
     return clone.rstrip("/") + ".home"
 
 
+def _fill_home(env: Env, home: Path, real_home: str, clone: str, environ: dict[str, str]) -> None:
+    """The gate's private HOME, as an agent's of a custom command: a ``.gitconfig`` with the user's name and e-mail."""
+    from exo_cli.adapters.agents.gemini import git_identity_env
+    from exo_cli.adapters.sandbox_home import make_home
+
+    found = git_identity_env(env.repo.root, environ)
+    identity = {"name": environ.get("GIT_AUTHOR_NAME") or found.get("GIT_AUTHOR_NAME", ""),
+                "email": environ.get("GIT_AUTHOR_EMAIL") or found.get("GIT_AUTHOR_EMAIL", "")}
+    make_home(home, real_home=Path(real_home), cli="custom", clone=clone, environ=environ, identity=identity)
+
+
 @contextlib.contextmanager
 def sandboxed(env: Env, base: str, clone: str, environ: dict[str, str]) -> Iterator[Plan]:
     """The sandbox ``Plan`` of the gates run in ``clone`` (its argv empty: ``run_gate`` sets each gate's), with the
@@ -72,7 +83,8 @@ def sandboxed(env: Env, base: str, clone: str, environ: dict[str, str]) -> Itera
 
     top = Path(mq.folder(env, base))
     home = Path(home_of(clone))
-    ensure_private_dir(home, parents=True)
+    real_home = env.environ.get("HOME") or os.path.expanduser("~")
+    _fill_home(env, home, real_home, clone, environ)
     cache = ensure_private_dir(top / "cache", parents=True)
     git_config = top / "git-config"
     try:
@@ -82,7 +94,7 @@ def sandboxed(env: Env, base: str, clone: str, environ: dict[str, str]) -> Itera
     atomic_write(git_config, sandbox.clean_git_config(text), mode=0o600, fsync=False)
     places = sandbox.Agent(
         clone=clone, repository=str(env.repo.root), state_dir=str(env.state_dir), runtime_dir=str(env.runtime_dir),
-        home=env.environ.get("HOME") or os.path.expanduser("~"), private_home=str(home), cache=str(cache),
+        home=real_home, private_home=str(home), cache=str(cache),
         empty=sandbox.ensure_empty_file(top / "empty"), checkouts=str(env.worktree_root), git_config=str(git_config),
     )  # fmt: skip
     policy = netpolicy.parse(env.config.get("sandbox.allow_hosts") or [])
