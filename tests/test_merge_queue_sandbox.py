@@ -242,7 +242,8 @@ def test_the_gate_plan_hides_what_an_agents_plan_hides(world: dict[str, Any]) ->
     clone = os.path.join(mq.folder(env, "main"), "clones", "plan")
     home = os.environ["HOME"]
     with gatesandbox.sandboxed(env, "main", clone, {"PATH": "/usr/bin", "SSH_AUTH_SOCK": "/x/agent.sock",
-                                                    "SECRET_TOKEN": "t"}) as plan:
+                                                    "SECRET_TOKEN": "t", "GIT_AUTHOR_NAME": "Exo Test",
+                                                    "GIT_AUTHOR_EMAIL": "exo@example.invalid"}) as plan:
         hidden = set(plan.hidden) | set(plan.hidden_files)
         real = os.path.realpath
         assert {real(repo), real(env.state_dir), real(env.worktree_root), real(home + "/.ssh")} <= hidden
