@@ -206,7 +206,7 @@ def test_kill_9_of_the_runner_mid_gate_ends_the_sandbox(world: dict[str, Any]) -
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(started.exists, timeout=120, what="the gate to start in its sandbox")
-        assert len(sleepers(marker)) == 3
+        wait_for(lambda: len(sleepers(marker)) == 3, timeout=60, what="the gate's three sleepers")
     finally:
         runner.send_signal(signal.SIGKILL)
         runner.wait(timeout=60)
@@ -251,7 +251,7 @@ def test_the_gate_plan_hides_what_an_agents_plan_hides(world: dict[str, Any]) ->
         assert (str(Path(mq.folder(env, "main"), "git-config")), os.path.join(real(repo), ".git", "config")) in plan.files
         assert plan.writable[:3] == (real(clone), real(gatesandbox.home_of(clone)), real(Path(mq.folder(env, "main"), "cache")))
         assert plan.cwd == clone and plan.env["HOME"] == gatesandbox.home_of(clone)
-        assert "name = Exo Test" in Path(gatesandbox.home_of(clone), ".gitconfig").read_text()  # the user's identity
+        assert 'name = "Exo Test"' in Path(gatesandbox.home_of(clone), ".gitconfig").read_text()  # the user's identity
         assert "SSH_AUTH_SOCK" not in plan.env and "SECRET_TOKEN" not in plan.env
         assert plan.network.kind == "bridge" and os.path.isdir(plan.network.binds[0][0])  # the proxy's socket folder
     (world["repo"] / ".exo" / "config.toml").write_text('[sandbox]\nmode = "on"\n')
