@@ -12,7 +12,8 @@ steps, each safe to be killed at:
    ``merge.window`` seconds for the batch to fill.
 3. ``build``: each entry merged (squash or merge, as ``pr merge`` would) onto the one before
    it, from git objects only; a conflict bounces that entry with the conflicting paths.
-4. ``test``: the gates run in a throw-away clone of the tip; a red batch is run once more
+4. ``test``: the gates run in a throw-away clone of the tip (in the sandbox ``[sandbox] mode`` asks for:
+   ``gatesandbox``); a red batch is run once more
    (flakes), then bisected by prefixes: a prefix that passes lands, and the first entry whose
    prefix fails is the culprit, bounced with the failing gate's log tail.
 5. ``land``: under the base's merge lock, the base moves from the commit the candidate was
