@@ -52,8 +52,8 @@ def git(*args):
 def write(path):
     with open(path, "a") as fh: fh.write("pwned\n")
     return True
-def fetch(port):
-    return urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=20).read() == b"hello"
+def fetch(port, host="127.0.0.1"):
+    return urllib.request.urlopen("http://%s:%d/" % (host, port), timeout=20).read() == b"hello"
 attempt("refs", lambda: git("-C", cfg["repo"], "update-ref", "refs/heads/pwned", "HEAD"))
 attempt("objects", lambda: subprocess.run(["git", "-C", cfg["repo"], "hash-object", "-w", "--stdin"], input=b"pwned",
                                           capture_output=True, timeout=60).returncode == 0)
@@ -70,6 +70,7 @@ attempt("home", lambda: write(os.path.expanduser("~/.gate-home")))
 attempt("tmp", lambda: write("/tmp/gate-tmp"))
 attempt("cache", lambda: os.makedirs(os.environ.get("npm_config_cache", "/tmp/npm"), exist_ok=True) or True)
 attempt("allowed_host", lambda: fetch(cfg["allowed"]))
+attempt("pinned_host", lambda: fetch(cfg["allowed"], "mirror.example.test"))  # [sandbox] resolve: no lookup
 with open(cfg["out"], "w") as fh: json.dump(out, fh)
 sys.exit(0 if all(out[k] == "ok" for k in HONEST_NAMES) else 9)
 '''.replace("HONEST_NAMES", repr(HONEST))
@@ -124,7 +125,8 @@ def configure(w: dict[str, Any], mode: str) -> Path:
     setup = f"touch {w['repo'] / f'setup-{mode}.txt'} 2>/dev/null; true"  # [merge] setup: the same walls
     (w["repo"] / ".exo" / "config.toml").write_text(
         f'[sandbox]\nmode = "{mode}"\npaths = [{json.dumps(str(w["shared"]))}]\n'
-        f'allow_hosts = ["127.0.0.1:{w["servers"][0]}"]\n'
+        f'allow_hosts = ["127.0.0.1:{w["servers"][0]}", "mirror.example.test:{w["servers"][0]}"]\n'
+        f'resolve = {{ "mirror.example.test" = "127.0.0.1:{w["servers"][0]}" }}\n'
         f"[merge]\nwindow = 0\nsetup = [{json.dumps(setup)}]\n"
         f"[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 120\n")
     return out
@@ -138,6 +140,7 @@ def test_a_sandboxed_gate_is_refused_every_attack_and_passes_honest_work(world: 
     assert advance(env_for(repo), "main") == 1
     got = json.loads(report.read_text())
     assert {k: got[k] for k in HONEST} == dict.fromkeys(HONEST, "ok")
+    assert got["pinned_host"] == "ok"  # a name [sandbox] resolve pins, reached through the proxy
     refused = {k: got[k].startswith("refused") for k in ATTACKS}
     assert refused == dict.fromkeys(ATTACKS, True), got
     assert entry(repo, n)["pr_state"] == "merged" and git(repo, "rev-parse", "main") in passed(repo)

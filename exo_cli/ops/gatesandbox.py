@@ -107,8 +107,10 @@ def sandboxed(env: Env, base: str, clone: str, environ: dict[str, str]) -> Itera
 
             folder = ensure_private_dir(runtime_dir_for(str(env.state_dir.resolve())) / "gate-net", parents=True) \
                 / mq.key(base)
+            from exo_cli.ops.network import pins
+
             proxy = NetProxy()
-            proxy.add(PROXY_KEY, folder, policy, top / "net")
+            proxy.add(PROXY_KEY, folder, policy, top / "net", pins=pins(env))  # [sandbox] resolve, as for agents
             network = sandbox.Network.bridge(network_plan(folder, policy))
         config = env.config
         from exo_cli.adapters.mux import tmux_socket
