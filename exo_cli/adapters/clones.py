@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from exo_cli.adapters import gitdir
 from exo_cli.adapters.files import atomic_write, ensure_private_dir
 from exo_cli.adapters.git import Git
+from exo_cli.adapters.rmtree import remove_tree
 from exo_cli.errors import StateError, external
 
 if TYPE_CHECKING:
@@ -372,7 +372,8 @@ class Reader:
                      mode=0o600, fsync=False)
         atomic_write(g / "objects" / "info" / "alternates", "".join(s + "\n" for s in self._stores()),
                      mode=0o600, fsync=False)
-        shutil.rmtree(g / "refs", ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(g / "refs")
         ensure_private_dir(g / "refs")
         head = refs.head or "refs/heads/exo-unknown-head"
         atomic_write(g / "HEAD", f"ref: {head}\n" if head.startswith("refs/") else head + "\n", mode=0o600,
@@ -506,11 +507,8 @@ def drop_refs(repo: Git, agent_id: str) -> int:
 
 
 def remove_clone(path: str | os.PathLike[str]) -> None:
-    """Delete a clone's folder (never following a link out of it)."""
-    if os.path.islink(path):
-        os.unlink(path)
-        return
-    shutil.rmtree(path)
+    """Delete a clone's folder (never following a link out of it; folders the agent made read-only too)."""
+    remove_tree(path)
 
 
 def operations_in_progress(clone: str | os.PathLike[str]) -> list[str]:

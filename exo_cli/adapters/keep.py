@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 from exo_cli.adapters import gitdir
 from exo_cli.adapters.files import ensure_private_dir
 from exo_cli.adapters.git import Git
+from exo_cli.adapters.rmtree import set_folder_mode
 from exo_cli.config import DEFAULTS
 from exo_cli.errors import StateError
 
@@ -524,7 +525,8 @@ def _keep_nested(main: Git, inv: Inventory, rel: str, dest: Path, notes: list[st
     src = os.path.join(inv.worktree, rel)
     ensure_private_dir(dest.parent)
     _copy(src, str(dest), rel, skip=inv.skip, skipped=skipped)
-    os.chmod(dest, 0o700)
+    with contextlib.suppress(OSError):  # the folder copied, never a link's target (swapped in since the survey)
+        set_folder_mode(dest, 0o700)
     dot = dest / ".git"
     if dot.is_file() and not dot.is_symlink():  # a submodule: its git folder lives in the worktree's, which goes
         real = gitdir.git_dir_of(src)

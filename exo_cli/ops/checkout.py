@@ -15,12 +15,12 @@ Every operation that reads an agent's work tree, index or branch goes through he
 from __future__ import annotations
 
 import contextlib
-import shutil
 from typing import TYPE_CHECKING, NamedTuple
 
 from exo_cli.adapters import clones
 from exo_cli.adapters.files import locked
 from exo_cli.adapters.git import Git
+from exo_cli.adapters.rmtree import remove_tree
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -98,7 +98,8 @@ def _sync(env: Env, agent: Agent, reader: clones.Reader) -> Synced:
 def forget(env: Env, agent: Agent) -> None:
     """Drop exo's reading folder of ``agent``'s clone (its refs go with the clone: ``Worktrees.remove_clone``)."""
     if is_clone(agent):
-        shutil.rmtree(folder(env, agent), ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(folder(env, agent))
         with contextlib.suppress(OSError):
             _lock_of(env, agent).unlink()
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING
 from exo_cli.adapters import checkpoint as ck
 from exo_cli.adapters import ckptrefs as refs
 from exo_cli.adapters.git import Git
+from exo_cli.adapters.rmtree import remove_tree
 from exo_cli.errors import ExoError, NotFound, StateError, UsageError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.ops import turnend
@@ -320,7 +320,8 @@ def sweep(env: Env, *, force: bool = False) -> list[str]:
         if now - ended < days:
             continue
         refs.delete_refs(main, mine)
-        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(folder)
         dropped.append(key)
     return dropped
 
