@@ -422,8 +422,9 @@ def keep(inv: Inventory, *, main: Git, archive_root: Path, label: str, branch: s
             sha, how = saved
             ref = main.keep_ref(f"{ARCHIVE_REFS}{label}-wip", sha, reason=f"{reason} (uncommitted work)")
             refs[ref] = sha
-            restore.append(f"git -C {q(wt)} stash apply --index {q(ref)}" if how == "stash"
-                           else f"git -C {q(wt)} restore --source={q(ref)} --worktree -- .")
+            src = q(sha if inv.layout == "clone" else ref)  # a clone sees the repository's objects, not its refs
+            restore.append(f"git -C {q(wt)} stash apply --index {src}" if how == "stash"
+                           else f"git -C {q(wt)} restore --source={src} --worktree -- .")
             if how == "snapshot":
                 notes.append("the uncommitted files were kept as they were on disk (conflict markers included); "
                              "the index's conflict state was not")
