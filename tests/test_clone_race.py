@@ -148,6 +148,20 @@ def test_a_clones_configuration_naming_a_fifo_or_an_endless_file_is_never_read(t
         assert r.exit_code == 0, (label, r.stdout, r.stderr)
     assert [a["id"] for a in runs["human in the clone"].json()["agents"]] == ["w1"]  # type: ignore[index]
     assert filed.pr.head == "main.w1"
+    nested = clone / "nested"  # a repository of the agent's inside its clone: kept whole by complete --force
+    subprocess.run(["git", "init", "-q", str(nested)], check=True)
+    (nested / "n.txt").write_text("nested work\n")
+    git(nested, "add", "n.txt")
+    git(nested, "-c", "user.name=n", "-c", "user.email=n@n", "commit", "-q", "-m", "nested work")
+    fifo = Fifo(tmp_path / "nested.fifo")
+    with open(nested / ".git" / "config", "a") as fh:
+        fh.write(f"[include]\n\tpath = {fifo.path}\n")
+    r = exo("complete", "w1", "--force", "--json")
+    assert not fifo.close(), "the nested repository's include.path was read"
+    assert r.exit_code == 0 and r.json()["kept_nested"] == ["nested"], r.stdout  # type: ignore[index]
+    kept = Path(r.json()["archive_folder"]) / "nested"  # type: ignore[index]
+    assert f"path = {fifo.path}" in (kept / "1" / ".git" / "config").read_text()  # its own config, kept as it was
+    assert git(team, "bundle", "list-heads", str(kept / "1.bundle"))
 
 
 def test_staged_files_only_the_clone_has_are_kept_in_the_repository(team: Path, exo: Exo) -> None:  # noqa: F811

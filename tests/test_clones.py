@@ -65,7 +65,8 @@ def test_spawn_into_a_shared_clone_shown_and_kept_by_refs(team: Path, exo: Exo) 
     git(team, "gc", "-q")  # one pack: a plain local clone would hard-link it
     packs = sorted((team / ".git" / "objects" / "pack").glob("*.pack"))
     (team / ".exo").mkdir(exist_ok=True)
-    (team / ".exo" / "config.toml").write_text('[worktree]\npost_create = ["touch", "post-created"]\n')
+    (team / ".exo" / "config.toml").write_text('[worktree]\npost_create = ["touch", "post-created"]\n'
+                                               '[services.web]\ncommand = "serve $PORT"\nport = 8100\n')
     data = spawn_clone(exo, "w1")
     assert data["agents"][0]["layout"] == "clone"
     clone = Path(data["worktrees"][0][1])
@@ -79,6 +80,8 @@ def test_spawn_into_a_shared_clone_shown_and_kept_by_refs(team: Path, exo: Exo) 
     assert git(team, "rev-parse", "refs/heads/main.w1") == git(team, "rev-parse", "main")
     assert "/.exo/" in (clone / ".git" / "info" / "exclude").read_text()
     assert (clone / "post-created").is_file()  # the post-create command ran in the clone
+    services = (clone / ".exo" / "process-compose.yaml").read_text()  # its services run there, on its own ports
+    assert f"working_dir: {clone}" in services and "WEB_PORT=" in services, services
     human = Exo(clone)("agents", "--json")  # a human's exo inside the clone: the team, no state made there
     assert human.exit_code == 0 and [a["id"] for a in human.json()["agents"]] == ["w1"]  # type: ignore[index]
     assert not (clone / ".git" / "exo").exists()
