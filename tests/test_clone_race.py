@@ -12,15 +12,21 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
+import pytest
 from pr_helpers import env_for
 from test_clones import commit_in, spawn_clone, team  # noqa: F401 - the fixture, shared
 
 from conftest import Exo, agent_vars, git, run_exo, wait_for
 from exo_cli import registry
+from exo_cli.adapters.clones import make_shared_clone
+from exo_cli.adapters.clonestore import mirror
+from exo_cli.errors import StateError
 
 
 def _secret(tmp_path: Path) -> tuple[Path, str, str]:
@@ -182,3 +188,29 @@ def test_staged_files_only_the_clone_has_are_kept_in_the_repository(team: Path, 
         assert subprocess.run(shlex.split(cmd), cwd=team, capture_output=True).returncode == 0, cmd
     assert (clone / "staged.txt").read_text() == "staged, never committed\n"
     assert git(clone, "diff", "--cached", "--name-only") == "staged.txt"
+
+
+def test_a_store_on_another_file_system_is_copied_and_still_checked(repo: Path, tmp_path: Path) -> None:
+    """Where exo's folder is on another file system (no hard link can be made), the clone's objects are copied,
+    each opened without following a link or waiting on a FIFO."""
+    if not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a file system of its own")
+    clone = tmp_path / "clone"
+    make_shared_clone(repo, clone, branch="work", start="main")
+    commit_in(clone, "a.txt", "a\n", "a")
+    dest = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        assert mirror(clone, dest) == 3  # its commit, tree and blob
+        for path in (clone / ".git" / "objects").glob("[0-9a-f][0-9a-f]/*"):
+            copy = dest / path.parent.name / path.name
+            assert copy.read_bytes() == path.read_bytes() and copy.stat().st_ino != path.stat().st_ino
+        head = git(clone, "rev-parse", "HEAD")
+        loose = clone / ".git" / "objects" / head[:2] / head[2:]
+        shutil.rmtree(dest / head[:2])
+        loose.unlink()
+        os.mkfifo(loose)  # opened to copy: never waited on
+        with pytest.raises(StateError, match="no regular file"):
+            mirror(clone, dest)
+        assert not (dest / head[:2] / head[2:]).exists()
+    finally:
+        shutil.rmtree(dest)

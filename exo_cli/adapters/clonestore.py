@@ -217,11 +217,12 @@ def _copy(clone: str | os.PathLike[str], src_dir: int, sub: str, name: str, targ
 
 
 def _drop_others(dest: Path, wanted: set[str]) -> None:
-    """Remove from ``dest`` every object or pack the clone no longer has (its gc ran): no link kept alive."""
+    """Remove from ``dest`` every object or pack the clone no longer has (its gc ran: no link kept alive), and what
+    a copy killed midway left."""
     for sub in (*(p.name for p in dest.iterdir() if _LOOSE_DIR.match(p.name)), "pack"):
         folder = dest / sub
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(folder):
-                if f"{sub}/{name}" not in wanted and (_LOOSE.match(name) or _PACK.match(name)):
+                if f"{sub}/{name}" not in wanted:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(folder / name)
