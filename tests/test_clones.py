@@ -434,3 +434,27 @@ def test_a_clone_whose_store_reaches_another_repository_is_refused(team: Path, e
     (clone / ".git" / "packed-refs").unlink()
     r = exo("status", "w1", "--json")  # restored: read again
     assert r.exit_code == 0, r.stdout + r.stderr
+
+
+def test_a_clone_agent_gets_the_main_branchs_tracker_and_its_copy_is_not_its_work(team: Path, exo: Exo) -> None:
+    """Without ``bd``: reconstitute copies the main branch's ``.beads/`` JSONL into the clone (no git run there),
+    the agent's context follows its bead, and complete does not count exo's copy as the agent's work."""
+    (team / ".beads").mkdir()
+    shutil.copyfile(BEADS / "issues.jsonl", team / ".beads" / "issues.jsonl")
+    shutil.copyfile(BEADS / "config.yaml", team / ".beads" / "config.yaml")
+    git(team, "add", ".beads")
+    git(team, "commit", "-q", "-m", "beads")
+    clone = Path(spawn_clone(exo, "w1")["worktrees"][0][1])
+    Env(cwd=team).store.update_agent("w1", bead="ex-a1")
+    lines = (team / ".beads" / "issues.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["status"] = "in_progress"
+    (team / ".beads" / "issues.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    git(team, "commit", "-q", "-am", "ex-a1 claimed on main")
+    done = registry.invoke("reconstitute", env_for(clone, "w1"))
+    assert done.files_updated == [str(clone / ".beads" / "issues.jsonl")], done
+    assert (clone / ".beads" / "issues.jsonl").read_bytes() == (team / ".beads" / "issues.jsonl").read_bytes()
+    assert "in_progress" in (clone / ".exo" / "context.md").read_text()
+    r = exo("complete", "w1", "--json")  # exo's copy of the tracker is no work of the agent's
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert not clone.exists()
