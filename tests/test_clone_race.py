@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,19 @@ def test_a_store_on_another_file_system_is_copied_and_still_checked(repo: Path, 
         assert not (dest / head[:2] / head[2:]).exists()
     finally:
         shutil.rmtree(dest)
+
+
+def test_a_staged_object_damaged_in_the_clone_makes_no_checkpoint(team: Path, exo: Exo) -> None:  # noqa: F811
+    """The agent rewrote the bytes of an object only its clone has: exo cannot copy it, so it keeps no checkpoint
+    that names it (the repository never holds a ref to what it lacks)."""
+    clone = Path(spawn_clone(exo, "w1")["worktrees"][0][1])
+    (clone / "staged.txt").write_text("staged\n")
+    git(clone, "add", "staged.txt")
+    blob = git(clone, "rev-parse", ":staged.txt")
+    loose = clone / ".git" / "objects" / blob[:2] / blob[2:]
+    loose.chmod(0o644)
+    loose.write_bytes(zlib.compress(b"blob 7\0damaged"))  # another object's bytes under this name
+    r = exo("checkpoint", "w1", "--json")
+    assert r.exit_code in (5, 6) and "Traceback" not in r.stderr, (r.exit_code, r.stdout, r.stderr)
+    assert git(team, "for-each-ref", "refs/exo/checkpoints/") == ""
+    assert git(team, "fsck", "--no-dangling") == ""

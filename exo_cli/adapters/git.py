@@ -369,12 +369,16 @@ class Git(Remotes):
         lacks, read from object folder ``source`` (exo's copy of an agent's clone's); how many. git writes no
         object it finds in an alternate, so a commit exo wrote while reading a clone (a checkpoint, an archived
         stash of staged files) can name objects only the clone has, lost with it. ``unpack-objects`` checks each."""
-        total = 0
-        for _ in range(64):  # a missing tree hides what it holds: again, until nothing is missing
+        total, before = 0, None
+        while True:  # a missing tree hides what it holds: again, until nothing is missing
             listed = self.run(["rev-list", "--objects", "--missing=print", commit, "--not", f"{commit}^@", "--"])
             missing = [line[1:] for line in listed.stdout.splitlines() if line.startswith("?")]
             if not missing:
                 return total
+            if missing == before:  # copied, yet still missing: their bytes are not what their names say
+                raise StateError(f"{len(missing)} object(s) of {commit} could not be copied from {source} (they "
+                                 "are damaged there)", commit=commit, objects=missing[:20], reason="damaged-objects")
+            before = missing
             args, code, pack, err = self._exec(["pack-objects", "--stdout", "-q"], input="\n".join(missing) + "\n",
                                                env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": source})
             proc = self.run(["unpack-objects", "-q"], input=pack, check=False) if code == 0 else None

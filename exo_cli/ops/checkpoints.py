@@ -213,7 +213,11 @@ def take(env: Env, agent: Agent, *, reason: str, turn: int | None = None, due_on
         if shadow.clone and taken.created:  # its staged files' objects may be the clone's only: the repository's too
             from exo_cli.ops import checkout
 
-            checkout.keep_objects(env, agent, [taken.commit])
+            try:
+                checkout.keep_objects(env, agent, [taken.commit])
+            except ExoError:  # never a checkpoint naming objects the repository lacks
+                Git(env.repo.root).delete_ref(taken.ref, taken.commit)
+                raise
         with contextlib.suppress(FileNotFoundError):
             due.unlink()  # whatever was due is in this checkpoint (or the identical one before it)
         pruned = prune(env, shadow, upto=taken.n) if taken.created else 0
