@@ -231,3 +231,18 @@ def test_a_staged_object_damaged_in_the_clone_makes_no_checkpoint(team: Path, ex
     assert r.exit_code in (5, 6) and "Traceback" not in r.stderr, (r.exit_code, r.stdout, r.stderr)
     assert git(team, "for-each-ref", "refs/exo/checkpoints/") == ""
     assert git(team, "fsck", "--no-dangling") == ""
+
+
+def test_a_fifo_in_the_work_tree_ends_git_at_once_not_at_its_deadline(team: Path, exo: Exo) -> None:  # noqa: F811
+    """A ``.gitignore`` that is a FIFO (git opens it to list untracked files, and waits for a writer) ends the git
+    call once it is seen waiting on it, with that said; nothing is removed on that reading."""
+    clone = Path(spawn_clone(exo, "w1")["worktrees"][0][1])
+    (clone / "sub").mkdir()
+    os.mkfifo(clone / "sub" / ".gitignore")
+    r = exo("status", "w1", "--json")
+    assert r.exit_code == 6 and "FIFO" in r.stdout and "timed out" not in r.stdout, r.stdout
+    r = exo("complete", "w1", "--force", "--json")
+    assert r.exit_code == 6 and "FIFO" in r.stdout, r.stdout
+    assert clone.is_dir()
+    (clone / "sub" / ".gitignore").unlink()
+    assert exo("status", "w1", "--json").exit_code == 0
