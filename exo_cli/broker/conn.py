@@ -114,8 +114,9 @@ def _command(broker: Broker, hello: dict[str, Any], req: dict[str, Any]) -> dict
         return {"ok": True, "socket": slot.path}
     if cmd == "status":
         with broker.lock:
-            sockets = [{"agent": s.agent, "socket": s.path, "gone": s.gone_since is not None}
-                       for s in broker.slots.values()]
+            carried = broker.net.carried() if broker.net is not None else {}
+            sockets = [{"agent": s.agent, "socket": s.path, "gone": s.gone_since is not None,
+                        "net_carried": carried.get(s.agent)} for s in broker.slots.values()]
         return {"ok": True, "sockets": sockets}
     if cmd == "stop":
         broker.log("asked to stop")

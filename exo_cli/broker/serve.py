@@ -313,10 +313,11 @@ class Broker:
 
         try:
             policy = netpolicy.parse(entries, key=network.NET_FIELD)
+            pins = netpolicy.parse_pins(agent.spec.get(network.PIN_FIELD) or {}, key=network.PIN_FIELD)
             if self.net is None:
                 self.net = netproxy.NetProxy(log=self.log)
             self.net.add(agent.id, network.net_folder(folder), policy, netlog.folder(self.state_dir),
-                         record=netlog.stem(folder.name))
+                         record=netlog.stem(folder.name), pins=pins)
         except (ExoError, OSError) as exc:  # no proxy: the sandbox has no way out (closed, not open)
             self.log(f"cannot open the network proxy of {agent.id}: {exc}")
 

@@ -340,6 +340,7 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
         from exo_cli.ops import network
 
         spec[network.NET_FIELD] = network.policy(env, backend=req.agent, environ=base_env).entries()
+        spec[network.PIN_FIELD] = network.pins(env)
     identity = _identity(call, agent, spec)
     if call.common.sandbox:  # its own HOME first: the backend's trust entries and Codex's folder go there
         from exo_cli.ops.spawn import sandboxing
