@@ -114,13 +114,15 @@ class Env:
     def repo(self) -> RepoInfo:
         """The repository around cwd; inside an agent's own clone, the repository exo made it from (the team's)."""
         from exo_cli.adapters.git import Git
+        from exo_cli.adapters.gitdir import shared_clone_top
 
-        found = Git(self.cwd).discover()
-        if not (found.common_dir / "objects" / "info" / "alternates").exists():  # no clone --shared: no agent's
-            return found
-        from exo_cli.adapters.clones import team_repo
+        top = shared_clone_top(self.cwd)  # an agent's clone is found as files: git never runs in it (its config)
+        if top is not None:
+            from exo_cli.adapters.clones import team_home
 
-        return team_repo(found, self.environ)
+            if (home := team_home(top, self.environ)) is not None:
+                return Git(home).discover()
+        return Git(self.cwd).discover()
 
     @cached_property
     def state_path(self) -> Path:

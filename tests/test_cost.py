@@ -218,6 +218,15 @@ def test_spawn_gives_a_budget_and_a_lead_gives_at_most_what_it_has_left(repo: Pa
     proc = run_exo_as(repo, None, *args[:2], "k2", *args[3:], "--budget-usd", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert store.agent("k2").spec["budget"] == {"usd": 2.0, "tokens": 5000}  # type: ignore[union-attr]
+    # raising a child's budget later: the lead still gives at most what it has left (600 tokens), the human anything
+    refused = run_exo_as(repo, "lead", "budget", "k1", "+100", "--tokens", "--json")
+    assert refused.returncode == 5 and "600 tokens left" in json.loads(refused.stdout)["error"]["message"]
+    assert store.agent("k1").spec["budget"]["tokens"] == 600  # type: ignore[union-attr]  # nothing changed
+    store.record_usage("k1", 1, [Usage("m", 250)])  # k1 spent 250 of its 600: 350 more fit in the lead's 600
+    proc = run_exo_as(repo, "lead", "budget", "k1", "+250", "--tokens", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert run_exo_as(repo, "lead", "budget", "k1", "+1", "--tokens", "--json").returncode == 5
+    assert run_exo_as(repo, None, "budget", "k1", "+10000", "--tokens", "--json").returncode == 0
     for a in ("k1", "k2"):
         run_exo_as(repo, None, "kill", a)
 

@@ -97,6 +97,26 @@ def with_warned(agent: Agent, warned: bool) -> dict[str, Any]:
     return {**agent.spec, "budget": {**(limits(agent) or {}), "warned": warned}}
 
 
+def lead_left(env: Env, kind: str) -> float | int | None:
+    """What the calling team lead has left of its own budget of ``kind`` (``usd``/``tokens``); None when unbudgeted.
+
+    A lead gives a child at most that, at spawn and when it raises the child's budget later.
+    """
+    from exo_cli.errors import StateError
+
+    lead = env.caller_agent()
+    own = limits(lead) if lead is not None else None
+    if lead is None or own is None or own.get(kind) is None:
+        return None
+    s = spent(env, lead)
+    used = s.usd if kind == "usd" else s.tokens
+    if used is None:
+        raise StateError("Your dollar budget cannot be measured (a model you used has no price): you cannot "
+                         "give a child a part of it", hint='Set the price with [prices."MODEL"].')
+    left = max(0, own[kind] - used)
+    return round(left, 6) if kind == "usd" else int(left)
+
+
 def budget_for(env: Env, target: Env, backend: str, *, usd: float | None, tokens: int | None) -> dict[str, Any]:
     """The budget each agent of a spawn gets: the one given, else ``[budget] agent_usd`` / ``agent_tokens``.
 
@@ -112,23 +132,17 @@ def budget_for(env: Env, target: Env, backend: str, *, usd: float | None, tokens
     teambudget.refuse_spawn(target)
     given = {"usd": usd if usd is not None else (target.config.get("budget.agent_usd") or None),
              "tokens": tokens if tokens is not None else (target.config.get("budget.agent_tokens") or None)}
-    lead = env.caller_agent()
-    own = limits(lead) if lead is not None else None
-    if lead is not None and own is not None:
-        s = spent(env, lead)
-        for kind, used in (("usd", s.usd), ("tokens", s.tokens)):
-            if own.get(kind) is None:
-                continue
-            if used is None:
-                raise StateError("Your dollar budget cannot be measured (a model you used has no price): you cannot "
-                                 "give a child a part of it", hint='Set the price with [prices."MODEL"].')
-            left = max(0, own[kind] - used)
-            if given[kind] is not None and given[kind] > left:
-                raise StateError(f"You have {left:,} {'dollars' if kind == 'usd' else 'tokens'} left of your budget: "
-                                 f"a child cannot get {given[kind]:,}", hint="Give less, or ask your parent for more.",
-                                 left=left)
-            if given[kind] is None:
-                given[kind] = round(left, 6) if kind == "usd" else int(left)
+    for kind in ("usd", "tokens"):
+        left = lead_left(env, kind)
+        if left is None:
+            continue
+        asked = given[kind]
+        if asked is not None and asked > left:
+            raise StateError(f"You have {left:,} {'dollars' if kind == 'usd' else 'tokens'} left of your budget: "
+                             f"a child cannot get {asked:,}", hint="Give less, or ask your parent for more.",
+                             left=left)
+        if asked is None:
+            given[kind] = left
     out = {k: v for k, v in given.items() if v is not None}
     if out.get("usd") is not None or (teambudget.limits(target) or {}).get("usd") is not None:
         refuse_unpriced(target, backend)

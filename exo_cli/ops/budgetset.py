@@ -14,6 +14,8 @@ from exo_cli.registry import op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
+    from exo_cli.ops.budgetspent import Spent
+    from exo_cli.records import Agent
 
 
 @dataclass
@@ -92,6 +94,7 @@ def budget(env: Env, *, amount: str, agent: str | None = None, tokens: bool = Fa
     b[key] = int(new) if tokens else round(float(new), 6)
     updated = target._replace(spec={**target.spec, "budget": b})
     s = spent(env, updated)
+    _within_lead(env, target, key, b[key], s)
     if not tokens and s.usd is None:
         raise StateError(f"{target.name} used a model without a price ({', '.join(s.unpriced)}): a dollar "
                          "budget cannot be measured", hint='Set its price with [prices."MODEL"], or budget '
@@ -112,6 +115,23 @@ def budget(env: Env, *, amount: str, agent: str | None = None, tokens: bool = Fa
     after = env.store.agent(target.id) or target
     return BudgetResult(target.id, target.name, b.get("usd"), b.get("tokens"), s.usd, s.tokens, after.status,
                         released, delivered)
+
+
+def _within_lead(env: Env, target: Agent, key: str, new: float, s: Spent) -> None:
+    """A team lead gives a descendant at most what it has left itself: what the descendant may still spend after
+    the change (its budget less what it used) is refused above the lead's own remainder."""
+    from exo_cli.ops.budget import lead_left
+
+    if env.caller.is_human:
+        return
+    left = lead_left(env, key)
+    used = s.usd if key == "usd" else s.tokens
+    if left is None or used is None or new - used <= left:
+        return
+    unit = "dollars" if key == "usd" else "tokens"
+    raise StateError(f"You have {left:,} {unit} left of your budget: {target.name} cannot be given "
+                     f"{max(0, new - used):,} more to spend", hint="Give less, or ask your parent for more.",
+                     agent=target.id, left=left)
 
 
 def _team(env: Env, key: str, relative: bool, value: float) -> BudgetResult:

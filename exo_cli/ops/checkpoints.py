@@ -156,8 +156,10 @@ def policy(env: Env, agent: Agent) -> ck.Policy:
 
 
 def shadow_of(env: Env, agent: Agent) -> ck.Shadow:
+    from exo_cli.ops import checkout
+
     return ck.Shadow(Git(env.repo.root), str(agent.worktree or ""), Path(turnend.folder(env, agent)),
-                     checkpoint_key(agent), clone=agent.spec.get("layout") == "clone")
+                     checkpoint_key(agent), clone=checkout.objects(env, agent) if checkout.is_clone(agent) else None)
 
 
 def view(c: refs.Listed, shadow: ck.Shadow) -> Checkpoint:
@@ -208,6 +210,14 @@ def take(env: Env, agent: Agent, *, reason: str, turn: int | None = None, due_on
 
             checkout.sync(env, agent)
         taken = shadow.capture(policy=policy(env, agent), meta=meta, branch=agent.branch)
+        if shadow.clone and taken.created:  # its staged files' objects may be the clone's only: the repository's too
+            from exo_cli.ops import checkout
+
+            try:
+                checkout.keep_objects(env, agent, [taken.commit])
+            except ExoError:  # never a checkpoint naming objects the repository lacks
+                Git(env.repo.root).delete_ref(taken.ref, taken.commit)
+                raise
         with contextlib.suppress(FileNotFoundError):
             due.unlink()  # whatever was due is in this checkpoint (or the identical one before it)
         pruned = prune(env, shadow, upto=taken.n) if taken.created else 0

@@ -379,8 +379,10 @@ def archive(env: Env, agent: Agent, inventory: keep.Inventory | None = None, *, 
 
     try:
         with checkout.reading(env, agent) as (here, _synced):
-            return keep.keep(inv, main=Git(env.repo.root), archive_root=root or env.state_dir / "archive",
+            kept = keep.keep(inv, main=Git(env.repo.root), archive_root=root or env.state_dir / "archive",
                              label=agent.branch or agent.name, branch=branch, reason=command, here=here)
+            checkout.keep_objects(env, agent, kept.refs.values())  # a clone's staged files: in the repository
+            return kept
     except OSError as exc:  # an unreadable file, a full disk: nothing is removed without its copy
         raise StateError(f"Could not archive {agent.name}'s work, so nothing was removed: {exc}",
                          hint=f"Fix what stopped the copy (permissions, disk space), then run `{command}` "
