@@ -101,7 +101,7 @@ def _command(broker: Broker, hello: dict[str, Any], req: dict[str, Any]) -> dict
         with broker.lock:
             agents, connections = len(broker.slots), broker.connections
         return {"ok": True, "pid": os.getpid(), "exo": __version__, "protocol": adapter.PROTOCOL, "agents": agents,
-                "connections": connections, "state_dir": str(broker.state_dir)}
+                "connections": connections, "later": broker.later.pending, "state_dir": str(broker.state_dir)}
     if cmd == "register":
         if hello.get("exo") != __version__:
             raise StateError(f"This broker runs exo {__version__}; exo {hello.get('exo')!r} cannot add agents to it",

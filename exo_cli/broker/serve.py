@@ -88,6 +88,9 @@ class Broker:
         self.store_down = False
         self.queues_at = 0.0  # when the reaper last looked for merge queues no runner advances
         self.net: NetProxy | None = None  # sandboxed agents' allow-list proxy, made with the first one
+        from exo_cli.broker.later import Later
+
+        self.later = Later(self.log)  # what hooks leave for after their answer (the turn's checkpoint)
 
     # ------------------------------------------------------------------ logging
 
