@@ -42,6 +42,7 @@ def make_repo(root: Path, files: int, env: dict[str, str]) -> Path:
     for cmd in (["git", "add", "-A"], ["git", "commit", "-q", "-m", "files"], ["git", "gc", "-q"]):
         subprocess.run(cmd, cwd=repo, check=True, env=git_env)
     subprocess.run([*exo_argv(), "init"], cwd=repo, env=env, capture_output=True, check=True)
+    subprocess.run([*exo_argv(), "trust"], cwd=repo, env=env, capture_output=True, check=True)  # its agent.command
     return repo
 
 

@@ -108,11 +108,14 @@ DEFAULTS: dict[str, Any] = {
     # bubblewrap around agents that work in their own clone (docs/security.md "The sandbox")
     "sandbox": {"mode": "off", "env": [], "paths": [], "hide": [], "devices": [],
                 # a sandboxed agent's network: its model API and these, nothing else
-                "allow_hosts": []},
+                "allow_hosts": [],
+                # host name -> the address its proxy connects to instead of looking it up (a local mirror)
+                "resolve": {}},
     # the merge queue (docs/commands.md: The merge queue): with gates for a base, `pr merge` enqueues instead of merging
     "merge": {"gates": [], "setup": [], "bases": [], "batch": 4, "window": 5},
     "prices": {},  # model -> {input, output, cache_write, cache_read} dollars per million tokens (exo_cli/prices.py)
-    "budget": {"agent_usd": 0, "agent_tokens": 0},  # each new agent's budget (0: none; ops/budget.py)
+    # each new agent's budget and the whole team's (0: none; ops/budget.py, ops/teambudget.py)
+    "budget": {"agent_usd": 0, "agent_tokens": 0, "team_usd": 0, "team_tokens": 0},
 }
 
 _Check = Callable[[Any], bool]
@@ -276,6 +279,17 @@ def _host_problem(entries: list[str]) -> str | None:
     return None
 
 
+def _pin_problem(table: dict[str, Any]) -> str | None:
+    """Why an entry of ``sandbox.resolve`` is no host name -> address (None when every one is)."""
+    from exo_cli.adapters.netpolicy import parse_pins
+
+    try:
+        parse_pins(table)
+    except InvalidInput as exc:
+        return exc.message
+    return None
+
+
 def _choice(*values: str) -> _Check:
     def check(v: Any) -> bool:
         return v in values
@@ -343,6 +357,8 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "sandbox.allow_hosts": (lambda v: _is_str_list(v) and _host_problem(v) is None,
                             "a list of HOST, HOST:PORT, *.DOMAIN, [IPV6]:PORT or presets (npm, pypi, crates, "
                             "goproxy, github)"),
+    "sandbox.resolve": (lambda v: isinstance(v, dict) and _pin_problem(v) is None,
+                        "a table of host name -> \"ADDRESS\" or \"ADDRESS:PORT\" its proxy connects to"),
     "merge.gates": (_is_gates, "a list of tables { command = COMMAND, timeout = SECONDS }"),
     "merge.setup": (lambda v: isinstance(v, list) and all(_is_argv(x) for x in v),
                     "a list of commands (each a string run by sh -c, or a list of strings)"),
@@ -352,6 +368,8 @@ SCHEMA: dict[str, tuple[_Check, str]] = {
     "hosts": (_is_hosts_table, "a table of host name -> { ssh = DESTINATION, path = CLONE, exo = COMMAND, env = [NAMES] }"),
     "budget.agent_usd": (_is_amount, "a number of dollars (0 = no budget)"),
     "budget.agent_tokens": (_is_int, "a whole number of tokens (0 = no budget)"),
+    "budget.team_usd": (_is_amount, "a number of dollars (0 = no budget)"),
+    "budget.team_tokens": (_is_int, "a whole number of tokens (0 = no budget)"),
     "prices": (_is_prices_table, "a table of model -> { input = N, output = N, cache_write = N, cache_read = N } "
                "in dollars per million tokens"),
 }
@@ -528,8 +546,8 @@ def _check(key: str, value: Any, origin: str) -> None:
             if why is not None:
                 raise InvalidInput(f"Bad [hosts.{_shown(name)}] in {origin}: {why}", hint=f"Fix [hosts] in {origin}.",
                                    key=f"hosts.{name}", source=origin)
-    if key == "sandbox.allow_hosts" and _is_str_list(value):  # name the entry that is wrong, and why
-        why = _host_problem(value)
+    if (key == "sandbox.allow_hosts" and _is_str_list(value)) or (key == "sandbox.resolve" and isinstance(value, dict)):
+        why = _host_problem(value) if isinstance(value, list) else _pin_problem(value)  # the entry, and why
         if why is not None:
             raise InvalidInput(f"{why} (in {origin})", hint=f"Fix {key} in {origin}.", key=key, source=origin)
     if not check(value):

@@ -21,7 +21,7 @@ from exo_cli.trust import REASON, store_as_is
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import threading
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from exo_cli.adapters.git import Git, RepoInfo
@@ -69,6 +69,9 @@ HUMAN = Caller(ROOT, "human", "none")
 class Env:
     """Lazily resolved context of one exo invocation (CLI command, hook, or MCP server)."""
 
+    # A long-lived process's runner of background work (the broker: ``broker/later.py``), else None.
+    defer: Callable[[Env, list[Any]], bool] | None = None
+
     def __init__(
         self,
         cwd: str | os.PathLike[str] | None = None,
@@ -84,12 +87,13 @@ class Env:
         """``caller`` fixes who is calling instead of ``identify`` (a spawn into another repository acts
         there as that repository's root; the broker, the agent whose socket a request came through).
         ``shared`` hands over values a long-lived front end already has (the broker's ``state_path`` and
-        ``store``), so each request does not open the store again. ``cwd_given``: the caller named the
-        folder (``-C``) rather than running there."""
+        ``store``), so each request does not open the store again, and ``defer``, which takes the work
+        ``turnend.after_exit`` is given). ``cwd_given``: the caller named the folder (``-C``) rather
+        than running there."""
         if caller is not None:
             self.__dict__["caller"] = caller
         for name, value in (shared or {}).items():
-            if name not in ("state_path", "store", "repo", "runtime_dir"):
+            if name not in ("state_path", "store", "repo", "runtime_dir", "defer"):
                 raise ValueError(f"Env cannot share {name!r}")
             self.__dict__[name] = value
         self.cwd_given = cwd_given
@@ -110,13 +114,15 @@ class Env:
     def repo(self) -> RepoInfo:
         """The repository around cwd; inside an agent's own clone, the repository exo made it from (the team's)."""
         from exo_cli.adapters.git import Git
+        from exo_cli.adapters.gitdir import shared_clone_top
 
-        found = Git(self.cwd).discover()
-        if not (found.common_dir / "objects" / "info" / "alternates").exists():  # no clone --shared: no agent's
-            return found
-        from exo_cli.adapters.clones import team_repo
+        top = shared_clone_top(self.cwd)  # an agent's clone is found as files: git never runs in it (its config)
+        if top is not None:
+            from exo_cli.adapters.clones import team_home
 
-        return team_repo(found, self.environ)
+            if (home := team_home(top, self.environ)) is not None:
+                return Git(home).discover()
+        return Git(self.cwd).discover()
 
     @cached_property
     def state_path(self) -> Path:

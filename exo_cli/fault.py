@@ -11,7 +11,8 @@ the state a killed ``exo`` leaves behind. Points used by spawn: ``spawn.recorded
 migrate: ``migrate.held``, ``migrate.loaded``, ``migrate.marked``, ``migrate.committed``,
 ``migrate.settled``, ``migrate.pointed``; by a checkpoint: ``checkpoint.updated`` (the shadow index
 written), ``checkpoint.committed`` (its commit written, no ref yet), ``checkpoint.ref`` (its ref
-made, its records not); by undo: ``undo.saved`` (the present checkpointed), ``undo.files`` (the
+made, its records not); by a turn's end: ``budget.judged`` (its budget and the team's judged, nothing
+recorded yet); by undo: ``undo.saved`` (the present checkpointed), ``undo.files`` (the
 files written back, the branch not moved yet).
 
 With ``EXO_FAULT_PAUSE`` naming a folder, an armed point pauses instead: it writes a file

@@ -53,7 +53,7 @@ def isolate(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
 # hence its own rows in the shared database). Tests about SQLite itself carry `sqlite_only`.
 BOTH_STORES = {"test_store", "test_messages", "test_messages_helpers", "test_spawn", "test_complete_matrix",
                "test_mcp_arguments", "test_mcp_roles", "test_mcp_wire", "test_mcp_cancel", "test_mcp_ready",
-               "test_mcp_stdio", "test_load", "test_cost"}
+               "test_mcp_stdio", "test_load", "test_cost", "test_budget_team"}
 
 
 def pytest_configure(config: pytest.Config) -> None:

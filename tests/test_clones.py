@@ -65,7 +65,8 @@ def test_spawn_into_a_shared_clone_shown_and_kept_by_refs(team: Path, exo: Exo) 
     git(team, "gc", "-q")  # one pack: a plain local clone would hard-link it
     packs = sorted((team / ".git" / "objects" / "pack").glob("*.pack"))
     (team / ".exo").mkdir(exist_ok=True)
-    (team / ".exo" / "config.toml").write_text('[worktree]\npost_create = ["touch", "post-created"]\n')
+    (team / ".exo" / "config.toml").write_text('[worktree]\npost_create = ["touch", "post-created"]\n'
+                                               '[services.web]\ncommand = "serve $PORT"\nport = 8100\n')
     data = spawn_clone(exo, "w1")
     assert data["agents"][0]["layout"] == "clone"
     clone = Path(data["worktrees"][0][1])
@@ -79,6 +80,8 @@ def test_spawn_into_a_shared_clone_shown_and_kept_by_refs(team: Path, exo: Exo) 
     assert git(team, "rev-parse", "refs/heads/main.w1") == git(team, "rev-parse", "main")
     assert "/.exo/" in (clone / ".git" / "info" / "exclude").read_text()
     assert (clone / "post-created").is_file()  # the post-create command ran in the clone
+    services = (clone / ".exo" / "process-compose.yaml").read_text()  # its services run there, on its own ports
+    assert f"working_dir: {clone}" in services and "WEB_PORT=" in services, services
     human = Exo(clone)("agents", "--json")  # a human's exo inside the clone: the team, no state made there
     assert human.exit_code == 0 and [a["id"] for a in human.json()["agents"]] == ["w1"]  # type: ignore[index]
     assert not (clone / ".git" / "exo").exists()
@@ -431,3 +434,27 @@ def test_a_clone_whose_store_reaches_another_repository_is_refused(team: Path, e
     (clone / ".git" / "packed-refs").unlink()
     r = exo("status", "w1", "--json")  # restored: read again
     assert r.exit_code == 0, r.stdout + r.stderr
+
+
+def test_a_clone_agent_gets_the_main_branchs_tracker_and_its_copy_is_not_its_work(team: Path, exo: Exo) -> None:
+    """Without ``bd``: reconstitute copies the main branch's ``.beads/`` JSONL into the clone (no git run there),
+    the agent's context follows its bead, and complete does not count exo's copy as the agent's work."""
+    (team / ".beads").mkdir()
+    shutil.copyfile(BEADS / "issues.jsonl", team / ".beads" / "issues.jsonl")
+    shutil.copyfile(BEADS / "config.yaml", team / ".beads" / "config.yaml")
+    git(team, "add", ".beads")
+    git(team, "commit", "-q", "-m", "beads")
+    clone = Path(spawn_clone(exo, "w1")["worktrees"][0][1])
+    Env(cwd=team).store.update_agent("w1", bead="ex-a1")
+    lines = (team / ".beads" / "issues.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["status"] = "in_progress"
+    (team / ".beads" / "issues.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    git(team, "commit", "-q", "-am", "ex-a1 claimed on main")
+    done = registry.invoke("reconstitute", env_for(clone, "w1"))
+    assert done.files_updated == [str(clone / ".beads" / "issues.jsonl")], done
+    assert (clone / ".beads" / "issues.jsonl").read_bytes() == (team / ".beads" / "issues.jsonl").read_bytes()
+    assert "in_progress" in (clone / ".exo" / "context.md").read_text()
+    r = exo("complete", "w1", "--json")  # exo's copy of the tracker is no work of the agent's
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert not clone.exists()

@@ -29,15 +29,19 @@ GATE = ('echo "$(git rev-parse HEAD) {verdict}" >> "{log}"; '
 
 
 def configure(repo: Path, log: Path, *, batch: int = 4, extra: str = "") -> None:
+    """The gate ``GATE`` for ``repo``; its log's folder (never one holding the repository) is the one place outside
+    its clone a sandboxed gate may write ([sandbox] paths), so the tests hold whatever ``[sandbox] mode`` is."""
     gate = GATE.format(log=log, verdict="ran")
     (repo / ".exo").mkdir(exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
     (repo / ".exo" / "config.toml").write_text(
-        f"[merge]\nbatch = {batch}\nwindow = 0\n{extra}\n[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 60\n")
+        f"[merge]\nbatch = {batch}\nwindow = 0\n{extra}\n[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 60\n"
+        f"[sandbox]\npaths = [{json.dumps(str(log.parent))}]\n")
 
 
 @pytest.fixture
 def team(repo: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    log = tmp_path / "gates.log"
+    log = tmp_path / "gates" / "gates.log"
     from exo_cli.adapters.git import add_exclude
 
     add_exclude(repo / ".git", "/.exo/")
@@ -208,8 +212,8 @@ def test_base_that_moved_is_rebuilt_and_retested(team: tuple[Path, Path], tmp_pa
         f'; if [ ! -e "{mover}" ]; then touch "{mover}"; '
         f'git -C "{repo}" commit -q --allow-empty -m "meanwhile on main"; fi')
     configure(repo, log, extra="")
-    (repo / ".exo" / "config.toml").write_text(
-        f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
+    (repo / ".exo" / "config.toml").write_text(  # unsandboxed: a sandboxed gate cannot move the base
+        f"[sandbox]\nmode = \"off\"\n[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
     n = pr_of(repo, "w0", {"f.txt": "1\n"})
     enqueue(repo, n)
     assert advance(env_for(repo), "main") == 1
@@ -266,10 +270,12 @@ def test_bad_gate_config_is_named(repo: Path, tmp_path: Path) -> None:
 def test_kill_9_at_each_step_resumes_without_loss_or_double_merge(team: tuple[Path, Path], point: str,
                                                                   tmp_path: Path) -> None:
     repo, log = team
-    if point == "mid-gate":  # the gate itself kills its runner, the first time, while it runs
-        gate = f'if [ ! -e "{tmp_path}/killed" ]; then touch "{tmp_path}/killed"; kill -9 $PPID; sleep 1; fi; true'
+    if point == "mid-gate":  # the gate itself kills its runner, the first time, while it runs (and leaves a server)
+        gate = (f'if [ ! -e "{tmp_path}/killed" ]; then touch "{tmp_path}/killed"; setsid sleep 31339 & '
+                'kill -9 $PPID; sleep 1; fi; true')
         configure(repo, log, extra="")
-        (repo / ".exo" / "config.toml").write_text(f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
+        (repo / ".exo" / "config.toml").write_text(  # unsandboxed: a sandboxed gate cannot see its runner
+            f"[sandbox]\nmode = \"off\"\n[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\n")
     numbers = [pr_of(repo, f"w{i}", {f"f{i}.txt": f"{i}\n"}) for i in range(2)]
     for n in numbers:
         enqueue(repo, n)
@@ -288,6 +294,10 @@ def test_kill_9_at_each_step_resumes_without_loss_or_double_merge(team: tuple[Pa
     assert os.listdir(Path(mq.folder(env_for(repo), "main"), "clones")) == []
     merged = [e for e in env_for(repo).store.events(limit=100) if e["kind"] == "pr-merged"]
     assert len(merged) == 2
+    if point == "mid-gate":  # what the dead runner's gate left running was ended by the next runner
+        from test_merge_queue_sandbox import sleepers
+
+        wait_for(lambda: not sleepers("31339"), timeout=60, what="the dead runner's gate's server ended")
 
 
 def test_detached_runner_and_wait_from_the_command_line(team: tuple[Path, Path]) -> None:
@@ -417,3 +427,23 @@ def test_doctor_removes_a_dead_runners_clone_and_restarts_the_queue(team: tuple[
     assert queuerun.resume_queues in mcp_server.BACKGROUND  # the root's session resumes a stalled queue too
     queuerun.resume_queues(env)
     assert started == ["main", "main"]
+
+
+def test_a_batch_stops_before_an_entry_that_must_land_alone(team: tuple[Path, Path]) -> None:
+    from exo_cli.ops.queuerun import pick
+
+    repo, _ = team
+    numbers = [pr_of(repo, f"w{i}", {f"f{i}.txt": "x\n"}) for i in range(3)]
+    for n in numbers:
+        enqueue(repo, n)
+    env = env_for(repo)
+    solo = env.store.pr(numbers[1])
+    assert solo is not None
+    mq.set_entry(env, solo, solo=True)  # its batch's push was refused (tests/test_merge_queue_github.py)
+    assert [p.number for p in pick(env, "main")] == numbers[:1]
+    first = env.store.pr(numbers[0])
+    assert first is not None
+    mq.set_entry(env, first, state="merged")
+    assert [p.number for p in pick(env, "main")] == numbers[1:2]  # alone, at once
+    enqueue(repo, numbers[1])  # `pr merge` again: it may join a batch again
+    assert [p.number for p in pick(env, "main")] == numbers[1:]

@@ -27,7 +27,7 @@ def stalled(repo: Path, tmp_path: Path) -> Iterator[tuple[Path, int]]:
     from exo_cli.adapters.git import add_exclude
 
     add_exclude(repo / ".git", "/.exo/")
-    configure(repo, tmp_path / "gates.log", extra="[broker]\nidle_exit = 600\n")
+    configure(repo, tmp_path / "gates" / "gates.log", extra="[broker]\nidle_exit = 600\n")
     n = pr_of(repo, "w0", {"f.txt": "1\n"})
     enqueue(repo, n)  # the test's enqueue starts no runner
     assert entry(repo, n)["state"] == "queued" and not mq.runner_alive(env_for(repo), "main")

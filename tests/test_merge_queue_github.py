@@ -30,9 +30,11 @@ def gated(repo: Path, tmp_path: Path) -> None:
 
     add_exclude(repo / ".git", "/.exo/")
     (repo / ".exo").mkdir(exist_ok=True)
-    gate = GATE.format(log=tmp_path / "gates.log", verdict="ran")
+    (tmp_path / "gates").mkdir(exist_ok=True)
+    gate = GATE.format(log=tmp_path / "gates" / "gates.log", verdict="ran")
     (repo / ".exo" / "config.toml").write_text(
-        f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 60\n")
+        f"[merge]\nwindow = 0\n[[merge.gates]]\ncommand = {json.dumps(gate)}\ntimeout = 60\n"
+        f"[sandbox]\npaths = [{json.dumps(str(tmp_path / 'gates'))}]\n")
 
 
 def filed(repo: Path, fake: FakeGitHub, name: str, files: dict[str, str]) -> int:
@@ -81,21 +83,60 @@ def test_lands_by_a_fast_forward_push_closes_squashes_and_sets_statuses(repo: Pa
         assert statuses(github, e["pinned"]) == ["pending", "pending", "success"]  # queued, testing, landed
 
 
-def test_a_push_refused_by_branch_protection_bounces_with_gits_message(repo: Path, tmp_path: Path,
-                                                                      github: FakeGitHub) -> None:  # noqa: F811
+def refuse(bare: str, script: str) -> None:
+    """The bare remote's ``pre-receive`` hook: ``script`` (sh) reads the refs pushed and may refuse them."""
+    hook = Path(bare) / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\n" + script)
+    hook.chmod(0o755)
+
+
+def gate_runs(tmp_path: Path) -> list[str]:
+    log = tmp_path / "gates" / "gates.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_a_push_refused_by_branch_protection_bounces_the_batch_with_gits_message(repo: Path, tmp_path: Path,
+                                                                               github: FakeGitHub) -> None:  # noqa: F811
     gated(repo, tmp_path)
     bare = github.bare  # type: ignore[attr-defined]
-    n = filed(repo, github, "w0", {"a.txt": "a\n"})
-    hook = Path(bare) / "hooks" / "pre-receive"
-    hook.write_text("#!/bin/sh\necho 'GH006: Protected branch update failed for refs/heads/main.' >&2\nexit 1\n")
-    hook.chmod(0o755)
-    queued(repo, github, n)
+    numbers = [filed(repo, github, f"w{i}", {f"{i}.txt": "a\n"}) for i in range(2)]
+    refuse(bare, "echo 'GH006: Protected branch update failed for refs/heads/main.' >&2\nexit 1\n")
+    for n in numbers:
+        queued(repo, github, n)
     start = git(bare, "rev-parse", "main")
     assert advance(env_for(repo, extra=github.extra), "main") == 0  # type: ignore[attr-defined]
-    e = entry(repo, n)
-    assert (e["pr_state"], e["state"]) == ("open", "bounced") and "GH006: Protected branch" in e["reason"]
+    for n in numbers:  # about the branch, not an entry: all bounced at once, no entry tested again alone
+        e = entry(repo, n)
+        assert (e["pr_state"], e["state"]) == ("open", "bounced") and "GH006: Protected branch" in e["reason"]
+        assert statuses(github, e["pinned"])[-1] == "failure"
+    assert len(gate_runs(tmp_path)) == 1
     assert git(bare, "rev-parse", "main") == start and git(repo, "rev-parse", "main") == start
-    assert statuses(github, e["pinned"])[-1] == "failure"
+
+
+def test_a_pre_receive_refusal_of_one_entry_bounces_it_alone_and_lands_the_others(repo: Path, tmp_path: Path,
+                                                                                 github: FakeGitHub) -> None:  # noqa: F811
+    gated(repo, tmp_path)
+    bare = github.bare  # type: ignore[attr-defined]
+    numbers = [filed(repo, github, f"w{i}", {f"{i}.txt": "x\n", **({"FORBIDDEN": "x\n"} if i == 1 else {})})
+               for i in range(3)]
+    refuse(bare, 'while read old new ref; do\n'
+                 '  if git diff --name-only "$old" "$new" | grep -qx FORBIDDEN; then\n'
+                 '    echo "refusing $ref: FORBIDDEN may not land" >&2; exit 1\n  fi\ndone\n')
+    for n in numbers:
+        queued(repo, github, n)
+    start = git(bare, "rev-parse", "main")
+    assert advance(env_for(repo, extra=github.extra), "main") == 2  # type: ignore[attr-defined]
+    states = [(entry(repo, n)["pr_state"], entry(repo, n)["state"]) for n in numbers]
+    assert states == [("merged", "merged"), ("open", "bounced"), ("merged", "merged")]
+    assert "FORBIDDEN may not land" in entry(repo, numbers[1])["reason"]
+    # each landing a tested commit, one by one in order, never the refused one
+    moves = git(bare, "rev-list", "--first-parent", f"{start}..main").split()
+    assert len(moves) == 2 and set(moves) <= passed(repo)
+    assert "FORBIDDEN" not in git(bare, "ls-tree", "--name-only", "main").split()
+    assert git(repo, "rev-parse", "main") == moves[0]
+    assert len(gate_runs(tmp_path)) == 4  # the batch, then each entry alone
+    told = [m for m in env_for(repo).store.messages(kinds=["pr-bounced"])]
+    assert any("FORBIDDEN may not land" in m.body for m in told)
 
 
 def test_watch_does_not_report_a_landing_under_way_as_an_outside_merge(repo: Path, tmp_path: Path,

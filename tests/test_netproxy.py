@@ -400,7 +400,7 @@ def test_spawn_gets_the_policy_and_the_plan_from_the_config_and_the_clis_own_fil
     codex_home = tmp_path / "codex"
     codex_home.mkdir()
     (codex_home / "config.toml").write_text('model_provider = "corp"\n[model_providers.corp]\n'
-                                            'base_url = "https://llm.corp.example/v1"\n')
+                                            'base_url = "https://llm.corp.example/v1"\nenv_key = "CORP_LLM_KEY"\n')
     env = Env(cwd=repo)
     policy = network.policy(env, backend="codex", environ={"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": "k"})
     assert policy.entries()[0] == "llm.corp.example:443" and "pypi.org:8443" in policy.entries()
@@ -410,6 +410,19 @@ def test_spawn_gets_the_policy_and_the_plan_from_the_config_and_the_clis_own_fil
     assert plan.binds == ((str(folder), "/run/exo-net"),) and plan.policy == policy
     assert plan.prelude[-1] == "--" and "--tunnel" not in plan.prelude  # no loopback model server here
     assert plan.env["HTTPS_PROXY"] == plan.env["http_proxy"] == "http://127.0.0.1:3128"
+    # the sandbox keeps the variable the provider's key is in (and nothing else of the caller's)
+    from exo_cli.ops.spawn import sandboxing
+
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "clone").mkdir()
+    inside = sandboxing.plan_for(env, backend="codex", path=tmp_path / "clone", agent_dir=tmp_path / "agent",
+                                 argv=["codex"], environ={"CODEX_HOME": str(codex_home), "CORP_LLM_KEY": "k",
+                                                          "OTHER_SECRET": "s", "PATH": "/usr/bin:/bin"},
+                                 tty=False, binds=[]).env
+    assert inside["CORP_LLM_KEY"] == "k" and "OTHER_SECRET" not in inside
+    for hostile in ("*", "CORP_*", "A B", ""):  # never a glob: it would let every variable in
+        (codex_home / "config.toml").write_text(f'model_provider = "c"\n[model_providers.c]\nenv_key = "{hostile}"\n')
+        assert netpolicy.codex_provider_key(codex_home) is None
 
 
 def test_a_localhost_base_url_reaches_the_hosts_own_server_and_gets_a_tunnel(net: Net, tmp_path: Path) -> None:
@@ -475,3 +488,82 @@ def test_the_terminals_ctrl_c_is_the_agents_not_the_bridges(tmp_path: Path) -> N
     finally:
         agent.kill()
         agent.wait()
+
+
+# --------------------------------------------------------------------------- an agent exo spawned, sandboxed
+
+PROBE_AGENT = 'out=.exo/net-result; "$0" -I "$1" "$2" "$3" > "$out.tmp" 2>"$out.err"; mv "$out.tmp" "$out"; exec sleep 600'
+
+
+def test_a_sandboxed_agents_network_is_its_allow_list_through_the_brokers_proxy(net: Net, repo: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """exo spawn --sandbox: the agent's curl and raw sockets reach the allow-list only, through the team broker's proxy.
+
+    The preset's name (npm: registry.npmjs.org) is mapped to the stand-in registry on 127.0.0.1 by
+    ``[sandbox] resolve``, in the proxy's resolver only (no /etc/hosts): inside, no lookup works.
+    """
+    from conftest import ROOT, stop_repo_agents
+
+    outside, model = net.outside.server_address[1], net.model.server_address[1]
+    standin = net.registry.server_address[1]
+    command = ["sh", "-c", PROBE_AGENT, sys.executable, str(PROBE), str(outside), str(model)]
+    write_trusted(repo, f'[agent]\ncommand = {json.dumps(command)}\n[sandbox]\nmode = "on"\n'
+                        f'allow_hosts = ["npm", "127.0.0.1:{model}"]\n'
+                        f'resolve = {{ "registry.npmjs.org" = "127.0.0.1:{standin}" }}\n')
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    exo = Exo(repo)
+    hits = len(net.registry.hits)
+    try:
+        r = exo("spawn", "--worker", "w1", "--prompt", "probe", "--agent", "custom", "--mux", "headless", "--json")
+        assert r.exit_code == 0, r.stdout + r.stderr
+        assert r.json()["agents"][0]["sandboxed"] is True  # type: ignore[index]
+        result = Path(r.json()["agents"][0]["worktree"]) / ".exo" / "net-result"  # type: ignore[index]
+        got = json.loads(wait_for(lambda: result.exists() and result.read_text(), 180, what="the probe's report"))
+        assert got["npm"][:2] == [0, "standin-registry"], got  # the preset's name, resolved outside, reached
+        assert got["raw_connect_npm"] == "HTTP/1.1 200 Connection established | standin-registry"
+        assert got["model"][:2] == [0, "standin-model"]  # the allowed loopback port, through the bridge's tunnel
+        assert got["evil_https"][1] == "000" and "403" in got["evil_https"][2]  # curl: CONNECT refused
+        assert got["outside_via_proxy"][1] == "403"  # curl through the proxy to the listener off the list
+        assert got["raw_connect_outside"] == "HTTP/1.1 403 Forbidden"  # a raw socket asking the proxy for it
+        assert got["outside_direct"][0] == 7 and got["raw_direct"] == 111  # the sandbox's own loopback: nobody
+        assert all(v.startswith("failed") for k, v in got.items() if k.startswith("dns:")), got  # no resolver inside
+        assert net.outside.hits == []
+        assert net.registry.hits[hits:] == ["registry.npmjs.org /exo-standin", "registry.npmjs.org /tunnelled"]
+        # each refusal logged with host and agent, and counted where the human looks
+        env = Env(cwd=repo)
+        record = env.store.agent("w1")
+        assert record is not None
+        refused = netlog.refusals(netlog.folder(env.state_dir), netlog.stem(str(record.spec["socket_key"])))
+        assert [(e["agent"], e["host"], e["port"]) for e in refused] == [
+            ("w1", "evil.example", 443), ("w1", "127.0.0.1", outside), ("w1", "127.0.0.1", outside), ("w1", "-", 0)]
+        (view,) = exo("agents", "--json").json()["agents"]  # type: ignore[index]
+        assert view["net_refused"] == 4
+        # what it carried: the npm name twice (plain and CONNECT) and the model's port once, nothing else
+        (sock,) = exo("broker", "status", "--json").json()["sockets"]  # type: ignore[index]
+        assert (sock["agent"], sock["net_carried"]) == ("w1", 3)
+        assert "NET CARRIED" in exo("broker", "status").stdout
+    finally:
+        stop_repo_agents(repo)
+
+
+def test_resolve_entries_are_checked_and_need_trust(repo: Path) -> None:
+    assert netpolicy.parse_pins({"Registry.NPMJS.org.": "127.0.0.1", "a.example": "[::1]:8080",
+                                 "b.example": "10.0.0.1:443"}) == {
+        "registry.npmjs.org": "127.0.0.1", "a.example": "[::1]:8080", "b.example": "10.0.0.1:443"}
+    assert netpolicy.pin_address("127.0.0.1", 80) == ("127.0.0.1", 80)
+    assert netpolicy.pin_address("[::1]:8080", 443) == ("::1", 8080)
+    for table in ({"x.example": "evil.example"}, {"127.0.0.1": "127.0.0.2"}, {"*.example.com": "127.0.0.1"},
+                  {"x.example": "127.0.0.1:99999"}, {"x.example": 5}, {"bad host": "127.0.0.1"}):
+        with pytest.raises(InvalidInput) as info:
+            netpolicy.parse_pins(table)  # type: ignore[arg-type]
+        assert "sandbox.resolve" in info.value.message
+    exo = Exo(repo)
+    (repo / ".exo").mkdir()
+    (repo / ".exo" / "config.toml").write_text('[sandbox]\nresolve = { "x.example" = "nowhere" }\n')
+    r = exo("spawn", "--worker", "w1", "--prompt", "x", "--agent", "custom", "--mux", "headless")
+    assert r.exit_code == 4 and "sandbox.resolve" in r.stderr and "not an IP address" in r.stderr, r.stderr
+    (repo / ".exo" / "config.toml").unlink()
+    # the repository's own exo.toml cannot send the agents' traffic elsewhere until its user trusts it
+    (repo / "exo.toml").write_text('[sandbox]\nresolve = { "registry.npmjs.org" = "192.0.2.1" }\n')
+    r = exo("spawn", "--worker", "w1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--sandbox")
+    assert r.exit_code == 5 and "sandbox.resolve" in r.stderr, r.stderr

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from exo_cli import fault
-from exo_cli.adapters import ckptfiles, clones, gitdir, keep
+from exo_cli.adapters import ckptfiles, clones, clonestore, gitdir, keep
 from exo_cli.adapters.ckptrefs import ARCHIVED, REFS, Listed, list_refs
 from exo_cli.adapters.files import atomic_write, ensure_private_dir, locked, read_regular_text
 from exo_cli.adapters.git import Git
@@ -77,10 +77,13 @@ class Taken(NamedTuple):
 class Shadow:
     """The checkpoints of one agent's checkout: the private git folder, shadow index and records in ``folder``."""
 
-    def __init__(self, main: Git, worktree: str, folder: Path, key: str, *, clone: bool = False) -> None:
+    def __init__(self, main: Git, worktree: str, folder: Path, key: str, *, clone: Path | None = None) -> None:
         self.main = main
         self.worktree = worktree
-        self.clone = clone  # an agent's own clone: its git files are read as files, never through its config
+        # An agent's own clone: its git files are read as files, never through its config, and its objects
+        # through exo's copy of its store (``clone``: ``clones.Reader``'s, never the clone's own store).
+        self.clone = clone is not None
+        self.clone_objects = clone
         self.folder = folder
         self.key = key
         self.gitdir = folder / "gitdir"
@@ -138,8 +141,8 @@ class Shadow:
             atomic_write(self.gitdir / "HEAD", "ref: refs/heads/exo-checkpoint\n", mode=0o600, fsync=False)
         env = {"GIT_DIR": str(self.gitdir), "GIT_WORK_TREE": self.worktree, "GIT_INDEX_FILE": str(self.index),
                "GIT_OBJECT_DIRECTORY": str(objects / "objects"), "GIT_LITERAL_PATHSPECS": "1"}
-        if self.clone:  # its own commits are in its own store (fetched into the repository before a checkpoint)
-            env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = os.path.join(os.path.realpath(self.worktree), ".git", "objects")
+        if self.clone_objects is not None:  # its own objects, as exo took them (its commits are fetched before)
+            env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(self.clone_objects)
         return env
 
     def _agent_index(self, agent_git: Path) -> Path:
@@ -147,7 +150,7 @@ class Shadow:
         if not self.clone:
             return agent_git / "index"
         copy = self.folder / "agent-index"
-        data = clones.read_inside(agent_git, "index", limit=clones.MAX_INDEX)
+        data = clonestore.read_inside(agent_git, "index", limit=clones.MAX_INDEX)
         if data is None:
             with contextlib.suppress(FileNotFoundError):
                 copy.unlink()

@@ -10,8 +10,10 @@ Everything in the clone is the agent's, so exo treats it as hostile:
 - exo never runs git with the clone's ``.git`` as its git folder (its config could run
   ``core.fsmonitor``, hooks, filters, textconv, a credential helper or an ssh command, or
   ``include.path`` any of those). ``Reader`` builds a **private git folder** exo owns
-  (``config`` written by exo, ``objects/info/alternates`` to the clone's and the repository's
-  object stores, copies of the clone's HEAD, branches, index and ``info/exclude``), and every
+  (``config`` written by exo, an object folder of its own holding the clone's own objects as
+  links checked once there (``clonestore.mirror``: git never reads the clone's store, whose
+  alternates or links the agent could rewrite after any check) with the repository's store as
+  its alternate, copies of the clone's HEAD, branches, index and ``info/exclude``), and every
   read runs ``git`` with ``GIT_DIR`` there, ``GIT_WORK_TREE`` the clone, no system or global
   config and every other ``GIT_*`` variable of exo's own environment dropped. With exo's
   config no filter or textconv driver exists, and submodules are never entered (git would
@@ -34,27 +36,26 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from exo_cli import fault
 from exo_cli.adapters import gitdir
+from exo_cli.adapters.clonestore import MAX_PACKED_REFS, check_store, mirror, read_inside
 from exo_cli.adapters.files import atomic_write, ensure_private_dir
 from exo_cli.adapters.git import Git
+from exo_cli.adapters.rmtree import remove_tree
 from exo_cli.errors import StateError, external
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from exo_cli.adapters.gitformats import RepoInfo
 
 CLONE_REFS = "refs/exo/clones/"
 IDENTITY = {"GIT_AUTHOR_NAME": "exo", "GIT_AUTHOR_EMAIL": "exo@localhost",
             "GIT_COMMITTER_NAME": "exo", "GIT_COMMITTER_EMAIL": "exo@localhost"}
 MAX_INDEX = 512 << 20  # bytes: a bigger index is not copied (git rebuilds one from HEAD)
-MAX_SMALL = 4 << 20  # bytes: info/exclude, a state file
-MAX_PACKED_REFS = 64 << 20  # bytes: a bigger packed-refs is refused
 _OID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _SHA = re.compile(r"\b(?:[0-9a-f]{64}|[0-9a-f]{40})\b")
 _BAD_REF = re.compile(r"(^|/)\.|\.\.|[\x00-\x20\x7f~^:?*\[\\]|@\{|\.lock(/|$)|//|/$|\.$")
@@ -111,31 +112,6 @@ def is_clone(path: str | os.PathLike[str]) -> bool:
 
 
 # --------------------------------------------------------------------------- reading the clone's files
-
-
-def read_inside(root: str | os.PathLike[str], rel: str, *, limit: int = MAX_SMALL) -> bytes | None:
-    """The bytes of regular file ``root/rel``, opened one component at a time without following a link; None
-    when any component is missing, a link or not what it should be, or the file is over ``limit``."""
-    parts = [p for p in rel.split("/") if p]
-    if not parts or any(p in (".", "..") for p in parts):
-        return None
-    fds: list[int] = []
-    try:
-        fds.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
-        for part in parts[:-1]:
-            fds.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fds[-1])
-        fds.append(fd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        from exo_cli.adapters.files import read_fd
-
-        return read_fd(fd, limit)
-    except OSError:
-        return None
-    finally:
-        for fd in reversed(fds):
-            os.close(fd)
 
 
 def write_inside(root: str | os.PathLike[str], rel: str, data: bytes, *, mode: int = 0o644) -> bool:
@@ -280,65 +256,6 @@ def read_refs(clone: str | os.PathLike[str]) -> CloneRefs:
     return CloneRefs(head, branches, state)
 
 
-# --------------------------------------------------------------------------- the clone's object store
-
-MAX_STORE_ENTRIES = 1 << 20  # loose objects and packs: a bigger store is refused (``git gc`` in the clone first)
-
-
-def _refuse(clone: str | os.PathLike[str], rel: str, why: str) -> StateError:
-    return StateError(f"{os.path.join(clone, '.git', rel)} {why}: exo does not read this clone",
-                      worktree=str(clone), path=os.path.join(str(clone), ".git", rel), reason="hostile-clone",
-                      hint="Only git clone --shared's own files are read; restore it (or remove the clone).")
-
-
-def check_store(clone: str | os.PathLike[str], alternates: set[str]) -> None:
-    """StateError unless the clone's object store is what ``git clone --shared`` made: its ``alternates`` naming
-    exactly the repository's store (one of ``alternates``), no ``http-alternates``, no ``commondir``, and
-    every entry of ``objects/`` a plain folder or regular file (never a link, a FIFO or a device), all read
-    without following a link. git reading the store (exo's reads name it as an alternate) follows the
-    alternates and the links it finds there: a store pointing at another repository on disk would have exo
-    import that repository's objects into this one, where every agent reads them."""
-    git_dir = os.path.join(clone, ".git")
-    try:
-        if not stat.S_ISDIR(os.lstat(os.path.join(git_dir, "objects")).st_mode):
-            raise _refuse(clone, "objects", "is not a folder")
-    except FileNotFoundError:
-        raise _refuse(clone, "objects", "is missing") from None
-    for rel in ("objects/info/http-alternates", "commondir"):
-        if os.path.lexists(os.path.join(git_dir, rel)):
-            raise _refuse(clone, rel, "exists (git clone --shared writes none)")
-    for rel, limit, needed in (("HEAD", 4096, True), ("packed-refs", MAX_PACKED_REFS, False)):
-        try:  # read whole or refused: a branch silently unread would have its keep-alive ref pruned
-            st = os.lstat(os.path.join(git_dir, rel))
-        except FileNotFoundError:
-            if needed:
-                raise _refuse(clone, rel, "is missing") from None
-            continue
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            raise _refuse(clone, rel, f"is a link, no regular file or over {limit} bytes")
-    rel = "objects/info/alternates"
-    data = read_inside(git_dir, rel, limit=64 << 10)
-    lines = [x for x in (data or b"").decode("utf-8", "replace").splitlines() if x.strip()]
-    if data is None or len(lines) != 1 or os.path.normpath(lines[0]) not in alternates:
-        raise _refuse(clone, rel, "does not name exactly the repository's object store")
-    count = 0
-    for rel_dir in ("objects", *(f"objects/{d}" for d in _subdirs(git_dir, "objects"))):
-        with os.scandir(os.path.join(git_dir, rel_dir)) as it:
-            for entry in it:
-                count += 1
-                if count > MAX_STORE_ENTRIES:
-                    raise _refuse(clone, "objects", f"holds over {MAX_STORE_ENTRIES} entries")
-                if entry.is_dir(follow_symlinks=False):  # objects/xx, pack, info; info/commit-graphs (not read)
-                    continue
-                if not entry.is_file(follow_symlinks=False):
-                    raise _refuse(clone, f"{rel_dir}/{entry.name}", "is a link or no regular file")
-
-
-def _subdirs(root: str, rel: str) -> list[str]:
-    with os.scandir(os.path.join(root, rel)) as it:
-        return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
-
-
 # --------------------------------------------------------------------------- the reader
 
 
@@ -359,7 +276,7 @@ class Reader:
             raise StateError(f"{self.clone} is not an agent's clone (any more): its .git is not a folder",
                              worktree=self.clone, reason="no-checkout",
                              hint="Check it by hand: exo reads a clone only through its own git folder.")
-        check_store(self.clone, self.expected_alternates())
+        check_store(self.clone, self.expected_alternates())  # plainly hostile or broken: said so
         refs = read_refs(self.clone)
         g = self.gitdir
         ensure_private_dir(self.folder, parents=True)
@@ -370,9 +287,12 @@ class Reader:
         ext = "" if fmt == "sha1" else f"[extensions]\n\tobjectformat = {fmt}\n"
         atomic_write(g / "config", _CONFIG.format(version=0 if fmt == "sha1" else 1, extensions=ext),
                      mode=0o600, fsync=False)
-        atomic_write(g / "objects" / "info" / "alternates", "".join(s + "\n" for s in self._stores()),
-                     mode=0o600, fsync=False)
-        shutil.rmtree(g / "refs", ignore_errors=True)
+        atomic_write(g / "objects" / "info" / "alternates", str(self.common_dir / "objects") + "\n", mode=0o600,
+                     fsync=False)
+        mirror(self.clone, g / "objects")  # the clone's own objects, in exo's folder: git never reads its store
+        fault.point("clone.mirrored")
+        with contextlib.suppress(OSError):
+            remove_tree(g / "refs")
         ensure_private_dir(g / "refs")
         head = refs.head or "refs/heads/exo-unknown-head"
         atomic_write(g / "HEAD", f"ref: {head}\n" if head.startswith("refs/") else head + "\n", mode=0o600,
@@ -404,9 +324,6 @@ class Reader:
         return {os.path.normpath(p) for p in (str(objects), os.path.realpath(objects),
                                               os.path.join(str(self.repo.path), ".git", "objects"))}
 
-    def _stores(self) -> list[str]:
-        return [os.path.join(os.path.realpath(self.clone), ".git", "objects"), str(self.common_dir / "objects")]
-
     def _write_refs(self, branches: dict[str, str], state: dict[str, str]) -> None:
         rows = sorted({**branches, **state}.items())
         atomic_write(self.gitdir / "packed-refs", "# pack-refs with: sorted \n" + "".join(
@@ -421,7 +338,7 @@ class Reader:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env.update(GIT_DIR=str(self.gitdir), GIT_WORK_TREE=os.path.realpath(self.clone),
                    GIT_INDEX_FILE=str(self.gitdir / "index"), GIT_OBJECT_DIRECTORY=str(self.common_dir / "objects"),
-                   GIT_ALTERNATE_OBJECT_DIRECTORIES=self._stores()[0], GIT_CONFIG_NOSYSTEM="1",
+                   GIT_ALTERNATE_OBJECT_DIRECTORIES=str(self.gitdir / "objects"), GIT_CONFIG_NOSYSTEM="1",
                    GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1", GIT_NO_REPLACE_OBJECTS="1",
                    GIT_NO_LAZY_FETCH="1", GIT_PROTOCOL_FROM_USER="0")
         for key, default in IDENTITY.items():  # no config of anyone's: who writes exo's commits, said here
@@ -506,11 +423,8 @@ def drop_refs(repo: Git, agent_id: str) -> int:
 
 
 def remove_clone(path: str | os.PathLike[str]) -> None:
-    """Delete a clone's folder (never following a link out of it)."""
-    if os.path.islink(path):
-        os.unlink(path)
-        return
-    shutil.rmtree(path)
+    """Delete a clone's folder (never following a link out of it; folders the agent made read-only too)."""
+    remove_tree(path)
 
 
 def operations_in_progress(clone: str | os.PathLike[str]) -> list[str]:
@@ -580,10 +494,9 @@ def home_of(folder: Path, toplevel: Path) -> Path | None:
     return None
 
 
-def team_repo(found: RepoInfo, environ: Mapping[str, str]) -> RepoInfo:
-    """The repository ``found`` (discovered around a folder) stands for: inside an agent's own clone, the
-    repository exo made it from (``home_of``, from the user's exo folder), else ``found`` itself."""
+def team_home(top: str | os.PathLike[str], environ: Mapping[str, str]) -> Path | None:
+    """The repository the agent's clone at ``top`` (``gitdir.shared_clone_top``) belongs to, as exo recorded it in
+    the user's exo folder (``home_of``); None when it is no clone exo made."""
     from exo_cli.config_paths import user_config_dir
 
-    home = home_of(user_config_dir(environ), found.toplevel)
-    return Git(home).discover() if home is not None and home != found.root else found
+    return home_of(user_config_dir(environ), Path(top))

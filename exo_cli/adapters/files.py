@@ -224,7 +224,7 @@ def release_runtime_dir(path: Path) -> bool:
     when it leaves); sockets left by processes that are gone do not. Only a folder of ours named
     ``exo-...`` is removed. Returns True when the folder is gone.
     """
-    import shutil
+    import contextlib
     import socket
 
     if not path.name.startswith("exo-"):
@@ -252,7 +252,10 @@ def release_runtime_dir(path: Path) -> bool:
             continue
         finally:
             probe.close()
-    shutil.rmtree(path, ignore_errors=True)
+    from exo_cli.adapters.rmtree import remove_tree
+
+    with contextlib.suppress(OSError):
+        remove_tree(path)
     return not os.path.lexists(path)
 
 

@@ -4,7 +4,8 @@
 so that a sandbox (issue 31) can wrap it in one place: today it runs the command in a session
 of its own (its process group and everything carrying its ``EXO_RUN`` token) inside the
 clone, output to a log file, and ends the whole session at the deadline or once the command
-has exited (a server a gate left running does not outlive it). It is not sandboxed yet.
+has exited (a server a gate left running does not outlive it). Given a sandbox ``Plan``
+(``ops/gatesandbox``: ``[sandbox] mode`` decides) it runs the command in bubblewrap instead.
 
 ``make_clone`` makes the candidate's clone: ``git clone --shared --no-checkout`` of the
 repository into a fresh folder under exo's state (never reused; ``remove_clone`` removes it,
@@ -17,17 +18,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from exo_cli.adapters.git import Git
 from exo_cli.adapters.proc import TOKEN_VAR, end_session, run_token
+from exo_cli.adapters.rmtree import remove_tree
+from exo_cli.errors import EnvironmentError_
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from exo_cli.adapters.sandbox import Plan
 
 TAIL_BYTES = 4000  # the end of a failing gate's log kept for the bounce message
 
@@ -60,11 +64,24 @@ def shown(command: str | Sequence[str]) -> str:
 
 
 def run_gate(clone: str | os.PathLike[str], command: str | Sequence[str], timeout: float,
-             env: Mapping[str, str], log: str | os.PathLike[str]) -> GateRun:
-    """Run ``command`` in ``clone`` with ``env``, output appended to ``log``; end it all at ``timeout``."""
+             env: Mapping[str, str], log: str | os.PathLike[str], *, plan: Plan | None = None,
+             token: str | None = None) -> GateRun:
+    """Run ``command`` in ``clone`` with ``env``, output appended to ``log``; end it all at ``timeout``.
+
+    With ``plan`` (a sandbox whose cwd is ``clone``) it runs inside bubblewrap with the plan's
+    environment instead of ``env``: ending bwrap's session at the deadline ends the sandbox's
+    pid namespace, so every process the gate started inside goes with it. ``token``: the
+    ``EXO_RUN`` token its processes carry (``clone_token``: what a dead runner's successor ends).
+    """
     argv = argv_of(command)
-    token = run_token()
-    full = {**env, TOKEN_VAR: token}
+    if plan is None:
+        token = token or run_token()
+        full = {**env, TOKEN_VAR: token}
+        # posix_spawn has no cwd (and a chdir here would move every thread): a shell enters the clone first
+        enter = ["/bin/sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", os.fspath(clone), *argv]
+    else:
+        token = None  # never inside a sandbox (NEVER_ENV): its pid namespace ends it all
+        enter, full = _sandboxed(plan, argv)
     started = time.monotonic()
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -72,8 +89,6 @@ def run_gate(clone: str | os.PathLike[str], command: str | Sequence[str], timeou
         os.write(fd, f"$ {shown(command)}\n".encode())
         actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                    (os.POSIX_SPAWN_DUP2, fd, 1), (os.POSIX_SPAWN_DUP2, fd, 2)]
-        # posix_spawn has no cwd (and a chdir here would move every thread): a shell enters the clone first
-        enter = ["/bin/sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", os.fspath(clone), *argv]
         try:
             pid = os.posix_spawnp(enter[0], enter, full, file_actions=actions, setsid=True)
         except OSError as exc:
@@ -91,6 +106,20 @@ def run_gate(clone: str | os.PathLike[str], command: str | Sequence[str], timeou
         os.close(fd)
     return GateRun(shown(command), None if timed_out else code, timed_out, str(log), tail(log),
                    time.monotonic() - started)
+
+
+def _sandboxed(plan: Plan, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The bwrap command line and environment running ``argv`` in ``plan``; EnvironmentError without bwrap."""
+    from dataclasses import replace
+
+    from exo_cli.adapters import sandbox
+
+    found = sandbox.bwrap_path(plan.env) or sandbox.bwrap_path()
+    if found is None:
+        raise EnvironmentError_("bubblewrap is not installed (no bwrap on PATH): the merge gates cannot be sandboxed",
+                                hint="Install it (Debian/Ubuntu: apt-get install bubblewrap), or set [sandbox] mode "
+                                     "= \"auto\" or \"off\".")
+    return sandbox.build(replace(plan, argv=tuple(argv)), bwrap=found)
 
 
 def _wait(pid: int, timeout: float) -> tuple[int | None, bool]:
@@ -146,31 +175,46 @@ def make_clone(repo: str | os.PathLike[str], folder: str | os.PathLike[str], com
     return str(dest)
 
 
+RUN_SUFFIX = ".run"  # beside a clone: the EXO_RUN token of the gates run in it
+
+
+def clone_token(folder: str | os.PathLike[str]) -> str:
+    """A fresh ``EXO_RUN`` token for the gates run in the clone ``folder``, kept beside it (``<folder>.run``) so that
+    a runner killed mid-gate leaves the next one a way to end what its gate left running."""
+    from exo_cli.adapters.files import atomic_write
+
+    token = run_token()
+    atomic_write(Path(os.fspath(folder).rstrip("/") + RUN_SUFFIX), token + "\n", mode=0o600, fsync=False)
+    return token
+
+
 def remove_clone(folder: str | os.PathLike[str]) -> None:
-    """Remove a candidate clone (files a gate made read-only included); nothing when it is gone."""
-    def writable(func: object, path: str, _exc: object) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-        with contextlib.suppress(OSError):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
+    """End what its gates left running (carrying its token), then remove a candidate clone (folders a gate made
+    read-only included, no link it planted followed) and its token file."""
+    import signal
 
-    if not os.path.lexists(folder):
-        return
-    import sys
+    from exo_cli.adapters.proc import carrying
 
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(folder, onexc=writable)
-    else:
-        shutil.rmtree(folder, onerror=writable)
+    run = os.fspath(folder).rstrip("/") + RUN_SUFFIX
+    try:
+        with open(run, encoding="utf-8") as f:
+            token = f.read(200).strip()
+    except OSError:
+        token = ""
+    if token:
+        for pid in set(carrying(TOKEN_VAR, token)) - {os.getpid()}:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    remove_tree(folder)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(run)
 
 
 def leftovers(parent: str | os.PathLike[str]) -> list[str]:
-    """The candidate clones left under ``parent`` (a runner that died)."""
+    """The candidate clones left under ``parent`` (a runner that died): folders, and token files whose folder went."""
     try:
-        return sorted(str(p) for p in Path(parent).iterdir() if p.is_dir())
+        found = {str(p).removesuffix(RUN_SUFFIX) for p in Path(parent).iterdir()
+                 if p.is_dir() or p.name.endswith(RUN_SUFFIX)}
     except OSError:
         return []
+    return sorted(found)

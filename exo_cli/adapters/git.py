@@ -364,6 +364,30 @@ class Git(Remotes):
         return out if code == 0 else None
 
     # -- writing objects and refs ----------------------------------------------------------------------
+    def take_objects(self, commit: str, source: str) -> int:
+        """Copy into this repository's own store every object ``commit`` has and its parents do not that the store
+        lacks, read from object folder ``source`` (exo's copy of an agent's clone's); how many. git writes no
+        object it finds in an alternate, so a commit exo wrote while reading a clone (a checkpoint, an archived
+        stash of staged files) can name objects only the clone has, lost with it. ``unpack-objects`` checks each."""
+        total, before = 0, None
+        while True:  # a missing tree hides what it holds: again, until nothing is missing
+            listed = self.run(["rev-list", "--objects", "--missing=print", commit, "--not", f"{commit}^@", "--"])
+            missing = [line[1:] for line in listed.stdout.splitlines() if line.startswith("?")]
+            if not missing:
+                return total
+            if missing == before:  # copied, yet still missing: their bytes are not what their names say
+                raise StateError(f"{len(missing)} object(s) of {commit} could not be copied from {source} (they "
+                                 "are damaged there)", commit=commit, objects=missing[:20], reason="damaged-objects")
+            before = missing
+            args, code, pack, err = self._exec(["pack-objects", "--stdout", "-q"], input="\n".join(missing) + "\n",
+                                               env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": source})
+            proc = self.run(["unpack-objects", "-q"], input=pack, check=False) if code == 0 else None
+            if proc is None or not proc.ok:
+                raise external("git pack-objects | unpack-objects (objects of an agent's clone)", proc or Finished(
+                    args, code, "", err.decode("utf-8", "replace")))
+            total += len(missing)
+        return total
+
     def commit_tree(self, tree: str, parents: Iterable[str], message: str) -> str:
         """Write a commit of ``tree`` with ``parents`` (no ref moves); its sha."""
         args = ["commit-tree", tree]

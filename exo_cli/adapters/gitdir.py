@@ -368,3 +368,19 @@ def remove_exclude(common_dir: Path, pattern: str) -> bool:
         return False
     atomic_write(path, "".join(kept))
     return True
+
+
+def shared_clone_top(cwd: str | os.PathLike[str]) -> str | None:
+    """The top of the ``git clone --shared`` around ``cwd``, found as files, never by git (a clone's configuration
+    is its owner's: an ``include.path`` naming a FIFO would hold git, ``core.worktree`` would move it): the
+    nearest folder up from ``cwd`` with a ``.git``, when that is a folder (no link) whose object store has
+    alternates. None otherwise."""
+    here = os.path.abspath(cwd)
+    while not os.path.lexists(os.path.join(here, ".git")):  # on the hooks' path: a few lstat calls
+        if os.path.dirname(here) == here:
+            return None
+        here = os.path.dirname(here)
+    dot = os.path.join(here, ".git")
+    if os.path.islink(dot) or not os.path.lexists(os.path.join(dot, "objects", "info", "alternates")):
+        return None
+    return here

@@ -79,14 +79,18 @@ def run_git(path: str, args: Sequence[str], environ: Mapping[str, str] | None, *
     argv = ["git", "-C", path, *hooks_off(), *args]
     before: Locks | None = None if command_of(args) in READERS else lock_files(path)
     try:
-        got = run_captured(argv, full, timeout, input)
+        got = run_captured(argv, full, timeout, input, fifo_watch=True)
     except FileNotFoundError as exc:
         raise EnvironmentError_("git is not installed", hint="Install git.") from exc
     err = got.err
-    if got.timed_out:
+    if got.on_fifo:  # a named pipe in a checkout (a .gitignore, say) or named by a configuration: never written
+        err += (b"\nended: git waited to open a FIFO (a named pipe) nobody writes, in the checkout or named by a "
+                b"configuration; remove it")
+    if got.timed_out or got.on_fifo:
         ours = created_locks(got.held, before)
         removed = remove_locks(ours)
-        err += f"\ntimed out after {timeout}s: git and every process it started were ended".encode()
+        if got.timed_out:
+            err += f"\ntimed out after {timeout}s: git and every process it started were ended".encode()
         if removed:
             err += f"; removed the lock files it had created: {', '.join(removed)}".encode()
         left = sorted(p for p in got.held if p not in removed and os.path.lexists(p))

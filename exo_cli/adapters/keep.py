@@ -37,8 +37,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from exo_cli.adapters import gitdir
-from exo_cli.adapters.files import ensure_private_dir
+from exo_cli.adapters.files import atomic_write, ensure_private_dir
 from exo_cli.adapters.git import Git
+from exo_cli.adapters.gitrun import Finished
+from exo_cli.adapters.rmtree import set_folder_mode
 from exo_cli.config import DEFAULTS
 from exo_cli.errors import StateError
 
@@ -422,8 +424,9 @@ def keep(inv: Inventory, *, main: Git, archive_root: Path, label: str, branch: s
             sha, how = saved
             ref = main.keep_ref(f"{ARCHIVE_REFS}{label}-wip", sha, reason=f"{reason} (uncommitted work)")
             refs[ref] = sha
-            restore.append(f"git -C {q(wt)} stash apply --index {q(ref)}" if how == "stash"
-                           else f"git -C {q(wt)} restore --source={q(ref)} --worktree -- .")
+            src = q(sha if inv.layout == "clone" else ref)  # a clone sees the repository's objects, not its refs
+            restore.append(f"git -C {q(wt)} stash apply --index {src}" if how == "stash"
+                           else f"git -C {q(wt)} restore --source={src} --worktree -- .")
             if how == "snapshot":
                 notes.append("the uncommitted files were kept as they were on disk (conflict markers included); "
                              "the index's conflict state was not")
@@ -524,7 +527,8 @@ def _keep_nested(main: Git, inv: Inventory, rel: str, dest: Path, notes: list[st
     src = os.path.join(inv.worktree, rel)
     ensure_private_dir(dest.parent)
     _copy(src, str(dest), rel, skip=inv.skip, skipped=skipped)
-    os.chmod(dest, 0o700)
+    with contextlib.suppress(OSError):  # the folder copied, never a link's target (swapped in since the survey)
+        set_folder_mode(dest, 0o700)
     dot = dest / ".git"
     if dot.is_file() and not dot.is_symlink():  # a submodule: its git folder lives in the worktree's, which goes
         real = gitdir.git_dir_of(src)
@@ -538,12 +542,41 @@ def _keep_nested(main: Git, inv: Inventory, rel: str, dest: Path, notes: list[st
         target = os.path.join(inv.worktree, rel)
         return [f"mkdir -p {q(target)}", f"cp -a {q(str(dest))}/. {q(target)}/"]
     bundle = dest.parent / f"{dest.name}.bundle"
-    proc = main.at(src).bundle_all(bundle)
+    proc = _bundle_copy(main, dest, bundle)
     if proc.returncode != 0:
         notes.append(f"nested repository {rel}: no bundle ({(proc.stderr.strip().splitlines() or ['no commits'])[-1]});"
                      " its folder is kept whole")
     target = os.path.join(inv.worktree, rel)
     return [f"mkdir -p {q(target)}", f"cp -a {q(str(dest))}/. {q(target)}/"]
+
+
+def _bundle_copy(main: Git, repo: Path, bundle: Path) -> Finished:
+    """Bundle exo's copy ``repo`` of a nested repository with exo's configuration in place of its own (which is the
+    agent's: an ``include.path`` naming a FIFO or a huge file would hold git); its own is put back after."""
+    config, saved = repo / ".git" / "config", repo / ".git" / "config.exo-saved"
+    if not (repo / ".git").is_dir() or (repo / ".git").is_symlink():
+        return main.at(repo).bundle_all(bundle)  # no git folder of its own: git says so
+    had = os.path.lexists(config)
+    if had:
+        os.replace(config, saved)
+    try:
+        keep = ""
+        st = os.lstat(saved) if had else None
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size <= 1 << 20:  # its format, read as a file
+            keep = main.run(["config", "--file", str(saved), "--get-regexp",
+                             r"^(core\.repositoryformatversion|extensions\..*)$"], check=False).stdout
+        lines = [line.split(" ", 1) for line in keep.splitlines() if " " in line and "\n" not in line]
+        text = "[core]\n\tbare = false\n" + "".join(f"\t{k.split('.', 1)[1]} = {v}\n" for k, v in lines
+                                                    if k.startswith("core."))
+        ext = [(k.split(".", 1)[1], v) for k, v in lines if k.startswith("extensions.")]
+        text += ("[extensions]\n" + "".join(f"\t{k} = {v}\n" for k, v in ext)) if ext else ""
+        atomic_write(config, text, mode=0o600, fsync=False)
+        return main.at(repo).bundle_all(bundle)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(config)
+        if had:
+            os.replace(saved, config)
 
 
 def _keep_git_state(wt: str, dest: Path) -> None:

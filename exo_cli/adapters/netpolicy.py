@@ -155,6 +155,47 @@ def parse(entries: Iterable[str], *, key: str = "sandbox.allow_hosts") -> Policy
     return Policy(tuple(rules))
 
 
+def parse_pins(table: Mapping[str, str], *, key: str = "sandbox.resolve") -> dict[str, str]:
+    """``[sandbox] resolve``: host name -> ``ADDRESS`` or ``ADDRESS:PORT`` (canonical), what the proxy connects to
+    for that name instead of looking it up; InvalidInput naming ``key`` and the entry when one is not that.
+
+    The name must still be allowed; the address may be a loopback one (the user named it, as an IP
+    literal in ``allow_hosts``): a local mirror of a registry, or a test's stand-in.
+    """
+    out: dict[str, str] = {}
+    for name, value in table.items():
+        problem = ""
+        host = normalize_host(name) if isinstance(name, str) else None
+        if host is None or is_address(host) or "*" in str(name):
+            problem = "the key is not a host name"
+        elif not isinstance(value, str):
+            problem = "the value is not a string"
+        else:
+            try:
+                address, ports = _split(value.strip().lower())
+            except ValueError as exc:
+                problem = str(exc)
+            else:
+                literal = normalize_host(address)
+                if literal is None or not is_address(literal):
+                    problem = "the value is not an IP address (ADDRESS or ADDRESS:PORT, [IPV6]:PORT)"
+                else:
+                    shown = f"[{literal}]" if ":" in literal else literal
+                    out[host] = shown if ports == DEFAULT_PORTS else f"{shown}:{ports[0]}"
+        if problem:
+            from exo_cli.validate import visible
+
+            raise InvalidInput(f"Bad entry {visible(str(name))!r} in {key}: {problem}",
+                               hint="An entry is \"HOST\" = \"ADDRESS\" or \"ADDRESS:PORT\".", key=key)
+    return out
+
+
+def pin_address(pin: str, port: int) -> tuple[str, int]:
+    """Where a pinned name is reached (``parse_pins``'s value): its address, and its port or ``port``."""
+    host, ports = _split(pin)
+    return (host, port) if ports == DEFAULT_PORTS else (host, ports[0])
+
+
 def url_entry(url: str) -> str | None:
     """The entry that allows ``url``'s host and port (its scheme's default port when none); None if unusable."""
     try:
@@ -256,21 +297,33 @@ def model_entries(backend: str, environ: Mapping[str, str], *, provider_url: str
     return out
 
 
-def codex_provider_url(codex_home: Path) -> str | None:
-    """The ``base_url`` of the provider Codex's ``config.toml`` selects (None: none, or unreadable)."""
+def _codex_provider(codex_home: Path) -> dict[str, object]:
+    """The provider table Codex's ``config.toml`` selects ({}: none, or unreadable)."""
     import tomllib
 
     try:
         config = tomllib.loads((codex_home / "config.toml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
+        return {}
     name = config.get("model_provider")
     providers = config.get("model_providers")
     if not isinstance(name, str) or not isinstance(providers, dict):
-        return None
+        return {}
     provider = providers.get(name)
-    url = provider.get("base_url") if isinstance(provider, dict) else None
+    return provider if isinstance(provider, dict) else {}
+
+
+def codex_provider_url(codex_home: Path) -> str | None:
+    """The ``base_url`` of the provider Codex's ``config.toml`` selects (None: none, or unreadable)."""
+    url = _codex_provider(codex_home).get("base_url")
     return url if isinstance(url, str) else None
+
+
+def codex_provider_key(codex_home: Path) -> str | None:
+    """The variable holding the key of the provider Codex's ``config.toml`` selects (its ``env_key``), when it
+    is a plain variable name (never a glob: it joins the sandbox's allow-list of variables)."""
+    key = _codex_provider(codex_home).get("env_key")
+    return key if isinstance(key, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key) else None
 
 
 def policy_for(backend: str, environ: Mapping[str, str], allow_hosts: Iterable[str], *,

@@ -25,13 +25,13 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
 from exo_cli.adapters import brokerio, netlog
 from exo_cli.adapters.netbridge import answer_and_close, splice
-from exo_cli.adapters.netpolicy import Policy, is_address, normalize_host
+from exo_cli.adapters.netpolicy import Policy, is_address, normalize_host, pin_address
 
 MAX_HEAD = 16 << 10  # bytes of a request head; a longer one is refused
 HEAD_TIMEOUT = 30.0  # seconds a client has to send its request head
@@ -137,8 +137,9 @@ class Agent:
     """One agent's listener, policy and refusal record."""
 
     def __init__(self, agent: str, sock: socket.socket, inode: int, path: str, policy: Policy, log_dir: Path,
-                 record: str) -> None:
+                 record: str, pins: Mapping[str, str] | None = None) -> None:
         self.agent = agent
+        self.pins = dict(pins or {})  # name -> ADDRESS[:PORT] connected to without a lookup ([sandbox] resolve)
         self.record = record  # the name of its files in log_dir (``netlog.stem``)
         self.sock = sock
         self.inode = inode
@@ -147,6 +148,7 @@ class Agent:
         self.log_dir = log_dir
         self.lock = threading.Lock()
         self.refused = netlog.refused_count(log_dir, record)
+        self.carried = 0  # connections carried to an allowed host in this proxy's life
         self.open = 0  # connections being served
         self.paused = False  # at MAX_CONNECTIONS: not listened to until one ends
 
@@ -180,10 +182,12 @@ class NetProxy:
         self.thread = threading.Thread(target=self._loop, name="exo-netproxy", daemon=True)
         self.thread.start()
 
-    def add(self, agent: str, folder: Path, policy: Policy, log_dir: Path, *, record: str | None = None) -> str:
+    def add(self, agent: str, folder: Path, policy: Policy, log_dir: Path, *, record: str | None = None,
+            pins: Mapping[str, str] | None = None) -> str:
         """Listen for ``agent`` on ``folder``/sock (made private); return the socket's path.
 
         Refusals go to ``log_dir``/``record`` (default: the agent's id) ``.log`` and ``.refused``.
+        ``pins`` (``netpolicy.parse_pins``): allowed names reached at the address given, never looked up.
         """
         from exo_cli.adapters.files import ensure_private_dir
 
@@ -193,12 +197,17 @@ class NetProxy:
         self.remove(agent)
         sock, inode = brokerio.listen(path)
         sock.setblocking(False)
-        entry = Agent(agent, sock, inode, path, policy, log_dir, record or agent)
+        entry = Agent(agent, sock, inode, path, policy, log_dir, record or agent, pins)
         with self.lock:
             self.agents[agent] = entry
             self.sel.register(sock, selectors.EVENT_READ, entry)
         self._wake()
         return path
+
+    def carried(self) -> dict[str, int]:
+        """Agent -> how many connections its proxy carried to an allowed host (since this proxy started)."""
+        with self.lock:
+            return {name: entry.carried for name, entry in self.agents.items()}
 
     def remove(self, agent: str, *, keep_folder: bool = False) -> None:
         """Stop listening for ``agent`` (connections already open run to their end); ``keep_folder``: see
@@ -253,6 +262,8 @@ class NetProxy:
             head, rest = _read_head(conn)
             request = parse_head(head, rest)
             upstream = self._open(entry, request)
+            with entry.lock:
+                entry.carried += 1
             if request.connect:
                 conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             if request.forward:
@@ -294,6 +305,10 @@ class NetProxy:
             shown = visible(host[:255])
             reason = "not in the allow-list" if name is not None else "not a valid host name"
             raise Refused(403, reason, host=shown, port=port)
+        pin = entry.pins.get(name)
+        if pin is not None:  # the user named its address: no lookup, and a loopback one is meant
+            ip, to = pin_address(pin, port)
+            name, port = ip, to
         try:
             addresses = [(_family(name), (name, port))] if is_address(name) else self.resolve(name, port)
         except Refused as exc:

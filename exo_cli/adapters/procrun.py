@@ -40,14 +40,33 @@ class Captured(NamedTuple):
     err: bytes
     timed_out: bool
     held: dict[str, int]  # path -> inode of every ``*.lock`` file open in the call's processes when it was ended
+    on_fifo: bool = False  # ended early: it waited to open a FIFO nobody writes (``fifo_watch``)
+
+
+FIFO_LOOK = 1.0  # seconds between two looks at whether the program waits to open a FIFO (``fifo_watch``)
+
+
+def waits_on_fifo(pid: int, depth: int = 0) -> bool:
+    """Whether ``pid`` (or a process it started, a few levels down) sleeps in the kernel waiting for the other end
+    of a FIFO it opens (``wait_for_partner``): a named pipe nobody writes would hold it to its deadline."""
+    try:
+        with open(f"/proc/{pid}/wchan", "rb") as fh:
+            if fh.read(64) == b"wait_for_partner":
+                return True
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as fh:
+            children = [int(x) for x in fh.read(4096).split()]
+    except (OSError, ValueError):
+        return False
+    return depth < 3 and any(waits_on_fifo(c, depth + 1) for c in children[:32])
 
 
 def run_captured(argv: list[str], env: Mapping[str, str], timeout: float,
-                 stdin: bytes | None) -> Captured:
+                 stdin: bytes | None, *, fifo_watch: bool = False) -> Captured:
     """posix_spawn ``argv`` in a session of its own with stdout/stderr captured; stdin is ``stdin`` or /dev/null.
 
     At the deadline the whole session is ended (``end_session``). Once the program has exited,
-    the output already in the pipes is read and the call returns.
+    the output already in the pipes is read and the call returns. With ``fifo_watch``, a program
+    found waiting to open a FIFO at two looks in a row (``waits_on_fifo``) is ended then (``on_fifo``).
     """
     token = run_token()
     env = {**env, TOKEN_VAR: token}
@@ -90,14 +109,25 @@ def run_captured(argv: list[str], env: Mapping[str, str], timeout: float,
     deadline = time.monotonic() + timeout
     status: int | None = None
     held: dict[str, int] = {}
-    timed_out = False
+    timed_out = on_fifo = False
+    look, stuck = time.monotonic() + FIFO_LOOK, 0
     try:
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            if fifo_watch and now >= look:
+                stuck = stuck + 1 if waits_on_fifo(pid) else 0
+                look = now + FIFO_LOOK
+                if stuck >= 2:
+                    on_fifo = True
+                    status, held = end_session(pid, token=token)
+                    break
+            left = deadline - now
             if left <= 0:
                 timed_out = True
                 status, held = end_session(pid, token=token)
                 break
+            if fifo_watch:
+                left = min(left, max(look - now, 0.01))
             if not readers and not writers:  # the program closed its output: wait for its exit, to the deadline
                 if exited is None:
                     status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
@@ -132,7 +162,7 @@ def run_captured(argv: list[str], env: Mapping[str, str], timeout: float,
             os.close(fd)
     if status is None:
         status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    return Captured(status, b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out, held)
+    return Captured(status, b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out, held, on_fifo)
 
 
 def _pidfd(pid: int) -> int | None:

@@ -27,6 +27,7 @@ import stat
 from pathlib import Path
 
 from exo_cli.adapters.files import atomic_write, ensure_private_dir
+from exo_cli.adapters.rmtree import remove_tree
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def _folder(parent: Path, name: str) -> Path:
     if st is not None and not stat.S_ISDIR(st.st_mode):
         os.unlink(path)
     elif st is not None and st.st_uid != os.getuid():
-        shutil.rmtree(path)
+        remove_tree(path)
     return ensure_private_dir(path)
 
 
@@ -138,7 +139,7 @@ def _copy_tree(source: Path, parent: Path, name: str) -> None:
         if os.path.islink(target) or not os.path.isdir(target):
             os.unlink(target)
         else:
-            shutil.rmtree(target)
+            remove_tree(target)
     shutil.copytree(source, target, symlinks=False, ignore_dangling_symlinks=True)
 
 
@@ -150,7 +151,7 @@ def _placeholder(folder: Path, name: str) -> str:
         if stat.S_ISREG(st.st_mode) and st.st_size == 0:
             return str(path)
         if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(path)
+            remove_tree(path)
         else:
             os.unlink(path)
     except FileNotFoundError:

@@ -246,11 +246,26 @@ class Worktrees:
         return {w.path: w.attrs for w in self.git.worktrees()}
 
     def remove(self, path: str | os.PathLike[str], *, force: bool = False) -> tuple[bool, str]:
-        """``git worktree remove`` under the repo lock; (True, "") or (False, git's refusal). Never retried with force."""
+        """``git worktree remove`` under the repo lock; (True, "") or (False, git's refusal). Never retried with force.
+
+        A forced removal git gave up on half-way (a folder the agent made read-only stops git when
+        exo runs as a normal user) after dropping the worktree's metadata leaves a folder that is no
+        worktree any more: it is removed (``remove_tree``: never through a link) and git's records pruned.
+        """
         proc = self.locked(lambda: self.git.worktree_remove(path, force=force))
         if proc.returncode == 0:
             return True, ""
-        return False, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        said = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        if force and os.path.isdir(path) and os.path.realpath(path) not in {os.path.realpath(p) for p in self.listing()}:
+            from exo_cli.adapters.rmtree import remove_tree
+
+            try:
+                remove_tree(path)
+            except OSError as exc:
+                return False, f"{said}; then {exc}"
+            self.prune()
+            return True, ""
+        return False, said
 
     def delete_branch_if_at(self, branch: str, commit: str) -> bool:
         """Delete ``branch`` only while it still points at ``commit`` (no work of anyone's on it)."""

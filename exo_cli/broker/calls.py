@@ -42,7 +42,7 @@ def agent_env(broker: Broker, slot: Slot, peer: Peer, req: dict[str, Any]) -> En
     if fault:  # the broker's own fault points (a reliability test started it so), never an agent's
         environ["EXO_FAULT"] = fault
     return Env(cwd, environ, caller=Caller(agent.id, agent.role, "socket"), pid=peer.pid,
-               shared={"state_path": broker.env.state_path, "store": broker.env.store})
+               shared={"state_path": broker.env.state_path, "store": broker.env.store, "defer": broker.later.defer})
 
 
 def answer(conn: socket.socket, obj: dict[str, Any]) -> None:

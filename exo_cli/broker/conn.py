@@ -101,7 +101,7 @@ def _command(broker: Broker, hello: dict[str, Any], req: dict[str, Any]) -> dict
         with broker.lock:
             agents, connections = len(broker.slots), broker.connections
         return {"ok": True, "pid": os.getpid(), "exo": __version__, "protocol": adapter.PROTOCOL, "agents": agents,
-                "connections": connections, "state_dir": str(broker.state_dir)}
+                "connections": connections, "later": broker.later.pending, "state_dir": str(broker.state_dir)}
     if cmd == "register":
         if hello.get("exo") != __version__:
             raise StateError(f"This broker runs exo {__version__}; exo {hello.get('exo')!r} cannot add agents to it",
@@ -114,8 +114,9 @@ def _command(broker: Broker, hello: dict[str, Any], req: dict[str, Any]) -> dict
         return {"ok": True, "socket": slot.path}
     if cmd == "status":
         with broker.lock:
-            sockets = [{"agent": s.agent, "socket": s.path, "gone": s.gone_since is not None}
-                       for s in broker.slots.values()]
+            carried = broker.net.carried() if broker.net is not None else {}
+            sockets = [{"agent": s.agent, "socket": s.path, "gone": s.gone_since is not None,
+                        "net_carried": carried.get(s.agent)} for s in broker.slots.values()]
         return {"ok": True, "sockets": sockets}
     if cmd == "stop":
         broker.log("asked to stop")

@@ -88,6 +88,9 @@ class Broker:
         self.store_down = False
         self.queues_at = 0.0  # when the reaper last looked for merge queues no runner advances
         self.net: NetProxy | None = None  # sandboxed agents' allow-list proxy, made with the first one
+        from exo_cli.broker.later import Later
+
+        self.later = Later(self.log)  # what hooks leave for after their answer (the turn's checkpoint)
 
     # ------------------------------------------------------------------ logging
 
@@ -313,10 +316,11 @@ class Broker:
 
         try:
             policy = netpolicy.parse(entries, key=network.NET_FIELD)
+            pins = netpolicy.parse_pins(agent.spec.get(network.PIN_FIELD) or {}, key=network.PIN_FIELD)
             if self.net is None:
                 self.net = netproxy.NetProxy(log=self.log)
             self.net.add(agent.id, network.net_folder(folder), policy, netlog.folder(self.state_dir),
-                         record=netlog.stem(folder.name))
+                         record=netlog.stem(folder.name), pins=pins)
         except (ExoError, OSError) as exc:  # no proxy: the sandbox has no way out (closed, not open)
             self.log(f"cannot open the network proxy of {agent.id}: {exc}")
 

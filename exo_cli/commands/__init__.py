@@ -56,7 +56,7 @@ COMMANDS: dict[str, Entry] = {
     "wait": Entry("exo_cli.commands.messages:wait", "Wait for messages: every pending one from anyone, or fan in on several agents."),
     "output": Entry("exo_cli.commands.messages:output", "Show an agent's final output."),
     "budget": Entry("exo_cli.commands.cost:budget",
-                    "Set or raise an agent's budget in dollars or tokens; an agent over its budget works again."),
+                    "Set or raise an agent's budget, or with --team the team's, in dollars or tokens; what it held works again."),
     "usage": Entry("exo_cli.commands.cost:report_usage",
                           "Report tokens you used with a model: for custom agents, whose CLI exo cannot read."),
     "done": Entry("exo_cli.commands.messages:done", "Mark your own task done with its output."),

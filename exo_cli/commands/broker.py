@@ -22,7 +22,10 @@ def render_status(out: Out, r: BrokerStatus) -> None:
         out.line("broker: not running" + ("" if r.enabled else " (disabled: [broker] enabled = false)"))
     out.line(f"log: {r.log}")
     if r.sockets:
-        out.table(["AGENT", "SOCKET", "PRESENT"], [[s.agent, s.socket, "yes" if s.present else "no"] for s in r.sockets])
+        net = any(s.net_carried is not None for s in r.sockets)  # a sandboxed agent's proxy: what it carried
+        out.table(["AGENT", "SOCKET", "PRESENT", *(["NET CARRIED"] if net else [])],
+                  [[s.agent, s.socket, "yes" if s.present else "no",
+                    *([str(s.net_carried) if s.net_carried is not None else "-"] if net else [])] for s in r.sockets])
 
 
 def render_stop(out: Out, r: BrokerStopResult) -> None:

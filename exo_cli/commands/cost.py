@@ -50,17 +50,25 @@ def _render_budget(out: Any, r: Any) -> None:
               f"${r.budget_usd:.2f}" if r.budget_usd is not None else ""]
     used = f"{r.tokens:,} tokens" + ("" if r.budget_usd is None else
                                      ", price unknown" if r.usd is None else f", ${r.usd:.2f}")
-    out.line(f"{r.name}: budget {' and '.join(x for x in limits if x)}; used {used}; status {r.status}.")
-    if r.released:
+    out.line(f"{r.name}: budget {' and '.join(x for x in limits if x) or 'none'}; used {used}; status {r.status}.")
+    if r.agents:
+        out.line(f"Released: {', '.join(r.agents)} may work again.")
+    elif r.released:
         out.line(f"Released: it may work again ({len(r.delivered)} held message(s) handed over now).")
 
 
 @click.command(help=op_help("budget") + "\n\n\b\nExamples:\n  exo budget w1 5\n  exo budget w1 +5\n"
-               "  exo budget w1 +200000 --tokens")
-@click.argument("agent", shell_complete=completer(kinds.AGENT))
-@click.argument("amount")
+               "  exo budget w1 +200000 --tokens\n  exo budget --team +20")
+@click.argument("agent", required=False, shell_complete=completer(kinds.AGENT))
+@click.argument("amount", required=False)
 @op_option("budget", "tokens", "--tokens", is_flag=True)
+@op_option("budget", "team", "--team", is_flag=True)
 @json_option
 @click.pass_obj
-def budget(env: Any, agent: str, amount: str, tokens: bool, as_json: bool) -> None:
-    emit(invoke("budget", env, agent=agent, amount=amount, tokens=tokens), as_json=as_json, human=_render_budget)
+def budget(env: Any, agent: str | None, amount: str | None, tokens: bool, team: bool, as_json: bool) -> None:
+    if team and amount is None:  # `exo budget --team AMOUNT`: the one argument is the amount
+        agent, amount = None, agent
+    if amount is None:
+        raise click.UsageError("Missing argument 'AMOUNT' (`exo budget AGENT AMOUNT` or `exo budget --team AMOUNT`).")
+    emit(invoke("budget", env, agent=agent, amount=amount, tokens=tokens, team=team), as_json=as_json,
+         human=_render_budget)

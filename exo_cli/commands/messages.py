@@ -22,11 +22,14 @@ def _examples(*lines: str) -> str:
 
 
 # How a message reached its recipient, in words (the JSON keeps the values).
-_DELIVERY = {"typed": "typed into its pane", "queued": "queued for its next turn or `exo wait`"}
+_DELIVERY = {"typed": "typed into its pane", "queued": "queued for its next turn or `exo wait`",
+             "held": "held: over budget until `exo budget` raises it"}
+_HELD_BY = {"team": "held: over budget (the team's) until `exo budget --team` raises it",
+            "agent": "held: over budget (its own) until `exo budget` raises it"}
 
 
-def _delivery(value: str) -> str:
-    return _DELIVERY.get(value, value)
+def _delivery(value: str, held_by: str | None = None) -> str:
+    return _HELD_BY.get(held_by or "", "") or _DELIVERY.get(value, value)
 
 
 def render_note(out: Out, r: _messages.NoteResult) -> None:
@@ -50,7 +53,7 @@ def render_answer(out: Out, r: _messages.AnswerResult) -> None:
 
 def render_send(out: Out, r: _messages.SendResult) -> None:
     for p in r.sent:
-        out.line(f"Sent to {p.name} (message #{p.message_id}, {_delivery(p.delivery)}).")
+        out.line(f"Sent to {p.name} (message #{p.message_id}, {_delivery(p.delivery, p.held_by)}).")
     for w in r.warnings:
         out.line(f"warning: {w}")
 

@@ -39,6 +39,7 @@ from exo_cli.records import (
     DEAD,
     DONE,
     IDLE,
+    OVER_BUDGET,
     PANE_MUXES,
     STARTING,
     WORKING,
@@ -379,12 +380,23 @@ def _busy(agent: Agent, st: PaneState) -> bool:
 
 
 def went_idle(env: Env, agent: Agent, output: str | None, reason: str) -> Agent:
-    """A custom agent came to rest: status ``idle``, its output, its parent told, its dependents started."""
+    """A custom agent came to rest: status ``idle``, its output, its parent told, its dependents started.
+
+    Its budget and the team's are judged as a stop hook judges them, on the usage it reported
+    (``exo usage``) this turn: at 100% it is ``over-budget`` instead (its messages held, nobody
+    started), at 80% it and its parent are told once.
+    """
+    from exo_cli.ops.budget import tell, verdict, with_warned
     from exo_cli.ops.delivery import notify_parent
 
-    changes: dict[str, Any] = {"status": IDLE, "status_reason": reason}
+    budget, spent = verdict(env, env.store.agent(agent.id) or agent, ())
+    over = budget == "over" and spent is not None
+    changes: dict[str, Any] = {"status": OVER_BUDGET, "status_reason": f"over budget: {spent.text()}"[:500]} \
+        if over and spent is not None else {"status": IDLE, "status_reason": reason}
     if output is not None:
         changes["output"] = output
+    if budget == "warn":
+        changes["spec"] = with_warned(agent, True)
     if not env.store.update_agent(agent.id, if_status=agent.status, **changes):
         return env.store.agent(agent.id) or agent
     env.store.bump_agent(agent.id, turns=1)
@@ -393,6 +405,10 @@ def went_idle(env: Env, agent: Agent, output: str | None, reason: str) -> Agent:
 
     if turnend.mark_due(env, now, turn=now.turns):  # its turn's checkpoint, in the background
         turnend.after_exit(env, [turnend.due_command(now)])
+    if budget is not None and spent is not None:
+        tell(env, agent, budget, spent)
+    if over:  # it rests with its messages held: no idle event, no dependents
+        return env.store.agent(agent.id) or now
     short = " ".join((output or "").split())
     notify_parent(env, now, "idle", f"{now.name} is idle" + (f": {short[:200]}" if short else ""),
                   output=(output or "")[:4000])

@@ -224,7 +224,7 @@ def _sync_jsonl(env: Env, agent: str, worktree: Path, rel: str, data: bytes, for
     The copy is remembered as exo's own write (``tasks.remember_synced``): ``exo complete``
     and the stop hook's rebase put it back as the branch has it instead of counting it as work.
     """
-    from exo_cli.adapters.clones import read_inside
+    from exo_cli.adapters.clonestore import read_inside
     from exo_cli.ops import tasks
 
     path = worktree / rel

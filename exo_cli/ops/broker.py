@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from exo_cli import __version__
@@ -253,6 +253,7 @@ class BrokerSocket:
     agent: str
     socket: str
     present: bool  # the socket file exists
+    net_carried: int | None = None  # a sandboxed agent's connections its proxy carried to allowed hosts (this broker)
 
 
 @dataclass(frozen=True)
@@ -298,9 +299,24 @@ def _status(env: Env) -> BrokerStatus:
                 sockets.append(BrokerSocket(a.id, str(path), path.exists()))
     if info is None:
         return BrokerStatus(running=False, enabled=enabled(env), log=_log(env, pid_info), sockets=sockets)
+    carried = _carried(p)
+    sockets = [replace(s, net_carried=carried.get(s.agent)) for s in sockets]
     return BrokerStatus(running=True, enabled=enabled(env), pid=info.get("pid"), exo=info.get("exo"),
                         protocol=info.get("protocol"), connections=info.get("connections"),
                         log=_log(env, pid_info), sockets=sockets)
+
+
+def _carried(p: adapter.Paths) -> dict[str, int]:
+    """Agent -> connections its network proxy carried, as the running broker counts them ({} when it cannot say)."""
+    try:
+        answer = adapter.ctl(p, "status", __version__)
+    except (OSError, ExoError):
+        return {}
+    out: dict[str, int] = {}
+    for item in answer.get("sockets") or []:
+        if isinstance(item, dict) and isinstance(item.get("agent"), str) and isinstance(item.get("net_carried"), int):
+            out[item["agent"]] = item["net_carried"]
+    return out
 
 
 @op(

@@ -15,15 +15,15 @@ Every operation that reads an agent's work tree, index or branch goes through he
 from __future__ import annotations
 
 import contextlib
-import shutil
 from typing import TYPE_CHECKING, NamedTuple
 
 from exo_cli.adapters import clones
 from exo_cli.adapters.files import locked
 from exo_cli.adapters.git import Git
+from exo_cli.adapters.rmtree import remove_tree
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
     from pathlib import Path
 
     from exo_cli.adapters.keep import Clone
@@ -47,6 +47,19 @@ def is_clone(agent: Agent) -> bool:
 def folder(env: Env, agent: Agent) -> Path:
     """exo's private folder for reading ``agent``'s clone."""
     return env.state_dir / "clones" / agent.id
+
+
+def objects(env: Env, agent: Agent) -> Path:
+    """exo's copy of ``agent``'s clone's own objects (made by every read: ``clones.Reader``)."""
+    return folder(env, agent) / "git" / "objects"
+
+
+def keep_objects(env: Env, agent: Agent, commits: Iterable[str]) -> None:
+    """Make the repository hold every object of ``commits`` (written while reading ``agent``'s clone) that only the
+    clone has, before anything keeps them (``Git.take_objects``); a worktree's are the repository's already."""
+    if is_clone(agent):
+        for commit in dict.fromkeys(commits):
+            Git(env.repo.root).take_objects(commit, str(objects(env, agent)))
 
 
 def _lock_of(env: Env, agent: Agent) -> Path:
@@ -98,7 +111,8 @@ def _sync(env: Env, agent: Agent, reader: clones.Reader) -> Synced:
 def forget(env: Env, agent: Agent) -> None:
     """Drop exo's reading folder of ``agent``'s clone (its refs go with the clone: ``Worktrees.remove_clone``)."""
     if is_clone(agent):
-        shutil.rmtree(folder(env, agent), ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(folder(env, agent))
         with contextlib.suppress(OSError):
             _lock_of(env, agent).unlink()
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING
 from exo_cli.adapters import checkpoint as ck
 from exo_cli.adapters import ckptrefs as refs
 from exo_cli.adapters.git import Git
+from exo_cli.adapters.rmtree import remove_tree
 from exo_cli.errors import ExoError, NotFound, StateError, UsageError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.ops import turnend
@@ -156,8 +156,10 @@ def policy(env: Env, agent: Agent) -> ck.Policy:
 
 
 def shadow_of(env: Env, agent: Agent) -> ck.Shadow:
+    from exo_cli.ops import checkout
+
     return ck.Shadow(Git(env.repo.root), str(agent.worktree or ""), Path(turnend.folder(env, agent)),
-                     checkpoint_key(agent), clone=agent.spec.get("layout") == "clone")
+                     checkpoint_key(agent), clone=checkout.objects(env, agent) if checkout.is_clone(agent) else None)
 
 
 def view(c: refs.Listed, shadow: ck.Shadow) -> Checkpoint:
@@ -208,6 +210,14 @@ def take(env: Env, agent: Agent, *, reason: str, turn: int | None = None, due_on
 
             checkout.sync(env, agent)
         taken = shadow.capture(policy=policy(env, agent), meta=meta, branch=agent.branch)
+        if shadow.clone and taken.created:  # its staged files' objects may be the clone's only: the repository's too
+            from exo_cli.ops import checkout
+
+            try:
+                checkout.keep_objects(env, agent, [taken.commit])
+            except ExoError:  # never a checkpoint naming objects the repository lacks
+                Git(env.repo.root).delete_ref(taken.ref, taken.commit)
+                raise
         with contextlib.suppress(FileNotFoundError):
             due.unlink()  # whatever was due is in this checkpoint (or the identical one before it)
         pruned = prune(env, shadow, upto=taken.n) if taken.created else 0
@@ -320,7 +330,8 @@ def sweep(env: Env, *, force: bool = False) -> list[str]:
         if now - ended < days:
             continue
         refs.delete_refs(main, mine)
-        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(folder)
         dropped.append(key)
     return dropped
 

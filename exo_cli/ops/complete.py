@@ -237,8 +237,7 @@ def _processes(env: Env, agent: Agent, worktree: str, *, settle: float) -> list[
     deadline = time.monotonic() + settle
     while True:
         found = processes_inside(worktree, exclude=_own_pids(env))
-        agents_own = [p for p in found if p["pgid"] in groups or p["sid"] in groups  # or below them, in a session
-                      or not groups.isdisjoint(ancestors(p["pid"]))]  # of their own (a sandbox's: bwrap --new-session)
+        agents_own = [p for p in found if {p["pgid"], p["sid"], *ancestors(p["pid"])} & groups]  # or below (a sandbox)
         if not settle:
             return [p for p in found if p not in agents_own]
         if not agents_own or time.monotonic() > deadline:
@@ -380,8 +379,10 @@ def archive(env: Env, agent: Agent, inventory: keep.Inventory | None = None, *, 
 
     try:
         with checkout.reading(env, agent) as (here, _synced):
-            return keep.keep(inv, main=Git(env.repo.root), archive_root=root or env.state_dir / "archive",
+            kept = keep.keep(inv, main=Git(env.repo.root), archive_root=root or env.state_dir / "archive",
                              label=agent.branch or agent.name, branch=branch, reason=command, here=here)
+            checkout.keep_objects(env, agent, kept.refs.values())  # a clone's staged files: in the repository
+            return kept
     except OSError as exc:  # an unreadable file, a full disk: nothing is removed without its copy
         raise StateError(f"Could not archive {agent.name}'s work, so nothing was removed: {exc}",
                          hint=f"Fix what stopped the copy (permissions, disk space), then run `{command}` "

@@ -62,6 +62,7 @@ class CostResult(NamedTuple):
     subtree: CostTotal | None  # the agent and its descendants (retired ones too), with tree
     team: CostTotal  # every agent, retired ones too
     prices: str  # where the prices come from: "default prices of <date>" and the configured models
+    team_budget: dict[str, float | int] | None = None  # the team's budget in force (usd, tokens: ops/teambudget.py)
 
 
 class Prices(NamedTuple):
@@ -218,5 +219,7 @@ def cost(env: Env, *, agent: str | None = None, tree: bool = False) -> CostResul
     shown = [AgentCost(a.id, a.name, a.parent, a.status, a.retired, total(costs.get(a.id, [])), costs.get(a.id, []))
              for a in chosen if a.id != ROOT or costs.get(ROOT)]
     everyone = [r for rows in costs.values() for r in rows]
+    from exo_cli.ops.budgetspent import team_limits
+
     return CostResult(agents=shown, subtree=total(r for a in shown for r in a.models) if tree else None,
-                      team=total(everyone), prices=prices(env).describe())
+                      team=total(everyone), prices=prices(env).describe(), team_budget=team_limits(env))

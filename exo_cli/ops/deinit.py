@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.adapters import keep
 from exo_cli.adapters.git import Git, remove_exclude
+from exo_cli.adapters.rmtree import remove_tree
 from exo_cli.errors import StateError
 from exo_cli.ops import complete, footprint
 from exo_cli.records import LIVE_STATUSES, ROOT, Agent, PullRequest, checkpoint_key
@@ -535,7 +535,7 @@ def _folder_out(env: Env, *, apply: bool, kept: list[str]) -> list[str]:
         kept.append(f"{folder}: git tracks files in it, so it is kept")
         return []
     if apply:
-        shutil.rmtree(folder)
+        remove_tree(folder)
     return [f"{folder}"]
 
 
@@ -564,7 +564,7 @@ def _remove_state(state: Path, common: Path, kept: list[str]) -> None:
     """Remove the state folder: whole when it is ``<git common dir>/exo``; a folder ``EXO_STATE_DIR`` names
     elsewhere loses only what exo keeps in a state folder, and stays when anything else is in it."""
     if os.path.realpath(state) == os.path.realpath(common / "exo"):
-        shutil.rmtree(state)
+        remove_tree(state)
         return
     from exo_cli.adapters.store import DB_FILE, POINTER_FILE
     from exo_cli.adapters.worktree import CREATED_LEDGER
@@ -575,7 +575,7 @@ def _remove_state(state: Path, common: Path, kept: list[str]) -> None:
         if entry.name in files and not entry.is_dir():
             entry.unlink()
         elif entry.name in ("agents", "logs", "locks", "archive", "demo") and entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
+            remove_tree(entry)
     try:
         state.rmdir()
     except OSError:

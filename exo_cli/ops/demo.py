@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from exo_cli import records
+from exo_cli.adapters.rmtree import remove_tree
 from exo_cli.errors import EnvironmentError_, ExoError, InvalidInput, StateError
 from exo_cli.ops.demo_project import BEADS, Bead, agent_script, clean_environ, scratch_dir, setup
 from exo_cli.registry import op
@@ -446,16 +447,15 @@ def demo(env: Env, *, mux: str | None = None, path: str | None = None, keep: boo
             run.stop_everything()  # Ctrl-C, SIGTERM or an error: leave nothing running
         if not keep:
             if runtime is not None:
-                shutil.rmtree(runtime, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    remove_tree(runtime)
             if created:
-                shutil.rmtree(root, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    remove_tree(root)
             else:
                 for child in list(root.iterdir()) if root.is_dir() else []:
-                    if child.is_dir() and not child.is_symlink():
-                        shutil.rmtree(child, ignore_errors=True)
-                    else:
-                        with contextlib.suppress(OSError):
-                            child.unlink()
+                    with contextlib.suppress(OSError):
+                        remove_tree(child)
 
 
 __all__ = ["BEADS", "DemoResult", "clean_environ", "demo"]

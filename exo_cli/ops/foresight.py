@@ -24,6 +24,7 @@ from exo_cli.registry import op
 
 if TYPE_CHECKING:
     from exo_cli.env import Env
+    from exo_cli.ops.turnend import Later
 
 KEY = "conflicts:{agent}"
 TOLD = "conflict-told:{digest}"
@@ -63,9 +64,12 @@ def recorded(env: Env, agent_id: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def check_command(agent: Agent) -> list[str]:
-    """The background command of the check (``exo conflicts AGENT --check``, run by ``turnend.after_exit``)."""
-    return ["-C", agent.repo or agent.worktree or "/", "conflicts", agent.id, "--check"]
+def check_command(agent: Agent) -> Later:
+    """The background job of the check (``exo conflicts AGENT --check``, run by ``turnend.after_exit``)."""
+    from exo_cli.ops import turnend
+
+    return turnend.Later("conflicts", {"agent": agent.id, "check": True},
+                 ["-C", agent.repo or agent.worktree or "/", "conflicts", agent.id, "--check"])
 
 
 def _merge(git: Any, ours: str, theirs: str) -> list[str] | None:

@@ -35,6 +35,7 @@ from exo_cli.records import (
     IDLE,
     OVER_BUDGET,
     ROOT,
+    TEAM_BUDGET_KEY,
     WAITING_PERMISSION,
     WORKING,
     Agent,
@@ -398,6 +399,8 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
                 actions.append("asked-parent")
                 state["base_ok"] = sha  # asked once for this tip: do not retry it every turn
         pending = env.store.messages(recipient=agent.id, unconsumed=True, undelivered=True, limit=1)
+        if pending and budget != "over" and env.store.kv_get(TEAM_BUDGET_KEY):  # went over since it was judged?
+            budget, spent = _team_now(env, budget, spent)
         if budget == "over":  # its messages stay held, and nothing keeps it going
             reasons = []
         elif pending or reasons:
@@ -441,8 +444,10 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
     if turnend.after_exit(env, later):
         actions += ["foresight"] * foresee
     actions += [ckpt] if ckpt else []
+    if budget != "over" and changes.get("status") == IDLE and env.store.kv_get(TEAM_BUDGET_KEY):  # went over since?
+        budget, spent = _team_now(env, budget, spent, agent)
     if budget == "over" and spent is not None:  # it rests at its input, its messages held: no idle, no dependents
-        actions.append(_tell_budget(env, agent, budget, spent.text()))
+        actions.append(_tell_budget(env, agent, budget, spent))
         return HookResult(event, cli, agent.id, neutral(event, cli), actions, cut)
     if not blocking and can_block and agent.status != DONE and "block-limit" not in actions:
         # A message posted while this hook ran saw the agent still working and was queued; now
@@ -456,7 +461,7 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
                 env.store.update_agent(agent.id, status=WORKING, status_reason="continuing with messages")
                 save_state(env, agent.id, state)
                 if budget == "warn" and spent is not None:  # it goes on anyway: its next hook hands the warning over
-                    actions.append(_tell_budget(env, agent, budget, spent.text()))
+                    actions.append(_tell_budget(env, agent, budget, spent))
                 return HookResult(event, cli, agent.id, block_output(cli, msgs.render_all(late)),
                                   [*actions, "late-messages"], cut)
     if not blocking and agent.status != DONE and (first_for_turn or agent.status != IDLE):
@@ -469,34 +474,31 @@ def on_stop(env: Env, agent: Agent, cli: str, data: dict[str, Any], *, can_block
 
             start_dependents(env, agent.id, ready)
     if budget == "warn" and spent is not None:  # after the late messages: its next turn's hooks hand it over
-        actions.append(_tell_budget(env, agent, budget, spent.text()))
+        actions.append(_tell_budget(env, agent, budget, spent))
     out = block_output(cli, "\n\n".join(reasons)) if blocking else neutral(event, cli)
     return HookResult(event, cli, agent.id, out, actions, cut)
 
 
 def _budget(env: Env, agent: Agent, usage: list[Usage]) -> tuple[str | None, Any]:
-    """The budget's verdict on the turn that ended (``ops/budget.py``, loaded only for an agent with a budget)."""
-    if agent.status == DONE or not agent.spec.get("budget"):
+    """The verdict of its budget and the team's on the turn that ended (``ops/budget.py``, loaded only when
+    the agent or the team has a budget: the hook stays light)."""
+    if agent.status == DONE or not (agent.spec.get("budget") or env.store.kv_get(TEAM_BUDGET_KEY)):
         return None, None
     from exo_cli.ops.budget import verdict
 
     return verdict(env, agent, usage)
 
 
-def _tell_budget(env: Env, agent: Agent, budget: str, spent: str) -> str:
-    """Tell the agent and its parent it used 80% of its budget, or its parent and the human it is over."""
-    if budget == "warn":
-        msgs.post(env, msgs.EVENT, agent.parent or ROOT, agent.id, f"You have used 80% of your budget ({spent}); "
-                  "at 100% exo starts no new turn until it is raised.", data={"event": "budget-warning"})
-        msgs.notify_parent(env, agent, "budget-warning", f"{agent.name} used 80% of its budget: {spent}")
-        return "budget-warning"
-    if agent.status != OVER_BUDGET:  # told once when it stops, not at each overrun turn the human starts
-        msgs.notify_parent(env, agent, OVER_BUDGET, f"{agent.name} is over its budget: {spent}. Raise it with "
-                           f"`exo budget {agent.id} +N` (dollars) or `+N --tokens`.")
-        from exo_cli.ops import attention
+def _team_now(env: Env, budget: str | None, spent: Any, rested: Agent | None = None) -> tuple[str | None, Any]:
+    from exo_cli.ops.teambudget import settle
 
-        attention.signal(env, OVER_BUDGET, agent, f"over its budget: {spent}")
-    return OVER_BUDGET
+    return settle(env, rested, budget, spent)
+
+
+def _tell_budget(env: Env, agent: Agent, budget: str, spent: Any) -> str:
+    from exo_cli.ops.budget import tell
+
+    return tell(env, agent, budget, spent)
 
 
 NO_RESPONSE = "[no response text]"  # Gemini's AfterAgent prompt_response when the turn produced no text

@@ -32,7 +32,7 @@ AGENT_SECRETS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_UR
 # backend and skip_permissions, as arguments): they override the host's own for that spawn and stay
 # with its agents (their record's ``settings``).
 AGENT_SETTINGS = ("agent.command", "agent.args", "agent.idle_quiet_seconds", "agent.idle_pattern",
-                  "agent.start_timeout", "demo.script")
+                  "agent.start_timeout", "demo.script", "budget.agent_usd", "budget.agent_tokens")
 # The variables that prove who calls (they travel so the remote exo checks the caller itself).
 PROOF_VARS = ("EXO_AGENT", "EXO_AGENT_PROOF")
 FORWARDED = "_exo_forwarded"  # set on an Env serving another host's request: it never forwards again

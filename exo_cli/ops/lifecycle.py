@@ -13,12 +13,12 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+from exo_cli.adapters.rmtree import remove_tree
 from exo_cli.errors import ExoError, InvalidInput, NotFound, StateError
 from exo_cli.ops import remote as _remote  # noqa: F401 - routes on_host operations to their agent's host
 from exo_cli.ops.history import CURSOR_KEY, retire
@@ -250,7 +250,8 @@ def reap(env: Env) -> ReapResult:
                 backends.cleanup(list(a.undo))
         agent_dir = a.spec.get("agent_dir")
         if agent_dir and Path(agent_dir).parent == env.state_dir / "agents":
-            shutil.rmtree(agent_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove_tree(agent_dir)
         if a.worktree and a.spec.get("worktree_created") and os.path.isdir(a.worktree):
             remember_reaped(env, a.worktree, {"agent": a.id, "branch": a.branch, "at": time.time(),
                                               "created_files": a.spec.get("created_files") or []})

@@ -132,7 +132,7 @@ def enqueue(env: Env, pr: PullRequest, *, strategy: str, priority: int, head_ref
         set_entry(env, fresh, state="queued", priority=priority, strategy=strategy, pinned=head,
                   seq=q["seq"] if again and q.get("priority") == priority else time.time(),
                   by=env.caller.agent_id, reason=None, log=None, tail=None, files=None, candidate=None,
-                  base_sha=None)
+                  base_sha=None, solo=None)
     if not again:
         env.store.event("pr-queued", pr.author, {"pr": pr.number, "head": pr.head, "base": pr.base,
                                                   "pinned": head, "priority": priority})

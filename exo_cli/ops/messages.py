@@ -1,16 +1,14 @@
 """Messages between agents: note, question/answer, send, fan-in wait, output and done.
 
-Every message is a durable row (``Store.post``) before anything else happens; posting
-rings the recipient's doorbell, so a waiter blocked in ``wait`` or ``question`` wakes at
-once. An agent idle in a tmux pane also gets the text typed into its input
-(``core/delivery.py``); a busy or headless one gets it at its next hook (``core/hooks.py``).
-The sender is always the calling agent exo recorded (``env.caller``), never a name the
-caller supplies.
+Every message is a durable row (``Store.post``) before anything else happens; posting rings the
+recipient's doorbell, so a waiter blocked in ``wait`` or ``question`` wakes at once. An agent idle in a pane also gets the text typed into its input (``ops/delivery.py``); a busy
+or headless one at its next hook (``ops/hooks.py``); one over its budget or the team's is held. The
+sender is always the calling agent exo recorded (``env.caller``), never a name the caller supplies.
 
 Kinds: ``note`` (child -> parent), ``question`` (child -> parent, ``state`` pending ->
 answered -> closed: the ticket), ``answer`` (parent -> child, ``reply_to`` the ticket),
-``send`` (any -> any), ``done`` (an agent's final output, to its parent) and ``event``
-(lifecycle: idle, dead, waiting-permission; never typed into panes).
+``send`` (any -> any), ``done`` (an agent's final output, to its parent) and ``event`` (lifecycle:
+idle, dead, waiting-permission; never typed into panes).
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ from exo_cli.ops.delivery import (
     agent_name,
     post,
 )
+from exo_cli.ops.teambudget import held_by, would_hold
 from exo_cli.records import (
     ASKING,
     AT_REST,
@@ -72,6 +71,7 @@ class Posted:
     name: str
     message_id: int
     delivery: str  # "typed" (into an idle pane) | "queued" (next hook, or a waiter) | "held" (over budget)
+    held_by: str | None = None  # when held: "agent" (its own budget) or "team" (the team's)
 
 
 @dataclass(frozen=True)
@@ -172,8 +172,9 @@ def find_agent(env: Env, ref: str) -> Agent:
 
 
 def _deliver(env: Env, msg_id: int, recipient: Agent) -> str:
-    if recipient.id == ROOT or recipient.status not in AT_REST or not recipient.location:
-        return "held" if recipient.status == OVER_BUDGET else "queued"
+    held = recipient.status == OVER_BUDGET or would_hold(env, recipient)  # over its budget or the team's
+    if held or recipient.id == ROOT or recipient.status not in AT_REST or not recipient.location:
+        return "held" if held else "queued"
     if not env.runs_here(recipient):  # typed into its pane by exo on its host
         from exo_cli.ops.remote import deliver_there
 
@@ -413,7 +414,8 @@ def send(env: Env, *, to: list[str], message: str) -> SendResult:
     sent: list[Posted] = []
     for r in recipients:
         msg_id = post(env, SEND, sender, r.id, message)
-        sent.append(Posted(agent_id=r.id, name=r.name, message_id=msg_id, delivery=_deliver(env, msg_id, r)))
+        how = _deliver(env, msg_id, r)
+        sent.append(Posted(agent_id=r.id, name=r.name, message_id=msg_id, delivery=how, held_by=held_by(r, how)))
     return SendResult(sent=sent, warnings=[_gone(r) for r in recipients if r.status in (DEAD, DONE)])
 
 

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 # The agent's record keeps its allow-list (``Policy.entries()``) here; no field: no proxy, no way out.
 NET_FIELD = "net_allow"
+# ... and the names its proxy connects to without looking them up (``[sandbox] resolve``, ``netpolicy.parse_pins``).
+PIN_FIELD = "net_resolve"
 
 
 def policy(env: Env, *, backend: str, environ: Mapping[str, str]) -> netpolicy.Policy:
@@ -30,6 +32,11 @@ def policy(env: Env, *, backend: str, environ: Mapping[str, str]) -> netpolicy.P
         home = environ.get("CODEX_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".codex")
         provider = netpolicy.codex_provider_url(Path(home))
     return netpolicy.policy_for(backend, environ, env.config.get("sandbox.allow_hosts"), provider_url=provider)
+
+
+def pins(env: Env) -> dict[str, str]:
+    """``[sandbox] resolve`` of a new agent (recorded with its allow-list, read by the broker's proxy)."""
+    return netpolicy.parse_pins(env.config.get("sandbox.resolve") or {})
 
 
 def plan(env: Env, *, socket_key: str, policy: netpolicy.Policy) -> NetworkPlan:

@@ -5,10 +5,12 @@ For a batch of GitHub PRs the runner builds the candidate on the remote's base (
 itself (``land``: never forced, never from a clone). Then a PR landed by squash is closed with a
 comment naming the commit (GitHub marks a PR merged only when its head is in the base), and one
 landed by merge is marked merged by GitHub itself, since the pushed commit contains its head.
-A push the remote refuses (branch protection) bounces the batch with git's message; one refused
-because the remote's base moved means rebuild and re-test. The local base follows by
-``sync_base`` (fetch and fast-forward, never forced). The queue's state of each PR shows as the
-commit status ``exo/merge-queue`` of its pinned head (``status``), through ``gh api``.
+A push the remote refuses for the branch (branch protection) bounces the batch with git's
+message; any other refusal lands the batch's entries one by one (``queuerun.push``), bouncing
+only the one refused; one refused because the remote's base moved means rebuild and re-test.
+The local base follows by ``sync_base`` (fetch and fast-forward, never forced). The queue's
+state of each PR shows as the commit status ``exo/merge-queue`` of its pinned head
+(``status``), through ``gh api``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ steps, each safe to be killed at:
    ``merge.window`` seconds for the batch to fill.
 3. ``build``: each entry merged (squash or merge, as ``pr merge`` would) onto the one before
    it, from git objects only; a conflict bounces that entry with the conflicting paths.
-4. ``test``: the gates run in a throw-away clone of the tip; a red batch is run once more
+4. ``test``: the gates run in a throw-away clone of the tip (in the sandbox ``[sandbox] mode`` asks for:
+   ``gatesandbox``); a red batch is run once more
    (flakes), then bisected by prefixes: a prefix that passes lands, and the first entry whose
    prefix fails is the culprit, bounced with the failing gate's log tail.
 5. ``land``: under the base's merge lock, the base moves from the commit the candidate was
@@ -24,6 +25,7 @@ steps, each safe to be killed at:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -160,9 +162,12 @@ def pick(env: Env, base: str) -> list[PullRequest]:
             return []
         if mq.entry(ahead[0]).get("state") == "tested":  # passed already: land it (and what passed with it)
             return [p for p in ahead if mq.entry(p).get("state") == "tested"]
+        if mq.entry(ahead[0]).get("solo"):  # its batch's push was refused: it lands (or is refused) alone
+            return ahead[:1]
         oldest = min(float(mq.entry(p).get("seq", 0.0)) for p in ahead[:size])
         if len(ahead) >= size or time.time() >= oldest + window:
-            return ahead[:size]
+            # a batch stops before an entry that must land alone (one enqueued ahead of it meanwhile)
+            return list(itertools.takewhile(lambda p: not mq.entry(p).get("solo"), ahead[:size]))
         time.sleep(min(0.2, max(0.01, oldest + window - time.time())))
 
 
@@ -244,38 +249,46 @@ def build(env: Env, git: Git, base: str, batch: list[PullRequest], base_sha: str
 
 def gate(env: Env, base: str, commit: str) -> GateRun:
     """Run ``merge.setup`` then every gate of ``base`` on ``commit`` in a fresh clone; the first failing run, or the
-    last one."""
-    from exo_cli.adapters.gates import GateRun, make_clone, remove_clone, run_gate
+    last one. Sandboxed as ``[sandbox] mode`` says (``ops/gatesandbox``): a sandbox that cannot be made raises
+    (the runner stops and tells the human; nobody is bounced for it)."""
+    from exo_cli.adapters.gates import GateRun, clone_token, make_clone, remove_clone, run_gate
     from exo_cli.adapters.worktree import copy_into
+    from exo_cli.ops import gatesandbox
 
     top = mq.folder(env, base)
     stamp = f"{time.time():.6f}-{os.getpid()}"
     clone = os.path.join(top, "clones", stamp)
     log = os.path.join(top, "logs", f"{stamp}-{commit[:12]}.log")
     environ = gate_environ(env)
+    walled = gatesandbox.decide(env)
     try:
-        make_clone(env.repo.common_dir, clone, commit)
-        from pathlib import Path
+        try:
+            make_clone(env.repo.common_dir, clone, commit)
+            token = clone_token(clone)
+            from pathlib import Path
 
-        copy_into(Path(clone), env.repo.root, copy=env.config.get("worktree.copy") or [],
-                  symlink=env.config.get("worktree.symlink") or [])
+            copy_into(Path(clone), env.repo.root, copy=env.config.get("worktree.copy") or [],
+                      symlink=env.config.get("worktree.symlink") or [])
+        except ExoError as exc:
+            return GateRun("(preparing the clone)", 1, False, log, exc.message, 0.0)
         fault.point("queue.cloned", env.environ)
-        last: GateRun | None = None
-        for command in env.config.get("merge.setup") or []:
-            last = run_gate(clone, command, mq.DEFAULT_TIMEOUT, environ, log)
-            if not last.ok:
-                return last
-        for g in mq.gates(env, base):
-            last = run_gate(clone, g["command"], float(g.get("timeout", mq.DEFAULT_TIMEOUT)), environ, log)
-            if not last.ok:
-                return last
+        with gatesandbox.sandboxed(env, base, clone, environ) if walled else contextlib.nullcontext() as plan:
+            last: GateRun | None = None
+            for command in env.config.get("merge.setup") or []:
+                last = run_gate(clone, command, mq.DEFAULT_TIMEOUT, environ, log, plan=plan, token=token)
+                if not last.ok:
+                    return last
+            for g in mq.gates(env, base):
+                last = run_gate(clone, g["command"], float(g.get("timeout", mq.DEFAULT_TIMEOUT)), environ, log,
+                                plan=plan, token=token)
+                if not last.ok:
+                    return last
         # no gate applies any more (the configuration changed since it was enqueued): nothing lands untested
         return last if mq.gates(env, base) and last is not None else \
             GateRun("(no gate)", 1, False, log, f"no merge gate applies to {base} any more; merge it again", 0.0)
-    except ExoError as exc:
-        return GateRun("(preparing the clone)", 1, False, log, exc.message, 0.0)
     finally:
         remove_clone(clone)
+        remove_clone(gatesandbox.home_of(clone))
         record_run(env, base, commit, log)
 
 
@@ -347,8 +360,14 @@ def land(env: Env, base: str, batch: list[PullRequest], commits: list[str], base
 
 
 def push(env: Env, gh: GitHubForge, base: str, batch: list[PullRequest], tip: str) -> bool:
-    """Land ``tip`` on the remote's ``base`` by a fast-forward push; False when it did not (requeued, or bounced
-    with git's message when the remote refused it)."""
+    """Land ``tip`` on the remote's ``base`` by a fast-forward push; False when it did not.
+
+    A base that moved on the remote: the batch is queued again (rebuilt, re-tested). A refusal of
+    the branch itself (a protected branch): every entry is bounced with git's message. Any other
+    refusal may be about one entry's commits (a pre-receive hook): a batch of several is queued
+    again to land one by one (``solo``: each built on the base, tested and pushed alone), so only
+    the entry whose own push is refused is bounced.
+    """
     from exo_cli.limits import clip
     from exo_cli.ops.checkpoints import before_branch_moves
     from exo_cli.validate import visible
@@ -358,10 +377,13 @@ def push(env: Env, gh: GitHubForge, base: str, batch: list[PullRequest], tip: st
     try:
         gh.land(base, tip)
     except StateError as exc:
+        refused = exc.data.get("reason") != "base-moved"
+        one_by_one = refused and exc.data.get("scope") != "branch" and len(batch) > 1
         with mq.entries_lock(env, base):
             for pr in batch:
-                mq.set_entry(env, pr, state="queued", candidate=None, base_sha=None)
-        if exc.data.get("reason") != "base-moved":  # refused (a protected branch): git's own words, to each author
+                mq.set_entry(env, pr, state="queued", candidate=None, base_sha=None,
+                             **({"solo": True} if one_by_one else {}))
+        if refused and not one_by_one:  # git's own words, to each author
             said = visible(clip(str(exc.data.get("git") or exc.message), "tail", "message")[0])
             for pr in batch:
                 bounce(env, pr, f"the push to {base} on GitHub was refused: {said}", files=None, run=None)

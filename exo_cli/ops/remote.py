@@ -135,8 +135,6 @@ _NOT_WITH_HOST = {
     "fork_session": "a conversation cannot be forked across hosts",
     "no_worktree": "a remote agent always works in a worktree of its own",
     "after": "an agent on another host starts at once",
-    "budget_usd": "a budget is given to agents spawned on this host only",
-    "budget_tokens": "a budget is given to agents spawned on this host only",
 }
 
 

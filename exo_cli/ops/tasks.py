@@ -292,7 +292,7 @@ def synced_tracker_files(env: Env, agent: str, worktree: str | os.PathLike[str])
 
 
 def _synced(env: Env, agent: str, wt: Path, git: Any) -> list[str]:
-    from exo_cli.adapters.clones import read_inside
+    from exo_cli.adapters.clonestore import read_inside
 
     if not env.has_state():
         return []

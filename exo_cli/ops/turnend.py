@@ -11,8 +11,10 @@ lives on (the broker); ``after_exit`` is the detached helper for the former.
 - ``is_due``: whether one is still due. The prompt and session-start hooks take it
   (``checkpoints.take_due``) before a new turn can change a file, and so does exo before it types
   into a resting agent, so the background one is never late: a checkpoint holds its turn's end.
-- ``after_exit``: exo commands run one after the other in the background, once this process has
-  exited (the hook's answer never waits for them, and they never compete with it for the CPU).
+- ``after_exit``: exo operations run one after the other in the background, once the hook's process
+  has exited (the hook's answer never waits for them, and they never compete with it for the CPU):
+  in the broker, on its own worker thread (``Env.defer``: no new process, no second discovery of
+  the repository); elsewhere as exo commands of a detached helper.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from __future__ import annotations
 import json
 import os
 
+from exo_cli.lite import NamedTuple
 from exo_cli.records import DONE, ROOT, Agent, checkpoint_key
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
     from exo_cli.env import Env
 
@@ -41,18 +45,33 @@ _AFTER_EXIT = ('cd / || exit 1; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -l
                'exec "$@" ); shift "$n"; done')
 
 
-def after_exit(env: Env, commands: Sequence[Sequence[str]]) -> bool:
-    """Run the exo ``commands`` (arguments after ``exo``) in the background, in order, once the caller's process
-    has exited (``env.pid``: this process, or in the broker the agent's relay that sent the hook)."""
-    if not commands:
+class Later(NamedTuple):
+    """An operation for ``after_exit``: ``op`` with ``args`` as the caller (``registry.invoke``), or the same as
+    the exo command ``words`` (the arguments after ``exo``) of a detached helper."""
+
+    op: str
+    args: dict[str, Any]
+    words: list[str]
+
+
+def after_exit(env: Env, jobs: Sequence[Later]) -> bool:
+    """Run ``jobs`` in the background, in order, once the caller's process has exited (``env.pid``: this process,
+    or in the broker the agent's relay that sent the hook); whether they were handed over.
+
+    A long-lived process (the broker) takes them itself (``env.defer``); otherwise a detached
+    shell waits for ``env.pid`` and runs their commands.
+    """
+    if not jobs:
         return False
+    if env.defer is not None:
+        return bool(env.defer(env, list(jobs)))
     from exo_cli.adapters.proc import spawn_detached
     from exo_cli.selfcmd import exo_command
 
     exo = exo_command()
     argv = ["/bin/sh", "-c", _AFTER_EXIT, "sh", str(env.pid)]
-    for words in commands:
-        argv += [str(len(exo) + len(words)), *exo, *words]
+    for job in jobs:
+        argv += [str(len(exo) + len(job.words)), *exo, *job.words]
     return spawn_detached(argv, env.environ) is not None
 
 
@@ -126,9 +145,10 @@ def mark_due(env: Env, agent: Agent, *, turn: int) -> bool:
     return True
 
 
-def due_command(agent: Agent) -> list[str]:
-    """The background command that takes a due checkpoint (``exo checkpoint AGENT --due``)."""
-    return ["-C", agent.repo or agent.worktree or "/", "checkpoint", agent.id, "--due"]
+def due_command(agent: Agent) -> Later:
+    """The background job that takes a due checkpoint (``exo checkpoint AGENT --due``)."""
+    return Later("checkpoint", {"agent": agent.id, "due": True},
+                 ["-C", agent.repo or agent.worktree or "/", "checkpoint", agent.id, "--due"])
 
 
 def is_due(env: Env, agent: Agent) -> bool:

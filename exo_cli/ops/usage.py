@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 from exo_cli.errors import InvalidInput, StateError
-from exo_cli.records import AGENT_CLIS, Usage
+from exo_cli.records import AGENT_CLIS, TEAM_BUDGET_KEY, Usage
 from exo_cli.registry import Range, op
 
 if TYPE_CHECKING:
@@ -67,6 +67,10 @@ def report_usage(env: Env, *, model: str, input: Annotated[int, Range(0)] = 0,  
                            "--cache-write, --cache-read.")
     turn = me.turns + 1
     env.store.record_usage(me.id, turn, [usage])
+    if env.store.kv_get(TEAM_BUDGET_KEY):  # it may have taken the team over its budget
+        from exo_cli.ops.teambudget import after_usage
+
+        after_usage(env, me)
     after = env.store.agent(me.id)
     return UsageReport(me.id, turn, model, input, output, cache_write, cache_read,
                        after.tokens if after else me.tokens + usage.total)

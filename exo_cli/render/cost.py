@@ -40,5 +40,9 @@ def render_cost(out: Out, result: CostResult) -> None:
               empty="No agents.")
     if result.subtree is not None:
         out.line(f"subtree: {result.subtree.tokens:,} tokens ({_kinds(result.subtree)}), {_money(result.subtree)}")
-    out.line(f"team: {result.team.tokens:,} tokens ({_kinds(result.team)}), {_money(result.team)}")
+    budget = result.team_budget or {}
+    of = " and ".join(x for x in (f"{budget['tokens']:,} tokens" if "tokens" in budget else "",
+                                  f"${budget['usd']:.2f}" if "usd" in budget else "") if x)
+    out.line(f"team: {result.team.tokens:,} tokens ({_kinds(result.team)}), {_money(result.team)}"
+             + (f"; its budget: {of}" if of else ""))
     out.line(f"({result.prices}; set a model's price with [prices.\"MODEL\"])")

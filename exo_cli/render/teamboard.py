@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any, NamedTuple
 
+from exo_cli.records import TEAM_OVER
 from exo_cli.render.text import ago
 
 PR_STATE = {"open": "open", "merged": "mrgd", "closed": "clsd", "queued": "qued", "testing": "test", "tested": "tstd",
@@ -84,6 +85,8 @@ def _rest(row: Any, room: int) -> tuple[str, str]:
     said = clean(a.last_message)
     if row.needs:
         said = NEEDS_TEXT.get(row.needs, row.needs) + (f": {said}" if said and row.needs == "asking" else "")
+        if row.needs == "budget" and str(getattr(a, "status_reason", "") or "").startswith(TEAM_OVER):
+            said = "the team is over its budget"
     refused = getattr(a, "net_refused", 0)
     if refused:  # its sandbox's proxy refused connections: the agent tried to reach a host it may not
         said = f"net refused {refused}" + (f" · {said}" if said else "")

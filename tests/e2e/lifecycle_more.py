@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -158,6 +159,14 @@ class Lifecycle:
         """Return exo's events about an agent, oldest first."""
         return self.query("SELECT kind, data FROM events WHERE agent = ? ORDER BY id", (agent_id,))
 
+    def net_refusals(self, name: str) -> list[dict[str, Any]]:
+        """The refusals exo's network proxy logged for the agent's current life (host, port, agent, reason)."""
+        from exo_cli.adapters import netlog
+
+        key = json.loads(self.agent(name).get("spec") or "{}").get("socket_key")
+        assert key, f"{name} has no socket key: no proxy"
+        return netlog.refusals(netlog.folder(self.state_dir), netlog.stem(key), last=1000)
+
     def mark(self, what: str) -> None:
         """Record when a step happened (seconds since the test began), for the timings report."""
         self.marks[what] = round(time.monotonic() - self.started, 1)
@@ -272,3 +281,74 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(repo), "GIT_CONFIG_NOSYSTEM": "1", **GIT_ID}
                           ).stdout.strip()
+
+
+# -- the sandbox -------------------------------------------------------------------------------
+
+
+def sandbox_on(repo: Path, more: str = "") -> None:
+    """Run the repository's agents sandboxed whatever exo's default: ``[sandbox] mode = "on"`` in the user's own
+    local configuration (``.exo/config.toml``, untracked, trusted as the user's), then ``more`` (other tables)."""
+    (repo / ".exo").mkdir(exist_ok=True)
+    (repo / ".exo" / "config.toml").write_text('[sandbox]\nmode = "on"\n' + more)
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (depth first)."""
+    out, todo = [], [pid]
+    while todo:
+        for child in _children(todo.pop()):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return [a.decode("utf-8", "replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _netns(pid: int | str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+def assert_through_the_proxy(agent_pid: int, server: ModelServer, cli: str, exo_json: Callable[..., Any],
+                             agent: str = "w1") -> None:
+    """The sandboxed agent's CLI reached the scripted model only through exo's allow-list proxy.
+
+    The CLI runs in a network namespace of its own (not the host's: its 127.0.0.1 is not the one the
+    model server listens on), beside exo's bridge, whose tunnel for the model server's port is a
+    ``CONNECT`` through the proxy on the broker's side; the model server got its requests, and the
+    broker's proxy counts the connections it carried for the agent (``exo broker status``).
+    """
+    port = server.port
+    procs = {pid: _cmdline(pid) for pid in descendants(agent_pid)}
+    bridges = [pid for pid, cmd in procs.items() if any(a.endswith("netbridge.py") for a in cmd)]
+    assert bridges, f"no exo network bridge under the agent: {procs}"
+    tunnel = f"{port}=127.0.0.1:{port}"
+    assert any(tunnel in procs[b] for b in bridges), [procs[b] for b in bridges]
+    from exo_cli.adapters.netproxy import INSIDE
+
+    assert all(f"{INSIDE}/sock" in procs[b] for b in bridges)  # its one way out: the proxy's socket
+    clis = [pid for pid, cmd in procs.items() if cmd and any(Path(a).name == cli for a in cmd[:2])
+            and not any(a.endswith("netbridge.py") for a in cmd)]
+    assert clis, f"no {cli} process under the agent: {procs}"
+    mine = _netns("self")
+    for pid in [*clis, *bridges]:
+        assert _netns(pid) != mine, f"{procs[pid]} shares the host's network"
+        assert _netns(pid) == _netns(bridges[0])
+    assert server.agent_requests(), "the model server got no request"
+    carried = {s["agent"]: s["net_carried"] for s in exo_json("broker", "status")["sockets"]}
+    assert (carried.get(agent) or 0) >= 1, carried

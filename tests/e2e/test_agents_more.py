@@ -11,13 +11,16 @@
   parent is told (Claude's StopFailure hook, Gemini's AfterAgent with its transcript, Codex's
   rollout file).
 
-The test process is the root; nobody runs ``exo agents``: the parent's ``exo wait`` watches.
+The test process is the root; nobody runs ``exo agents``: the parent's ``exo wait`` watches. Every
+agent runs sandboxed (``[sandbox] mode = "on"`` in the user's local configuration): in bubblewrap,
+its own clone and private HOME, its model reached through exo's allow-list proxy.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import shutil
 import string
@@ -30,16 +33,19 @@ import pytest
 
 from e2e.agents import AgentHome
 from e2e.lifecycle import CLAUDE_DIALOGS
-from e2e.lifecycle_more import Lifecycle, assert_no_egress, lifecycle_env, make_repo
+from e2e.lifecycle_more import Lifecycle, assert_no_egress, lifecycle_env, make_repo, sandbox_on
 from e2e.model_server import ModelServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
+pytestmark = [pytest.mark.e2e, pytest.mark.tmux,
+              pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                                 reason="bubblewrap is not installed (under CI it must be: .ci/run installs it)")]
 
 
 @pytest.fixture
 def world(require_cli: Callable[[str], Path], model_server: ModelServer, agent_home: Callable[..., AgentHome],
           tmp_path: Path) -> Iterator[Callable[..., Lifecycle]]:
-    """make(cli, extra_env=None) -> a Lifecycle: a repository, that CLI's home, exo as the root."""
+    """make(cli, extra_env=None) -> a Lifecycle: a repository that sandboxes its agents, that CLI's home, exo as
+    the root."""
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     made: list[Lifecycle] = []
@@ -47,6 +53,7 @@ def world(require_cli: Callable[[str], Path], model_server: ModelServer, agent_h
     def make(cli: str, extra_env: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> Lifecycle:
         require_cli(cli)
         repo = make_repo(tmp_path / "repo")
+        sandbox_on(repo)
         home = agent_home(cli)
         lc = Lifecycle(repo, home, model_server, lifecycle_env(home, drop=drop, extra=extra_env))
         made.append(lc)
@@ -71,7 +78,7 @@ def test_headless_agent_continues_its_session_with_each_message(world: Callable[
     lc.server.script({"text": f"FIRST-{cli}"}, {"text": f"SECOND-{cli}"})
     res = lc.exo_json("spawn", "--worker", "w1", "--agent", cli, "--skip-permissions", "--mux", "headless",
                       "--prompt", "first task", timeout=120)
-    assert res["errors"] == [], res
+    assert res["errors"] == [] and res["agents"][0]["sandboxed"] is True, res  # each turn's process in its sandbox
     waited = lc.exo_json("wait", "w1", "--timeout", "120", timeout=150)
     assert waited["results"][0]["status"] == "idle", lc.describe()
     assert waited["results"][0]["message"] == f"FIRST-{cli}"
@@ -92,11 +99,14 @@ def test_headless_agent_continues_its_session_with_each_message(world: Callable[
 
 @pytest.mark.slow
 def test_gemini_headless_session_survives_gemini_s_session_cleanup(world: Callable[..., Lifecycle]) -> None:
-    """Gemini deletes a session resumed in a later minute when another session starts; exo turns that off."""
+    """Gemini deletes a session resumed in a later minute when another session starts; exo turns that off.
+
+    Unsandboxed: the other session shares the agent's HOME (a sandboxed agent's sessions are in its private one).
+    """
     lc = world("gemini")
     lc.server.script({"text": "A0"}, {"text": "A1"}, {"text": "UNRELATED"}, {"text": "A2"})
-    lc.exo_json("spawn", "--worker", "w1", "--agent", "gemini", "--skip-permissions", "--mux", "headless",
-                "--prompt", "first", timeout=120)
+    lc.exo_json("spawn", "--worker", "w1", "--agent", "gemini", "--skip-permissions", "--no-sandbox", "--mux",
+                "headless", "--prompt", "first", timeout=120)
     assert lc.exo_json("wait", "w1", "--timeout", "120", timeout=150)["results"][0]["message"] == "A0"
     minute = time.strftime("%H:%M")
     while time.strftime("%H:%M") == minute:  # the next turn starts in a later minute
@@ -196,8 +206,7 @@ def test_claude_dialog_exo_cannot_pre_empt_is_reported_to_the_waiting_parent(wor
     data = json.loads(claude_json.read_text())
     data.pop("customApiKeyResponses")
     claude_json.write_text(json.dumps(data))
-    (lc.repo / ".exo").mkdir(exist_ok=True)
-    (lc.repo / ".exo" / "config.toml").write_text("[agent]\nstart_timeout = 3\n")
+    sandbox_on(lc.repo, "[agent]\nstart_timeout = 3\n")
     lc.exo_json("spawn", "--worker", "w1", "--agent", "claude", "--skip-permissions", "--mux", "tmux",
                 "--prompt", "say hello", timeout=120)
     got = []

@@ -1,17 +1,21 @@
-"""exo's whole lifecycle with the real Claude Code TUI (2.1.197) against the scripted model server.
+"""exo's whole lifecycle with the real Claude Code TUI (2.1.197) against the scripted model server, sandboxed.
 
 The test is the human at the root: it runs the real ``exo`` commands as subprocesses in a real git
-repository. ``exo spawn --agent claude`` starts the real ``claude`` TUI in exo's own tmux server,
-in a fresh worktree, with exo's hooks (``--settings``) and exo's MCP server (``--mcp-config``);
+repository whose user's configuration says ``[sandbox] mode = "on"``. ``exo spawn --agent claude``
+starts the real ``claude`` TUI in bubblewrap in exo's own tmux server, in its own clone, with a
+private HOME, its network through exo's allow-list proxy (the model server on the host's 127.0.0.1
+through the bridge's tunnel), exo's hooks (``--settings``) and exo's MCP server (``--mcp-config``);
 the scripted model drives the agent through a Bash commit and exo's MCP tools; the assertions are
 on exo's state and on what the model server received. Each test has its own HOME, TMPDIR, model
-server and exo tmux server (killed in a finalizer); the egress trap is in the environment ``exo
-spawn`` passes to the agent, so nothing leaves 127.0.0.1.
+server and exo tmux server (killed in a finalizer); inside the sandbox, exo's proxy replaces the
+egress trap, so nothing leaves 127.0.0.1. The unsandboxed path: tests/e2e/test_unsandboxed_lifecycle.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,11 +34,13 @@ from e2e.lifecycle import (
     runtime_vars,
     user_texts,
 )
-from e2e.lifecycle_more import assert_mcp_server_has_the_agents_proof
+from e2e.lifecycle_more import assert_mcp_server_has_the_agents_proof, assert_through_the_proxy, sandbox_on
 from e2e.model_server import ModelServer, tool_names
 from e2e.usage_check import assert_usage_counted, turn_usage
 
-pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
+pytestmark = [pytest.mark.e2e, pytest.mark.tmux,
+              pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                                 reason="bubblewrap is not installed (under CI it must be: .ci/run installs it)")]
 
 CLAUDE_VERSION = "2.1.197"
 TASK = "LIFECYCLE-TASK-7f3: add hello.txt saying hello, commit it, note your parent and file a PR."
@@ -43,14 +49,16 @@ TASK = "LIFECYCLE-TASK-7f3: add hello.txt saying hello, commit it, note your par
 @pytest.fixture
 def team(require_cli: Callable[[str], Path], model_server: ModelServer, agent_home: Callable[..., AgentHome],
          tmp_path: Path) -> Iterator[Team]:
-    """A repository, a Claude HOME (onboarding done, no trusted folder), and the root's env; kills exo's tmux."""
+    """A repository that sandboxes its agents, a Claude HOME (onboarding done, no trusted folder, a canary in
+    ~/.ssh), and the root's env; kills exo's tmux."""
     require_cli("claude")
-    import shutil
-
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     repo = git_repo(tmp_path / "repo")
+    sandbox_on(repo)
     home = agent_home("claude")
+    (home.home / ".ssh").mkdir()
+    (home.home / ".ssh" / "id_ed25519").write_text("SSH-CANARY-31\n")
     # The user's HOME as it is after Claude's own onboarding (key approved), but without the bypass-warning
     # pre-emption or any trusted folder: exo itself must keep those dialogs away (--settings, .claude.json).
     (home.home / ".claude" / "settings.json").write_text("{}\n")
@@ -63,10 +71,13 @@ def team(require_cli: Callable[[str], Path], model_server: ModelServer, agent_ho
 
 
 def spawn_w1(team: Team, prompt: str) -> dict:
-    """Run ``exo spawn --worker w1 --agent claude --skip-permissions --prompt PROMPT --json``; return its result."""
+    """Run ``exo spawn --worker w1 --agent claude --skip-permissions --prompt PROMPT --json``; return its result.
+
+    The repository's configuration sandboxes it: in its own clone, in bubblewrap."""
     result = team.exo_json("spawn", "--worker", "w1", "--agent", "claude", "--skip-permissions",
                            "--mux", "tmux", "--prompt", prompt)
     assert result["failed"] == [], result
+    assert [(a["sandboxed"], a["layout"]) for a in result["agents"]] == [(True, "clone")], result
     return result
 
 
@@ -74,8 +85,14 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     server = team.server
     note_text = "NOTE-W1: hello.txt is committed"
     send_text = "SEND-W1-5c2: please also say goodbye, then stop."
+    readme = team.repo / "README.md"
     bash = ("printf 'hello\\n' > hello.txt && git add hello.txt && "
-            "git -c user.name=W1 -c user.email=w1@example.invalid commit -q -m 'Add hello.txt'")
+            "git -c user.name=W1 -c user.email=w1@example.invalid commit -q -m 'Add hello.txt' && echo COMMITTED; "
+            f"(echo pwned >> {readme}) 2>/dev/null && echo WROTE-MAIN || echo DENIED-MAIN; "
+            f"cat {team.home.home}/.ssh/id_ed25519 2>/dev/null || echo DENIED-SSH; "
+            # a host off its allow-list: refused by exo's proxy (logged, counted); no name is looked up inside
+            "curl -sS -m 30 -o /dev/null https://exfil.example/ 2>&1 | tail -1; "
+            "getent hosts exfil.example >/dev/null 2>&1 && echo DNS-LEAK || echo NO-DNS")
     server.script(*({**turn, "usage": turn_usage(n)} for n, turn in enumerate((
         {"tool": "Bash", "input": {"command": bash, "description": "write and commit hello.txt"}},
         {"tool": "mcp__exo__note", "input": {"message": note_text}},
@@ -84,16 +101,21 @@ def test_claude_worker_lifecycle(team: Team) -> None:
         {"text": "TURN-2-DONE: got your message."},
         {"text": "TURN-3-DONE: over budget now."},
         {"text": "TURN-4-DONE: released."},
+        {"text": "TURN-5-DONE: the team is over its budget."},
+        {"text": "TURN-6-DONE: the team's budget was raised."},
     ))))
 
-    # 1. The human spawns w1: the real claude TUI starts in a new worktree, with no dialog.
+    # 1. The human spawns w1: the real claude TUI starts sandboxed in its own clone, with no dialog.
     result = spawn_w1(team, TASK)
     (spawned,) = result["agents"]
     worktree = Path(spawned["worktree"])
     assert (spawned["branch"], spawned["backend"], spawned["mux"]) == ("main.w1", "claude", "tmux")
     assert worktree.is_dir() and worktree.parent == team.repo / ".exo" / "worktrees"
+    # the clone is trusted in the agent's private HOME; the user's own .claude.json got no entry
     claude_json = team.home.home / ".claude.json"
-    assert json.loads(claude_json.read_text())["projects"][str(worktree)]["hasTrustDialogAccepted"] is True
+    private = Path(team.agent("w1").spec["sandbox_home"])
+    assert json.loads((private / ".claude.json").read_text())["projects"][str(worktree)]["hasTrustDialogAccepted"]
+    assert str(worktree) not in json.loads(claude_json.read_text()).get("projects", {})
 
     with DialogWatch(team, "w1") as watch:
         team.wait_status("w1", "working", "idle")  # exo's SessionStart hook ran
@@ -106,6 +128,7 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     assert idle.output == "TURN-1-DONE: committed, noted and filed the PR."
     assert idle.session_id  # recorded from the SessionStart payload
     assert_mcp_server_has_the_agents_proof(idle.location["pid"])
+    assert_through_the_proxy(idle.location["pid"], server, "claude", team.exo_json)
 
     # The task arrives in the first model request as the SessionStart hook's additional context.
     contexts = [m["content"] for m in first["body"]["messages"]
@@ -119,6 +142,15 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     # 3. The Bash call edited and committed the file in the worktree, on the agent's branch.
     bash_result = result_for(bash_req, first["tool_id"])
     assert bash_result is not None and not anthropic_is_error(bash_req, first["tool_id"]), bash_result
+    walls = json.dumps(bash_result)  # its shell commits in its clone and reaches neither the checkout nor ~/.ssh
+    assert "COMMITTED" in walls and "DENIED-MAIN" in walls and "DENIED-SSH" in walls and "SSH-CANARY" not in walls
+    assert "CONNECT tunnel failed, response 403" in walls and "NO-DNS" in walls, walls
+    from exo_cli.adapters import netlog
+
+    log = netlog.folder(team.repo / ".git" / "exo")
+    refused = netlog.refusals(log, netlog.stem(team.agent("w1").spec["socket_key"]))
+    assert [(e["agent"], e["host"], e["port"]) for e in refused] == [("w1", "exfil.example", 443)]
+    assert readme.read_text() == "# e2e\n"
     assert (worktree / "hello.txt").read_text() == "hello\n"
     assert git(team.repo, "log", "-1", "--format=%s", "main.w1") == "Add hello.txt"
     assert git(worktree, "status", "--porcelain") == ""
@@ -165,6 +197,21 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     assert user_texts(resumed)[-1] == "[MESSAGE from root] HELD-2"
     team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "TURN-4-DONE: released.",
                     what="idle after the released turn")
+    # The team's budget stops it the same way at the end of the turn that reaches it; the human's raise resumes it.
+    team_used = team.exo_json("cost")["team"]["tokens"]
+    assert team.exo_json("budget", "--team", str(team_used + 1), "--tokens")["status"] == "ok"
+    assert [s["delivery"] for s in team.exo_json("send", "w1", "TEAM-1")["sent"]] == ["typed"]
+    team.wait_request(lambda e: e["turn"] == 7, what="the turn that reaches the team's budget", agent="w1")
+    over = team.wait_agent("w1", lambda a: a.status == "over-budget", what="over the team's budget after that turn")
+    assert over.output == "TURN-5-DONE: the team is over its budget."
+    assert over.status_reason.startswith("over budget: the team used ")
+    assert [s["delivery"] for s in team.exo_json("send", "w1", "TEAM-HELD")["sent"]] == ["held"]
+    raised = team.exo_json("budget", "--team", "+100000", "--tokens")
+    assert raised["agents"] == ["w1"], raised
+    resumed = team.wait_request(lambda e: e["turn"] == 8, what="the turn after the team's raise", agent="w1")
+    assert user_texts(resumed)[-1] == "[MESSAGE from root] TEAM-HELD"
+    team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "TURN-6-DONE: the team's budget was raised.",
+                    what="idle after the team's released turn")
 
     # 7. The parent merges the PR and completes w1: the agent stops and every trace is removed.
     merged = team.exo_json("pr", "merge", str(number))
@@ -173,11 +220,13 @@ def test_claude_worker_lifecycle(team: Team) -> None:
     done = team.exo_json("complete", "w1")
     assert (done["status"], done["removal"], done["worktree_removed"], done["branch_deleted"]) == (
         "done", "removed", True, True), done
-    assert done["stopped"] is True and done["undone"] >= 1
+    # nothing of the user's to undo: its trust entry is in its private HOME, which goes with exo's folder for it
+    assert done["stopped"] is True and done["undone"] == 0
     assert not worktree.exists()
     assert git(team.repo, "branch", "--list", "main.w1") == ""
     assert str(worktree) not in json.loads(claude_json.read_text()).get("projects", {})
     assert team.agent("w1").status == "done"
+    assert team.exo_json("agents", "--all")["agents"][0]["net_refused"] == 1  # the one host off its list it tried
     assert_no_egress(server)
 
 
@@ -220,4 +269,5 @@ def test_claude_question_answered_by_the_parent_and_a_queued_message(team: Team)
     idle = team.wait_agent("w1", lambda a: a.status == "idle" and a.output == "GOT-QUEUED: keeping it short.",
                            what="idle after the queued message")
     assert idle.turns >= 1
+    assert_through_the_proxy(idle.location["pid"], server, "claude", team.exo_json)
     assert_no_egress(server)

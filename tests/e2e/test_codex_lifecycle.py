@@ -1,8 +1,10 @@
-"""The whole exo lifecycle with the real Codex CLI 0.169.0 in tmux (issue 8, item 3).
+"""The whole exo lifecycle with the real Codex CLI 0.169.0 in tmux, sandboxed (issue 8, item 3; issue 31).
 
-The test process is the root team lead. It spawns ``w1`` with ``--agent codex``; exo starts
+The test process is the root team lead of a repository whose user's configuration says
+``[sandbox] mode = "on"``. It spawns ``w1`` with ``--agent codex``; exo starts
 ``codex --dangerously-bypass-hook-trust --dangerously-bypass-approvals-and-sandbox -c ... -- <prompt>``
-in its private tmux server. Everything exo needs goes through ``-c`` overrides: exo's MCP server
+in bubblewrap (its own clone, a private HOME and ``CODEX_HOME``, its network through exo's
+allow-list proxy, which keeps the key variable its provider names) in its private tmux server. Everything exo needs goes through ``-c`` overrides: exo's MCP server
 (``required = true``), the worktree's trust, exo's hooks and ``notify``; the test's
 ``$CODEX_HOME/config.toml`` only names the fake model provider and trusts nothing. The scripted model
 then drives the agent: ``exec_command`` commits a file, exo's ``note`` and ``file_pr`` MCP tools (the
@@ -28,27 +30,34 @@ from e2e.lifecycle_more import (
     Lifecycle,
     assert_mcp_server_has_the_agents_proof,
     assert_no_egress,
+    assert_through_the_proxy,
     git,
     lifecycle_env,
     make_repo,
+    sandbox_on,
 )
 from e2e.model_server import ModelServer, tool_names, tool_results
 from e2e.usage_check import assert_usage_counted, turn_usage
 from exo_cli.env import Env
 
-pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
+pytestmark = [pytest.mark.e2e, pytest.mark.tmux,
+              pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                                 reason="bubblewrap is not installed (under CI it must be: .ci/run installs it)")]
 
 COMMIT = "printf 'hello from codex\\n' > hello.txt && git add hello.txt && git commit -q -m 'Add hello.txt' && echo COMMITTED"
+
+WALL = "; (echo x >> {readme}) 2>/dev/null && echo WROTE-MAIN || echo DENIED-MAIN"
 
 
 @pytest.fixture
 def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
               agent_home: Callable[..., AgentHome], tmp_path: Path) -> Iterator[Lifecycle]:
-    """A repository, a Codex home that trusts no project, and exo's tmux server killed after."""
+    """A repository that sandboxes its agents, a Codex home that trusts no project, and exo's tmux server killed after."""
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     require_cli("codex")
     repo = make_repo(tmp_path / "repo")
+    sandbox_on(repo)
     home = agent_home("codex")
     # the user's XDG_RUNTIME_DIR and TMUX_TMPDIR, which Codex drops from its MCP servers' environment
     lc = Lifecycle(repo, home, model_server, lifecycle_env(home, extra=runtime_vars(tmp_path)))
@@ -59,7 +68,7 @@ def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
 def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecycle: Lifecycle) -> None:
     lc, server, repo = lifecycle, lifecycle.server, lifecycle.repo
     server.script(*({**turn, "usage": turn_usage(n, cache_write=False)} for n, turn in enumerate((
-        {"tool": "exec_command", "input": {"cmd": COMMIT}},
+        {"tool": "exec_command", "input": {"cmd": COMMIT + WALL.format(readme=repo / "README.md")}},
         {"tool": "mcp__exo__note", "input": {"message": "NOTE-42: hello.txt is committed"}},
         {"tool": "mcp__exo__file_pr", "input": {"title": "Add hello.txt", "body": "From the Codex e2e test"}},
         {"text": "TURN-ONE-DONE"},
@@ -72,6 +81,7 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
     spawned = lc.exo_json("spawn", "--worker", "w1", "--agent", "codex", "--skip-permissions", "--mux", "tmux",
                           "--prompt", "Write hello.txt and report")
     assert spawned["errors"] == [] and spawned["worktrees"][0][0] == "w1"
+    assert [(a["sandboxed"], a["layout"]) for a in spawned["agents"]] == [(True, "clone")]
     agent = lc.agent("w1")
     worktree = Path(agent["worktree"])
     assert agent["backend"] == "codex" and agent["branch"] == "main.w1"
@@ -91,10 +101,13 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
     rec = lc.wait_status("w1", "idle", timeout=60, since_turns=0)
     assert rec["session_id"] and rec["output"] == "TURN-ONE-DONE"
     assert_mcp_server_has_the_agents_proof(json.loads(rec["location"])["pid"])  # a relay on its socket (no proof)
+    assert_through_the_proxy(json.loads(rec["location"])["pid"], server, "codex", lc.exo_json)
     requests = server.agent_requests()
     assert [e["turn"] for e in requests] == [0, 1, 2, 3]
     assert_usage_counted(lc.exo_json, repo, server)  # every kind of token of turn one, to the token
-    assert "COMMITTED" in tool_results(requests[1])[-1]["output"]
+    shell = tool_results(requests[1])[-1]["output"]
+    assert "COMMITTED" in shell and "DENIED-MAIN" in shell, shell  # its shell cannot write the main checkout
+    assert (repo / "README.md").read_text() == "# e2e\n"
     assert git(worktree, "log", "-1", "--format=%s") == "Add hello.txt"
     assert (worktree / "hello.txt").read_text() == "hello from codex\n"
     assert git(worktree, "status", "--porcelain") == ""  # exo wrote nothing into the worktree for Codex
@@ -158,8 +171,10 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
         time.sleep(0.2)
     assert not runtime.exists() and not fallback.exists(), sorted(p.name for p in runtime.glob("*"))
     assert not list(Path(lc.env["XDG_RUNTIME_DIR"]).iterdir())
-    # the TUI's announcement fetch is the only egress attempt, and the trap refused it
-    assert {e["path"] for e in server.entries("proxy")} <= {"raw.githubusercontent.com:443"}
+    # the TUI's announcement fetch is the only egress attempt, and exo's proxy refused it (the trap saw none)
+    assert server.entries("proxy") == []
+    refused = {(e["host"], e["port"]) for e in lc.net_refusals("w1")}
+    assert refused <= {("raw.githubusercontent.com", 443)}, refused
     assert_no_egress(server)
     print(f"codex lifecycle timings (s since start): {lc.marks}")
 
@@ -167,13 +182,14 @@ def test_codex_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecyc
 def test_codex_notify_alone_marks_the_agent_idle(lifecycle: Lifecycle) -> None:
     """With exo's Stop hook replaced (``agent.args``: ``-c hooks.Stop=[]``), notify of its own thread marks it idle."""
     lc, server, repo = lifecycle, lifecycle.server, lifecycle.repo
-    (repo / ".exo").mkdir(exist_ok=True)
-    (repo / ".exo" / "config.toml").write_text('[agent.args]\ncodex = ["-c", "hooks.Stop=[]"]\n')
+    sandbox_on(repo, '[agent.args]\ncodex = ["-c", "hooks.Stop=[]"]\n')
     server.script({"text": "NOTIFY-ONLY-DONE"}, {"text": "NOTIFY-ONLY-AGAIN"})
-    lc.exo_json("spawn", "--worker", "w1", "--agent", "codex", "--skip-permissions", "--mux", "tmux",
-                "--prompt", "Say something")
+    spawned = lc.exo_json("spawn", "--worker", "w1", "--agent", "codex", "--skip-permissions", "--mux", "tmux",
+                          "--prompt", "Say something")
+    assert spawned["agents"][0]["sandboxed"] is True
     rec = lc.wait_status("w1", "idle", timeout=60, since_turns=0)
     assert rec["output"] == "NOTIFY-ONLY-DONE"
+    assert_through_the_proxy(json.loads(rec["location"])["pid"], server, "codex", lc.exo_json)
     state = lc.hook_state("w1")
     assert state["thread"] == rec["session_id"] and state.get("last_turn")
     sent = lc.exo_json("send", "w1", "SEND-5: once more")

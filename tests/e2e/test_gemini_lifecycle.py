@@ -1,7 +1,9 @@
-"""The whole exo lifecycle with the real Gemini CLI 0.61.0 in tmux (issue 8, item 3).
+"""The whole exo lifecycle with the real Gemini CLI 0.61.0 in tmux, sandboxed (issue 8, item 3; issue 31).
 
-The test process is the root team lead. It spawns ``w1`` with ``--agent gemini``; exo starts
-``gemini --approval-mode yolo -i <prompt>`` in its private tmux server with exo's hooks and MCP server
+The test process is the root team lead of a repository whose user's configuration says
+``[sandbox] mode = "on"``. It spawns ``w1`` with ``--agent gemini``; exo starts
+``gemini --approval-mode yolo -i <prompt>`` in bubblewrap (its own clone, a private HOME, its
+network through exo's allow-list proxy) in its private tmux server with exo's hooks and MCP server
 merged into the worktree's ``.gemini/settings.json`` (kept out of git) and trust given through
 ``GEMINI_CLI_TRUST_WORKSPACE`` (the test's own env does not set it). The scripted model then drives
 the agent: a shell command that commits a file, exo's ``note`` and ``file_pr`` MCP tools
@@ -13,6 +15,7 @@ completes the agent, which removes the worktree and branch and restores the proj
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,17 +28,23 @@ from e2e.lifecycle_more import (
     Lifecycle,
     assert_mcp_server_has_the_agents_proof,
     assert_no_egress,
+    assert_through_the_proxy,
     git,
     lifecycle_env,
     make_repo,
+    sandbox_on,
 )
 from e2e.model_server import ModelServer, tool_names, tool_results
 from e2e.usage_check import assert_usage_counted, turn_usage
 
-pytestmark = [pytest.mark.e2e, pytest.mark.tmux]
+pytestmark = [pytest.mark.e2e, pytest.mark.tmux,
+              pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                                 reason="bubblewrap is not installed (under CI it must be: .ci/run installs it)")]
 
 PROJECT_SETTINGS = {"ui": {"hideTips": True}}  # the project's own, tracked .gemini/settings.json
 COMMIT = "printf 'hello from gemini\\n' > hello.txt && git add hello.txt && git commit -q -m 'Add hello.txt' && echo COMMITTED"
+
+WALL = "; (echo x >> {readme}) 2>/dev/null && echo WROTE-MAIN || echo DENIED-MAIN"
 
 
 @pytest.fixture
@@ -50,6 +59,7 @@ def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
     (repo / ".gemini" / "settings.json").write_text(json.dumps(PROJECT_SETTINGS, indent=2) + "\n")
     git(repo, "add", ".gemini/settings.json")
     git(repo, "commit", "-q", "-m", "Project Gemini settings")
+    sandbox_on(repo)
     home = agent_home("gemini")
     # Trust comes from exo, so the test's env does not pre-trust the worktree. The commit identity is
     # only in ~/.gitconfig ("E2E Agent"), which Gemini's shell tool hides (GIT_CONFIG_GLOBAL=/dev/null):
@@ -64,7 +74,7 @@ def lifecycle(require_cli: Callable[[str], Path], model_server: ModelServer,
 def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecycle: Lifecycle) -> None:
     lc, server, repo = lifecycle, lifecycle.server, lifecycle.repo
     server.script(*({**turn, "usage": turn_usage(n, cache_write=False)} for n, turn in enumerate((
-        {"tool": "run_shell_command", "input": {"command": COMMIT}},
+        {"tool": "run_shell_command", "input": {"command": COMMIT + WALL.format(readme=repo / "README.md")}},
         {"tool": "mcp_exo_note", "input": {"message": "NOTE-42: hello.txt is committed"}},
         {"tool": "mcp_exo_file_pr", "input": {"title": "Add hello.txt", "body": "From the Gemini e2e test"}},
         {"text": "TURN-ONE-DONE"},
@@ -78,6 +88,7 @@ def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecy
     spawned = lc.exo_json("spawn", "--worker", "w1", "--agent", "gemini", "--skip-permissions", "--mux", "tmux",
                           "--prompt", "Write hello.txt and report")
     assert spawned["errors"] == [] and spawned["worktrees"][0][0] == "w1"
+    assert [(a["sandboxed"], a["layout"]) for a in spawned["agents"]] == [(True, "clone")]
     agent = lc.agent("w1")
     worktree = Path(agent["worktree"])
     assert agent["backend"] == "gemini" and agent["branch"] == "main.w1"
@@ -97,10 +108,13 @@ def test_gemini_lifecycle_spawn_note_pr_wait_send_question_merge_complete(lifecy
     rec = lc.wait_status("w1", "idle", timeout=60, since_turns=0)
     assert rec["session_id"] and rec["output"] == "TURN-ONE-DONE"
     assert_mcp_server_has_the_agents_proof(json.loads(rec["location"])["pid"])
+    assert_through_the_proxy(json.loads(rec["location"])["pid"], server, "gemini", lc.exo_json)
     requests = server.agent_requests()
     assert [e["turn"] for e in requests] == [0, 1, 2, 3]
     assert_usage_counted(lc.exo_json, repo, server)  # every kind of token of turn one, to the token
-    assert "COMMITTED" in tool_results(requests[1])[-1]["output"]
+    shell = tool_results(requests[1])[-1]["output"]
+    assert "COMMITTED" in shell and "DENIED-MAIN" in shell, shell  # its shell cannot write the main checkout
+    assert (repo / "README.md").read_text() == "# e2e\n"
     assert git(worktree, "log", "-1", "--format=%s|%an") == "Add hello.txt|E2E Agent"
     assert (worktree / "hello.txt").read_text() == "hello from gemini\n"
     # exo's settings file never shows in git: tracked + skip-worktree, the project's keys kept.

@@ -92,6 +92,10 @@ def parse_view(data: dict[str, Any]) -> RemoteState:
 _REJECTED = ("[rejected]", "non-fast-forward", "fetch first", "updates were rejected")
 _REFUSED = ("authentication failed", "permission denied", "could not read username", "returned error: 401",
             "returned error: 403", "invalid username or password")
+# A push refused for the branch itself, whatever the commits: no entry of a batch could land alone either
+# (GitHub's protected branch GH006: required reviews or checks, restricted pushers; no right to push at all).
+_BRANCH_REFUSALS = ("gh006", "protected branch", "not allowed to push", "not authorized to push", "permission to push",
+                    *_REFUSED)
 _UNREACHABLE = ("could not resolve host", "failed to connect", "connection refused", "connection timed out",
                 "timed out after", "network is unreachable", "no route to host", "temporary failure in name resolution",
                 "name or service not known", "could not read from remote repository", "connection reset",
@@ -270,8 +274,10 @@ class GitHubForge(Forge):
         """Move ``base`` on the remote to ``commit`` by a fast-forward push from this repository (never forced).
 
         StateError ``reason="base-moved"`` when the remote's base has commits ``commit`` lacks (rebuild and
-        test again), ``reason="push-refused"`` with git's own message when the remote refused it (a
-        protected branch, say), ExternalFailure when the remote cannot be reached.
+        test again), ``reason="push-refused"`` with git's own message when the remote refused it, and
+        ``scope``: ``"branch"`` when the refusal is about the branch whatever it is given (a protected
+        branch, no right to push), ``"commits"`` otherwise (a pre-receive hook or a rule that looks at
+        the commits pushed); ExternalFailure when the remote cannot be reached.
         """
         proc = self.git.push_commit(self.remote, commit, base)
         if proc.returncode == 0:
@@ -281,9 +287,10 @@ class GitHubForge(Forge):
         if any(s in text for s in _UNREACHABLE):
             raise push_failure(self.remote, base, proc)
         moved = any(s in text for s in ("non-fast-forward", "fetch first")) and "declined" not in text
+        scope = "branch" if any(s in text for s in _BRANCH_REFUSALS) else "commits"
         raise StateError(f"{self.remote} refused the push of {commit[:12]} to {base}: {said}",
                          hint="It landed nowhere.", reason="base-moved" if moved else "push-refused",
-                         base=base, commit=commit, git=said)
+                         base=base, commit=commit, git=said, scope=scope)
 
     def close_landed(self, pr: PullRequest, commit: str) -> None:
         """Close ``pr`` on GitHub with a comment naming ``commit``, the squash exo's merge queue landed it as

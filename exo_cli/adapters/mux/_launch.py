@@ -81,8 +81,14 @@ def encode_sh(spec: dict[str, Any]) -> bytes | None:
         return None
     if any("\0" in s for s in (cwd, *argv, *env, *env.values())):
         return None
-    lines = [
-        "{",
+    lines = ["{"]
+    keeper = str(spec.get("keeper") or "")
+    if keeper:  # first, before the exports: the keeper gets none of the agent's variables
+        if not all(ch in "0123456789abcdef" for ch in keeper):
+            return None
+        command = " ".join(sh_quote(a) for a in keeper_argv(sys.executable))
+        lines += [f"{command} \"$$\" <<'EXO_KEEPER_END' &", keeper, "EXO_KEEPER_END"]
+    lines += [
         f"cd -P {sh_quote(cwd)} || {{ printf 'exo launcher: cannot enter %s\\n' {sh_quote(cwd)} >&2; exit 126; }}",
         "unset PWD OLDPWD",  # set by the shell itself, not by the caller
     ]
@@ -95,8 +101,47 @@ def encode_sh(spec: dict[str, Any]) -> bytes | None:
     return "\n".join(lines).encode("utf-8", "surrogateescape")
 
 
+def keeper_argv(python: str) -> list[str]:
+    """The command of an agent's keeper (``_runner.py --keep``, beside this file); the launcher adds its pid."""
+    runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_runner.py")
+    return [python, "-I", "-S", runner, "--keep"]
+
+
+def start_keeper(line: str) -> None:
+    """Start the agent's keeper as our child (``_runner.py --keep``) with ``line`` on its stdin and no environment.
+
+    It leaves our session and terminal by itself and ends once we (then the agent we ``exec``) have
+    ended. Best effort: the agent starts anyway when it cannot (its relay reports a dead broker).
+    """
+    parent = os.getpid()
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+    except OSError as exc:
+        sys.stderr.write(f"exo launcher: cannot start the broker's keeper: {exc}\n")
+        return
+    if pid == 0:
+        try:
+            os.dup2(r, 0)
+            os.close(r)
+            os.close(w)
+            os.execve(sys.executable, [*keeper_argv(sys.executable), str(parent)], {})
+        finally:
+            os._exit(127)
+    os.close(r)
+    try:
+        os.write(w, (line + "\n").encode("ascii"))
+    except OSError:
+        pass
+    finally:
+        os.close(w)
+
+
 def decode(data: bytes) -> dict[str, Any]:
-    """Decode ``MAGIC, cwd, pid_file, n, argv*n, m, (key, value)*m, k, keep*k[, exit_file]`` (NUL-separated)."""
+    """Decode ``MAGIC, cwd, pid_file, n, argv*n, m, (key, value)*m, k, keep*k[, exit_file[, keeper]]`` (NUL-separated).
+
+    ``keeper``: ``_runner.encode_keeper``'s line for the agent's keeper (``start_keeper``), or empty.
+    """
     try:
         return _decode(data)
     except (IndexError, ValueError) as exc:
@@ -121,7 +166,7 @@ def _decode(data: bytes) -> dict[str, Any]:
         raise ValueError("truncated exo start request")
     rest = fields[pos + 1 + k :]
     return {"cwd": fields[1], "pid_file": fields[2], "argv": argv, "env": env, "keep": keep,
-            "exit_file": rest[0] if rest else ""}
+            "exit_file": rest[0] if rest else "", "keeper": rest[1] if len(rest) > 1 else ""}
 
 
 def main(args: list[str]) -> int:
@@ -140,6 +185,8 @@ def main(args: list[str]) -> int:
         os.unlink(fifo)
     except OSError:
         pass
+    if spec.get("keeper"):
+        start_keeper(spec["keeper"])
     argv = spec["argv"]
     env = dict(spec["env"])
     for name in spec.get("keep", []):

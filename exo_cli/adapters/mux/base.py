@@ -231,6 +231,16 @@ def launcher_argv(fifo: Path) -> list[str]:
     return [sys.executable, "-I", "-S", str(LAUNCHER), str(fifo)]
 
 
+def keeper_line(keeper: Mapping[str, Any]) -> str:
+    """The start request's field for an agent's keeper (``_runner.encode_keeper``; InvalidInput on a NUL)."""
+    from exo_cli.adapters.mux._runner import encode_keeper
+
+    try:
+        return encode_keeper(dict(keeper))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInput(f"Bad keeper request: {exc}", field="keeper") from exc
+
+
 def make_fifo(path: Path) -> Path:
     """Create a fresh FIFO (mode 0600) at ``path``."""
     try:
@@ -250,8 +260,10 @@ def encode_spec(spec: Mapping[str, Any]) -> bytes:
     for k, v in env.items():
         fields += [k, v]
     fields += [str(len(keep)), *keep]
-    if spec.get("exit_file"):
-        fields.append(str(spec["exit_file"]))
+    if spec.get("exit_file") or spec.get("keeper"):
+        fields.append(str(spec.get("exit_file") or ""))
+    if spec.get("keeper"):
+        fields.append(str(spec["keeper"]))  # _runner.encode_keeper's line: the launcher starts the keeper
     if any("\0" in f for f in fields):
         raise InvalidInput("Start request contains a NUL byte", field="argv")
     return "\0".join(fields).encode("utf-8", "surrogateescape")

@@ -28,6 +28,7 @@ from exo_cli.adapters.mux.base import (
     check_send_text,
     deliver_spec,
     encode_spec,
+    keeper_line,
     launcher_argv,
     make_fifo,
     tail_lines,
@@ -77,6 +78,7 @@ class StartRequest(NamedTuple):
     argv: Sequence[str]
     cwd: str | os.PathLike[str]
     env: Mapping[str, str]
+    keeper: Mapping[str, object] | None = None  # see Tmux.start
 
 
 class _Pending(NamedTuple):
@@ -297,13 +299,14 @@ class Tmux:
         cwd: str | os.PathLike[str],
         env: Mapping[str, str],
         log_path: str | os.PathLike[str] | None = None,
+        keeper: Mapping[str, object] | None = None,
     ) -> Location:
         """Open window ``name`` running ``argv`` in ``cwd`` with exactly ``env``.
 
-        tmux adds only TERM, TMUX and TMUX_PANE. ``log_path`` is not used: the
-        pane's history (``capture``) is the log and stays after exit.
+        tmux adds only TERM, TMUX and TMUX_PANE. ``log_path`` is not used: the pane's history
+        (``capture``) is the log. ``keeper``: the launcher starts it beside the agent (``_runner.keep``).
         """
-        out = self.start_many([StartRequest(name, argv, cwd, env)])[0]
+        out = self.start_many([StartRequest(name, argv, cwd, env, keeper)])[0]
         if isinstance(out, ExoError):
             raise out
         return out
@@ -389,6 +392,7 @@ class Tmux:
         if not os.path.isdir(cwd):
             raise InvalidInput(f"Working folder {cwd} does not exist", field="cwd")
         spec: dict[str, object] = {"argv": argv, "env": env, "cwd": cwd, "keep": list(PANE_VARS)}
+        spec["keeper"] = keeper_line(req.keeper) if req.keeper else ""
         fifo_dir = ensure_private_dir(ensure_private_dir(self.runtime_dir) / "fifo")
         fifo = fifo_dir / f"{req.name}-{os.urandom(4).hex()}"
         command, payload = self._launch_command(fifo, spec)

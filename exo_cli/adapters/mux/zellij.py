@@ -37,6 +37,7 @@ from exo_cli.adapters.mux.base import (
     check_env,
     check_send_text,
     deliver_spec,
+    keeper_line,
     launcher_argv,
     make_fifo,
     read_records,
@@ -289,6 +290,7 @@ class Zellij:
         services_argv: Sequence[str] | None = None,
         services_log: str | os.PathLike[str] | None = None,
         services_env: Mapping[str, str] | None = None,
+        keeper: Mapping[str, object] | None = None,
     ) -> Location:
         """Open tab ``name`` with the agent layout running ``argv`` in ``cwd`` with exactly ``env``.
 
@@ -297,7 +299,8 @@ class Zellij:
         ``tail -F`` of ``services_log`` run in the tab's side panes, through the launcher
         too (with ``services_env``, by default the agent's; their pids are recorded, see
         ``service_locations``). ``log_path`` is
-        not used (the pane's scrollback is the log).
+        not used (the pane's scrollback is the log). ``keeper``: as ``Tmux.start`` (the agent's
+        launcher starts it beside the agent).
         """
         check_name(name, "tab name")
         argv = check_argv(argv)
@@ -339,6 +342,8 @@ class Zellij:
                         "keep": list(PANE_VARS), "pid_file": str(pid_files[pane])}
                 if pane == "agent":
                     spec["exit_file"] = str(exit_file)
+                    if keeper:
+                        spec["keeper"] = keeper_line(keeper)
                 deliver_spec(fifos[pane], spec, timeout=self.start_timeout)
                 pids[pane] = self._read_pid(pid_files[pane])
         finally:

@@ -209,8 +209,11 @@ def spawn(
     attention.remember_human(env)  # what the notifier gets when these agents' events reach the human
     prompts = read_prompts(env, list(prompt or []), prompt_file, edit=edit)
     if host is not None and host != env.host_name:
+        from exo_cli.ops import teambudget
         from exo_cli.ops.remote import spawn_there
 
+        teambudget.take_config(env)  # the human's side: a changed [budget] team_* first (exo there checks it too)
+        teambudget.refuse_spawn(env)
         return spawn_there(env, host, dict(
             beads=beads, worker=worker, prompt=prompts, subtree=subtree, task=task, branch=branch,
             fork_session=fork_session, parent_session_id=parent_session_id, ready=ready, specs=specs, agent=agent,

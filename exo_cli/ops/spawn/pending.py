@@ -97,6 +97,15 @@ def launch_pending(env: Env, agent_id: str, *, prompt: str | None = None) -> Spa
 
             fail_pending(env, rec, exc.message)
             raise
+    from exo_cli.ops import teambudget
+
+    held = teambudget.over(env)
+    if held is not None:  # no new agent starts while the team is over its budget: it never will, and its parent hears why
+        from exo_cli.ops.delivery import fail_pending
+
+        fail_pending(env, rec, f"the team is over its budget ({held.text()})")
+        raise StateError(f"Agent {agent_id} was not started: the team is over its budget", hint=teambudget.HINT,
+                         agent=agent_id)
     key = f"launch:{agent_id}:{rec.created_at}"
     if not env.store.kv_claim(key, str(os.getpid())):
         raise StateError(f"Agent {agent_id} is already being launched", agent=agent_id)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exo_cli.adapters.files import locked
 from exo_cli.adapters.git import Finished, Git
+from exo_cli.adapters.rmtree import remove_tree
 from exo_cli.errors import ExoError, StateError
 from exo_cli.ops.spawn.call import PENDING, Call, finish
 from exo_cli.ops.spawn.plan import common_from_spec, request_from_spec
@@ -62,12 +62,13 @@ def cleanup_partial(env: Env, agent: Agent) -> list[str]:
     """
     notes = _close_windows(env, agent)
     notes += _undo_backend_files(agent)
-    _remove_copied_files(agent.spec.get("created_files") or [])
+    _remove_copied_files(agent.spec.get("created_files") or [], agent.worktree)
     if agent.spec.get("creates_worktree") and agent.worktree:
         notes += _remove_worktree_and_branch(env, agent)
     agent_dir = agent.spec.get("agent_dir")
     if agent_dir and Path(agent_dir).is_dir() and Path(agent_dir).parent == env.state_dir / "agents":
-        shutil.rmtree(agent_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(agent_dir)
     return notes
 
 
@@ -102,15 +103,14 @@ def _undo_backend_files(agent: Agent) -> list[str]:
         return [f"backend cleanup: {exc}"]
 
 
-def _remove_copied_files(paths: list[str]) -> None:
-    """Remove the files, links and folders exo copied into the worktree."""
+def _remove_copied_files(paths: list[str], worktree: str | None) -> None:
+    """Remove the files, links and folders exo copied into the worktree (never through a link the agent put
+    among its folders: one outside the worktree is left alone)."""
+    if not worktree:
+        return
     for path in paths:
-        p = Path(path)
-        with contextlib.suppress(OSError):
-            if p.is_symlink() or p.is_file():
-                p.unlink()
-            elif p.is_dir():
-                shutil.rmtree(p)
+        with contextlib.suppress(OSError, ValueError):
+            remove_tree(path, within=worktree)
 
 
 def _remove_worktree_and_branch(env: Env, agent: Agent) -> list[str]:

@@ -9,7 +9,7 @@ sandboxed). ``--skip-permissions`` (or a CLI's bypass flag in ``agent.args``) wi
 than ``off`` is refused where bubblewrap does not work, unless ``--no-sandbox``: never silently
 unsandboxed. ``wrap`` fills the agent's private HOME and turns its launch into the ``bwrap``
 command line (adapters/sandbox.py); the record says ``sandboxed``. Every backend runs inside
-(the real Claude Code, Gemini CLI and Codex: tests/e2e/test_sandbox_lifecycle.py).
+(the real Claude Code, Gemini CLI and Codex: every lifecycle in tests/e2e/ runs sandboxed).
 """
 
 from __future__ import annotations
@@ -153,10 +153,15 @@ def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[
     )  # fmt: skip
     mine = {k: v for k, v in environ.items() if k.startswith("EXO_") or k in ("BEADS_DIR", "CODEX_HOME")}
     config = env.config
+    keep = list(config.get("sandbox.env") or [])
+    if backend == "codex" and environ.get("CODEX_HOME"):  # the key of the provider the user's Codex config selects
+        from exo_cli.adapters.netpolicy import codex_provider_key
+
+        keep += [k for k in [codex_provider_key(Path(environ["CODEX_HOME"]))] if k]
     plan = sandbox.assemble(
         places, argv, cli=backend, environ=environ, store_url=env.store_url,
         tmux_socket=tmux_socket.pinned(env.runtime_dir, f"exo-{env.repo_id}"), paths=config.get("sandbox.paths"),
-        hide=config.get("sandbox.hide"), env=config.get("sandbox.env"), devices=config.get("sandbox.devices"),
+        hide=config.get("sandbox.hide"), env=keep, devices=config.get("sandbox.devices"),
         network=net, tty=tty, set_env=mine,
     )  # fmt: skip
     # exo's files for this agent (the CLI's settings, the `exo` command folder) are read inside; the

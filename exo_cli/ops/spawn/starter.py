@@ -65,8 +65,8 @@ def _quietly(fn: Any) -> None:
 class _StartItem:
     """One agent waiting in a ``Starter`` batch."""
 
-    def __init__(self, name: str, argv: list[str], cwd: str, env: dict[str, str]) -> None:
-        self.request = (name, argv, cwd, env)
+    def __init__(self, name: str, argv: list[str], cwd: str, env: dict[str, str], keeper: Any = None) -> None:
+        self.request = (name, argv, cwd, env, keeper)
         self.result: Any = None
         self.done = False
 
@@ -138,11 +138,11 @@ class Starter:
         """Start one agent (batched on tmux); its Location, or its ExoError raised.
 
         ``extra`` are the multiplexer's own start options (a headless agent's message channel,
-        Zellij's service panes); tmux takes none.
+        Zellij's service panes, a pane agent's ``keeper``); tmux takes only the keeper.
         """
         if self._many is None:
             return self.mux.start(name, argv, cwd=cwd, env=env, log_path=log_path, **extra)
-        item = _StartItem(name, argv, cwd, env)
+        item = _StartItem(name, argv, cwd, env, extra.get("keeper"))
         with self._cond:
             self._queue.append(item)
             self._no_longer_expected()

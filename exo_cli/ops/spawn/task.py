@@ -340,6 +340,7 @@ def _build(call: Call, req: Request, agent: Agent, spec: dict[str, Any], *, mux:
         from exo_cli.ops import network
 
         spec[network.NET_FIELD] = network.policy(env, backend=req.agent, environ=base_env).entries()
+        spec[network.PIN_FIELD] = network.pins(env)
     identity = _identity(call, agent, spec)
     if call.common.sandbox:  # its own HOME first: the backend's trust entries and Codex's folder go there
         from exo_cli.ops.spawn import sandboxing
@@ -593,13 +594,17 @@ def _start(call: Call, agent_id: str, spec: dict[str, Any], launch: Launch, *, s
     logs = env.state_dir / "logs"
     logs.mkdir(mode=0o700, exist_ok=True)
     extra: dict[str, Any] = {}
+    from exo_cli.ops import broker
+
     if call.common.mux == "headless":
         extra["channel"] = launch.channel
-        from exo_cli.ops import broker
-
         if spec.get(broker.KEY_FIELD):  # the runner starts the team's broker again when it dies
             extra["channel"] = {**launch.channel, "keeper": broker.keeper(env)}
-    elif call.common.mux == "zellij" and services and path is not None:
+    elif spec.get("sandboxed") and spec.get(broker.KEY_FIELD):
+        # the pane's launcher starts a keeper beside the agent, outside its sandbox, which starts the
+        # broker again when it dies (a sandboxed relay cannot)
+        extra["keeper"] = {**broker.keeper(env), "log": str(logs / f"{agent_id}.keeper.log")}
+    if call.common.mux == "zellij" and services and path is not None:
         extra["services_argv"], extra["services_env"] = wt.services_argv(path), beside_agent(launch.env)
         if spec.get("sandboxed"):
             from exo_cli.ops.spawn import sandboxing

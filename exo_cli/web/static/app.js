@@ -5,7 +5,12 @@
 
 const TOKEN = document.querySelector('meta[name="exo-token"]').getAttribute("content");
 const NEEDS_TEXT = {asking: "asks you", permission: "needs a permission", dialog: "blocked on a dialog",
-  failed: "turn failed", "pr-ready": "PR ready", dead: "dead"};
+  failed: "turn failed", budget: "over its budget", "pr-ready": "PR ready", dead: "dead"};
+// Why a row needs you, in words: an agent the team's budget holds says so (its status_reason starts "over budget: the team").
+function needsText(r) {
+  if (r.needs === "budget" && String(r.agent.status_reason || "").startsWith("over budget: the team ")) return "the team is over its budget";
+  return NEEDS_TEXT[r.needs] || r.needs;
+}
 // The fields of an agent's row this page shows in its own columns or leaves out; any other field (a sandbox,
 // a queue position, a cost, added by later versions) gets a column of its own when an agent has it.
 const KNOWN = new Set(["id", "name", "role", "parent", "depth", "status", "status_reason", "backend", "mux", "task",
@@ -97,7 +102,7 @@ function teamPage() {
     const a = r.agent;
     const pr = a.pr ? "#" + a.pr.number + " " + a.pr.state : "";
     return el("tr", {class: r.needs ? "needs needs-" + r.needs : "", "data-agent": a.id},
-      el("td", {class: "why"}, r.needs ? NEEDS_TEXT[r.needs] || r.needs : ""),
+      el("td", {class: "why"}, r.needs ? needsText(r) : ""),
       el("td", {}, "\u00a0\u00a0".repeat(Math.max(0, a.depth - 1)), link(["agent", a.id], a.name),
         a.name !== a.id ? el("span", {class: "dim"}, " (" + a.id + ")") : ""),
       el("td", {}, a.status, a.status_reason ? el("span", {class: "dim"}, " " + a.status_reason) : "",
@@ -212,7 +217,7 @@ function fillAgentHead(head, id) {
   buttons.push(el("button", {class: "kill danger", onclick: () => act("kill", {agent: id},
     "Kill " + id + " and its descendants (worktrees are kept)?")}, "Kill"));
   head.replaceChildren(el("h2", {}, a.name, a.name !== a.id ? el("span", {class: "dim"}, " " + a.id) : ""),
-    el("p", {}, el("strong", {}, a.status), r.needs ? el("span", {class: "why"}, " — " + (NEEDS_TEXT[r.needs] || r.needs)) : "",
+    el("p", {}, el("strong", {}, a.status), r.needs ? el("span", {class: "why"}, " — " + needsText(r)) : "",
       " · " + a.backend + " · " + (a.branch || "no branch") + (r.host ? " · " + r.host : "")
         + (a.layout ? " · " + a.layout : "") + (a.sandboxed ? " · sandboxed" : ""),
       " · turns " + a.turns + ", tools " + a.tool_calls + ", tokens " + Number(a.tokens || 0).toLocaleString("en-US"),
