@@ -251,6 +251,15 @@ def check_world(world: dict[str, Any]) -> None:
     assert not world["canary"].exists(), "shell interpretation: the canary was created"
     after = snapshot(*world["roots"], skip=(world["repo"],))
     new = sorted(after - world["before"])
+    # exo's own note of each clone it made (agents are sandboxed, each in its own clone, by default), in the user's
+    # exo folder: every line names the world's repository and a clone under it, nothing a parameter chose
+    homes = Path(os.environ["EXO_CONFIG_DIR"]) / "clones.jsonl"
+    if str(homes) in new:
+        new.remove(str(homes))
+        repo = os.path.realpath(world["repo"])
+        for line in homes.read_text().splitlines():
+            rec = json.loads(line)
+            assert rec["repo"] == repo and rec["clone"].startswith(repo + "/.exo/worktrees/"), rec
     assert new == [], f"files written outside the repository: {new[:5]}"
     check_nothing_half_written(world["repo"])
 

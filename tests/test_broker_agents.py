@@ -79,7 +79,9 @@ def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     results.mkdir()
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     command = [sys.executable, str(PUPPET), str(results)]
-    write_trusted(repo, f"[agent]\ncommand = {json.dumps(command)}\n[broker]\nidle_exit = 1\n")
+    # the puppets are sandboxed (the default): the results folder is one they may write ([sandbox] paths)
+    write_trusted(repo, f"[agent]\ncommand = {json.dumps(command)}\n[broker]\nidle_exit = 1\n"
+                  f"[sandbox]\npaths = [{json.dumps(str(results))}]\n")
     yield Team(repo, results)
     stop_repo_agents(repo, tmux=False)
     adapter.stop(ops.paths(Env(cwd=repo)), __version__, timeout=30)
@@ -164,7 +166,7 @@ def test_what_a_request_claims_changes_nothing(team: Team) -> None:
 
 
 def test_paths_outside_the_agents_folders_are_refused(team: Team, tmp_path: Path) -> None:
-    outside = tmp_path / "outside"
+    outside = team.results / "outside"  # a folder the sandboxed agent sees (else -C fails before exo looks)
     outside.mkdir()
     canary = outside / "canary.txt"
     canary.write_text("CANARY-7f3a the text of a file no agent may make exo read\n")
@@ -292,7 +294,7 @@ def test_the_mcp_session_is_the_brokers_with_the_same_tools(team: Team) -> None:
 
 def test_the_relay_imports_no_sdk_and_opens_no_state(team: Team, tmp_path: Path) -> None:
     team.spawn("w1")
-    mark = tmp_path / "modules.json"
+    mark = team.results / "modules.json"  # where the sandboxed agent may write
     probe = ("import json, runpy, sys\nsys.argv = ['exo', 'mcp']\ntry:\n    runpy.run_module('exo_cli', "
              "run_name='__main__')\nfinally:\n    json.dump(sorted(m for m in sys.modules if m.split('.')[0] in "
              f"('mcp', 'sqlite3', '_sqlite3', 'psycopg', 'click')), open({str(mark)!r}, 'w'))\n")
@@ -370,7 +372,8 @@ def test_an_mcp_session_survives_a_broker_killed_mid_call(team: Team) -> None:
 
 
 def test_without_a_socket_an_agent_keeps_the_direct_path(team: Team) -> None:
-    team.spawn("old", env={"EXO_BROKER": "0"})
+    """An agent of an exo before the broker: no socket, unsandboxed (a sandbox hides the state it would open)."""
+    team.spawn("old", "--no-sandbox", env={"EXO_BROKER": "0"})
     environ = team.environ("old")
     assert "EXO_SOCKET" not in environ and environ["EXO_AGENT_PROOF"]
     record = Env(cwd=team.repo).store.agent("old")

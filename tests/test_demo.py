@@ -92,11 +92,13 @@ def _socket_name(repo: str) -> str:
     return "exo-" + hashlib.sha1(str(state.resolve()).encode()).hexdigest()[:10]
 
 
-def _check_result(r: dict, mux: str) -> None:
+def _check_result(r: dict, mux: str, sandboxed: bool | None = shutil.which("bwrap") is not None) -> None:
     assert r["mux"] == mux
     assert sorted(r["beads_closed"]) == ["demo-bye", "demo-cfg", "demo-doc", "demo-test"]
     agents = {a["id"]: a for a in r["agents"]}
     assert set(agents) == {"bye", "cfg", "test", "doc"}
+    if sandboxed is not None:  # sandboxing is on by default: wherever bubblewrap works, every demo agent is in it
+        assert {a["sandboxed"] for a in agents.values()} == {sandboxed}, agents
     assert all(a["completed"] and a["status"] == "done" for a in agents.values())
     assert agents["doc"]["waited_for"] == "demo-bye"  # the blocked bead ran after its blocker closed
     assert len(r["prs"]) == 4 and all(p["strategy"] == "squash" and p["base"] == "main" for p in r["prs"])
@@ -209,7 +211,23 @@ def test_demo_human_output(tmp_path: Path) -> None:
     out = proc.stdout
     assert re.search(r"exo demo finished in [\d.]+ s \(headless\)", out)
     assert "Agents spawned: 4" in out and "PRs merged: 4" in out and "Question from cfg" in out
+    assert (", sandboxed" in out) == (shutil.which("bwrap") is not None)
     assert "was removed (--no-keep)" in out
+
+
+def test_demo_runs_unsandboxed_with_a_note_where_bubblewrap_is_missing(tmp_path: Path) -> None:
+    """README's first command on a machine without bubblewrap (a PATH without bwrap): the demo still runs, its
+    agents unsandboxed, and says so in one line; where bubblewrap works the other demo tests see them sandboxed."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("git", "sh"):
+        (bare / tool).symlink_to(shutil.which(tool) or tool)
+    proc, _env = _run_demo(tmp_path, "--mux", "headless", "--no-keep",
+                           extra={"PATH": f"{bare}{os.pathsep}{Path(sys.executable).parent}"})
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    _check_result(json.loads(proc.stdout), "headless", sandboxed=False)
+    notes = [line for line in proc.stderr.splitlines() if "agents run unsandboxed" in line]
+    assert len(notes) == 1 and "bubblewrap is not installed" in notes[0] and "install bubblewrap" in notes[0]
 
 
 def test_demo_refuses_a_folder_inside_a_repository(repo: Path, tmp_path: Path) -> None:

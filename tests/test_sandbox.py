@@ -189,12 +189,16 @@ def test_doctor_and_init_say_whether_bubblewrap_works(exo: object, tmp_path: Pat
     assert done.exit_code == 0, done.stderr
     assert any("bubblewrap is not installed" in w and "apt-get install bubblewrap" in w for w in done.json()["warnings"])
     doctor = exo("doctor", env={"PATH": path})  # type: ignore[operator]
-    assert "sandbox: unavailable (bubblewrap is not installed (no bwrap on PATH))" in doctor.stdout
+    assert ("sandbox: unavailable (bubblewrap is not installed (no bwrap on PATH)): agents cannot be sandboxed here "
+            "(install bubblewrap") in doctor.stdout
     (bare / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     (bare / "bwrap").chmod(0o755)
     doctor = exo("doctor", "--json", env={"PATH": path})  # type: ignore[operator]
     assert doctor.json()["sandbox"] == {"available": False, "detail": "bwrap does not work here: bwrap: No permissions "
                                         "to create new namespace"}
+    done = exo("init", "--json", env={"PATH": path, "EXO_SANDBOX": "auto"})  # type: ignore[operator]
+    assert any("bwrap does not work here: bwrap: No permissions to create new namespace: agents cannot run in a "
+               "sandbox" in w for w in done.json()["warnings"]), done.json()
 
 
 def test_assemble_follows_links_and_guards_the_home(tmp_path: Path) -> None:

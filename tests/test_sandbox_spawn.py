@@ -97,9 +97,8 @@ def test_a_sandboxed_agent_commits_and_reaches_exo_but_nothing_else(team: Path, 
         assert merged.exit_code == 0, merged.stdout + merged.stderr
         assert (team / "agent.txt").read_text() == "work\n"
         (clone / "post.txt").unlink()  # the post-create command's report: complete would keep it as work
-        assert exo("kill", "w1").exit_code == 0  # it still sleeps: stopped first (every process of its sandbox)
-        done = exo("complete", "w1", "--json")
-        assert done.exit_code == 0, done.stdout + done.stderr
+        done = exo("complete", "w1", "--json")  # it still sleeps: complete stops it (every process of its sandbox)
+        assert done.exit_code == 0 and done.json()["stopped"] is True, done.stdout + done.stderr  # type: ignore[index]
         assert not clone.exists()
         assert exo("reap").exit_code == 0  # its private HOME and cache go with exo's folder for it
         assert not (team / ".git" / "exo" / "agents" / "w1").exists()
@@ -107,16 +106,28 @@ def test_a_sandboxed_agent_commits_and_reaches_exo_but_nothing_else(team: Path, 
         assert exo("kill", "w1").exit_code == 0
 
 
-def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path) -> None:
+def _tool(cwd: Path, tool: str, args: dict[str, object]) -> object:
+    """One call of an MCP tool through the real SDK client, in process (so the test's PATH applies)."""
+    import asyncio
+
+    from mcp import Client
+
+    from exo_cli.env import Env
+    from exo_cli.mcp_server import build_server
+
+    async def go() -> object:
+        async with Client(build_server(Env(cwd=cwd), "tl")) as c:
+            return await c.call_tool(tool, args)
+
+    return asyncio.run(go())
+
+
+def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base = ("spawn", "--worker", "w1", "--prompt", "go", "--mux", "headless")
     r = exo(*base, "--agent", "custom", "--sandbox", "--no-worktree")
     assert r.exit_code == 2 and "excludes --no-worktree" in r.stderr
     r = exo(*base, "--agent", "custom", "--sandbox", "--layout", "worktree")
     assert r.exit_code == 2 and "excludes --layout worktree" in r.stderr
-    if shutil.which("bwrap") is not None:
-        r = exo("spawn", "--subtree", "--task", "t", "--branch", "b1", "--agent", "claude", "--fork-session",
-                "--parent-session-id", "s1", "--sandbox", "--mux", "headless")
-        assert r.exit_code == 2 and "--fork-session does not work with a sandboxed agent" in r.stderr, r.stderr
     # a machine without bubblewrap: PATH without bwrap
     bare = tmp_path / "bin"
     bare.mkdir()
@@ -127,15 +138,37 @@ def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path) -
     path = {"PATH": f"{bare}:{Path(sys.executable).parent}"}
     r = exo(*base, "--agent", "custom", "--sandbox", env=path)
     assert r.exit_code == 7 and "bubblewrap is not installed" in r.stderr
-    r = exo(*base, "--agent", "custom", "--skip-permissions", env={**path, "EXO_SANDBOX": "auto"})
-    assert r.exit_code == 7 and "Refusing to let agents run tools without asking" in r.stderr
-    assert "--no-sandbox" in r.stderr
-    assert exo("agents", "--json").json()["agents"] == []  # type: ignore[index]
-    r = exo(*base, "--agent", "custom", "--skip-permissions", "--no-sandbox", "--json", env={**path, "EXO_SANDBOX": "auto"})
-    assert r.exit_code == 0, r.stderr
-    assert r.json()["agents"][0]["sandboxed"] is False  # type: ignore[index]
+    # mode auto: never silently unsandboxed, for the CLI and the MCP spawn tools alike
+    path["EXO_SANDBOX"] = "auto"
+    for agent in ("custom", "demo"):
+        r = exo(*base, "--agent", agent, "--skip-permissions", env=path)
+        assert r.exit_code == 7 and "Refusing to let agents run tools without asking" in r.stderr, r.stderr
+        assert "--no-sandbox" in r.stderr
+    with monkeypatch.context() as patched:
+        patched.setenv("PATH", path["PATH"])
+        patched.setenv("EXO_SANDBOX", "auto")
+        from mcp.shared.exceptions import MCPError
+
+        with pytest.raises(BaseException) as refused:  # an EnvironmentError is a protocol error (in the client's task group)
+            _tool(team, "spawn_workers", {"specs": [{"name": "m1", "prompt": "x", "agent": "custom"}],
+                                          "skip_permissions": True, "mux": "headless"})
+        errors, found = [refused.value], []
+        while errors:
+            e = errors.pop()
+            errors += list(getattr(e, "exceptions", ()))
+            found += [e] if isinstance(e, MCPError) else []
+        assert [(e.error.code, "Refusing to let agents run tools without asking" in e.error.message) for e in found] == [
+            (-32005, True)], refused.value
+        assert exo("agents", "--json").json()["agents"] == []  # type: ignore[index]
+        r = exo(*base, "--agent", "custom", "--json", env=path)  # no bubblewrap: unsandboxed
+        assert r.exit_code == 0 and r.json()["agents"][0]["sandboxed"] is False, r.stderr  # type: ignore[index]
+        r = exo("spawn", "--worker", "w2", "--prompt", "go", "--mux", "headless", "--agent", "custom", "--skip-permissions",
+                "--no-sandbox", "--json", env=path)
+        assert r.exit_code == 0, r.stderr
+        assert r.json()["agents"][0]["sandboxed"] is False  # type: ignore[index]
     if shutil.which("bwrap") is not None:  # where bubblewrap works, auto refuses only an unsandboxed layout
-        r = exo(*base, "--agent", "custom", "--skip-permissions", "--layout", "worktree", env={"EXO_SANDBOX": "auto"})
+        r = exo("spawn", "--worker", "w3", "--prompt", "go", "--mux", "headless", "--agent", "custom",
+                "--skip-permissions", "--layout", "worktree", env={"EXO_SANDBOX": "auto"})
         assert r.exit_code == 7 and "outside a sandbox: they work in a worktree" in r.stderr
 
 
@@ -206,3 +239,94 @@ def test_a_sandboxed_team_lead_spawns_only_sandboxed_children(team: Path, exo: E
     assert path.read_text().split() == ["unsandboxed=refused", "child=ok"]
     agents = {a["id"]: a for a in exo("agents", "--json").json()["agents"]}  # type: ignore[index]
     assert agents["c2"]["sandboxed"] is True and agents["c2"]["layout"] == "clone" and "c1" not in agents
+
+
+@needs_bwrap
+def test_a_sandboxed_subtree_forks_the_session_into_its_private_home(team: Path, exo: Exo, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """--fork-session of a sandboxed Claude subtree: the one transcript it forks is copied into its private HOME
+    (under its clone's project folder), the user's ~/.claude gets nothing; `claude --resume ID --fork-session`."""
+    from exo_cli.adapters.agents.claude import encode_project_dir
+
+    home = Path(os.environ["HOME"])
+    mine = home / ".claude" / "projects" / encode_project_dir(team)
+    mine.mkdir(parents=True)
+    (mine / "s1.jsonl").write_text('{"type":"user","message":"the parent\'s conversation"}\n')
+    bindir = tmp_path / "bin"  # a stand-in for the claude CLI: spawn needs one on PATH (the sandbox cannot run it)
+    bindir.mkdir()
+    (bindir / "claude").write_text("#!/bin/sh\nexec sleep 600\n")
+    (bindir / "claude").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    r = exo("spawn", "--subtree", "--task", "t", "--branch", "b1", "--agent", "claude", "--fork-session",
+            "--parent-session-id", "s1", "--mux", "headless", "--sandbox", "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    (agent,) = r.json()["agents"]  # type: ignore[index]
+    assert agent["sandboxed"] is True and agent["layout"] == "clone"
+    private = team / ".git" / "exo" / "agents" / "b1" / "home"
+    forked = private / ".claude" / "projects" / encode_project_dir(agent["worktree"]) / "s1.jsonl"
+    assert forked.read_text() == (mine / "s1.jsonl").read_text() and forked.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in (home / ".claude" / "projects").iterdir()) == [mine.name]
+    assert exo("kill", "b1").exit_code == 0
+
+
+def test_a_sandboxed_parents_transcript_is_read_without_following_its_links(tmp_path: Path) -> None:
+    """A sandboxed parent writes its own HOME: a transcript (or a projects folder) it made a link to the user's
+    secret is not copied into its child; its real transcript is."""
+    from exo_cli.adapters.agents import LaunchContext
+    from exo_cli.adapters.agents.claude import ClaudeBackend, encode_project_dir
+    from exo_cli.errors import NotFound
+
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("canary")
+    parent_home, child_home = tmp_path / "parent-home", tmp_path / "child-home"
+    projects = parent_home / ".claude" / "projects"
+    (projects / encode_project_dir("/p/clone")).mkdir(parents=True)
+    (projects / encode_project_dir("/p/clone") / "s1.jsonl").symlink_to(secret)
+    (projects / "linked").symlink_to(tmp_path)  # a folder link: /p/linked/<id>.jsonl would be the secret's folder
+    (tmp_path / "s2.jsonl").write_text("canary")
+    child_home.mkdir()
+
+    def fork(session: str) -> object:
+        ctx = LaunchContext(name="c", role="dev", worktree=Path("/p/child"), repo_root=tmp_path, prompt="p",
+                            agent_dir=tmp_path, state_dir=tmp_path, home=child_home, env={}, resume_session=session,
+                            fork_session=True, parent_cwd=Path("/p/clone"), parent_config=parent_home / ".claude",
+                            parent_confined=True)
+        return ClaudeBackend()._copy_transcript(ctx)
+
+    for session in ("s1", "s2"):
+        with pytest.raises(NotFound):
+            fork(session)
+    assert not any(p.is_file() for p in child_home.rglob("*"))
+    (projects / encode_project_dir("/p/clone") / "s1.jsonl").unlink()
+    (projects / encode_project_dir("/p/clone") / "s1.jsonl").write_text("conversation")
+    undo = fork("s1")
+    copied = child_home / ".claude" / "projects" / encode_project_dir("/p/child") / "s1.jsonl"
+    assert copied.read_text() == "conversation" and undo == {"kind": "remove-file", "path": str(copied)}
+
+
+@needs_bwrap
+def test_an_agent_recorded_before_sandboxing_was_on_starts_as_it_was_spawned(team: Path, exo: Exo,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deferred start (--after) recorded by an exo that had no sandbox (no `sandbox` or `layout` in its record)
+    starts unsandboxed in its worktree under mode auto, as it was asked for; a new one is sandboxed."""
+    monkeypatch.setenv("EXO_SANDBOX", "auto")
+    from exo_cli.env import Env
+    from exo_cli.ops.spawn.pending import launch_pending
+
+    assert exo("spawn", "--worker", "w1", "--prompt", "go", "--agent", "custom", "--mux", "headless").exit_code == 0
+    for name in ("old", "new"):
+        r = exo("spawn", "--worker", name, "--prompt", "later", "--agent", "custom", "--mux", "headless", "--after", "w1")
+        assert r.exit_code == 0, r.stderr
+    env = Env(cwd=team)
+    old = env.store.agent("old")
+    assert old is not None and old.spec["common"]["sandbox"] is True  # recorded under mode auto
+    spec = {**old.spec, "common": {k: v for k, v in old.spec["common"].items() if k not in ("sandbox", "layout")}}
+    env.store.update_agent("old", spec=spec)  # as an exo without a sandbox recorded it
+    for name in ("old", "new"):
+        assert launch_pending(env, name).errors == []
+    agents = {a["id"]: a for a in exo("agents", "--json").json()["agents"]}  # type: ignore[index]
+    assert (agents["old"]["sandboxed"], agents["old"]["layout"]) == (False, "worktree")
+    assert (team / ".exo" / "worktrees" / "old" / ".git").is_file()  # a linked worktree, as before
+    assert (agents["new"]["sandboxed"], agents["new"]["layout"]) == (True, "clone")
+    doctor = exo("doctor", "--json").json()
+    assert [p for p in doctor["problems"] if p["subject"] in ("old", "new")] == [], doctor  # type: ignore[index]

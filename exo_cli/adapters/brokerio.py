@@ -186,10 +186,14 @@ def unlink_owned(path: str, inode: int) -> bool:
     return owns(path, inode) and _unlink(path)
 
 
-def close_owned(sock: socket.socket, path: str, inode: int) -> None:
-    """Close a listening socket, remove its file if still ours and then its folder if that is empty."""
+def close_owned(sock: socket.socket, path: str, inode: int, *, keep_folder: bool = False) -> None:
+    """Close a listening socket, remove its file if still ours and then its folder if that is empty.
+
+    ``keep_folder``: the folder stays (a broker that stops while its agent lives: a sandbox has that very
+    folder bound inside, so the next broker's socket must appear in it, not in a new folder of that name).
+    """
     sock.close()
-    if unlink_owned(path, inode):
+    if unlink_owned(path, inode) and not keep_folder:
         try:
             os.rmdir(os.path.dirname(path))
         except OSError:

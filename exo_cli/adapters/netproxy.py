@@ -209,15 +209,16 @@ class NetProxy:
         with self.lock:
             return {name: entry.carried for name, entry in self.agents.items()}
 
-    def remove(self, agent: str) -> None:
-        """Stop listening for ``agent`` (connections already open run to their end)."""
+    def remove(self, agent: str, *, keep_folder: bool = False) -> None:
+        """Stop listening for ``agent`` (connections already open run to their end); ``keep_folder``: see
+        ``brokerio.close_owned``."""
         with self.lock:
             entry = self.agents.pop(agent, None)
             if entry is None:
                 return
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(entry.sock)
-        brokerio.close_owned(entry.sock, entry.path, entry.inode)
+        brokerio.close_owned(entry.sock, entry.path, entry.inode, keep_folder=keep_folder)
         self._wake()
 
     def close(self) -> None:

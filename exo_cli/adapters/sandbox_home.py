@@ -159,3 +159,56 @@ def _placeholder(folder: Path, name: str) -> str:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     os.close(fd)
     return str(path)
+
+
+def open_inside(folder: Path, parts: tuple[str, ...]) -> int | None:
+    """A read descriptor of the regular file ``folder/parts...``, or None.
+
+    No link is followed on the way (each folder opened below the last one, ``O_NOFOLLOW``):
+    ``folder`` is a sandboxed agent's own HOME, where it could plant a link to the user's secrets
+    for exo to copy out.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(folder, flags | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        for name in parts[:-1]:
+            if name in ("", ".", "..") or "/" in name:
+                return None
+            nxt = os.open(name, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        last = os.open(parts[-1], flags | getattr(os, "O_NONBLOCK", 0), dir_fd=fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(last).st_mode):
+        os.close(last)
+        return None
+    return last
+
+
+def copy_in(private: Path, parts: tuple[str, ...], source: int) -> Path:
+    """Copy the open file ``source`` to ``private/parts...``: folders made as real folders of ours, the file
+    made afresh (a link or file there is replaced, never followed), mode 0600. The new file's path."""
+    folder = private
+    for name in parts[:-1]:
+        folder = _folder(folder, name)
+    target = folder / parts[-1]
+    if os.path.lexists(target):
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        else:
+            os.unlink(target)
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        while chunk := os.read(source, 1 << 20):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view):]
+    finally:
+        os.close(out)
+    return target

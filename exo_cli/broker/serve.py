@@ -261,8 +261,8 @@ class Broker:
             if info and info.get("pid") == os.getpid():
                 with contextlib.suppress(OSError):
                     self.paths.pid_file.unlink()
-        for slot in list(self.slots.values()):
-            self._close_slot(slot)
+        for slot in list(self.slots.values()):  # its agents live on: their folders stay (bound in their sandboxes)
+            self._close_slot(slot, keep_folder=True)
 
     def shutdown(self) -> None:
         """After the loop: close and remove whatever is still ours."""
@@ -328,13 +328,13 @@ class Broker:
         with contextlib.suppress(OSError):
             os.write(self.wake_w, b"!")
 
-    def _close_slot(self, slot: Slot) -> None:
+    def _close_slot(self, slot: Slot, *, keep_folder: bool = False) -> None:
         self.slots.pop(slot.key, None)
         if self.net is not None:
-            self.net.remove(slot.agent)
+            self.net.remove(slot.agent, keep_folder=keep_folder)
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(slot.sock)
-        brokerio.close_owned(slot.sock, slot.path, slot.inode)
+        brokerio.close_owned(slot.sock, slot.path, slot.inode, keep_folder=keep_folder)
 
     def sync(self) -> None:
         """Sockets for the live agents recorded with one; none for agents whose process is gone."""

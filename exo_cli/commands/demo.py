@@ -23,7 +23,9 @@ def render_demo(out: Out, r: DemoResult) -> None:
     waited = [a for a in r.agents if a.waited_for]
     out.line(f"Agents spawned: {len(r.agents)} ({', '.join(a.id for a in r.agents)})"
              + (f"; {', '.join(a.id for a in waited)} only after {', '.join(a.waited_for or '' for a in waited)}"
-                " closed" if waited else ""))
+                " closed" if waited else "")
+             + ("" if not r.agents else ", sandboxed" if all(a.sandboxed for a in r.agents) else ", unsandboxed"
+                if not any(a.sandboxed for a in r.agents) else ""))
     out.line(f"Notes received: {len(r.notes)}")
     for n in r.notes:
         out.line(f"  {n.agent}: {short(n.message, 100)}")

@@ -14,6 +14,7 @@ from exo_cli.errors import EnvironmentError_
 from exo_cli.ops import completion as kinds
 from exo_cli.ops.doctor import DoctorResult
 from exo_cli.ops.lifecycle import KillResult, ReadManyResult, ReadResult, ReapResult
+from exo_cli.ops.sandbox import INSTALL_HINT
 from exo_cli.registry import invoke
 from exo_cli.render import emit
 from exo_cli.render.text import Out
@@ -61,7 +62,8 @@ def render_doctor(out: Out, result: DoctorResult) -> None:
         out.line(f"broker: {state}; {sum(1 for s in b.sockets if s.present)} agent socket(s)")
     if result.sandbox is not None:
         sb = result.sandbox
-        out.line(f"sandbox: {'bubblewrap works' if sb.available else 'unavailable'} ({sb.detail})")
+        out.line(f"sandbox: bubblewrap works ({sb.detail})" if sb.available else
+                 f"sandbox: unavailable ({sb.detail}): agents cannot be sandboxed here ({INSTALL_HINT})")
 
 
 @click.command(help=op_help("kill") + "\n\n\b\nExamples:\n  exo kill auth\n  exo kill w1 --json")

@@ -231,13 +231,13 @@ def _processes(env: Env, agent: Agent, worktree: str, *, settle: float) -> list[
     With ``settle`` 0 (the agent may still run), the agent's own processes are not counted;
     after stopping it (``settle`` > 0) they get that long to exit, and then count too.
     """
-    from exo_cli.adapters.proc import processes_inside
+    from exo_cli.adapters.proc import ancestors, processes_inside
 
     groups = _agent_groups(agent)
     deadline = time.monotonic() + settle
     while True:
         found = processes_inside(worktree, exclude=_own_pids(env))
-        agents_own = [p for p in found if p["pgid"] in groups or p["sid"] in groups]
+        agents_own = [p for p in found if {p["pgid"], p["sid"], *ancestors(p["pid"])} & groups]  # or below (a sandbox)
         if not settle:
             return [p for p in found if p not in agents_own]
         if not agents_own or time.monotonic() > deadline:

@@ -61,6 +61,7 @@ class DemoAgent:
     status: str
     completed: bool
     waited_for: str | None  # the bead that blocked this one, when it had to wait
+    sandboxed: bool = False  # it ran in bubblewrap, in its own clone (where bubblewrap works)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ class _Run:
         a = result.agents[0]
         waited = bead.blocked_by if bead.blocked_by in self.closed else None
         self.agents[a.id] = {"bead": bead.id, "branch": a.branch, "pr": None, "completed": False,
-                             "waited_for": waited}
+                             "waited_for": waited, "sandboxed": a.sandboxed}
         self.by_bead[bead.id] = a.id
         where = f"tmux window {a.id}" if self.kind == "tmux" else f"pid {a.location.get('pid')}"
         self.say(f"spawned {a.id} for {bead.id} ({bead.title}) on {a.branch}, {where}")
@@ -341,7 +342,7 @@ class _Run:
             rec = self.env.store.agent(agent_id)
             agents.append(DemoAgent(id=agent_id, bead=info["bead"], branch=info["branch"], pr=info["pr"],
                                     status=rec.status if rec else "unknown", completed=info["completed"],
-                                    waited_for=info["waited_for"]))
+                                    waited_for=info["waited_for"], sandboxed=info["sandboxed"]))
         log: list[str] = []
         with contextlib.suppress(ExoError, OSError):
             from exo_cli.adapters.git import Git
@@ -419,6 +420,11 @@ def demo(env: Env, *, mux: str | None = None, path: str | None = None, keep: boo
             runtime = senv.runtime_dir
             run = _Run(senv, kind, observer, started)
             run.say(f"created the project, {len(BEADS)} beads and exo's state; agents run {kind}")
+            from exo_cli.ops.sandbox import sandbox_status
+
+            sandbox = sandbox_status(senv)  # its exo.toml says auto: sandboxed wherever bubblewrap works
+            run.say("each agent runs sandboxed (bubblewrap), in its own clone" if sandbox.available else
+                    f"agents run unsandboxed: {sandbox.detail}; install bubblewrap to sandbox them")
             try:
                 run.loop(started + timeout)
             except TimeoutError:

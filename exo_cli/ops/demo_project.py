@@ -55,6 +55,9 @@ default = "{mux}"
 
 [forge]
 kind = "local"
+
+[sandbox]
+mode = "auto"               # each agent in bubblewrap, in its own clone, wherever bubblewrap works
 """
 
 

@@ -52,7 +52,10 @@ class LaunchContext:
     ``agent_dir`` is exo's private per-agent folder (mode 0700) where backend config files go;
     ``env`` is the environment of the ``exo spawn`` call; ``created_worktree`` says whether exo
     created the worktree (trust entries are only ever added for folders exo created).
-    ``branch`` and ``parent_cwd`` are optional and only used by Claude's ``--fork-session``.
+    ``branch`` and ``parent_cwd`` are optional and only used by Claude's ``--fork-session``;
+    ``parent_config``: the Claude folder holding the parent's transcript when it is not this
+    agent's (a sandboxed agent's ``home`` is its private HOME), ``parent_confined``: that folder
+    is a sandboxed parent's own, to be read without following a link it planted.
     ``headless``: the agent runs without a terminal (``--mux headless``), so a CLI with a print
     mode runs one turn per process and continues its session for each message (``Launch.channel``).
     """
@@ -74,6 +77,8 @@ class LaunchContext:
     branch: str | None = None
     parent_cwd: Path | None = None
     headless: bool = False
+    parent_config: Path | None = None
+    parent_confined: bool = False
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -182,29 +183,60 @@ class ClaudeBackend(Backend):
         return launch
 
     def _copy_transcript(self, ctx: LaunchContext) -> dict[str, Any] | None:
-        """Copy the parent's transcript under the worktree's project folder; return its undo."""
+        """Copy the parent's transcript under the worktree's project folder; return its undo.
+
+        A sandboxed agent's copy goes into its private HOME (``ctx.home``), from the Claude folder
+        the parent's transcript is in (``ctx.parent_config``: the user's, or a sandboxed parent's
+        private one, read without following a link the parent planted there).
+        """
         session = ctx.resume_session or ""
         if not _SESSION_ID.match(session):
             raise InvalidInput(f"invalid Claude session id {session!r}")
-        projects = config_dir(ctx.env, ctx.home) / "projects"
-        source: Path | None = None
-        if ctx.parent_cwd is not None:
-            candidate = projects / encode_project_dir(ctx.parent_cwd) / f"{session}.jsonl"
-            if candidate.is_file():
-                source = candidate
+        projects = (ctx.parent_config or config_dir(ctx.env, ctx.home)) / "projects"
+        names = ([encode_project_dir(ctx.parent_cwd)] if ctx.parent_cwd is not None else []) + (
+            sorted(p.parent.name for p in projects.glob(f"*/{session}.jsonl")) if projects.is_dir() else [])
+        name = f"{session}.jsonl"
+        if ctx.parent_config is not None:
+            from exo_cli.adapters.sandbox_home import copy_in, open_inside
+
+            base, lead = (ctx.parent_config, ("projects",)) if ctx.parent_confined else (projects, ())
+            for folder in names:
+                fd = open_inside(base, (*lead, folder, name)) if ctx.parent_confined else _open_followed(
+                    projects / folder / name)
+                if fd is not None:
+                    break
+            else:
+                raise self._no_transcript(session, projects)
+            try:
+                dest = copy_in(ctx.home, (".claude", "projects", encode_project_dir(ctx.worktree), name), fd)
+            finally:
+                os.close(fd)
+            return {"kind": "remove-file", "path": str(dest)}
+        source = next((projects / f / name for f in names if (projects / f / name).is_file()), None)
         if source is None:
-            found = sorted(projects.glob(f"*/{session}.jsonl")) if projects.is_dir() else []
-            source = found[0] if found else None
-        if source is None:
-            raise NotFound(
-                f"no Claude transcript for session {session}",
-                hint=f"Expected {projects}/<encoded parent cwd>/{session}.jsonl.",
-            )
+            raise self._no_transcript(session, projects)
         dest_dir = projects / encode_project_dir(ctx.worktree)
-        dest = dest_dir / f"{session}.jsonl"
+        dest = dest_dir / name
         if dest.resolve() == source.resolve() or dest.exists():
             return None
         dest_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, dest)
         os.chmod(dest, 0o600)
         return {"kind": "remove-file", "path": str(dest)}
+
+    @staticmethod
+    def _no_transcript(session: str, projects: Path) -> NotFound:
+        return NotFound(f"no Claude transcript for session {session}",
+                        hint=f"Expected {projects}/<encoded parent cwd>/{session}.jsonl.")
+
+
+def _open_followed(path: Path) -> int | None:
+    """A read descriptor of the user's regular file ``path`` (links followed: the user's own), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd

@@ -283,11 +283,6 @@ def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_w
                        or target.config.origin("worktree.layout") != "default", no_worktree=no_worktree,
                        skip_permissions=skip, backend=backend,
                        inherited=caller is not None and bool(caller.spec.get("sandboxed")))
-    if sandboxed and fork_session:  # the parent's transcript is not in the new agent's private HOME
-        raise UsageError("--fork-session does not work with a sandboxed agent yet",
-                         hint="Start it fresh (--no-fork-session), or spawn it with --no-sandbox.")
-    if sandboxed:
-        fork_session = False
     return Common(
         mux=mux, no_worktree=no_worktree, layout="clone" if sandboxed else chosen, sandbox=sandboxed,
         skip_permissions=skip, demo_script=demo_script,

@@ -1,7 +1,9 @@
 """Spawn's sandbox step: whether the call's agents run in bubblewrap, and each agent's command wrapped in it.
 
 ``decide`` settles it once per call from ``--sandbox/--no-sandbox`` and ``[sandbox] mode``
-(``off`` by default in this version; ``on``: every agent; ``auto``: wherever bubblewrap works).
+(``off`` by default in this version: none; ``auto``: wherever bubblewrap works; ``on``: every agent,
+an error where it does not). ``--layout worktree`` and ``--no-worktree`` ask for an unsandboxed agent
+under ``auto``.
 A sandboxed agent works in its own ``git clone --shared`` (the only layout that can be
 sandboxed). ``--skip-permissions`` (or a CLI's bypass flag in ``agent.args``) with a mode other
 than ``off`` is refused where bubblewrap does not work, unless ``--no-sandbox``: never silently
@@ -49,6 +51,8 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
         raise UsageError("a sandboxed agent works in its own clone: --sandbox (or [sandbox] mode = \"on\") excludes "
                          + ("--no-worktree" if no_worktree else "--layout worktree (or worktree.layout = \"worktree\")"),
                          hint="Drop one of them, or spawn with --no-sandbox.")
+    if other_layout and not bypass:  # auto, and the call asked for an unsandboxed layout: no need to look
+        return False
     from exo_cli.ops.sandbox import sandbox_status
 
     status = sandbox_status(target)
@@ -94,6 +98,17 @@ def make_home(env: Env, *, backend: str, path: Path, agent_dir: Path,
     environ.pop("CLAUDE_CONFIG_DIR", None)
     environ.pop("CODEX_HOME", None)
     return private, binds
+
+
+def parent_transcripts(env: Env, parent: str) -> tuple[Path, bool]:
+    """(the Claude folder holding ``parent``'s transcripts, whether it is a sandboxed parent's own) for a sandboxed
+    child's ``--fork-session``: the child's private HOME gets a copy of the one transcript it forks."""
+    from exo_cli.adapters.agents.claude import config_dir
+
+    record = env.store.agent(parent) if parent else None
+    if record is not None and record.spec.get("sandboxed") and record.spec.get("sandbox_home"):
+        return Path(str(record.spec["sandbox_home"])) / ".claude", True
+    return config_dir(env.environ, Path(env.environ.get("HOME") or os.path.expanduser("~"))), False
 
 
 def network_for(env: Env, spec: dict[str, Any]) -> Any:
@@ -151,7 +166,11 @@ def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[
     )  # fmt: skip
     # exo's files for this agent (the CLI's settings, the `exo` command folder) are read inside; the
     # Codex folder is written there
-    readable = [str(agent_dir), str(env.state_dir / "bin")]
+    import exo_cli
+
+    # ... and exo's own code, which the agent's `exo` command and the demo agent run (a checkout under /tmp, hidden
+    # otherwise)
+    readable = [str(agent_dir), str(env.state_dir / "bin"), os.path.dirname(os.path.abspath(exo_cli.__file__))]
     writable = [str(agent_dir / d) for d in ("codex-home",) if (agent_dir / d).is_dir()]
     return replace(plan, readable=(*plan.readable, *readable), writable=(*plan.writable, *writable))
 

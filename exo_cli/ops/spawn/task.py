@@ -477,17 +477,30 @@ def _backend_for(env: Env, name: str, common: Common, agent_dir: Path) -> Backen
 
     if name == "custom":
         return backends.get_backend("custom", command=env.config.get("agent.command") or None)
-    if name == "demo":
-        script = common.demo_script
+    if name == "demo":  # the agent reads its script from its own folder (a sandbox sees that, not the caller's /tmp)
         inline = env.config.get("demo.script")
-        if not script and inline:
+        data: bytes | str | None = None
+        suffix = ".json"
+        if common.demo_script:
+            from exo_cli.adapters.files import read_regular
+            from exo_cli.errors import NotFound
+
+            data, suffix = read_regular(common.demo_script), Path(common.demo_script).suffix or ".json"
+            if data is None:
+                raise NotFound(f"Demo script {common.demo_script} cannot be read (not a regular file of at most 1 MiB)",
+                               path=common.demo_script)
+        elif inline:
             import json
 
-            private_dir(agent_dir)
-            path = agent_dir / "demo-script.json"
-            wt.write_file(path, json.dumps(inline), 0o600)
-            script = str(path)
-        return backends.get_backend("demo", script=script)
+            data = json.dumps(inline)
+        if data is None:
+            return backends.get_backend("demo")
+        from exo_cli.adapters.files import atomic_write
+
+        private_dir(agent_dir)
+        path = agent_dir / f"demo-script{suffix if suffix == '.toml' else '.json'}"
+        atomic_write(path, data, mode=0o600, fsync=False)
+        return backends.get_backend("demo", script=str(path))
     return backends.get_backend(name)
 
 
@@ -523,14 +536,20 @@ def _prepare_backend(call: Call, req: Request, agent: Agent, spec: dict[str, Any
     prompt = first_prompt(req, agent.id, bead_full, title)
     extra = list((env.config.get("agent.args") or {}).get(req.agent, []) or [])
     home = Path(env.environ.get("HOME") or os.path.expanduser("~"))
+    parent_config, confined = None, False
     if spec.get("sandboxed"):
         home = Path(spec["sandbox_home"])
+        if fork:  # the transcript it forks is copied into its private HOME
+            from exo_cli.ops.spawn.sandboxing import parent_transcripts
+
+            parent_config, confined = parent_transcripts(env, str(common.parent or ""))
     lctx = LaunchContext(
         name=agent.id, role=agent.role, worktree=path, repo_root=env.repo.root, prompt=prompt,
         agent_dir=agent_dir, state_dir=env.state_dir, home=home, env=base_env,
         skip_permissions=common.skip_permissions, resume_session=resume, fork_session=fork,
         extra_args=extra, created_worktree=not common.no_worktree, branch=agent.branch,
         parent_cwd=Path(common.parent_cwd) if common.parent_cwd else None, headless=common.mux == "headless",
+        parent_config=parent_config, parent_confined=confined,
     )  # fmt: skip
     launch = backend.prepare(lctx, identity)
     if spec.get("sandboxed"):
