@@ -400,3 +400,35 @@ def test_a_submodules_contents_are_listed_not_kept_and_never_touched(work: Path,
     (work / "vendor" / "lib" / "lib.c").write_text("int changed;\n")
     ok(exo("undo", "w1", "--to", str(c["id"]), "--json"))
     assert (work / "vendor" / "lib" / "lib.c").read_text() == "int changed;\n"  # another repository's: not exo's
+
+
+def test_a_file_rewritten_in_its_index_second_is_kept_as_it_is_on_disk(repo: Path, exo: Exo) -> None:
+    """The first checkpoint seeds its shadow index from the agent's, keeping the index's time.
+
+    A file rewritten with the same size in the same second the agent's index was written matches
+    its entry's stat data; git hashes it again only because the index is no older than it. A seed
+    stamped with the time of the copy made the checkpoint keep the committed bytes instead.
+    """
+    import time
+
+    make_agent(repo, "w1")
+    wt = repo / ".exo" / "worktrees" / "w1"
+    for attempt in range(20):  # git compares whole seconds: the rewrite must fall in the index's second
+        name = f"f{attempt}.txt"
+        (wt / name).write_text("first version\n")
+        git(wt, "add", name)
+        git(wt, "commit", "-q", "-m", name)
+        (wt / name).write_text("other version\n")  # the same size, at once
+        index = Path(git(wt, "rev-parse", "--git-path", "index"))
+        index = index if index.is_absolute() else wt / index
+        if (wt / name).stat().st_mtime_ns // 10**9 == index.stat().st_mtime_ns // 10**9:
+            break
+    else:
+        pytest.skip("no rewrite fell in the same second as its index in 20 tries")
+    time.sleep(1.1)  # the checkpoint is taken in a later second than the index was written
+    end_turn(repo)
+    start_turn(repo)
+    (wt / name).unlink()
+    end_turn(repo)
+    ok(exo("undo", "w1", "--json"))
+    assert (wt / name).read_text() == "other version\n"

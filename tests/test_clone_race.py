@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -246,3 +247,35 @@ def test_a_fifo_in_the_work_tree_ends_git_at_once_not_at_its_deadline(team: Path
     assert clone.is_dir()
     (clone / "sub" / ".gitignore").unlink()
     assert exo("status", "w1", "--json").exit_code == 0
+
+
+def test_a_change_in_the_same_second_as_the_clones_index_is_seen(tmp_path: Path) -> None:
+    """exo's copy of a clone's index keeps the index's time: git's racy-clean check needs it.
+
+    A file rewritten with the same size in the same second its index was written looks unchanged by
+    its stat data; git looks at its content only because the index is no older than it. A copy stamped
+    with the time it was made made such a change look clean to status and complete (work lost).
+    """
+    from exo_cli.adapters.clones import Reader
+    from exo_cli.adapters.git import Git
+
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "base")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--shared", str(repo), str(clone)], check=True)
+    for attempt in range(20):  # git compares whole seconds: the rewrite must fall in the index's second
+        name = f"f{attempt}.txt"
+        (clone / name).write_text("first version\n")
+        git(clone, "add", name)
+        git(clone, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", name)
+        (clone / name).write_text("other version\n")  # the same size, at once
+        if (clone / name).stat().st_mtime_ns // 10**9 == (clone / ".git" / "index").stat().st_mtime_ns // 10**9:
+            break
+    else:
+        pytest.skip("no rewrite fell in the same second as its index in 20 tries")
+    time.sleep(1.1)  # exo reads later (the copy made in another second than the index was written)
+    reader = Reader(Git(repo), repo / ".git", str(clone), tmp_path / "exo-folder")
+    reader.refresh()
+    out = reader.git().run(["status", "--porcelain"], check=False).stdout
+    assert name in out, out

@@ -191,8 +191,10 @@ def test_launcher_request_round_trip():
         "keep": ["TERM", "TMUX"],
         "pid_file": "",
         "exit_file": "",
+        "keeper": "",
     }
     assert _launch.decode(encode_spec(spec)) == spec
+    assert _launch.decode(encode_spec(dict(spec, keeper="0a1b")))["keeper"] == "0a1b"
     assert _launch.decode(encode_spec(dict(spec, exit_file="/rt/a.exit")))["exit_file"] == "/rt/a.exit"
     with pytest.raises(InvalidInput):
         encode_spec(dict(spec, argv=["a\x00b"]))

@@ -241,11 +241,28 @@ def restricted_ops(role: str) -> list[str]:
     return sorted(n for n, o in registry.load_all().items() if not registry.allowed(o, role))
 
 
+def _positional_names(op_name: str) -> set[str]:
+    import click
+
+    from exo_cli.main import cli
+
+    operation = registry.get(op_name)
+    cmd: click.Command | None = cli
+    for part in (operation.cli or "").split():
+        assert isinstance(cmd, click.Group)
+        cmd = cmd.get_command(click.Context(cli), part)
+    return {str(p.name) for p in (cmd.params if cmd is not None else []) if isinstance(p, click.Argument)}
+
+
 def _args_for(op_name: str) -> list[str]:
     from test_bad_input import _cli_argv, benign
 
     operation = registry.get(op_name)
-    kwargs = {p.name: benign(str(p.annotation), p.default is p.empty) for p in operation.params()}
+    # an optional positional argument is filled too: one left out would shift the next into its place
+    # (`exo budget [AGENT] AMOUNT`), and the command line would be refused before the role is checked
+    positional = _positional_names(op_name)
+    kwargs = {p.name: benign(str(p.annotation), p.default is p.empty or p.name in positional)
+              for p in operation.params()}
     argv = _cli_argv(op_name, kwargs)
     assert argv is not None
     return argv

@@ -150,12 +150,13 @@ class Shadow:
         if not self.clone:
             return agent_git / "index"
         copy = self.folder / "agent-index"
-        data = clonestore.read_inside(agent_git, "index", limit=clones.MAX_INDEX)
-        if data is None:
+        found = clonestore.read_inside_stamped(agent_git, "index", limit=clones.MAX_INDEX)
+        if found is None:
             with contextlib.suppress(FileNotFoundError):
                 copy.unlink()
         else:
-            atomic_write(copy, data, mode=0o600, fsync=False)
+            atomic_write(copy, found[0], mode=0o600, fsync=False)
+            os.utime(copy, ns=(found[1], found[1]))  # the index's own time: git's racy-clean check needs it
         return copy
 
     def _git(self) -> tuple[Git, dict[str, str]]:
@@ -172,8 +173,10 @@ class Shadow:
         if self.index.exists() or not agent_index.is_file():
             return []
         tmp = self.index.with_name("index.seed")
+        stamp = agent_index.stat().st_mtime_ns  # before the copy: a newer index read after it only means more checks
         shutil.copyfile(agent_index, tmp)
         os.chmod(tmp, 0o600)
+        os.utime(tmp, ns=(stamp, stamp))  # a file changed in the index's own second is then looked at again
         os.replace(tmp, self.index)
         git, env = self._git()
         flagged = _z(git.run(["ls-files", "-z", "-v", "-t"], env=env, check=False).stdout)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from exo_cli import fault
 from exo_cli.adapters import gitdir
-from exo_cli.adapters.clonestore import MAX_PACKED_REFS, check_store, mirror, read_inside
+from exo_cli.adapters.clonestore import MAX_PACKED_REFS, check_store, mirror, read_inside, read_inside_stamped
 from exo_cli.adapters.files import atomic_write, ensure_private_dir
 from exo_cli.adapters.git import Git
 from exo_cli.adapters.rmtree import remove_tree
@@ -304,11 +304,11 @@ class Reader:
         labels = {label: oid for label, oid in refs.state.items() if oid in commits}
         self.state = {f"refs/state/{n}": label for n, label in enumerate(labels, 1)}
         self._write_refs(refs.branches, {ref: labels[label] for ref, label in self.state.items()})
-        index = read_inside(os.path.join(self.clone, ".git"), "index", limit=MAX_INDEX)
-        if index is not None and not index.startswith(b"DIRC"):
-            index = None
-        if index is not None:
+        stamped = read_inside_stamped(os.path.join(self.clone, ".git"), "index", limit=MAX_INDEX)
+        index = stamped[0] if stamped is not None and stamped[0].startswith(b"DIRC") else None
+        if stamped is not None and index is not None:
             atomic_write(g / "index", index, mode=0o600, fsync=False)
+            os.utime(g / "index", ns=(stamped[1], stamped[1]))  # git's racy-clean check compares with it
             if not self.git().run(["ls-files", "--", ":(exclude)*"], check=False).ok:
                 index = None  # git cannot read it here (a split index's shared part is the clone's): from HEAD
         if index is None:

@@ -43,6 +43,18 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 def read_inside(root: str | os.PathLike[str], rel: str, *, limit: int = MAX_SMALL) -> bytes | None:
     """The bytes of regular file ``root/rel``, opened one component at a time without following a link; None
     when any component is missing, a link or not what it should be, or the file is over ``limit``."""
+    found = read_inside_stamped(root, rel, limit=limit)
+    return None if found is None else found[0]
+
+
+def read_inside_stamped(root: str | os.PathLike[str], rel: str, *,
+                        limit: int = MAX_SMALL) -> tuple[bytes, int] | None:
+    """``read_inside`` and the file's modification time (ns) as read from the same descriptor.
+
+    A copy of a git index must keep its index's time: git takes an entry whose file changed in the
+    same second as the index was written as "racily clean" only by comparing with the index's own
+    time, and a copy stamped now would show such a change as clean.
+    """
     parts = [p for p in rel.split("/") if p]
     if not parts or any(p in (".", "..") for p in parts):
         return None
@@ -53,9 +65,11 @@ def read_inside(root: str | os.PathLike[str], rel: str, *, limit: int = MAX_SMAL
             fds.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
         fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fds[-1])
         fds.append(fd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return None
-        return read_fd(fd, limit)
+        data = read_fd(fd, limit)
+        return None if data is None else (data, st.st_mtime_ns)
     except OSError:
         return None
     finally:
