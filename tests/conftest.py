@@ -44,7 +44,13 @@ def isolate(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n")
+    if os.environ.get(SANDBOX_VAR):  # the run asks for another [sandbox] mode (EXO_* is scrubbed: this knob is not)
+        monkeypatch.setenv("EXO_SANDBOX", os.environ[SANDBOX_VAR])
     return home
+
+
+# EXO_TEST_SANDBOX=auto (or on) runs the suite with that [sandbox] mode: what `auto` by default would do
+SANDBOX_VAR = "EXO_TEST_SANDBOX"
 
 
 # -- the same tests against both stores ------------------------------------------------------

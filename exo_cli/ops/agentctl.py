@@ -587,6 +587,10 @@ def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = 
                 smux.kill(svc, grace=2.0)
         except (ExoError, OSError):
             continue
+    if agent.spec.get("sandboxed"):  # the inside of its sandbox left the group (bwrap --new-session): gone too
+        from exo_cli.adapters.proc import stop_marked
+
+        stop_marked({"EXO_AGENT": agent.id, "EXO_STATE_DIR": str(env.state_dir)})
     became_dead = False
     if agent.status not in (DONE,) or status == DONE:
         env.store.update_agent(agent.id, status=status, status_reason=reason)

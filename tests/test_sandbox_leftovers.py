@@ -1,0 +1,93 @@
+"""What a sandboxed agent leaves behind once it is stopped, and once exo leaves the repository.
+
+Found running the suite with ``[sandbox] mode = "auto"`` (issue 31 item 4; /work/notes list): ``exo kill``
+returned while the inside of the agent's bubblewrap still ran (bwrap starts it in a session of its own,
+outside the process group exo stops); the user's list of clones (``~/.config/exo/clones.jsonl``) grew a
+line per sandboxed agent and outlived ``exo deinit``; a deinit killed after it deleted the clones' refs
+left their empty folders under ``.git/refs/exo`` for good. Real bubblewrap, real processes, one repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, Exo, run_exo, stop_repo_agents, wait_for
+from exo_cli.adapters import clones
+from exo_cli.adapters.proc import carrying
+from exo_cli.env import Env
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                                 reason="bubblewrap is not installed (under CI it must be: .ci/run installs it)")
+
+# several processes inside the sandbox, the last one the agent itself
+AGENT = ["sh", "-c", "sleep 600 & sleep 600 & exec sleep 600", "{prompt}"]
+
+
+def inside(env: Env, agent: str) -> set[int]:
+    """The live processes that carry the agent's identity (its sandbox's inside among them)."""
+    return set(carrying("EXO_AGENT", agent)) & set(carrying("EXO_STATE_DIR", str(env.state_dir)))
+
+
+@needs_bwrap
+def test_kill_returns_once_the_sandbox_is_empty_and_deinit_leaves_no_trace(repo: Path, isolate: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = isolate / ".config" / "exo"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "config.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\n")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    exo = Exo(repo)
+    env = Env(cwd=repo)
+    try:
+        for name in ("w1", "w2", "w3"):
+            r = exo("spawn", "--worker", name, "--prompt", "x", "--agent", "custom", "--mux", "headless", "--sandbox")
+            assert r.exit_code == 0, r.stderr
+            agent = env.store.agent(name)
+            assert agent is not None and agent.spec.get("sandboxed")
+            if name == "w3":  # bwrap's init and the sleeps (and the network's bridge): the sandbox is up
+                wait_for(lambda: len(inside(env, "w3")) >= 4, timeout=60, what="w3's sandbox to start")
+            # each stop: nothing of its sandbox runs once it says stopped (w1, w2: stopped while it starts)
+            assert exo("kill", name).exit_code == 0
+            assert inside(env, name) == set()
+        homes = cfg / clones.HOMES
+        assert len(homes.read_text().splitlines()) == 3
+
+        killed = run_exo("deinit", cwd=repo, env={"EXO_FAULT": "deinit.files"})
+        assert killed.returncode == 137, killed.stderr
+        done = run_exo("deinit", cwd=repo)
+        assert done.returncode == 0, done.stderr
+        assert not homes.exists()  # the clones' lines went with the repository, and the file with its last line
+        assert not (repo / ".git" / "refs" / "exo").exists()  # no empty folder of the clones' refs
+    finally:
+        stop_repo_agents(repo)
+
+
+def test_the_list_of_clones_holds_only_clones_that_exist(tmp_path: Path) -> None:
+    folder = tmp_path / "exo"
+    repo_a, repo_b = tmp_path / "a", tmp_path / "b"
+    made = {}
+    for name, repo in (("a1", repo_a), ("a2", repo_a), ("b1", repo_b)):
+        made[name] = tmp_path / name
+        made[name].mkdir()
+        clones.record_home(folder, made[name], repo)
+    assert clones.home_of(folder, made["a1"]) == repo_a
+    (tmp_path / "other").mkdir()
+    made["a2"].rmdir()
+    (tmp_path / "other").rename(made["a2"])  # another folder at the same path: not the clone exo recorded
+    made["b1"].rmdir()
+    with (folder / clones.HOMES).open("a") as fh:
+        fh.write("not json\n")
+    made["a3"] = tmp_path / "a3"
+    made["a3"].mkdir()
+    clones.record_home(folder, made["a3"], repo_a)  # each new line drops the lines of clones gone
+    lines = [json.loads(x)["clone"] for x in (folder / clones.HOMES).read_text().splitlines()]
+    assert lines == [str(made["a1"]), str(made["a3"])]
+    assert clones.forget_homes(folder, repo_b) == 0
+    assert clones.forget_homes(folder, repo_a, apply=False) == 2 and (folder / clones.HOMES).exists()
+    assert clones.forget_homes(folder, repo_a) == 2
+    assert not (folder / clones.HOMES).exists()
+    assert clones.forget_homes(folder, repo_a) == 0
