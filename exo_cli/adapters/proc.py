@@ -387,28 +387,6 @@ def carrying(name: str, value: str, *, prefix: bool = False) -> list[int]:
     return out
 
 
-def stop_marked(marks: Mapping[str, str], *, grace: float = 3.0) -> list[int]:
-    """Stop the live processes whose environment has every ``name=value`` of ``marks`` and wait until they are gone:
-    SIGTERM, then SIGKILL after ``grace`` seconds; which were found. For what left a group ``kill_group`` stopped,
-    such as the inside of a sandbox (bwrap starts it in a session of its own, torn down only after bwrap ends)."""
-    import signal
-
-    def found() -> set[int]:
-        sets = [set(carrying(k, v)) for k, v in marks.items()]
-        return set.intersection(*sets) - {os.getpid()} if sets else set()
-
-    first = found()
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        left = found()
-        if not left:
-            break
-        _signal_each(left, sig)
-        deadline = time.monotonic() + wait
-        while found() and time.monotonic() < deadline:
-            time.sleep(0.02)
-    return sorted(first)
-
-
 def kill_group(pgid: int, *, grace: float = 3.0, leader_start_time: int | None = None) -> bool:
     """Stop process group ``pgid``: SIGTERM, then SIGKILL after ``grace`` seconds.
 

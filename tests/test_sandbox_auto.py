@@ -1,10 +1,12 @@
-"""What a sandboxed agent leaves behind once it is stopped, and once exo leaves the repository.
+"""Sandboxed agents where the suite run with ``[sandbox] mode = "auto"`` found them wrong (issue 31 item 4).
 
-Found running the suite with ``[sandbox] mode = "auto"`` (issue 31 item 4; /work/notes list): ``exo kill``
+A sandboxed custom agent never went idle: the watcher took bwrap, its init and the network's bridge
+for a build the agent runs. What it left behind: ``exo kill``
 returned while the inside of the agent's bubblewrap still ran (bwrap starts it in a session of its own,
 outside the process group exo stops); the user's list of clones (``~/.config/exo/clones.jsonl``) grew a
 line per sandboxed agent and outlived ``exo deinit``; a deinit killed after it deleted the clones' refs
-left their empty folders under ``.git/refs/exo`` for good. Real bubblewrap, real processes, one repository.
+left their empty folders under ``.git/refs/exo`` for good. Real bubblewrap, real processes, tmux on the
+run's private server.
 """
 
 from __future__ import annotations
@@ -91,3 +93,24 @@ def test_the_list_of_clones_holds_only_clones_that_exist(tmp_path: Path) -> None
     assert clones.forget_homes(folder, repo_a) == 2
     assert not (folder / clones.HOMES).exists()
     assert clones.forget_homes(folder, repo_a) == 0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mux", ["headless", "tmux"])
+def test_a_quiet_sandboxed_custom_agent_goes_idle(repo: Path, isolate: Path, mux: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = isolate / ".config" / "exo"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "config.toml").write_text('[agent]\ncommand = ["sh", "-c", "echo ready; exec sleep 600", "{prompt}"]\n'
+                                     "idle_quiet_seconds = 2\n")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    try:
+        r = run_exo("spawn", "--worker", "q", "--prompt", "x", "--agent", "custom", "--mux", mux, "--sandbox",
+                    cwd=repo)
+        assert r.returncode == 0, r.stderr
+        r = run_exo("wait", "q", "--timeout", "40", "--json", cwd=repo, timeout=90)
+        assert r.returncode == 0, r.stderr
+        (entry,) = json.loads(r.stdout)["results"]
+        assert entry["status"] == "idle", r.stdout
+    finally:
+        stop_repo_agents(repo)
