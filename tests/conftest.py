@@ -64,6 +64,10 @@ BOTH_STORES = {"test_store", "test_messages", "test_messages_helpers", "test_spa
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_only: a test about the SQLite store itself (not run on PostgreSQL)")
+    if os.environ.get(SANDBOX_VAR) and config.option.basetemp is None and not hasattr(config, "workerinput"):
+        # a sandbox has a /tmp of its own: the tests' folders (fake CLIs, scripts, result files) go where it
+        # sees them (read-only, but for what exo makes writable; the repository and exo's state stay hidden)
+        config.option.basetemp = str(ROOT / ".pytest-sandbox")
     leftovers.pytest_configure(config)
 
 

@@ -97,20 +97,25 @@ def test_the_list_of_clones_holds_only_clones_that_exist(tmp_path: Path) -> None
 
 @needs_bwrap
 @pytest.mark.parametrize("mux", ["headless", "tmux"])
-def test_a_quiet_sandboxed_custom_agent_goes_idle(repo: Path, isolate: Path, mux: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("build", [False, True], ids=["quiet", "building"])
+def test_a_quiet_sandboxed_custom_agent_goes_idle_unless_it_builds(repo: Path, isolate: Path, mux: str, build: bool,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Quiet for idle_quiet_seconds: idle, but not while it runs a child process (its "build"); bwrap, its init,
+    the network's bridge and the pane's keeper are none."""
+    script = "echo ready; sleep 600" if build else "echo ready; exec sleep 600"
     cfg = isolate / ".config" / "exo"
     cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "config.toml").write_text('[agent]\ncommand = ["sh", "-c", "echo ready; exec sleep 600", "{prompt}"]\n'
+    (cfg / "config.toml").write_text(f'[agent]\ncommand = ["sh", "-c", {json.dumps(script)}, "{{prompt}}"]\n'
                                      "idle_quiet_seconds = 2\n")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     try:
         r = run_exo("spawn", "--worker", "q", "--prompt", "x", "--agent", "custom", "--mux", mux, "--sandbox",
                     cwd=repo)
         assert r.returncode == 0, r.stderr
-        r = run_exo("wait", "q", "--timeout", "40", "--json", cwd=repo, timeout=90)
+        r = run_exo("wait", "q", "--timeout", "8" if build else "40", "--json", cwd=repo, timeout=90)
         assert r.returncode == 0, r.stderr
         (entry,) = json.loads(r.stdout)["results"]
-        assert entry["status"] == "idle", r.stdout
+        assert entry["status"] == ("running" if build else "idle"), r.stdout
+        assert json.loads(r.stdout)["timed_out"] is build
     finally:
         stop_repo_agents(repo)

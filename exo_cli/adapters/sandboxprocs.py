@@ -47,7 +47,8 @@ def sandboxed_children(pid: int) -> list[int]:
     ours = {os.path.join(here, "netbridge.py"), os.path.join(here, "mux", "_runner.py"), "exo-keeper"}
 
     def agents(parent: int) -> list[int]:
-        return [c for c in children_of(parent) if not ours & set(cmdline(c).split(" "))]
+        return [c for c in children_of(parent)  # (bwrap's own command line names the bridge: the agent's prelude)
+                if command_name(c) == "bwrap" or not ours & set(cmdline(c).split(" "))]
 
     for _ in range(3):  # bwrap, then its init
         if command_name(pid) != "bwrap":
