@@ -119,3 +119,34 @@ def test_a_quiet_sandboxed_custom_agent_goes_idle_unless_it_builds(repo: Path, i
         assert json.loads(r.stdout)["timed_out"] is build
     finally:
         stop_repo_agents(repo)
+
+
+@needs_bwrap
+def test_doctor_rebuilds_a_live_sandboxed_agent_as_sandboxed(repo: Path, isolate: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state lost, `exo doctor` rebuilds live agents' records: a sandboxed one's says sandboxed (else it would
+    be watched, stopped and started again as an unsandboxed agent)."""
+    cfg = isolate / ".config" / "exo"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "config.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\nidle_quiet_seconds = 3600\n")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    try:
+        for name, mux, flag in (("s1", "headless", "--sandbox"), ("s2", "tmux", "--sandbox"),
+                                ("u1", "headless", "--no-sandbox")):
+            r = run_exo("spawn", "--worker", name, "--prompt", "x", "--agent", "custom", "--mux", mux, flag, cwd=repo)
+            assert r.returncode == 0, r.stderr
+        env = Env(cwd=repo)
+        for name in ("s1", "s2"):
+            wait_for(lambda n=name: len(inside(env, n)) >= 4, timeout=60, what=f"{name}'s sandbox to start")
+        db = env.state_dir / "state.db"
+        env.store.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        r = run_exo("doctor", "--json", cwd=repo)
+        rebuilt = sorted(p["subject"] for p in json.loads(r.stdout)["problems"]
+                         if p["kind"] == "lost-record" and p["repaired"])
+        assert rebuilt == ["s1", "s2", "u1"], r.stdout
+        agents = {a["id"]: a for a in json.loads(run_exo("agents", "--json", cwd=repo).stdout)["agents"]}
+        assert {n: agents[n]["sandboxed"] for n in ("s1", "s2", "u1")} == {"s1": True, "s2": True, "u1": False}
+    finally:
+        stop_repo_agents(repo)

@@ -58,3 +58,10 @@ def sandboxed_children(pid: int) -> list[int]:
             return inner
         pid = inner[0]
     return agents(pid)
+
+
+def runs_sandboxed(pid: int | None) -> bool:
+    """Whether the agent process ``pid`` (a pane's, or the headless runner / Zellij launcher that runs it) is a
+    bubblewrap sandbox: what ``exo doctor`` records of an agent whose record was lost."""
+    return bool(pid) and (command_name(pid or 0) == "bwrap" or any(command_name(c) == "bwrap"
+                                                                     for c in children_of(pid or 0)))
