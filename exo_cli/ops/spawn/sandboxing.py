@@ -133,17 +133,11 @@ def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[
     from dataclasses import replace
 
     from exo_cli.adapters import sandbox
-    from exo_cli.adapters.files import atomic_write
     from exo_cli.adapters.mux import tmux_socket
 
     home = Path(env.environ.get("HOME") or os.path.expanduser("~"))
     private, cache = private_places(agent_dir)
-    git_config = agent_dir / "git-config"
-    try:
-        text = (env.repo.common_dir / "config").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    atomic_write(git_config, sandbox.clean_git_config(text), mode=0o600, fsync=False)
+    git_config = sandbox.write_clean_git_config(env.repo.common_dir, agent_dir / "git-config")
     socket = environ.get("EXO_SOCKET")
     places = sandbox.Agent(
         clone=str(path), repository=str(env.repo.root), state_dir=str(env.state_dir), runtime_dir=str(env.runtime_dir),
