@@ -46,6 +46,18 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
     if flag is False or (flag is None and mode == "off"):
         return False
     required = flag is True or mode == "on"
+    from exo_cli.ops import broker
+
+    if not broker.enabled(target):  # the state is hidden from a sandbox: its agent reaches exo only by its socket
+        if required:
+            raise UsageError("a sandboxed agent reaches exo only through the team broker, which is off ([broker] "
+                             "enabled = false or EXO_BROKER=0)", hint="Turn the broker on, or spawn with --no-sandbox.")
+        if bypass:
+            raise EnvironmentError_(
+                "Refusing to let agents run tools without asking (--skip-permissions or a bypass flag in agent.args) "
+                "outside a sandbox: agents are sandboxed only with the team broker on, and it is off",
+                hint="Turn the broker on, or spawn with --no-sandbox to run them unsandboxed anyway.")
+        return False
     other_layout = no_worktree or (explicit_layout and layout != "clone")
     if required and other_layout:
         raise UsageError("a sandboxed agent works in its own clone: --sandbox (or [sandbox] mode = \"on\") excludes "
