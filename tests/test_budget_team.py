@@ -123,12 +123,14 @@ def test_a_custom_agent_reporting_usage_takes_the_team_over_and_the_store_holds_
 
     make_agent(repo, "c2", backend="custom", status="working")
     make_agent(repo, "w", status="idle")
+    make_agent(repo, "f", status="failed-turn")  # at rest after an API error: a typed message would start a turn
     human = env_for(repo)
     assert invoke("budget", human, amount="100", tokens=True, team=True).budget_tokens == 100
     invoke("report_usage", env_for(repo, "c2"), model="house", input=150)  # through exo usage / report_usage
     store = human.store
     reason = "over budget: the team used 150 of 100 tokens"
     assert (store.agent("w").status, store.agent("w").status_reason) == ("over-budget", reason)  # type: ignore[union-attr]
+    assert (store.agent("f").status, store.agent("f").status_reason) == ("over-budget", reason)  # type: ignore[union-attr]
     assert store.agent("c2").status == "working"  # type: ignore[union-attr]  # it stops when it comes to rest
     c2 = agentctl.went_idle(human, store.agent("c2"), "done", "fence")  # type: ignore[arg-type]
     assert (c2.status, c2.status_reason) == ("over-budget", reason)

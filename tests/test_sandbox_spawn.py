@@ -170,6 +170,16 @@ def test_the_rules_of_the_sandbox_choice(team: Path, exo: Exo, tmp_path: Path, m
         r = exo("spawn", "--worker", "w3", "--prompt", "go", "--mux", "headless", "--agent", "custom",
                 "--skip-permissions", "--layout", "worktree", env={"EXO_SANDBOX": "auto"})
         assert r.exit_code == 7 and "outside a sandbox: they work in a worktree" in r.stderr
+    # the broker off: a sandbox hides the state, so its agent could never reach exo (no socket)
+    off = {"EXO_BROKER": "0"}
+    r = exo("spawn", "--worker", "w6", "--prompt", "go", "--mux", "headless", "--agent", "custom", "--sandbox", env=off)
+    assert r.exit_code == 2 and "only through the team broker" in r.stderr, r.stderr
+    r = exo("spawn", "--worker", "w4", "--prompt", "go", "--mux", "headless", "--agent", "custom",
+            "--skip-permissions", env={**off, "EXO_SANDBOX": "auto"})
+    assert r.exit_code == 7 and "only with the team broker on" in r.stderr, r.stderr
+    r = exo("spawn", "--worker", "w5", "--prompt", "go", "--mux", "headless", "--agent", "custom", "--json",
+            env={**off, "EXO_SANDBOX": "auto"})
+    assert r.exit_code == 0 and r.json()["agents"][0]["sandboxed"] is False, r.stderr  # type: ignore[index]
 
 
 def test_the_repositorys_exo_toml_cannot_widen_the_sandbox(team: Path, exo: Exo) -> None:

@@ -411,6 +411,18 @@ def _home_relative(path: str, home: str) -> str:
     return os.path.join(home, path[2:]) if path == "~" or path.startswith("~/") else path
 
 
+def write_clean_git_config(common_dir: Path, dest: Path) -> Path:
+    """Write the repository's ``.git/config`` as a sandbox sees it (``clean_git_config``) to ``dest``; ``dest``."""
+    from exo_cli.adapters.files import atomic_write
+
+    try:
+        text = (common_dir / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    atomic_write(dest, clean_git_config(text), mode=0o600, fsync=False)
+    return dest
+
+
 def clean_git_config(text: str) -> str:
     """The repository's ``.git/config`` as a sandbox sees it: the format keys only.
 

@@ -200,7 +200,7 @@ def copy_in(private: Path, parts: tuple[str, ...], source: int) -> Path:
     target = folder / parts[-1]
     if os.path.lexists(target):
         if os.path.isdir(target) and not os.path.islink(target):
-            shutil.rmtree(target)
+            remove_tree(target)
         else:
             os.unlink(target)
     out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)

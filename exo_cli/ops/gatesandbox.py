@@ -79,19 +79,14 @@ def sandboxed(env: Env, base: str, clone: str, environ: dict[str, str]) -> Itera
     """The sandbox ``Plan`` of the gates run in ``clone`` (its argv empty: ``run_gate`` sets each gate's), with the
     allow-list proxy serving it while the block runs."""
     from exo_cli.adapters import netpolicy, sandbox
-    from exo_cli.adapters.files import atomic_write, ensure_private_dir
+    from exo_cli.adapters.files import ensure_private_dir
 
     top = Path(mq.folder(env, base))
     home = Path(home_of(clone))
     real_home = env.environ.get("HOME") or os.path.expanduser("~")
     _fill_home(env, home, real_home, clone, environ)
     cache = ensure_private_dir(top / "cache", parents=True)
-    git_config = top / "git-config"
-    try:
-        text = (env.repo.common_dir / "config").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    atomic_write(git_config, sandbox.clean_git_config(text), mode=0o600, fsync=False)
+    git_config = sandbox.write_clean_git_config(env.repo.common_dir, top / "git-config")
     places = sandbox.Agent(
         clone=clone, repository=str(env.repo.root), state_dir=str(env.state_dir), runtime_dir=str(env.runtime_dir),
         home=real_home, private_home=str(home), cache=str(cache),

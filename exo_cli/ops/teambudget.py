@@ -128,8 +128,8 @@ def stopped(env: Env, agent: Agent, s: Spent) -> None:
     human raised it since the turn was judged, whatever was just held is released instead."""
     reason = f"over budget: {s.text()}"[:500]
     for other in env.store.agents():
-        if other.id not in (ROOT, agent.id) and other.live and other.status == IDLE:
-            env.store.update_agent(other.id, if_status=IDLE, status=OVER_BUDGET, status_reason=reason)
+        if other.id not in (ROOT, agent.id) and other.live and other.status in AT_REST:  # failed-turn rests too
+            env.store.update_agent(other.id, if_status=other.status, status=OVER_BUDGET, status_reason=reason)
     if over(env) is None:  # raised meanwhile: `exo budget --team` released before these were held
         release(env)
         return

@@ -46,6 +46,18 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
     if flag is False or (flag is None and mode == "off"):
         return False
     required = flag is True or mode == "on"
+    from exo_cli.ops import broker
+
+    if not broker.enabled(target):  # the state is hidden from a sandbox: its agent reaches exo only by its socket
+        if required:
+            raise UsageError("a sandboxed agent reaches exo only through the team broker, which is off ([broker] "
+                             "enabled = false or EXO_BROKER=0)", hint="Turn the broker on, or spawn with --no-sandbox.")
+        if bypass:
+            raise EnvironmentError_(
+                "Refusing to let agents run tools without asking (--skip-permissions or a bypass flag in agent.args) "
+                "outside a sandbox: agents are sandboxed only with the team broker on, and it is off",
+                hint="Turn the broker on, or spawn with --no-sandbox to run them unsandboxed anyway.")
+        return False
     other_layout = no_worktree or (explicit_layout and layout != "clone")
     if required and other_layout:
         raise UsageError("a sandboxed agent works in its own clone: --sandbox (or [sandbox] mode = \"on\") excludes "
@@ -133,17 +145,11 @@ def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[
     from dataclasses import replace
 
     from exo_cli.adapters import sandbox
-    from exo_cli.adapters.files import atomic_write
     from exo_cli.adapters.mux import tmux_socket
 
     home = Path(env.environ.get("HOME") or os.path.expanduser("~"))
     private, cache = private_places(agent_dir)
-    git_config = agent_dir / "git-config"
-    try:
-        text = (env.repo.common_dir / "config").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    atomic_write(git_config, sandbox.clean_git_config(text), mode=0o600, fsync=False)
+    git_config = sandbox.write_clean_git_config(env.repo.common_dir, agent_dir / "git-config")
     socket = environ.get("EXO_SOCKET")
     places = sandbox.Agent(
         clone=str(path), repository=str(env.repo.root), state_dir=str(env.state_dir), runtime_dir=str(env.runtime_dir),

@@ -422,6 +422,8 @@ def _socket(call: Call, agent: Agent, spec: dict[str, Any]) -> str | None:
     except ExoError as exc:
         spec.pop(broker.KEY_FIELD, None)
         env.store.update_agent(agent.id, spec=spec)
+        if call.common.sandbox:  # the state is hidden from its sandbox: without its socket it could not reach exo
+            raise
         call.warn(f"{agent.id}: works without exo's broker ({exc.message})" + (f" {exc.hint}" if exc.hint else ""))
         return None
 
