@@ -44,7 +44,13 @@ def isolate(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n")
+    if os.environ.get(SANDBOX_VAR):  # the run asks for another [sandbox] mode (EXO_* is scrubbed: this knob is not)
+        monkeypatch.setenv("EXO_SANDBOX", os.environ[SANDBOX_VAR])
     return home
+
+
+# EXO_TEST_SANDBOX=auto (or on) runs the suite with that [sandbox] mode: what `auto` by default would do
+SANDBOX_VAR = "EXO_TEST_SANDBOX"
 
 
 # -- the same tests against both stores ------------------------------------------------------
@@ -58,6 +64,10 @@ BOTH_STORES = {"test_store", "test_messages", "test_messages_helpers", "test_spa
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_only: a test about the SQLite store itself (not run on PostgreSQL)")
+    if os.environ.get(SANDBOX_VAR) and config.option.basetemp is None and not hasattr(config, "workerinput"):
+        # a sandbox has a /tmp of its own: the tests' folders (fake CLIs, scripts, result files) go where it
+        # sees them (read-only, but for what exo makes writable; the repository and exo's state stay hidden)
+        config.option.basetemp = str(ROOT / ".pytest-sandbox")
     leftovers.pytest_configure(config)
 
 

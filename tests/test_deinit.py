@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,7 +21,11 @@ from conftest import ROOT, Exo, git, run_exo, stop_repo_agents
 from exo_cli.env import Env
 
 # Parts of .git that git itself rewrites as it works (objects, the index's stat cache, logs): not exo's.
-GIT_OWN = (".git/objects", ".git/logs", ".git/index", ".git/COMMIT_EDITMSG", ".git/ORIG_HEAD")
+GIT_OWN = (".git/objects", ".git/logs", ".git/index", ".git/COMMIT_EDITMSG", ".git/ORIG_HEAD",
+           # exo's reading of a sandboxed agent's clone: its folder and the refs that mirror the clone's commits,
+           # refreshed by every look at the clone as git's index stat cache is by `git status` in a worktree
+           ".git/exo/clones", ".git/refs/exo/clones")
+CLONE_MIRROR = re.compile(r"^refs/exo/clones/[^/]+/(?!base )")
 USER_MCP = '{\n    "mcpServers": {"mine": {"command": "my-server"}}\n}\n'  # the user's own formatting
 USER_CLAUDE = '{"numStartups": 3, "projects": {"/somewhere": {"allowedTools": []}}}'
 
@@ -47,7 +52,8 @@ def snapshot(*roots: Path) -> dict[str, object]:
             else:
                 out[key] = ("file", st.st_mode, p.read_bytes())
         if (root / ".git").is_dir():
-            out[f"{root}:refs"] = git(root, "for-each-ref", "--format=%(refname) %(objectname)")
+            refs = git(root, "for-each-ref", "--format=%(refname) %(objectname)")
+            out[f"{root}:refs"] = "\n".join(x for x in refs.splitlines() if not CLONE_MIRROR.match(x))
             out[f"{root}:worktrees"] = git(root, "worktree", "list", "--porcelain")
     return out
 

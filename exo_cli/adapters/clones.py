@@ -38,7 +38,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli import fault
 from exo_cli.adapters import gitdir
@@ -49,7 +49,7 @@ from exo_cli.adapters.rmtree import remove_tree
 from exo_cli.errors import StateError, external
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 
 CLONE_REFS = "refs/exo/clones/"
@@ -457,22 +457,88 @@ def operations_in_progress(clone: str | os.PathLike[str]) -> list[str]:
 
 # --------------------------------------------------------------------------- where a clone's team is
 
-HOMES = "clones.jsonl"  # in the user's exo folder: every clone exo made, and the repository it belongs to
+HOMES = "clones.jsonl"  # in the user's exo folder: every live clone exo made, and the repository it belongs to
 
 
 def record_home(folder: Path, clone: Path, repo_root: Path) -> None:
-    """Note that ``clone`` (its real path and inode) is an agent's clone of ``repo_root`` (one short append)."""
+    """Note that ``clone`` (its real path and inode) is an agent's clone of ``repo_root``.
+
+    The file holds the clones that still exist: lines of clones gone (or replaced: another inode)
+    are dropped as this one is added, so it never grows past the clones on disk. Rewritten
+    whole under a lock on the file itself (readers see the old file or the new one, never half).
+    """
     import json
 
     st = os.stat(clone)
     line = json.dumps({"clone": os.path.realpath(clone), "dev": st.st_dev, "ino": st.st_ino,
                        "repo": os.path.realpath(repo_root)})
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / HOMES, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    _rewrite_homes(folder, _still_there, add=line)
+
+
+def forget_homes(folder: Path, repo_root: Path, *, apply: bool = True) -> int:
+    """Drop every line of ``repo_root``'s clones (``exo deinit``), and the file once no line is left; how many
+    there were (``apply`` False: only count them)."""
+    real = os.path.realpath(repo_root)
+    return _rewrite_homes(folder, lambda rec: rec.get("repo") != real, create=False, apply=apply)
+
+
+def _still_there(rec: dict[str, Any]) -> bool:
     try:
-        os.write(fd, (line + "\n").encode("utf-8"))
-    finally:
-        os.close(fd)
+        st = os.lstat(str(rec["clone"]))
+    except (OSError, KeyError, TypeError, ValueError):
+        return False
+    return (rec.get("dev"), rec.get("ino")) == (st.st_dev, st.st_ino)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _rewrite_homes(folder: Path, keep: Callable[[dict[str, Any]], bool], *, add: str | None = None,
+                   create: bool = True, apply: bool = True) -> int:
+    """Rewrite ``folder/HOMES`` with the lines ``keep`` keeps (and ``add``), under a lock on the file; lines dropped.
+
+    No line left: the file goes (exo's folder holds nothing of a repository it left).
+    """
+    import json
+
+    from exo_cli.adapters.files import locked
+
+    path = folder / HOMES
+    while True:
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        with locked(path, own_inode=True) as lock:
+            if not lock.held:
+                if create:
+                    continue  # removed between its creation and the lock: make it again
+                return 0
+            text = _read_all(lock.fd).decode("utf-8", "replace") if lock.fd is not None else ""
+            kept: list[str] = []
+            dropped = 0
+            for raw in text.splitlines():
+                try:
+                    rec = json.loads(raw)
+                    ok = isinstance(rec, dict) and keep(rec)
+                except ValueError:
+                    ok = False
+                if ok:
+                    kept.append(raw)
+                else:
+                    dropped += 1
+            if add is not None:
+                kept.append(add)
+            if not apply:
+                return dropped
+            if not kept:
+                path.unlink(missing_ok=True)
+            elif dropped or add is not None:
+                atomic_write(path, "".join(x + "\n" for x in kept), mode=0o600, fsync=False)
+            return dropped
 
 
 def home_of(folder: Path, toplevel: Path) -> Path | None:

@@ -376,6 +376,10 @@ def _busy(agent: Agent, st: PaneState) -> bool:
         if len(inner) != 1:
             return len(inner) > 1
         pid = inner[0]
+    if agent.spec.get("sandboxed"):  # bwrap and its init run the agent; its network's bridge is no build
+        from exo_cli.adapters.sandboxprocs import sandboxed_children
+
+        return bool(sandboxed_children(pid))
     return bool(children_of(pid))
 
 
@@ -587,6 +591,10 @@ def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = 
                 smux.kill(svc, grace=2.0)
         except (ExoError, OSError):
             continue
+    if agent.spec.get("sandboxed"):  # the inside of its sandbox left the group (bwrap --new-session): gone too
+        from exo_cli.adapters.sandboxprocs import stop_marked
+
+        stop_marked({"EXO_AGENT": agent.id, "EXO_STATE_DIR": str(env.state_dir)})
     became_dead = False
     if agent.status not in (DONE,) or status == DONE:
         env.store.update_agent(agent.id, status=status, status_reason=reason)

@@ -359,8 +359,8 @@ def _steps(env: Env, s: Survey, *, config: bool, apply: bool) -> tuple[list[str]
         removed.append(f"{len(s.spent)} checkpoint ref(s) of agents that ended with nothing to lose")
         for ref, sha in s.spent.items() if apply else ():
             git.delete_ref(ref, sha)  # only while it still points there
-        if apply:
-            _rmdir_empty(env.repo.common_dir / "refs" / "exo")  # git leaves the emptied folders of loose refs
+    if apply:  # git leaves the emptied folders of loose refs (checkpoints', clones': a run killed after them too)
+        _rmdir_empty(env.repo.common_dir / "refs" / "exo")
     if state.is_dir():
         removed += _running_out(env, apply=apply, warnings=warnings)
     _fault(apply, "deinit.stopped", env)
@@ -390,10 +390,21 @@ def _steps(env: Env, s: Survey, *, config: bool, apply: bool) -> tuple[list[str]
             pins.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 pins.parent.rmdir()  # the folder goes with the last repository's pins
+    removed += _clone_homes_out(env, apply=apply)
     _fault(apply, "deinit.files", env)
     if state.is_dir() or env.store_url:
         removed += _state_out(env, apply=apply, kept=kept)
     return removed, kept, warnings
+
+
+def _clone_homes_out(env: Env, *, apply: bool) -> list[str]:
+    """This repository's lines in the user's list of agents' clones (the file goes with its last line)."""
+    from exo_cli.adapters.clones import HOMES, forget_homes
+    from exo_cli.config_paths import user_config_dir
+
+    folder = user_config_dir(env.environ)
+    count = forget_homes(folder, env.repo.root, apply=apply)
+    return [f"{folder / HOMES}: the {count} clone(s) of this repository"] if count else []
 
 
 def _rmdir_empty(top: Path) -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli.adapters import clones, keep
+from exo_cli.adapters.sandboxprocs import runs_sandboxed
 from exo_cli.adapters.worktree import created_folders, made_by_exo
 from exo_cli.errors import ExoError, StateError
 from exo_cli.ops import doctorclones
@@ -285,7 +286,7 @@ def lost_records(c: Checkup) -> Iterator[Finding]:
                 loc["start_time"] = start
         created = not main and c.made_by_exo(path)
         spec = {"phase": "spawned", "rebuilt": True, "worktree_created": created, "branch_created": created,
-                "layout": attrs.get("layout", "worktree")}
+                "layout": attrs.get("layout", "worktree"), **({"sandboxed": True} if runs_sandboxed(st.pid) else {})}
         from exo_cli.ops import broker
 
         key = broker.key_of_process(env, st.pid) if st.pid else None
