@@ -235,6 +235,12 @@ def test_mode_on_without_bubblewrap_stops_the_queue_and_bounces_nobody(world: di
     assert any("Cannot run the merge gates sandboxed" in b and "stay queued" in b for b in told), told
     configure(world, "auto")  # where bubblewrap does not work, "auto" runs them unsandboxed
     assert gatesandbox.decide(env_for(repo, extra={"PATH": str(nobwrap)})) is False
+    # [sandbox] mode left at its default: gates run as under auto (they run code agents wrote), "off" set is followed
+    (repo / ".exo" / "config.toml").write_text("")
+    assert gatesandbox.decide(env_for(repo)) is (shutil.which("bwrap") is not None)
+    assert gatesandbox.decide(env_for(repo, extra={"PATH": str(nobwrap)})) is False
+    (repo / ".exo" / "config.toml").write_text('[sandbox]\nmode = "off"\n')
+    assert gatesandbox.decide(env_for(repo)) is False
 
 
 def test_the_gate_plan_hides_what_an_agents_plan_hides(world: dict[str, Any]) -> None:

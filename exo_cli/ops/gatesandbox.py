@@ -44,8 +44,15 @@ PROXY_KEY = "gate"  # the proxy's name for the gate being run (one at a time per
 
 
 def decide(env: Env) -> bool:
-    """Whether this runner's gates run sandboxed; EnvironmentError when ``[sandbox] mode = "on"`` and they cannot."""
+    """Whether this runner's gates run sandboxed; EnvironmentError when ``[sandbox] mode = "on"`` and they cannot.
+
+    Gates run code agents wrote: with ``[sandbox] mode`` left at its default they run as under
+    ``auto`` (sandboxed wherever bubblewrap works), even while agents are not sandboxed by default;
+    a mode the user sets is followed.
+    """
     mode = str(env.config.get("sandbox.mode") or "off")
+    if env.config.origin("sandbox.mode") == "default":
+        mode = "auto"
     if mode == "off":
         return False
     from exo_cli.ops.sandbox import sandbox_status
