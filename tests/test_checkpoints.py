@@ -432,3 +432,28 @@ def test_a_file_rewritten_in_its_index_second_is_kept_as_it_is_on_disk(repo: Pat
     end_turn(repo)
     ok(exo("undo", "w1", "--json"))
     assert (wt / name).read_text() == "other version\n"
+
+
+def test_complete_waits_for_exos_own_git_in_the_worktree_instead_of_refusing(repo: Path, exo: Exo) -> None:
+    """The broker takes a due checkpoint on its own thread: its git may be running in the worktree when complete
+    surveys it. complete waits for exo's own git to end instead of refusing (someone else's process still blocks)."""
+    import threading
+
+    from exo_cli.adapters.files import empty_dir
+
+    make_agent(repo, "w1")
+    wt = repo / ".exo" / "worktrees" / "w1"
+    commit(wt, "w1.txt", "work\n")
+    git(repo, "merge", "-q", "--ff-only", "main.w1")
+    proc = subprocess.Popen(["git", "-C", str(wt), "-c", f"core.hooksPath={empty_dir()}", "-c", "core.fsmonitor=false",
+                             "cat-file", "--batch"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    wait_for(lambda: os.readlink(f"/proc/{proc.pid}/cwd") == os.path.realpath(wt), timeout=30)
+    timer = threading.Timer(1.5, lambda: proc.stdin.close())  # type: ignore[union-attr]  # it ends by itself
+    timer.start()
+    try:
+        done = exo("complete", "w1", "--json")
+        assert done.exit_code == 0, done.stdout + done.stderr
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait()

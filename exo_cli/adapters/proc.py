@@ -155,6 +155,15 @@ def _pids() -> list[int]:
         return []
 
 
+def exo_git(process: dict[str, Any]) -> bool:
+    """Whether a process of ``processes_inside`` is a git command exo runs (hooks pointed at exo's empty folder): it
+    ends by itself, so a survey waits for it instead of counting it as someone's work in that folder."""
+    from exo_cli.adapters.files import empty_path
+
+    command = str(process.get("command") or "")
+    return command.startswith("git ") and f"core.hooksPath={empty_path()} " in command
+
+
 def processes_inside(path: str, *, exclude: set[int] | None = None) -> list[dict[str, Any]]:
     """Live processes whose working directory is ``path`` or inside it (scans /proc/*/cwd).
 

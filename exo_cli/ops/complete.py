@@ -226,21 +226,21 @@ def _agent_groups(agent: Agent) -> set[int]:
 
 
 def _processes(env: Env, agent: Agent, worktree: str, *, settle: float) -> list[dict[str, Any]]:
-    """Processes inside the worktree other than exo itself.
-
-    With ``settle`` 0 (the agent may still run), the agent's own processes are not counted;
-    after stopping it (``settle`` > 0) they get that long to exit, and then count too.
-    """
-    from exo_cli.adapters.proc import ancestors, processes_inside
+    """Processes inside the worktree but exo (its git, e.g. the broker's checkpoint, gets 10 s to end); the agent's
+    own are not counted with ``settle`` 0 (it may run), else they get ``settle`` seconds to exit, then count."""
+    from exo_cli.adapters.proc import ancestors, exo_git, processes_inside
 
     groups = _agent_groups(agent)
-    deadline = time.monotonic() + settle
+    deadline, passing = time.monotonic() + settle, time.monotonic() + 10.0
     while True:
         found = processes_inside(worktree, exclude=_own_pids(env))
         agents_own = [p for p in found if {p["pgid"], p["sid"], *ancestors(p["pid"])} & groups]  # or below (a sandbox)
-        if not settle:
-            return [p for p in found if p not in agents_own]
-        if not agents_own or time.monotonic() > deadline:
+        others = [p for p in found if p not in agents_own]
+        if others and all(exo_git(p) for p in others) and time.monotonic() < passing:
+            pass  # exo's own git: it ends by itself
+        elif not settle:
+            return others
+        elif not agents_own or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
 
