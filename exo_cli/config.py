@@ -39,6 +39,7 @@ class EnvVars:
     MCP_WAIT = "EXO_MCP_WAIT"  # seconds Claude's session-start hook waits for the agent's exo MCP server
     PROCESS_READER = "EXO_PROCESS_READER"  # "psutil": read processes through psutil even where /proc exists
     STORE_URL = "EXO_STORE_URL"  # the PostgreSQL store (empty: SQLite); read by env.Env.store_url first
+    STORE_FOLLOW = "EXO_STORE_FOLLOW"  # "1" (the broker's): the state folder's store wins over EXO_STORE_URL
     # Configuration overrides: env var -> dotted key.
     CONFIG = {
         "EXO_AGENT_BACKEND": "agent.default",
@@ -106,7 +107,7 @@ DEFAULTS: dict[str, Any] = {
     "broker": {"enabled": True, "idle_exit": 5},
     "hosts": {},
     # bubblewrap around agents that work in their own clone (docs/security.md "The sandbox")
-    "sandbox": {"mode": "off", "env": [], "paths": [], "hide": [], "devices": [],
+    "sandbox": {"mode": "auto", "env": [], "paths": [], "hide": [], "devices": [],
                 # a sandboxed agent's network: its model API and these, nothing else
                 "allow_hosts": [],
                 # host name -> the address its proxy connects to instead of looking it up (a local mirror)

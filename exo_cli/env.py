@@ -37,6 +37,7 @@ AGENT_VAR = "EXO_AGENT"
 PROOF_VAR = "EXO_AGENT_PROOF"
 STATE_DIR_VAR = "EXO_STATE_DIR"
 STORE_URL_VAR = "EXO_STORE_URL"
+STORE_FOLLOW_VAR = "EXO_STORE_FOLLOW"  # "1" (the broker's): the state folder's store wins over a URL
 # The agent's own socket to the team broker (spawn sets it): a process carrying it sends its calls
 # there (registry.invoke, hooks, exo mcp) and never touches the state itself.
 SOCKET_VAR = "EXO_SOCKET"
@@ -191,20 +192,19 @@ class Env:
 
     @cached_property
     def store_url(self) -> str | None:
-        """The PostgreSQL store's URL, or None for the SQLite database in the state folder.
-
-        A repository's state records where it lives: the pointer file ``exo store migrate``
-        (or the first process that put the state on PostgreSQL) left in the state folder wins,
-        so every process, however old its environment, follows a move. Without one,
-        ``EXO_STORE_URL`` (set, even empty) beats ``[store] url``, else SQLite. A choice that
-        contradicts where the state is (a URL while the SQLite database holds the state, or
-        another URL than the pointer's) is a StateError that says to migrate.
+        """The PostgreSQL store's URL, or None for the SQLite database in the state folder. A repository's state records where it lives: the pointer file ``exo store migrate`` (or
+        the first process that put the state on PostgreSQL) left in the state folder wins. Without
+        one, ``EXO_STORE_URL`` (set, even empty) beats ``[store] url``, else SQLite. A choice that
+        contradicts where the state is is a StateError that says to migrate (the broker's
+        ``EXO_STORE_FOLLOW`` makes none: it follows the state folder wherever that holds the state).
         """
         from exo_cli.adapters.store import has_state, pointed_url, same_store
 
         state = self.state_path
         pointed = pointed_url(state)
         chosen = self._chosen_url()
+        if self.environ.get(STORE_FOLLOW_VAR) == "1" and (pointed is not None or has_state(state)):
+            chosen = None  # the broker's starter (an agent, a keeper's old environment) may predate a move
         if pointed is not None:
             if chosen is not None and chosen != pointed and not same_store(chosen, pointed):
                 raise _store_moved(f"exo's state for this repository is in {pointed}, but {chosen or 'SQLite'} "
@@ -219,10 +219,9 @@ class Env:
     def _chosen_url(self) -> str | None:
         """What the environment or the configuration asks for: a URL, "" for SQLite, None when silent.
 
-        An agent's process (it carries exo's agent variables) follows the state folder's pointer
-        only: its environment was copied from its spawner's and may predate a move. The
-        configuration is parsed only when one of its files mentions a store, so the SQLite hot
-        paths never load it.
+        An agent's process (it carries exo's agent variables) follows the state folder only: its
+        environment may predate a move. The configuration is parsed only when one of its files
+        mentions a store, so the SQLite hot paths never load it.
         """
         if self.markers:
             return None

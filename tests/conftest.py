@@ -49,8 +49,38 @@ def isolate(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     return home
 
 
-# EXO_TEST_SANDBOX=auto (or on) runs the suite with that [sandbox] mode: what `auto` by default would do
+# EXO_TEST_SANDBOX=off (or on) runs the suite with that [sandbox] mode instead of the default (auto)
 SANDBOX_VAR = "EXO_TEST_SANDBOX"
+
+
+def _outside_git(path: Path) -> bool:
+    """Whether no git repository holds ``path`` (tests of "outside a repository" need their folders there)."""
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    return subprocess.run(["git", "-C", str(probe), "rev-parse", "--git-dir"], capture_output=True).returncode != 0
+
+
+def _sandbox_basetemp() -> Path:
+    """A base folder of this run's own where a sandbox sees it (a sandbox has /tmp and /var/tmp of its own).
+
+    Sandboxed agents see it read-only, so the tests' fake CLIs and scripts are where they look
+    (the repository, exo's state and the checkouts stay hidden: they are deeper mounts). It is
+    outside every git repository (not in the checkout: tests of what exo does outside a repository
+    make their folders there); each run has its own (two runs at once must not wipe each other's),
+    and the folders of runs whose process is gone are removed.
+    """
+    candidates = [Path.home() / ".cache" / "exo-tests", ROOT.parent / f".{ROOT.name}-tests"]
+    top = next((c for c in candidates if _outside_git(c) and not str(c.resolve()).startswith(("/tmp/", "/var/tmp/"))),
+               None)
+    if top is None:
+        raise pytest.UsageError(f"no folder for the tests outside a git repository and /tmp: tried {candidates}")
+    top.mkdir(parents=True, exist_ok=True)
+    for old in top.glob("run-*"):
+        pid = old.name.removeprefix("run-")
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            subprocess.run(["rm", "-rf", "--one-file-system", str(old)], check=False)
+    return top / f"run-{os.getpid()}"
 
 
 # -- the same tests against both stores ------------------------------------------------------
@@ -64,10 +94,11 @@ BOTH_STORES = {"test_store", "test_messages", "test_messages_helpers", "test_spa
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_only: a test about the SQLite store itself (not run on PostgreSQL)")
-    if os.environ.get(SANDBOX_VAR) and config.option.basetemp is None and not hasattr(config, "workerinput"):
+    if (os.environ.get(SANDBOX_VAR) or "auto") != "off" and config.option.basetemp is None \
+            and not hasattr(config, "workerinput"):
         # a sandbox has a /tmp of its own: the tests' folders (fake CLIs, scripts, result files) go where it
         # sees them (read-only, but for what exo makes writable; the repository and exo's state stay hidden)
-        config.option.basetemp = str(ROOT / ".pytest-sandbox")
+        config.option.basetemp = str(_sandbox_basetemp())
     leftovers.pytest_configure(config)
 
 
@@ -257,6 +288,10 @@ def stop_repo_agents(repo: Path, *, tmux: bool = True) -> None:
                 kill_group(pgid, grace=0.5, leader_start_time=a.location.get("start_time"))
             except Exception:  # noqa: BLE001 - already gone
                 pass
+    if agents:  # a sandbox killed as it started (its pane closed) sleeps on as its pid namespace's init
+        from exo_cli.adapters.sandboxprocs import stop_marked
+
+        stop_marked({"EXO_STATE_DIR": str(env.state_dir)}, grace=0.5)
     try:  # last: an agent still running could start it again
         broker.stop(paths(env), __version__, timeout=30)
     except Exception:  # noqa: BLE001 - no state, no repository: no broker either
@@ -374,6 +409,22 @@ def write_trusted(repo: Path, text: str, environ: dict[str, str] | None = None) 
     """Write ``repo``'s exo.toml and trust it (the user's own configuration, as `exo trust` would pin it)."""
     (repo / "exo.toml").write_text(text)
     trust(repo, environ)
+
+
+def sandbox_works() -> bool:
+    """Whether bubblewrap works here, as `[sandbox] mode = "auto"` (the default) finds it: agents run sandboxed."""
+    from exo_cli.adapters.sandbox import probe
+
+    return (os.environ.get(SANDBOX_VAR) or "auto") != "off" and probe(path=os.environ.get("PATH", ""))[0]
+
+
+def sandbox_reach(*folders: Path, env: list[str] | None = None) -> str:
+    """A ``[sandbox]`` table for exo.toml: sandboxed agents may write ``folders`` and get the variables ``env``.
+
+    How the tests' fake CLIs, which record what they saw into a folder of the test, work sandboxed:
+    the way a user gives an agent a folder and a variable (everything else stays hidden or dropped).
+    """
+    return f"[sandbox]\npaths = {json.dumps([str(f) for f in folders])}\nenv = {json.dumps(env or [])}\n"
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 from hosts_harness import TwoHosts
 from test_broker_agents import PUPPET, Team
 
-from conftest import ROOT, Exo, stop_repo_agents, wait_for, write_trusted
+from conftest import ROOT, Exo, sandbox_reach, stop_repo_agents, wait_for, write_trusted
 
 
 @pytest.fixture
@@ -26,7 +26,9 @@ def hosts(two_hosts: TwoHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     results.mkdir()
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     command = [sys.executable, str(PUPPET), str(results)]
-    write_trusted(two_hosts.a, f"[agent]\ncommand = {json.dumps(command)}\n[broker]\nidle_exit = 1\n")
+    # the puppets are sandboxed (the default): the results folder is one they may write ([sandbox] paths)
+    write_trusted(two_hosts.a, sandbox_reach(results) + f"[agent]\ncommand = {json.dumps(command)}\n[broker]\n"
+                  "idle_exit = 1\n")
     yield two_hosts, Team(two_hosts.a, results)
     stop_repo_agents(two_hosts.a)
 

@@ -349,6 +349,53 @@ def test_doctor_removes_a_clean_orphan_clone_keeps_one_with_work_and_drops_stale
     assert git(team, "for-each-ref", "refs/exo/clones/") == ""
 
 
+def test_doctor_removes_a_reaped_agents_clean_clone_and_keeps_one_with_work(team: Path, exo: Exo) -> None:
+    """A reaped agent's clone is handled as its worktree is: clean (what exo copied in is no work) it is removed,
+    its branch kept; with work it is kept for the human, reported as no problem."""
+    (team / ".env").write_text("SECRET=local\n")  # copied into each new checkout (worktree.copy)
+    (team / ".exo").mkdir(exist_ok=True)
+    (team / ".exo" / "config.toml").write_text('[worktree]\ncopy = [".env"]\n')  # the user's own local file
+    paths = dict(spawn_clone(exo, "c1", "c2")["worktrees"])
+    assert (Path(paths["c1"]) / ".env").is_file()
+    (Path(paths["c2"]) / "draft.txt").write_text("unfinished\n")
+    assert exo("kill", "c1").exit_code == 0 and exo("kill", "c2").exit_code == 0
+    assert sorted(exo("reap", "--json").json()["reaped"]) == ["c1", "c2"]  # type: ignore[index]
+    r = exo("doctor", "--json")
+    doc = r.json()
+    assert [(p["kind"], p["subject"], p["repaired"]) for p in doc["problems"]] == [  # type: ignore[index]
+        ("reaped-worktree", paths["c1"], True)], r.stdout
+    assert doc["kept"] == [paths["c2"]] and not Path(paths["c1"]).exists()  # type: ignore[index]
+    assert (Path(paths["c2"]) / "draft.txt").is_file() and "main.c1" in git(team, "branch", "--list")
+    again = exo("doctor", "--json")
+    assert again.exit_code == 0 and again.json()["problems"] == [], again.stdout  # type: ignore[index]
+
+
+@pytest.mark.parametrize("lost", ["record", "reaped"])
+def test_doctor_keeps_a_clone_whose_commits_only_exos_clone_refs_hold(team: Path, exo: Exo, lost: str) -> None:
+    """Commits the repository's branch cannot take (the clone rewrote what was fetched) are reached only by
+    refs/exo/clones/<id>/, which go with the clone: that is no keeping. Its record lost or the agent reaped,
+    doctor leaves the clone and those refs alone (removing both lost the commits)."""
+    clone = Path(dict(spawn_clone(exo, "w1")["worktrees"])["w1"])
+    commit_in(clone, "a.txt", "first\n", "w1: first")
+    assert exo("diff", "w1", "--json").exit_code == 0  # fetched in, and the repository's branch fast-forwarded
+    assert git(team, "rev-parse", "main.w1") == git(clone, "rev-parse", "HEAD")
+    git(clone, "reset", "-q", "--hard", "HEAD~1")
+    commit_in(clone, "b.txt", "rewritten\n", "w1: rewritten")  # diverged: the branch cannot follow
+    assert exo("diff", "w1", "--json").exit_code == 0
+    rewritten = git(clone, "rev-parse", "HEAD")
+    assert rewritten in git(team, "for-each-ref", "--format=%(objectname)", "refs/exo/clones/w1/")
+    assert exo("kill", "w1").exit_code == 0
+    if lost == "record":
+        Env(cwd=team).store.delete_agent("w1")
+    else:
+        assert exo("reap", "--json").json()["reaped"] == ["w1"]  # type: ignore[index]
+    for _ in range(2):
+        r = exo("doctor", "--json")
+        assert clone.is_dir() and (clone / "b.txt").is_file(), r.stdout
+        assert git(team, "branch", "--contains", rewritten) == "" and rewritten in git(
+            team, "for-each-ref", "--format=%(objectname)", "refs/exo/clones/")  # still kept there
+
+
 @pytest.mark.parametrize("point", ["spawn.worktree", "spawn.prepared"])
 def test_a_clone_spawn_killed_midway_is_cleaned_by_the_retry(team: Path, point: str) -> None:
     from conftest import run_exo

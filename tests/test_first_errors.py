@@ -67,10 +67,11 @@ def test_spawn_with_a_missing_agent_cli(custom: Path, tmp_path: Path) -> None:
 
 
 def _bin(tmp_path: Path, *clis: str) -> str:
-    """A PATH with git and tmux, and stand-ins for the agent CLIs named (none other)."""
+    """A PATH with git, tmux and bubblewrap (agents are sandboxed by default: without it, init says so too),
+    and stand-ins for the agent CLIs named (none other)."""
     folder = tmp_path / "bin"
     folder.mkdir(exist_ok=True)
-    for tool in ("git", "tmux"):
+    for tool in ("git", "tmux", "bwrap"):
         found = shutil.which(tool)
         if found and not (folder / tool).exists():
             (folder / tool).symlink_to(found)

@@ -11,13 +11,12 @@ import errno
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import git, run_exo, stop_repo_agents, write_trusted
+from conftest import git, live_agent_environ, run_exo, stop_repo_agents, write_trusted
 from exo_cli.env import Env
 
 
@@ -80,19 +79,9 @@ def test_a_full_disk_is_an_environment_error_and_nothing_is_half_written(small_d
 
 
 def _agent_env(repo: Path, name: str) -> dict[str, str]:
-    """The environment exo gave the live agent ``name`` (its socket to the broker, its proof)."""
-    a = Env(cwd=repo).store.agent(name)
-    assert a is not None
-    group = a.location.get("pgid") or a.location.get("pid")
-    deadline = time.monotonic() + 60
-    while True:  # the agent's own process starts just after spawn answers
-        pids = subprocess.run(["pgrep", "-g", str(group), "-x", "sleep"], capture_output=True, text=True).stdout.split()
-        if pids or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert pids, subprocess.run(["ps", "-o", "pid,pgid,args", "-g", str(group)], capture_output=True, text=True).stdout
-    text = Path(f"/proc/{pids[0]}/environ").read_bytes().decode()
-    return dict(kv.split("=", 1) for kv in text.split("\0") if kv.startswith("EXO_"))
+    """The exo variables exo gave the live agent ``name`` (its socket to the broker, its proof), as its recorded
+    process has them (the agent's runner, or its sandbox's bwrap: the sandbox is a pid namespace of its own)."""
+    return {k: v for k, v in live_agent_environ(repo, name).items() if k.startswith("EXO_")}
 
 
 def test_an_agent_on_a_full_disk_gets_an_environment_error_through_its_broker_and_its_hooks_fail_open(

@@ -87,8 +87,10 @@ def test_a_lead_on_a_runs_a_worker_on_b_from_spawn_to_complete(hosts: TwoHosts, 
     assert git(h.origin, "rev-parse", "refs/heads/main.tl1") == sha
     assert git(h.a, "for-each-ref", "refs/remotes/origin/main.tl1.w1") == ""  # the fetched copy is not kept
     assert git(h.b, "rev-parse", "refs/remotes/origin/main.tl1") == sha  # the sibling on b rebases onto the merge
-    lead_wt = Path(_agent(exo, "tl1")["worktree"])
-    assert (lead_wt / "w1.txt").read_text() == "made on host b\n"
+    lead = _agent(exo, "tl1")
+    assert git(h.a, "show", f"{sha}:w1.txt") == "made on host b"
+    if lead["layout"] == "worktree":  # a worktree has the merge at once; a sandboxed lead's clone at its next stop
+        assert (Path(lead["worktree"]) / "w1.txt").read_text() == "made on host b\n"
     # A completes B's agent: on B, with the same never-lose-work rules, after fetching the merge
     done = _ok(exo("complete", "w1", "--json", env=tl))
     assert done["worktree_removed"] and done["branch_deleted"], done
@@ -116,6 +118,8 @@ def test_secrets_reach_the_remote_agent_through_stdin_only(hosts: TwoHosts, exo:
     monkeypatch.setenv("ANTHROPIC_API_KEY", key)
     monkeypatch.setenv("MY_SERVICE_TOKEN", token)
     _write_toml(h.a_config, {"hosts": {"b": {"env": ["MY_SERVICE_*"]}}})
+    # sandboxed on b (the default), the demo agent gets only what b's [sandbox] env lets in
+    _write_toml(h.b_config, {"sandbox": {"env": ["MY_SERVICE_*", "ANTHROPIC_API_KEY"]}})
     w = _ok(exo("spawn", "--host", "b", "--worker", "w3", "--prompt", "p", "--agent", "demo", "--json"))["agents"][0]
     wait_until(lambda: _agent(exo, "w3")["status"] in ("idle", "working"), timeout=120, what="w3 running")
     pid = int(w["location"].get("pid") or _agent(exo, "w3")["location"]["pid"])

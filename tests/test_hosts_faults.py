@@ -157,6 +157,8 @@ def test_a_canary_key_is_in_no_argv_and_no_sshd_log_on_either_host(
         monkeypatch.setenv("MY_SERVICE_TOKEN", token_a)
         _write_toml(h.a_config, {"hosts": {"b": {"env": ["MY_SERVICE_*"]}}})
         h.reach_a_from_b(sshd_a)
+        for config in (h.a_config, h.b_config):  # sandboxed (the default), the demo agents get what these let in
+            _write_toml(config, {"sandbox": {"env": ["MY_SERVICE_*", "ANTHROPIC_API_KEY"]}})
         with ArgvSampler(key_a, token_a, key_b) as sampler:
             _ok(exo("spawn", "--host", "b", "--worker", "w1", "--prompt", "p", "--agent", "demo", "--json"))
             wait_until(lambda: _agent(exo, "w1")["status"] == "idle", timeout=180, what="w1 idle")

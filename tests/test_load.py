@@ -59,10 +59,15 @@ def test_parallel_spawns_record_each_agent_once(team: Path) -> None:
     ids = Counter(a["id"] for a in rows)
     assert sorted(ids) == [f"p{i:02d}" for i in range(N)] and set(ids.values()) == {1}
     assert all(a["status"] not in ("dead", "done") for a in rows), [(a["id"], a["status"]) for a in rows]
-    # Ground truth: one worktree per agent, one tmux window per tmux agent.
+    # Ground truth: one checkout per agent (a worktree, or a sandboxed agent's own clone), one tmux window per
+    # tmux agent.
+    assert sorted(p.name for p in (team / ".exo" / "worktrees").iterdir()) == sorted(ids)
+    layouts = {a["id"]: a["layout"] for a in rows}
     worktrees = [line.split()[0] for line in git(team, "worktree", "list").splitlines()]
-    assert len(worktrees) == len(set(worktrees)) == N + 1
-    assert sorted(Path(w).name for w in worktrees if "/.exo/worktrees/" in w) == sorted(ids)
+    assert len(worktrees) == len(set(worktrees))
+    assert sorted(Path(w).name for w in worktrees if "/.exo/worktrees/" in w) == sorted(
+        i for i in ids if layouts[i] == "worktree")
+    assert all(layouts[i] == "worktree" or (team / ".exo" / "worktrees" / i / ".git").is_dir() for i in ids)
     sock = f"exo-{Env(cwd=team).repo_id}"
     windows = subprocess.run(["tmux", "-L", sock, "list-windows", "-a", "-F", "#{window_name}"],
                              capture_output=True, text=True, check=True).stdout.split()

@@ -319,7 +319,9 @@ def test_the_broker_serves_a_sandboxed_agents_proxy_and_exo_agents_counts_its_re
     (repo / "exo.toml").write_text('[agent]\ncommand = ["sleep", "600"]\n[broker]\nidle_exit = 1\n')
     exo = Exo(repo)
     for name in ("w1", "w2"):
-        r = exo("spawn", "--worker", name, "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
+        # unsandboxed: the test records the allow-list a sandboxed spawn would (a proxy a broker opens from it)
+        r = exo("spawn", "--worker", name, "--prompt", "x", "--agent", "custom", "--mux", "headless", "--no-sandbox",
+                "--json")
         assert r.exit_code == 0, r.stdout + r.stderr
     env = Env(cwd=repo)
     paths = broker_ops.paths(env)

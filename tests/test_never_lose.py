@@ -24,7 +24,7 @@ import pytest
 from pr_helpers import commit, env_for, git, make_agent
 from test_complete_matrix import BR, SECRET, dirty, fingerprint, ignored, nested_top
 
-from conftest import ROOT, Exo, run_exo, write_trusted
+from conftest import ROOT, Exo, run_exo, sandbox_works, write_trusted
 from exo_cli import registry
 from exo_cli.env import Env
 from exo_cli.errors import StateError
@@ -187,6 +187,10 @@ def test_doctor_after_the_state_is_lost_rebuilds_and_kills_nothing(repo: Path, s
     r = exo("complete", "k2", "--json")
     assert r.exit_code == 5 and json.loads(r.stdout)["error"]["data"]["would_lose"] == {"untracked": ["draft.txt"]}
     assert _windows(repo)["k2"] == "0"
+    if sandbox_works():  # the default: rebuilt as what they are, sandboxed agents in their own clones
+        assert all(agents[n]["sandboxed"] for n in ("k1", "k2")), agents
+    # a look at k1's work brings its commits in (from its clone, sandboxed), and the human merges them
+    assert exo("diff", "k1", "--json").exit_code == 0
     git(repo, "merge", "-q", "--ff-only", "main.k1")
     r = exo("complete", "k1", "--json")
     assert r.exit_code == 0, r.stdout

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, Exo, run_exo, write_trusted
+from conftest import ROOT, Exo, run_exo, sandbox_reach, write_trusted
 from exo_cli.adapters.mux.tmux import StartRequest, Tmux
 from exo_cli.errors import ExoError, InvalidInput, StateError
 from exo_cli.ops.spawn.starter import Starter, run_all
@@ -220,7 +220,8 @@ def test_spawn_of_several_workers_uses_one_new_window_call(repo: Path, exo: Exo,
         "os.replace(p + '.tmp', p)\n"
         "time.sleep(120)\n"
     )
-    write_trusted(repo, f'[agent]\ncommand = [{json.dumps(PY)}, {json.dumps(str(agent))}, "{{prompt}}"]\n')
+    write_trusted(repo, sandbox_reach(out, env=["OUT_DIR", "SECRET_TOKEN"])  # sandboxed, the default
+                  + f'[agent]\ncommand = [{json.dumps(PY)}, {json.dumps(str(agent))}, "{{prompt}}"]\n')
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("OUT_DIR", str(out))
     monkeypatch.setenv("SECRET_TOKEN", "sk-perf-canary")

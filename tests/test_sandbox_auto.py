@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, Exo, run_exo, stop_repo_agents, wait_for
+from conftest import ROOT, Exo, git, run_exo, stop_repo_agents, wait_for
 from exo_cli.adapters import clones
 from exo_cli.adapters.proc import carrying
 from exo_cli.env import Env
@@ -150,3 +150,104 @@ def test_doctor_rebuilds_a_live_sandboxed_agent_as_sandboxed(repo: Path, isolate
         assert {n: agents[n]["sandboxed"] for n in ("s1", "s2", "u1")} == {"s1": True, "s2": True, "u1": False}
     finally:
         stop_repo_agents(repo)
+
+
+@needs_bwrap
+def test_reap_stops_what_is_left_of_its_agent_never_a_namesake_spawned_since(repo: Path, isolate: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`exo reap` stops a sandboxed agent's leftovers by that spawn's own socket, not by its name alone: a new
+    agent of the same name (the name is free once the old one is done and its clone gone) spawned while reap
+    works on the old record keeps running."""
+    from exo_cli.ops import agentctl
+
+    cfg = isolate / ".config" / "exo"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "config.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\nidle_quiet_seconds = 3600\n")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+    def spawn() -> None:
+        r = run_exo("spawn", "--worker", "w1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--sandbox",
+                    cwd=repo)
+        assert r.returncode == 0, r.stderr
+
+    try:
+        spawn()
+        env = Env(cwd=repo)
+        old = env.store.agent("w1")
+        assert old is not None and old.spec.get("sandboxed")
+        wait_for(lambda: len(inside(env, "w1")) >= 4, timeout=60, what="w1's sandbox to start")
+        assert Exo(repo)("kill", "w1").exit_code == 0
+        env.store.update_agent("w1", status="done")  # done, its clone gone (as complete leaves it): w1 is free
+        shutil.rmtree(str(old.worktree))
+        git(repo, "branch", "-D", str(old.branch))
+        new: set[int] = set()
+        real_close = agentctl.close_windows
+
+        def close_then_a_namesake(env_: Env, a: object) -> bool:  # another terminal spawns w1 meanwhile
+            out = real_close(env_, a)  # type: ignore[arg-type]
+            if not new:
+                spawn()
+                new.update(wait_for(lambda: len(inside(env, "w1")) >= 4 and inside(env, "w1"), timeout=60,
+                                    what="the new w1's sandbox"))
+            return out
+
+        monkeypatch.setattr(agentctl, "close_windows", close_then_a_namesake)
+        assert Exo(repo)("reap", "--json").exit_code == 0
+        assert new and inside(env, "w1") >= new  # the new w1 runs on, whole
+    finally:
+        stop_repo_agents(repo)
+
+
+@needs_bwrap
+def test_under_auto_an_agent_with_services_runs_unsandboxed_and_says_so(repo: Path, isolate: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its services run in a sandbox of their own with no network the agent shares: under `auto` (the default) an
+    agent with services runs unsandboxed, with a warning; `--skip-permissions` is then refused (never silently
+    unsandboxed), and `--sandbox` walls both in."""
+    cfg = isolate / ".config" / "exo"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "config.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\n"
+                                     '[services.web]\ncommand = "sleep 600"\nport = 18460\n')
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    try:
+        r = run_exo("spawn", "--worker", "u1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json",
+                    cwd=repo)
+        assert r.returncode == 0, r.stdout + r.stderr
+        res = json.loads(r.stdout)
+        assert res["agents"][0]["sandboxed"] is False
+        assert any("unsandboxed" in w and "services" in w for w in res["warnings"]), res["warnings"]
+        r = run_exo("spawn", "--worker", "u2", "--prompt", "x", "--agent", "custom", "--mux", "headless",
+                    "--skip-permissions", "--json", cwd=repo)
+        assert r.returncode == 7 and "services" in json.loads(r.stdout)["error"]["message"], r.stdout
+        assert Env(cwd=repo).store.agent("u2") is None
+        r = run_exo("spawn", "--worker", "s1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--sandbox",
+                    "--json", cwd=repo)
+        assert r.returncode == 0 and json.loads(r.stdout)["agents"][0]["sandboxed"] is True, r.stdout
+    finally:
+        stop_repo_agents(repo)
+
+
+@needs_bwrap
+def test_beside_an_older_exos_broker_a_sandboxed_spawn_says_how_to_go_on(repo: Path, isolate: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upgrade mid-team: another exo's broker still serves its agents. A sandboxed agent could not reach exo
+    without its own broker, so the spawn is refused, saying to spawn with --no-sandbox meanwhile (which works)."""
+    import exo_cli.ops.broker as broker_ops
+
+    cfg = isolate / ".config" / "exo"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "config.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\n")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    exo = Exo(repo)
+    try:
+        r = exo("spawn", "--worker", "old1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
+        assert r.exit_code == 0, r.stdout  # its broker serves old1
+        monkeypatch.setattr(broker_ops, "__version__", "99.0.0")  # this exo is newer than the running broker
+        r = exo("spawn", "--worker", "new1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
+        err = r.json()["errors"][0]  # type: ignore[index]
+        assert r.exit_code == 5 and "--no-sandbox" in err["hint"] and "without it meanwhile" not in err["hint"], err
+        r = exo("spawn", "--worker", "new2", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--no-sandbox",
+                "--json")
+        assert r.exit_code == 0 and r.json()["agents"][0]["sandboxed"] is False, r.stdout  # type: ignore[index]
+    finally:
+        stop_repo_agents(repo, tmux=False)

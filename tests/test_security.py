@@ -31,6 +31,8 @@ from conftest import (
     agent_vars,
     live_agent_environ,
     run_exo,
+    sandbox_reach,
+    sandbox_works,
     stop_repo_agents,
     write_trusted,
 )
@@ -51,6 +53,8 @@ os.replace(out + ".tmp", out)
 print("{name} started", flush=True)
 time.sleep(600)
 '''
+
+OWN_KEY = {"claude": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
 
 CUSTOM = "import os, time; print('custom', os.environ['EXO_AGENT'], flush=True); time.sleep(600)"
 
@@ -81,7 +85,8 @@ def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     for key, value in CANARIES.items():
         monkeypatch.setenv(key, value)
-    write_trusted(repo, f"[agent]\ncommand = {json.dumps([sys.executable, '-c', CUSTOM])}\n")
+    write_trusted(repo, sandbox_reach(out, env=["OUT_DIR"])  # sandboxed (the default) the CLIs record into `out`
+                  + f"[agent]\ncommand = {json.dumps([sys.executable, '-c', CUSTOM])}\n")
     yield repo
     stop_repo_agents(repo)
 
@@ -107,6 +112,10 @@ def test_no_secret_on_disk_and_private_modes(team: Path, tmp_path: Path, isolate
             wait_until(rec.exists, 20, f"fake {backend} in {mux}")
             seen = json.loads(rec.read_text())["env"]
             expected = dict(CANARIES)
+            if Env(cwd=team).store.agent(f"{backend}-{mux[0]}").spec.get("sandboxed"):  # the default: its own CLI's key alone
+                own = OWN_KEY[backend]
+                expected = {own: CANARIES[own]}
+                assert not any(v in json.dumps(seen) for k, v in CANARIES.items() if k != own), seen
             if backend == "claude":  # under another name, printed by exo's apiKeyHelper (no API-key dialog)
                 expected["EXO_ANTHROPIC_API_KEY"] = expected.pop("ANTHROPIC_API_KEY")
                 assert "ANTHROPIC_API_KEY" not in seen
@@ -387,8 +396,8 @@ def test_send_and_notes_type_no_control_character_into_a_pane(repo: Path, tmp_pa
     reader.write_text(__import__("textwrap").dedent(RAW_READER))
     out_dir = tmp_path / "raw"
     out_dir.mkdir()
-    write_trusted(repo,
-        f"[agent]\ncommand = {json.dumps([sys.executable, str(reader), str(out_dir) + '/{name}.bin'])}\n")
+    write_trusted(repo, sandbox_reach(out_dir)  # sandboxed (the default), the readers write there
+                  + f"[agent]\ncommand = {json.dumps([sys.executable, str(reader), str(out_dir) + '/{name}.bin'])}\n")
     exo = Exo(repo)
     try:
         for args in (["--worker", "w1", "--prompt", "x"], ["--subtree", "--task", "t", "--branch", "lead"]):
@@ -442,10 +451,11 @@ def detached(name, how, *args, env=None):
     target = os.path.join(out, name + ".json")
     inner = ("import json, os, subprocess, sys; r = subprocess.run(sys.argv[2:], capture_output=True, text=True, "
              "stdin=subprocess.DEVNULL, timeout=60); "
-             "json.dump({'rc': r.returncode, 'out': r.stdout, 'err': r.stderr, 'ppid': os.getppid()}, "
+             "json.dump({'rc': r.returncode, 'out': r.stdout, 'err': r.stderr, 'ppid': os.getppid(), "
+             "'attacker': int(os.environ['ATTACKER_PID'])}, "
              "open(sys.argv[1] + '.tmp', 'w')); os.replace(sys.argv[1] + '.tmp', sys.argv[1])")
     cmd = [sys.executable, "-c", inner, target, *exo, *args, *(["--json"] if args[0] != "mcp" else [])]
-    environ = {**os.environ, **(env or {})}
+    environ = {**os.environ, **(env or {}), "ATTACKER_PID": str(os.getpid())}  # pids as seen where it runs
     for k, v in list(environ.items()):
         if v is None:
             del environ[k]
@@ -519,8 +529,8 @@ def test_a_dev_that_leaves_its_process_tree_gets_no_other_identity(repo: Path, t
     out = tmp_path / "attempts"
     out.mkdir()
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    write_trusted(repo,
-        f"[agent]\ncommand = {json.dumps([sys.executable, str(script), str(out), '{name}', str(other)])}\n")
+    write_trusted(repo, sandbox_reach(out)  # sandboxed (with the broker, by default), the attempts are written there
+                  + f"[agent]\ncommand = {json.dumps([sys.executable, str(script), str(out), '{name}', str(other)])}\n")
     exo = Exo(repo)
     try:
         from conftest import live_agent_vars
@@ -538,6 +548,8 @@ def test_a_dev_that_leaves_its_process_tree_gets_no_other_identity(repo: Path, t
         r = exo("spawn", "--worker", "mallory", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
         assert r.exit_code == 0, r.stdout
         assert ("EXO_SOCKET" in live_agent_environ(repo, "mallory")) is broker
+        if broker and sandbox_works():  # the default: sandboxed wherever bubblewrap works (no broker: unsandboxed)
+            assert Env(cwd=repo).store.agent("mallory").spec.get("sandboxed")  # type: ignore[union-attr]
         got = wait_until(lambda: len(list(out.glob("*.json"))) == len(expected) and list(out.glob("*.json")),
                          60, "every attempt")
         results = {p.stem: json.loads(p.read_text()) for p in got}
@@ -546,7 +558,7 @@ def test_a_dev_that_leaves_its_process_tree_gets_no_other_identity(repo: Path, t
             assert res["rc"] == code, (name, res)
             assert phrase in res["out"] + res["err"], (name, res)
             if name.startswith(("setsid", "nohup", "subshell")):
-                assert res["ppid"] != env.store.agent("mallory").location["pid"], name  # really detached
+                assert res["ppid"] != res["attacker"], name  # really detached (both pids seen in its sandbox)
         # Nothing happened: sib runs and is not done, the PR is open, nobody else was spawned, the note is mallory's.
         sib = env.store.agent("sib")
         assert sib is not None and sib.status != "done" and sib.output is None

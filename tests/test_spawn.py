@@ -20,6 +20,7 @@ from conftest import (
     git,
     live_agent_vars,
     run_exo,
+    sandbox_reach,
     state_text,
     stop_repo_agents,
     trust,
@@ -79,7 +80,9 @@ def team(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     script.write_text(AGENT)
     out = tmp_path / "out"
     out.mkdir()
-    write_trusted(repo, f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{prompt}}"]\n')
+    # sandboxed (the default), the agents write `out` and get the test's variables as a user would give them
+    write_trusted(repo, sandbox_reach(out, env=["OUT_DIR", "SPAWN_CHILD_OF", "SECRET_TOKEN"])
+                  + f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{prompt}}"]\n')
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("OUT_DIR", str(out))
     monkeypatch.setenv("SECRET_TOKEN", CANARY)
@@ -285,7 +288,8 @@ def test_same_spawn_twice_no_duplicate(team: Path) -> None:
     panes = subprocess.run(["tmux", "-L", f"exo-{repo_id(team)}", "list-windows", "-a", "-F", "#{window_name}"],
                            capture_output=True, text=True).stdout.split()
     assert panes.count("solo") == 1
-    assert [w for w in git(team, "worktree", "list").splitlines() if "solo" in w].__len__() == 1
+    assert [w for w in git(team, "worktree", "list").splitlines() if "solo" in w].__len__() <= 1  # or a clone
+    assert [p.name for p in (team / ".exo" / "worktrees").iterdir() if p.name.startswith("solo")] == ["solo"]
 
 
 @pytest.mark.parametrize("point", ["spawn.recorded", "spawn.worktree", "spawn.prepared", "spawn.started"])
@@ -328,7 +332,7 @@ def test_doctor_orphans(team: Path) -> None:
 
     exo = Exo(team)
     code, res = spawn_json(exo, "--worker", "keep", "--worker", "o1", "--worker", "o2", "--prompt", "x",
-                           "--agent", "custom", "--mux", "headless")
+                           "--agent", "custom", "--mux", "headless", "--layout", "worktree")  # clones: test_clones.py
     assert code == 0, res
     root = team / ".exo" / "worktrees"
     assert exo("kill", "o1").exit_code == 0 and exo("kill", "o2").exit_code == 0
@@ -375,7 +379,7 @@ def test_doctor_reaped_worktrees_and_stray_folders(team: Path) -> None:
 
     exo = Exo(team)
     code, res = spawn_json(exo, "--worker", "r1", "--worker", "r2", "--prompt", "x", "--agent", "custom",
-                           "--mux", "headless")
+                           "--mux", "headless", "--layout", "worktree")  # a clone: test_clones.py
     assert code == 0, res
     root = team / ".exo" / "worktrees"
     for name in ("r1", "r2"):  # each agent writes <name>.txt into its worktree once it runs
@@ -536,7 +540,9 @@ def test_subtree_forks_claude_session(team: Path, fake_clis: Path, tmp_path: Pat
     assert argv[argv.index("--resume") + 1] == sid and "--fork-session" in argv
     assert argv[-1].startswith(f"You are now in worktree {wt} on branch main.auth. All file paths")
     assert argv[-1].endswith("Design the auth layer")
-    assert (isolate / ".claude" / "projects" / encode_project_dir(wt) / f"{sid}.jsonl").is_file()
+    spec = Env(cwd=team).store.agent("auth").spec  # type: ignore[union-attr]
+    claude_home = Path(spec["sandbox_home"]) if spec.get("sandboxed") else isolate  # sandboxed: its private HOME
+    assert (claude_home / ".claude" / "projects" / encode_project_dir(wt) / f"{sid}.jsonl").is_file()
     assert rec["env"]["EXO_ROLE"] == "tl"
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, Exo, agent_vars, git, run_exo, stop_repo_agents, write_trusted
+from conftest import ROOT, Exo, agent_vars, git, run_exo, sandbox_reach, stop_repo_agents, write_trusted
 from exo_cli.env import Env
 from exo_cli.records import Agent
 
@@ -209,8 +209,9 @@ def _tree(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, depth:
     out = tmp_path / "out"
     out.mkdir()
     limits = f"\n[limits]\nmax_depth = {max_depth}\n" if max_depth is not None else ""
-    write_trusted(repo,
-        f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{prompt}}"]\n{limits}')
+    write_trusted(repo, sandbox_reach(out, env=["OUT_DIR", "TREE_DEPTH", "TREE_PAD"])  # sandboxed: the default
+                  + f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{prompt}}"]\n'
+                  + limits)
     for k, v in {"PYTHONPATH": str(ROOT), "OUT_DIR": str(out), "TREE_DEPTH": str(depth), "TREE_PAD": pad}.items():
         monkeypatch.setenv(k, v)
     first = Exo(repo)("spawn", "--subtree", "--task", "level 1", "--branch", f"{pad}l1", "--agent", "custom",

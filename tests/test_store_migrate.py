@@ -403,3 +403,26 @@ def test_a_long_lived_forge_poller_follows_the_move(repo: Path, url: str) -> Non
     assert run_exo("store", "migrate", "--to", url, cwd=repo).returncode == 0
     assert poll_once(env).errors == [] and env.store_url == url
     assert [a.id for a in env.store.agents()] == ["w0", "w1", "w2"]
+
+
+def test_the_broker_follows_the_state_folder_whatever_its_starter_named(repo: Path, url: str) -> None:
+    """The broker's environment is its starter's (an agent's, or a keeper's, recorded at the agent's spawn, before
+    any `exo store migrate`): it follows where the state folder holds the state, both ways, where the starter's
+    own environment is refused; before any state, the URL it names still counts."""
+    from exo_cli.ops import broker
+
+    assert run_exo("init", cwd=repo).returncode == 0  # the state in SQLite
+    starter = {**os.environ, "EXO_STORE_URL": url}  # a URL the SQLite state contradicts (a TL into a new repo)
+    with pytest.raises(StateError):
+        _ = Env(cwd=repo, environ=starter).store_url
+    spawned = broker._environ(Env(cwd=repo, environ={**os.environ, "EXO_STORE_URL": ""}))
+    assert Env(cwd=repo, environ={**spawned, "EXO_STORE_URL": url}).store_url is None  # SQLite, where the state is
+    r = run_exo("store", "migrate", "--to", url, "--json", cwd=repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert Env(cwd=repo, environ=spawned).store_url == url  # the move is followed (spawned says "" for SQLite)
+    with pytest.raises(StateError):
+        _ = Env(cwd=repo, environ={**os.environ, "EXO_STORE_URL": ""}).store_url  # a human's "" is refused
+    empty = repo.parent / "fresh"
+    empty.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(empty)], check=True)
+    assert Env(cwd=empty, environ={**spawned, "EXO_STORE_URL": url}).store_url == url  # no state yet: the URL

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Exo, git, stop_repo_agents, trust, wait_for
+from conftest import Exo, git, sandbox_reach, stop_repo_agents, trust, wait_for
 from exo_cli.env import Env
 from exo_cli.errors import StateError
 
@@ -108,8 +108,10 @@ def test_a_spawn_uses_no_untrusted_value(repo: Path, tmp_path: Path, key: str, t
 
 
 def test_a_trusted_post_create_runs_and_a_changed_one_is_refused_again(repo: Path, tmp_path: Path) -> None:
-    marker = tmp_path / "ran"
-    local(repo, '[agent]\ncommand = ["sleep", "600"]\n')  # the user's own file: trusted as it is
+    marks = tmp_path / "marks"  # the post-create command runs in the agent's sandbox (the default): it writes here
+    marks.mkdir()
+    marker = marks / "ran"
+    local(repo, sandbox_reach(marks) + '[agent]\ncommand = ["sleep", "600"]\n')  # the user's own file: trusted
     committed(repo, f"# the team's settings\n[worktree]\npost_create = {q(touch(marker))}\n")
     refused(Exo(repo)(*spawn("p1", "--agent", "custom")), "worktree.post_create")
     assert not marker.exists()
@@ -131,13 +133,13 @@ def test_a_trusted_post_create_runs_and_a_changed_one_is_refused_again(repo: Pat
     committed(repo, (repo / "exo.toml").read_text() + "# reviewed\n[limits]\nmax_agents = 9\n")
     assert Env(cwd=repo).config.untrusted() == []
     # another value is refused until trusted again, and shown as such
-    other = touch(tmp_path / "other")
+    other = touch(marks / "other")
     committed(repo, f"[worktree]\npost_create = {q(other)}\n")
     [entry] = Exo(repo)("trust", "--show", "--json").json()["entries"]  # type: ignore[index]
     assert (entry["state"], entry["pinned"], entry["current"]) == ("differs", touch(marker), other)
     refused(Exo(repo)(*spawn("p2", "--agent", "custom")), "worktree.post_create")
     no_agent_made(repo, "p2")
-    assert not (tmp_path / "other").exists()
+    assert not (marks / "other").exists()
 
 
 def test_notify_command_runs_only_once_trusted(repo: Path, tmp_path: Path) -> None:

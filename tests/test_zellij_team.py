@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,9 +18,10 @@ from pathlib import Path
 import pytest
 from test_agents_watch import AGENT, _alive
 
-from conftest import ROOT, git, wait_for, write_trusted
+from conftest import ROOT, git, sandbox_reach, wait_for, write_trusted
 
 HERE = Path(__file__).resolve().parent
+SANDBOX = ["--sandbox"] if shutil.which("bwrap") or os.environ.get("CI") else []  # CI installs bubblewrap
 
 PROCESS_COMPOSE = r'''#!{python}
 import json, os, sys, time
@@ -44,8 +46,8 @@ def zteam(repo: Path, tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], di
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     (tmp_path / "pc").mkdir()
-    write_trusted(repo,
-        f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{name}}", "{{prompt}}"]\n'
+    write_trusted(repo, sandbox_reach(tmp_path / "pc", env=["PC_OUT"])  # the services run sandboxed (the default)
+        + f'[agent]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, "{{name}}", "{{prompt}}"]\n'
         'idle_quiet_seconds = 2\n[services.web]\ncommand = "sleep 600"\nport = 18400\n'
     )
     git(repo, "add", "exo.toml")
@@ -83,11 +85,13 @@ def calls(tmp_path: Path) -> list[list[str]]:
 
 def test_zellij_team_from_a_plain_shell(zteam, tmp_path: Path) -> None:
     repo, inside, plain = zteam
+    # sandboxed (services make `auto` leave an agent unsandboxed: --sandbox walls both in)
     res = run_json(repo, inside, "spawn", "--worker", "quiet", "--agent", "custom", "--mux", "zellij",
-                   "--prompt", "hello")
+                   "--prompt", "hello", *SANDBOX)
     assert res["errors"] == [], res
     rec = run_json(repo, plain, "agents")["agents"][0]  # listing from a shell outside Zellij works
     assert rec["mux"] == "zellij" and rec["location"]["session"] == "work" and rec["status"] == "working"
+    assert rec["sandboxed"] is bool(SANDBOX)
     status = run_json(repo, plain, "status")
     assert status["team"]["agents"] == 1
 

@@ -19,10 +19,20 @@ TYPE_CHECKING = False
 def ensure_private_dir(path: Path, *, parents: bool = False) -> Path:
     """Create ``path`` with mode 0700 (or check an existing one is ours and private).
 
-    ``parents`` creates missing parent folders first (with the default mode).
+    ``parents`` creates missing parent folders first, private too (``mkdir(parents=True)`` would
+    give them the umask's mode: exo's state folder once got a world-readable ``agents/``).
     """
     if parents:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        missing = []
+        parent = path.parent
+        while not parent.is_dir() and parent != parent.parent:
+            missing.append(parent)
+            parent = parent.parent
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder, 0o700)
+            except FileExistsError:
+                pass
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -457,7 +458,7 @@ def bwrap_path(environ: Mapping[str, str] | None = None) -> str | None:
 def probe(*, path: str | None = None, timeout: float = 20.0) -> tuple[bool, str]:
     """Whether bubblewrap works here: (True, its version) or (False, why not).
 
-    Runs ``true`` in the smallest sandbox exo makes (own pid namespace, no capabilities); a
+    Runs ``true`` (by its path) in the smallest sandbox exo makes (own pid namespace, no capabilities); a
     kernel without unprivileged user namespaces, or a container that forbids them, fails here.
     ``path``: the PATH to look for ``bwrap`` on (this process's by default).
     """
@@ -466,8 +467,10 @@ def probe(*, path: str | None = None, timeout: float = 20.0) -> tuple[bool, str]
     found = bwrap_path({"PATH": path} if path is not None else None)
     if found is None:
         return False, "bubblewrap is not installed (no bwrap on PATH)"
+    # a program by its path: a PATH without ``true`` on it says nothing about bubblewrap
+    inner = next(([p] for p in ("/usr/bin/true", "/bin/true") if os.access(p, os.X_OK)), [sys.executable, "-S", "-c", ""])
     argv = [found, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--cap-drop", "ALL",
-            "--new-session", "--die-with-parent", "--", "true"]
+            "--new-session", "--die-with-parent", "--", *inner]
     try:
         done = run_captured(argv, {"PATH": path or os.environ.get("PATH", "/usr/bin:/bin")}, timeout, None)
         version = run_captured([found, "--version"], {}, timeout, None)

@@ -60,8 +60,15 @@ def sandboxed_children(pid: int) -> list[int]:
     return agents(pid)
 
 
+def sandbox_of(pid: int) -> int:
+    """The bwrap of the agent process ``pid``: itself (a pane's launcher execs it), else its bwrap child (the
+    headless runner's), else ``pid``."""
+    if command_name(pid) == "bwrap":
+        return pid
+    return next((c for c in children_of(pid) if command_name(c) == "bwrap"), pid)
+
+
 def runs_sandboxed(pid: int | None) -> bool:
     """Whether the agent process ``pid`` (a pane's, or the headless runner / Zellij launcher that runs it) is a
     bubblewrap sandbox: what ``exo doctor`` records of an agent whose record was lost."""
-    return bool(pid) and (command_name(pid or 0) == "bwrap" or any(command_name(c) == "bwrap"
-                                                                     for c in children_of(pid or 0)))
+    return bool(pid) and command_name(sandbox_of(pid or 0)) == "bwrap"

@@ -371,15 +371,16 @@ def _busy(agent: Agent, st: PaneState) -> bool:
     pid = st.pid or (location(agent).pid if location(agent) else None)  # type: ignore[union-attr]
     if not pid:
         return False
+    if agent.spec.get("sandboxed"):  # bwrap and its init run the agent; its network's bridge is no build
+        from exo_cli.adapters.sandboxprocs import sandbox_of, sandboxed_children
+
+        # a pane's launcher execs bwrap (its broker keeper stays its child); the headless runner starts it
+        return bool(sandboxed_children(sandbox_of(pid)))
     if agent.mux != "tmux":  # Zellij's launcher and the headless runner run the agent as their child
         inner = children_of(pid)
         if len(inner) != 1:
             return len(inner) > 1
         pid = inner[0]
-    if agent.spec.get("sandboxed"):  # bwrap and its init run the agent; its network's bridge is no build
-        from exo_cli.adapters.sandboxprocs import sandboxed_children
-
-        return bool(sandboxed_children(pid))
     return bool(children_of(pid))
 
 
@@ -566,6 +567,21 @@ def check_dialogs(env: Env, agents: list[Agent], observed: dict[str, PaneState |
 # -------------------------------------------------------------------------------- stopping
 
 
+def stop_sandbox(env: Env, agent: Agent) -> None:
+    """Stop what is left of a sandboxed agent's sandbox: its inside leaves the agent's group (bwrap
+    --new-session), and a sandbox whose bwrap was killed while starting stays asleep as its pid
+    namespace's init, which only SIGKILL ends (``stop_marked`` sends it after a grace)."""
+    if agent.spec.get("sandboxed"):
+        from exo_cli.adapters.sandboxprocs import stop_marked
+        from exo_cli.ops import broker
+
+        marks = {"EXO_AGENT": agent.id, "EXO_STATE_DIR": str(env.state_dir)}
+        key = agent.spec.get(broker.KEY_FIELD)
+        if key:  # this spawn's own socket (random): a namesake spawned since is another agent, never stopped here
+            marks["EXO_SOCKET"] = broker.socket_path(env, str(key))
+        stop_marked(marks)
+
+
 def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = DEAD,
                settle_dependents: bool = False) -> bool:
     """Stop the agent's process group and every service exo started for it; record ``status``.
@@ -591,10 +607,7 @@ def stop_agent(env: Env, agent: Agent, *, reason: str = "killed", status: str = 
                 smux.kill(svc, grace=2.0)
         except (ExoError, OSError):
             continue
-    if agent.spec.get("sandboxed"):  # the inside of its sandbox left the group (bwrap --new-session): gone too
-        from exo_cli.adapters.sandboxprocs import stop_marked
-
-        stop_marked({"EXO_AGENT": agent.id, "EXO_STATE_DIR": str(env.state_dir)})
+    stop_sandbox(env, agent)
     became_dead = False
     if agent.status not in (DONE,) or status == DONE:
         env.store.update_agent(agent.id, status=status, status_reason=reason)

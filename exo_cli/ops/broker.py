@@ -53,8 +53,24 @@ def serve_argv(env: Env) -> list[str]:
 
 def ensure(env: Env) -> dict[str, Any]:
     """The running broker's facts, started first when none answers (EnvironmentError_ when it cannot start)."""
-    return adapter.ensure(paths(env), argv=serve_argv(env), version=__version__,
-                          environ=adapter.broker_environ(env.environ, str(env.state_dir.resolve())))
+    return adapter.ensure(paths(env), argv=serve_argv(env), version=__version__, environ=_environ(env))
+
+
+def _environ(env: Env) -> dict[str, str]:
+    """The broker's environment (``adapter.broker_environ``), following the state where the state folder says it is.
+
+    Its starter may be an agent, which follows the state folder alone (``Env.store_url``): a TL
+    spawning into another repository makes its state there in SQLite while ``EXO_STORE_URL``
+    names PostgreSQL, and a keeper starts the broker again with the environment of the agent's
+    spawn, from before any ``exo store migrate``. Without the markers the broker would read that
+    URL, refuse the state and never start: ``EXO_STORE_FOLLOW`` has it follow the state folder
+    (its pointer, or its SQLite database) wherever it holds the state, and the URL only before.
+    """
+    from exo_cli.env import STORE_FOLLOW_VAR
+
+    out = adapter.broker_environ(env.environ, str(env.state_dir.resolve()))
+    out[STORE_FOLLOW_VAR] = "1"
+    return out
 
 
 def keeper(env: Env) -> dict[str, Any]:
@@ -69,7 +85,7 @@ def keeper(env: Env) -> dict[str, Any]:
     p = paths(env)
     return {"life": str(p.life), "ctl": str(p.ctl),
             "argv": [*exo_command(), "-C", str(env.repo.root), "broker", "start"],
-            "env": adapter.broker_environ(env.environ, str(env.state_dir.resolve()))}
+            "env": _environ(env)}
 
 
 def new_key(agent_id: str) -> str:

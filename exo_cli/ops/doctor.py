@@ -543,7 +543,7 @@ def stale_metadata(c: Checkup) -> Iterator[Finding]:
 
 def orphan_clones(c: Checkup) -> Iterator[Finding]:
     """Agents' own clones no record names: removed when exo made them and nothing would be lost (``doctorclones``)."""
-    return (Finding(*r) for r in doctorclones.orphan_clones(c.env, c.claimed(), c.made_by_exo))
+    return (Finding(*r) for r in doctorclones.orphan_clones(c.env, c.claimed(), c.made_by_exo, c.kept))
 
 
 def stale_clone_refs(c: Checkup) -> Iterator[Finding]:

@@ -59,8 +59,9 @@ def _stub(path: Path) -> Agent:
                  spec={"layout": "clone"})
 
 
-def losses(env: Env, path: Path) -> list[str]:
-    """Why removing orphan clone ``path`` would lose or disturb something (empty: safe to remove)."""
+def losses(env: Env, path: Path, copies: list[str] | None = None) -> list[str]:
+    """Why removing orphan clone ``path`` would lose or disturb something (empty: safe to remove); ``copies``:
+    the files exo copied in for its agent (``worktree.copy``), which are no work of the agent's."""
     from exo_cli.adapters.proc import processes_inside
     from exo_cli.ops import checkout
     from exo_cli.ops.keeprules import cleanup_policy
@@ -70,12 +71,15 @@ def losses(env: Env, path: Path) -> list[str]:
     try:
         with checkout.reading(env, stub, fetch=True) as (here, synced):
             inv = keep.survey(str(path), main=env.git, regenerable=regenerable, limit=limit,
-                              clone=checkout.clone_state(env, stub, synced, here))
+                              owned=keep.exo_files(str(path), copies=copies or [], source_root=str(env.repo.root)),
+                              # every clone's refs/exo/clones/ go with its clone (and are dropped once it
+                              # is gone): none keeps its commits, whichever agent's id they carry
+                              clone=checkout.clone_state(env, stub, synced, here)._replace(refs=clones.CLONE_REFS))
     finally:
         checkout.forget(env, stub)
     reasons = [f"{kind.replace('_', ' ')}: {len(items)}" for kind, items in inv.losses().items()]
     base = env.git.rev(f"refs/heads/{inv.head_branch}") if inv.head_branch else None
-    if inv.head and inv.head != base and env.git.unreachable_from_refs([inv.head], but=clones.clone_refs(stub.id)):
+    if inv.head and inv.head != base and env.git.unreachable_from_refs([inv.head], but=clones.CLONE_REFS):
         reasons.append("commits only its branch has")
     procs = processes_inside(str(path), exclude={os.getpid()})
     if procs:
@@ -85,9 +89,28 @@ def losses(env: Env, path: Path) -> list[str]:
     return reasons
 
 
-def orphan_clones(env: Env, claimed: set[str], made_by_exo: Callable[[Any], bool]) -> Iterator[Row]:
-    """Clones in exo's worktree root with no agent record: removed only when exo made them and nothing would be lost."""
+def orphan_clones(env: Env, claimed: set[str], made_by_exo: Callable[[Any], bool], kept: list[str]) -> Iterator[Row]:
+    """Clones in exo's worktree root with no agent record: removed only when exo made them and nothing would be lost.
+
+    A reaped agent's clone is handled as its worktree would be: removed when nothing in it would
+    be lost (``reaped-worktree``), else left for the human on purpose (in ``kept``, no problem).
+    """
+    from exo_cli.ops.lifecycle import reaped_worktrees
+
+    reaped = reaped_worktrees(env) if env.has_state() else {}
     for path in clone_folders(env, claimed):
+        real = os.path.realpath(path)
+        if real in reaped and made_by_exo(path):  # (a folder put there since is the human's: below)
+            try:
+                lost = losses(env, path, list(reaped[real].get("created_files") or []))
+            except (ExoError, OSError) as exc:
+                lost = [f"unreadable: {getattr(exc, 'message', exc)}"]
+            if lost:
+                kept.append(str(path))  # a reaped agent's unfinished work, left for the human on purpose
+            else:
+                yield _finding("reaped-worktree", str(path), f"clean clone of reaped agent {reaped[real].get('agent')}",
+                               "remove the folder (its branch is kept)", partial(_remove, env, path, forget=real))
+            continue
         if not made_by_exo(path):
             yield _finding("orphan-clone", str(path), "a clone no agent record names, and exo did not record "
                            "creating it", "left alone: not exo's")
@@ -104,10 +127,14 @@ def orphan_clones(env: Env, claimed: set[str], made_by_exo: Callable[[Any], bool
                            "in it would be lost", "remove the folder", partial(_remove, env, path))
 
 
-def _remove(env: Env, path: Path) -> bool:
+def _remove(env: Env, path: Path, *, forget: str | None = None) -> bool:
     ok, why = env.worktrees.remove_clone(str(path), _stub(path).id)
     if not ok:
         raise StateError(why)
+    if forget is not None:
+        from exo_cli.ops.lifecycle import remember_reaped
+
+        remember_reaped(env, forget, None)
     return True
 
 

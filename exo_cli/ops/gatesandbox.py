@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from exo_cli.env import Env
     from exo_cli.ops.sandbox import SandboxStatus
 
-HINT = ("Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set [sandbox] mode = \"auto\" (gates "
-        "run sandboxed where bubblewrap works) or \"off\".")
+HINT = ("Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set [sandbox] mode = \"auto\" (the "
+        "default: gates run sandboxed where bubblewrap works) or \"off\".")
 _probed: dict[str, SandboxStatus] = {}  # PATH -> whether bubblewrap works: probed once per runner process
 PROXY_KEY = "gate"  # the proxy's name for the gate being run (one at a time per runner)
 
@@ -46,13 +46,10 @@ PROXY_KEY = "gate"  # the proxy's name for the gate being run (one at a time per
 def decide(env: Env) -> bool:
     """Whether this runner's gates run sandboxed; EnvironmentError when ``[sandbox] mode = "on"`` and they cannot.
 
-    Gates run code agents wrote: with ``[sandbox] mode`` left at its default they run as under
-    ``auto`` (sandboxed wherever bubblewrap works), even while agents are not sandboxed by default;
-    a mode the user sets is followed.
+    Gates run code agents wrote: they follow ``[sandbox] mode`` as agents do (``auto`` by default:
+    sandboxed wherever bubblewrap works).
     """
-    mode = str(env.config.get("sandbox.mode") or "off")
-    if env.config.origin("sandbox.mode") == "default":
-        mode = "auto"
+    mode = str(env.config.get("sandbox.mode") or "auto")
     if mode == "off":
         return False
     from exo_cli.ops.sandbox import sandbox_status

@@ -245,6 +245,7 @@ def reap(env: Env) -> ReapResult:
             continue
         if agentctl.close_windows(env, a):
             closed.append(a.id)
+        agentctl.stop_sandbox(env, a)  # a sandbox killed as it started lingers outside its window
         if a.undo:
             with contextlib.suppress(Exception):
                 backends.cleanup(list(a.undo))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import shutil
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exo_cli.errors import EnvironmentError_, InvalidInput
@@ -217,13 +216,6 @@ def host_fields(env: Env) -> dict[str, Any]:
         if env.via_host.get("settings"):  # the spawning host's choices stay with the agent (``agentctl.setting``)
             out["settings"] = dict(env.via_host["settings"])
     return out
-
-
-def private_dir(path: Path) -> None:
-    """Create ``path`` and its missing parents with mode 0700 (``mkdir(parents=True)`` would use the umask)."""
-    if not path.parent.is_dir():
-        private_dir(path.parent)
-    path.mkdir(exist_ok=True, mode=0o700)
 
 
 def finish(env: Env, req: Request, agent: Agent, spec: dict[str, Any]) -> Agent:

@@ -282,7 +282,7 @@ def common_for(env: Env, target: Env, *, mux: str, from_branch: str | None, no_w
     sandboxed = decide(target, flag=sandbox, layout=chosen, explicit_layout=layout is not None
                        or target.config.origin("worktree.layout") != "default", no_worktree=no_worktree,
                        skip_permissions=skip, backend=backend,
-                       inherited=caller is not None and bool(caller.spec.get("sandboxed")))
+                       inherited=caller is not None and bool(caller.spec.get("sandboxed")), warnings=warnings)
     return Common(
         mux=mux, no_worktree=no_worktree, layout="clone" if sandboxed else chosen, sandbox=sandboxed,
         skip_permissions=skip, demo_script=demo_script,

@@ -1,9 +1,10 @@
 """Spawn's sandbox step: whether the call's agents run in bubblewrap, and each agent's command wrapped in it.
 
 ``decide`` settles it once per call from ``--sandbox/--no-sandbox`` and ``[sandbox] mode``
-(``off`` by default in this version: none; ``auto``: wherever bubblewrap works; ``on``: every agent,
-an error where it does not). ``--layout worktree`` and ``--no-worktree`` ask for an unsandboxed agent
-under ``auto``.
+(``auto``, the default: wherever bubblewrap works; ``on``: every agent, an error where it does not;
+``off``: none). ``--layout worktree`` and ``--no-worktree`` ask for an unsandboxed agent
+under ``auto``; an agent with services runs unsandboxed there too, with a warning (its services
+run in a sandbox of their own with no network it shares).
 A sandboxed agent works in its own ``git clone --shared`` (the only layout that can be
 sandboxed). ``--skip-permissions`` (or a CLI's bypass flag in ``agent.args``) with a mode other
 than ``off`` is refused where bubblewrap does not work, unless ``--no-sandbox``: never silently
@@ -29,8 +30,12 @@ BYPASS_FLAGS = ("--dangerously-skip-permissions", "--dangerously-bypass-approval
 HINT = "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or spawn with --no-sandbox."
 
 
+SERVICES_NOTE = ("its services ([services]) run in a sandbox of their own, with no network the agent shares: it "
+                 "could not reach them")
+
+
 def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool, no_worktree: bool,
-           skip_permissions: bool, backend: str, inherited: bool = False) -> bool:
+           skip_permissions: bool, backend: str, inherited: bool = False, warnings: list[str] | None = None) -> bool:
     """Whether the call's agents run sandboxed (see the module); UsageError or EnvironmentError when they cannot.
 
     ``inherited``: the caller is a sandboxed agent, whose children are sandboxed whatever the mode
@@ -41,7 +46,7 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
             raise UsageError("a sandboxed agent's children run sandboxed: --no-sandbox is refused",
                              hint="Ask your parent (or the human) to spawn it unsandboxed.")
         flag = True
-    mode = str(target.config.get("sandbox.mode") or "off")
+    mode = str(target.config.get("sandbox.mode") or "auto")
     bypass = skip_permissions or any(a in BYPASS_FLAGS for a in (target.config.get("agent.args") or {}).get(backend, []))
     if flag is False or (flag is None and mode == "off"):
         return False
@@ -59,6 +64,16 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
                 hint="Turn the broker on, or spawn with --no-sandbox to run them unsandboxed anyway.")
         return False
     other_layout = no_worktree or (explicit_layout and layout != "clone")
+    if flag is None and not required and not other_layout and target.config.get("services"):
+        # auto: an agent with services runs unsandboxed, said once (`--sandbox` or mode "on" wall both in)
+        if bypass:
+            raise EnvironmentError_(
+                "Refusing to let agents run tools without asking (--skip-permissions or a bypass flag in agent.args) "
+                f"outside a sandbox: under [sandbox] mode \"auto\" an agent with services runs unsandboxed ({SERVICES_NOTE})",
+                hint="Spawn with --sandbox (its services unreachable) or --no-sandbox (unsandboxed anyway).")
+        if warnings is not None:
+            warnings.append(f"Agents run unsandboxed: {SERVICES_NOTE}. --sandbox walls them in all the same")
+        return False
     if required and other_layout:
         raise UsageError("a sandboxed agent works in its own clone: --sandbox (or [sandbox] mode = \"on\") excludes "
                          + ("--no-worktree" if no_worktree else "--layout worktree (or worktree.layout = \"worktree\")"),
@@ -140,12 +155,17 @@ def network_for(env: Env, spec: dict[str, Any]) -> Any:
 
 
 def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[str], environ: dict[str, str],
-             tty: bool, binds: list[tuple[str, str]], net: Any = None) -> Any:
-    """The ``sandbox.Plan`` that runs ``argv`` as this agent (its clone, its HOME, its socket), ``environ`` allow-listed."""
+             tty: bool, binds: list[tuple[str, str]], net: Any = None, ports: dict[str, int] | None = None) -> Any:
+    """The ``sandbox.Plan`` that runs ``argv`` as this agent (its clone, its HOME, its socket), ``environ`` allow-listed.
+
+    exo's own variables pass: ``EXO_*``, ``BEADS_DIR``, ``CODEX_HOME`` and the ``<SERVICE>_PORT`` of
+    the agent's allocated ``ports`` (its services listen there; the agent must know where).
+    """
     from dataclasses import replace
 
     from exo_cli.adapters import sandbox
     from exo_cli.adapters.mux import tmux_socket
+    from exo_cli.adapters.worktree import port_env
 
     home = Path(env.environ.get("HOME") or os.path.expanduser("~"))
     private, cache = private_places(agent_dir)
@@ -157,7 +177,8 @@ def plan_for(env: Env, *, backend: str, path: Path, agent_dir: Path, argv: list[
         empty=sandbox.ensure_empty_file(agent_dir / "empty"), socket_dir=os.path.dirname(socket) if socket else None,
         checkouts=str(env.worktree_root), git_config=str(git_config), credentials=tuple(binds),
     )  # fmt: skip
-    mine = {k: v for k, v in environ.items() if k.startswith("EXO_") or k in ("BEADS_DIR", "CODEX_HOME")}
+    own = {"BEADS_DIR", "CODEX_HOME", *port_env(ports or {})}
+    mine = {k: v for k, v in environ.items() if k.startswith("EXO_") or k in own}
     config = env.config
     keep = list(config.get("sandbox.env") or [])
     if backend == "codex" and environ.get("CODEX_HOME"):  # the key of the provider the user's Codex config selects
@@ -194,12 +215,12 @@ def command(plan: Any, argv: list[str] | None = None) -> tuple[list[str], dict[s
 
 
 def wrap(env: Env, *, backend: str, path: Path, agent_dir: Path, launch: Launch, tty: bool,
-         binds: list[tuple[str, str]], net: Any = None) -> Launch:
+         binds: list[tuple[str, str]], net: Any = None, ports: dict[str, int] | None = None) -> Launch:
     """``launch`` run inside the agent's sandbox: its argv (and a headless agent's next turns) behind ``bwrap``."""
     from exo_cli.adapters.agents import Launch
 
     plan = plan_for(env, backend=backend, path=path, agent_dir=agent_dir, argv=list(launch.argv),
-                    environ=launch.env, tty=tty, binds=binds, net=net)
+                    environ=launch.env, tty=tty, binds=binds, net=net, ports=ports)
     argv, inner_env = command(plan)
     channel = dict(launch.channel)
     if channel.get("mode") == "resume":  # each next turn of a headless agent starts a new process: sandboxed too
@@ -216,7 +237,7 @@ def around(env: Env, spec: dict[str, Any], path: Path, argv: list[str], environ:
     """
     binds = [(str(a), str(b)) for a, b in spec.get("sandbox_binds") or []]
     plan = plan_for(env, backend="custom", path=path, agent_dir=Path(spec["agent_dir"]), argv=argv, environ=environ,
-                    tty=tty, binds=binds, net=network_for(env, spec))
+                    tty=tty, binds=binds, net=network_for(env, spec), ports=spec.get("ports") or {})
     return command(plan)
 
 

@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exo_cli import fault
 from exo_cli.adapters import worktree as wt
+from exo_cli.adapters.files import ensure_private_dir
 from exo_cli.env import PROOF_FIELD, PROOF_VAR, SOCKET_VAR, new_proof
 from exo_cli.errors import ExoError, InvalidInput, StateError, UsageError
-from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, host_fields, private_dir
+from exo_cli.ops.spawn.call import PENDING, Call, agent_env, finish, host_fields
 from exo_cli.ops.spawn.context import context_text, first_prompt
 from exo_cli.ops.spawn.recovery import cleanup_partial, resume_started, spawn_lock
 from exo_cli.ops.spawn.result import SpawnResult, failed_call, run_tasks
@@ -423,7 +424,9 @@ def _socket(call: Call, agent: Agent, spec: dict[str, Any]) -> str | None:
         spec.pop(broker.KEY_FIELD, None)
         env.store.update_agent(agent.id, spec=spec)
         if call.common.sandbox:  # the state is hidden from its sandbox: without its socket it could not reach exo
-            raise
+            raise StateError(f"{exc.message}: a sandboxed agent reaches exo only through its broker",
+                             hint="Spawn it with --no-sandbox meanwhile; `exo broker status` says what runs (another "
+                             "exo's broker: once its agents are done, `exo broker stop`).") from exc
         call.warn(f"{agent.id}: works without exo's broker ({exc.message})" + (f" {exc.hint}" if exc.hint else ""))
         return None
 
@@ -499,7 +502,7 @@ def _backend_for(env: Env, name: str, common: Common, agent_dir: Path) -> Backen
             return backends.get_backend("demo")
         from exo_cli.adapters.files import atomic_write
 
-        private_dir(agent_dir)
+        ensure_private_dir(agent_dir, parents=True)
         path = agent_dir / f"demo-script{suffix if suffix == '.toml' else '.json'}"
         atomic_write(path, data, mode=0o600, fsync=False)
         return backends.get_backend("demo", script=str(path))
@@ -530,7 +533,7 @@ def _prepare_backend(call: Call, req: Request, agent: Agent, spec: dict[str, Any
     env = call.env
     common = call.common
     agent_dir = Path(spec["agent_dir"])
-    private_dir(agent_dir)
+    ensure_private_dir(agent_dir, parents=True)
     backend = _backend_for(env, req.agent, common, agent_dir)
     resume, fork = _fork_session(call, req, agent.id)
     bead_full = bead_task.id if bead_task is not None else None
@@ -559,7 +562,7 @@ def _prepare_backend(call: Call, req: Request, agent: Agent, spec: dict[str, Any
 
         launch = sandboxing.wrap(env, backend=req.agent, path=path, agent_dir=agent_dir, launch=launch,
                                  tty=common.mux != "headless", binds=[tuple(b) for b in spec["sandbox_binds"]],
-                                 net=sandboxing.network_for(env, spec))
+                                 net=sandboxing.network_for(env, spec), ports=spec.get("ports") or {})
     spec["phase"] = "prepared"
     spec["launch_files"] = list(launch.files)
     env.store.update_agent(agent.id, spec=spec, undo=list(launch.undo))
