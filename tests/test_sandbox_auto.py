@@ -35,13 +35,18 @@ def inside(env: Env, agent: str) -> set[int]:
     return set(carrying("EXO_AGENT", agent)) & set(carrying("EXO_STATE_DIR", str(env.state_dir)))
 
 
+def user_config(home: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """``text`` as the user's exo configuration (trusted as the user's own), exo importable by the agents."""
+    cfg = home / ".config" / "exo"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "config.toml").write_text(text)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+
 @needs_bwrap
 def test_kill_returns_once_the_sandbox_is_empty_and_deinit_leaves_no_trace(repo: Path, isolate: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = isolate / ".config" / "exo"
-    cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "config.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\n")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    user_config(isolate, monkeypatch, f"[agent]\ncommand = {json.dumps(AGENT)}\n")
     exo = Exo(repo)
     env = Env(cwd=repo)
     try:
@@ -55,7 +60,7 @@ def test_kill_returns_once_the_sandbox_is_empty_and_deinit_leaves_no_trace(repo:
             # each stop: nothing of its sandbox runs once it says stopped (w1, w2: stopped while it starts)
             assert exo("kill", name).exit_code == 0
             assert inside(env, name) == set()
-        homes = cfg / clones.HOMES
+        homes = isolate / ".config" / "exo" / clones.HOMES
         assert len(homes.read_text().splitlines()) == 3
 
         killed = run_exo("deinit", cwd=repo, env={"EXO_FAULT": "deinit.files"})
@@ -103,11 +108,8 @@ def test_a_quiet_sandboxed_custom_agent_goes_idle_unless_it_builds(repo: Path, i
     """Quiet for idle_quiet_seconds: idle, but not while it runs a child process (its "build"); bwrap, its init,
     the network's bridge and the pane's keeper are none."""
     script = "echo ready; sleep 600" if build else "echo ready; exec sleep 600"
-    cfg = isolate / ".config" / "exo"
-    cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "config.toml").write_text(f'[agent]\ncommand = ["sh", "-c", {json.dumps(script)}, "{{prompt}}"]\n'
-                                     "idle_quiet_seconds = 2\n")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    user_config(isolate, monkeypatch, f'[agent]\ncommand = ["sh", "-c", {json.dumps(script)}, "{{prompt}}"]\n'
+                "idle_quiet_seconds = 2\n")
     try:
         r = run_exo("spawn", "--worker", "q", "--prompt", "x", "--agent", "custom", "--mux", mux, "--sandbox",
                     cwd=repo)
@@ -126,10 +128,7 @@ def test_doctor_rebuilds_a_live_sandboxed_agent_as_sandboxed(repo: Path, isolate
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The state lost, `exo doctor` rebuilds live agents' records: a sandboxed one's says sandboxed (else it would
     be watched, stopped and started again as an unsandboxed agent)."""
-    cfg = isolate / ".config" / "exo"
-    cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "config.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\nidle_quiet_seconds = 3600\n")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    user_config(isolate, monkeypatch, f"[agent]\ncommand = {json.dumps(AGENT)}\nidle_quiet_seconds = 3600\n")
     try:
         for name, mux, flag in (("s1", "headless", "--sandbox"), ("s2", "tmux", "--sandbox"),
                                 ("u1", "headless", "--no-sandbox")):
@@ -160,10 +159,7 @@ def test_reap_stops_what_is_left_of_its_agent_never_a_namesake_spawned_since(rep
     works on the old record keeps running."""
     from exo_cli.ops import agentctl
 
-    cfg = isolate / ".config" / "exo"
-    cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "config.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\nidle_quiet_seconds = 3600\n")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    user_config(isolate, monkeypatch, f"[agent]\ncommand = {json.dumps(AGENT)}\nidle_quiet_seconds = 3600\n")
 
     def spawn() -> None:
         r = run_exo("spawn", "--worker", "w1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--sandbox",
@@ -204,11 +200,8 @@ def test_under_auto_an_agent_with_services_runs_unsandboxed_and_says_so(repo: Pa
     """Its services run in a sandbox of their own with no network the agent shares: under `auto` (the default) an
     agent with services runs unsandboxed, with a warning; `--skip-permissions` is then refused (never silently
     unsandboxed), and `--sandbox` walls both in."""
-    cfg = isolate / ".config" / "exo"
-    cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "config.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\n"
-                                     '[services.web]\ncommand = "sleep 600"\nport = 18460\n')
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    user_config(isolate, monkeypatch, f"[agent]\ncommand = {json.dumps(AGENT)}\n"
+                '[services.web]\ncommand = "sleep 600"\nport = 18460\n')
     try:
         r = run_exo("spawn", "--worker", "u1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json",
                     cwd=repo)
@@ -234,10 +227,7 @@ def test_beside_an_older_exos_broker_a_sandboxed_spawn_says_how_to_go_on(repo: P
     without its own broker, so the spawn is refused, saying to spawn with --no-sandbox meanwhile (which works)."""
     import exo_cli.ops.broker as broker_ops
 
-    cfg = isolate / ".config" / "exo"
-    cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "config.toml").write_text(f"[agent]\ncommand = {json.dumps(AGENT)}\n")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    user_config(isolate, monkeypatch, f"[agent]\ncommand = {json.dumps(AGENT)}\n")
     exo = Exo(repo)
     try:
         r = exo("spawn", "--worker", "old1", "--prompt", "x", "--agent", "custom", "--mux", "headless", "--json")
