@@ -278,3 +278,15 @@ def test_the_stop_hook_waits_for_claude_to_write_the_turns_last_message(repo: Pa
     finally:
         late.join()
     assert env_for(repo).store.usage(["w1"]) == [("w1", Usage("m", 7, 3, 0, 0))]
+
+
+def test_retiring_takes_only_the_record_made_then(repo: Path, store_kind: str) -> None:
+    """A reap (or spawn) that read a finished agent retires that record, never a namesake made since with its id."""
+    make_agent(repo, "w1", status="done")
+    store = env_for(repo).store
+    old = store.agent("w1")
+    assert old is not None and old.created_at
+    assert not store.retire_agent("w1", "w1@1", created_at=old.created_at + 1)  # another w1's record: left alone
+    assert store.agent("w1") is not None and store.agent("w1@1") is None
+    assert store.retire_agent("w1", "w1@1", created_at=old.created_at)
+    assert store.agent("w1") is None and store.agent("w1@1") is not None

@@ -190,6 +190,8 @@ def test_reap_stops_what_is_left_of_its_agent_never_a_namesake_spawned_since(rep
         monkeypatch.setattr(agentctl, "close_windows", close_then_a_namesake)
         assert Exo(repo)("reap", "--json").exit_code == 0
         assert new and inside(env, "w1") >= new  # the new w1 runs on, whole
+        now = Env(cwd=repo).store.agent("w1")  # and its record stays its own (the old one is history)
+        assert now is not None and now.created_at != old.created_at and not now.retired
     finally:
         stop_repo_agents(repo)
 

@@ -34,7 +34,8 @@ def retire(env: Env, agent: Agent) -> str | None:
     stamp = int(agent.created_at or time.time())
     for n in range(100):
         new_id = f"{agent.id}{RETIRED_SEP}{stamp}" + (f".{n}" if n else "")
-        if env.store.retire_agent(agent.id, new_id, forget_keys=keys, forget_prefixes=prefixes):
+        if env.store.retire_agent(agent.id, new_id, forget_keys=keys, forget_prefixes=prefixes,
+                                  created_at=agent.created_at):
             return new_id
         if env.store.agent(agent.id) is None:
             return None

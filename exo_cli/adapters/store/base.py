@@ -123,8 +123,9 @@ class Store(Protocol):
         ...
 
     def retire_agent(self, agent_id: str, new_id: str, *, forget_keys: Sequence[str] = (),
-                     forget_prefixes: Sequence[str] = ()) -> bool:
+                     forget_prefixes: Sequence[str] = (), created_at: float | None = None) -> bool:
         """Move a finished agent's record to ``new_id`` (its history), freeing its id for a new agent.
+        With ``created_at``, only the record made then (a namesake spawned since is another agent).
 
         In one transaction: the record, the messages it sent or got, its events, the PRs it
         filed and its children's ``parent`` follow it to ``new_id``; the kv keys

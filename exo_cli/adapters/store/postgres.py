@@ -196,12 +196,13 @@ class PostgresStore(PgUsage, PgMoving, Store):
         self._tx(delete)
 
     def retire_agent(self, agent_id: str, new_id: str, *, forget_keys: Sequence[str] = (),
-                     forget_prefixes: Sequence[str] = ()) -> bool:
+                     forget_prefixes: Sequence[str] = (), created_at: float | None = None) -> bool:
         def retire(c: psycopg.Connection[Any]) -> bool:
             r = self.repo
             if c.execute("SELECT 1 FROM exo.agents WHERE repo = %s AND id = %s", (r, new_id)).fetchone():
                 return False
-            if c.execute("UPDATE exo.agents SET id = %s WHERE repo = %s AND id = %s", (new_id, r, agent_id)).rowcount == 0:
+            if c.execute("UPDATE exo.agents SET id = %s WHERE repo = %s AND id = %s AND (%s::float8 IS NULL OR "
+                         "created_at = %s)", (new_id, r, agent_id, created_at, created_at)).rowcount == 0:
                 return False
             for table, col in (("agents", "parent"), ("messages", "sender"), ("messages", "recipient"),
                                ("events", "agent"), ("prs", "author"), ("usage", "agent")):

@@ -374,11 +374,12 @@ class SqliteStore(SqliteUsage, Store):
         self.bell.ring(TEAM_BELL)
 
     def retire_agent(self, agent_id: str, new_id: str, *, forget_keys: Sequence[str] = (),
-                     forget_prefixes: Sequence[str] = ()) -> bool:
+                     forget_prefixes: Sequence[str] = (), created_at: float | None = None) -> bool:
         with self.write() as c:
             if c.execute("SELECT 1 FROM agents WHERE id = ?", (new_id,)).fetchone():
                 return False
-            if c.execute("UPDATE agents SET id = ? WHERE id = ?", (new_id, agent_id)).rowcount == 0:
+            if c.execute("UPDATE agents SET id = ? WHERE id = ? AND (? IS NULL OR created_at = ?)",
+                         (new_id, agent_id, created_at, created_at)).rowcount == 0:
                 return False
             c.execute("UPDATE agents SET parent = ? WHERE parent = ?", (new_id, agent_id))
             c.execute("UPDATE messages SET sender = ? WHERE sender = ?", (new_id, agent_id))
