@@ -376,11 +376,12 @@ def environ_value(pid: int, name: str, *, depth: int = 3) -> str | None:
     return None
 
 
-def carrying(name: str, value: str, *, prefix: bool = False) -> list[int]:
+def carrying(name: str, value: str, *, prefix: bool = False, also: Mapping[str, str] | None = None) -> list[int]:
     """The live processes whose environment has ``name=value`` (with ``prefix``: a value starting so), a token
-    exo gave a process it started: its descendants keep it even when they leave its session. Empty where
-    /proc is missing."""
+    exo gave a process it started: its descendants keep it even when they leave its session; and every
+    ``also`` name=value too (one look at each process). Empty where /proc is missing."""
     needle = f"{name}={value}".encode()
+    more = [f"{k}={v}".encode() for k, v in (also or {}).items()]
     out = []
     for pid in _pids():
         try:
@@ -389,7 +390,8 @@ def carrying(name: str, value: str, *, prefix: bool = False) -> list[int]:
         except OSError:
             continue
         entries = data.split(b"\0")
-        if any(e.startswith(needle) for e in entries) if prefix else needle in entries:
+        if (any(e.startswith(needle) for e in entries) if prefix else needle in entries) and all(
+                m in entries for m in more):
             st = proc_stat(pid)
             if st is not None and st.state not in ("Z", "X"):
                 out.append(pid)

@@ -25,17 +25,18 @@ def stop_marked(marks: Mapping[str, str], *, grace: float = 3.0) -> list[int]:
     import signal
 
     def found() -> set[int]:
-        sets = [set(carrying(k, v)) for k, v in marks.items()]
-        return set.intersection(*sets) - {os.getpid()} if sets else set()
+        if not marks:
+            return set()
+        (name, value), *rest = marks.items()
+        return set(carrying(name, value, also=dict(rest))) - {os.getpid()}
 
-    first = found()
+    first = left = found()
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        left = found()
         if not left:
             break
         _signal_each(left, sig)
         deadline = time.monotonic() + wait
-        while found() and time.monotonic() < deadline:
+        while (left := found()) and time.monotonic() < deadline:
             time.sleep(0.02)
     return sorted(first)
 
