@@ -25,7 +25,8 @@ from e2e.model_server import ModelServer, tool_results
 from exo_cli.adapters import netlog, netpolicy
 from exo_cli.adapters.netproxy import NetProxy, network_plan
 
-PROBE = "curl -sS -m 30 -o /dev/null -w %{http_code} https://evil.example/; echo \" rc=$?\""
+# curl's error on stdout (2>&1: one stream, in order; a -w code on stdout once cut "response 403" in two)
+PROBE = "curl -sS -m 30 -o /dev/null https://evil.example/ 2>&1; echo \" rc=$?\""
 SCRIPTS = {
     "claude": {"tool": "Bash", "input": {"command": PROBE, "description": "probe"}},
     "gemini": {"tool": "run_shell_command", "input": {"command": PROBE}},
