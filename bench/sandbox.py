@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import bench_env, exo_argv, precompile
+from _common import bench_env, exo_argv, precompile, write_trusted
 from spawn import agent_python, make_repo, repo_id
 
 
@@ -38,7 +38,7 @@ def measure(runs: int, count: int, exo: list[str], env: dict[str, str]) -> tuple
             order = list(times) if run % 2 == 0 else list(reversed(times))
             for name in order:
                 repo = make_repo(root)
-                (repo / "exo.toml").write_text(f"[agent]\ncommand = {json.dumps(agent)}\n")
+                write_trusted(repo, f"[agent]\ncommand = {json.dumps(agent)}\n", env)  # agent.command needs trust
                 flag = "--sandbox" if name == "sandboxed" else "--no-sandbox"
                 argv = [*exo, "spawn", *workers, "--prompt", "bench", "--agent", "custom", "--mux", "tmux",
                         "--layout", "clone", flag, "--json"]

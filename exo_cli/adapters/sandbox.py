@@ -27,7 +27,9 @@ prelude before the command: the allow-list proxy's ``NetworkPlan``, ``Network.br
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,9 +253,16 @@ def allowed_env(environ: Mapping[str, str], *, cli: str, extra: Iterable[str] = 
 
     ``extra`` is ``[sandbox] env`` (names or globs). ``NEVER_ENV`` is dropped whatever matches it.
     """
-    patterns = [*BASE_ENV, *CLI_ENV.get(cli, ()), *extra]
-    return {k: v for k, v in environ.items()
-            if k not in NEVER_ENV and any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+    keep = _globs((*BASE_ENV, *CLI_ENV.get(cli, ()), *extra)).fullmatch
+    return {k: v for k, v in environ.items() if k not in NEVER_ENV and keep(k)}
+
+
+@functools.lru_cache(maxsize=64)
+def _globs(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression matching what any of the shell ``patterns`` matches (case-sensitive, as
+    ``fnmatchcase``): one match per variable instead of one per pattern (a spawn filters every agent's
+    environment)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)")
 
 
 def cache_env(cache: str) -> dict[str, str]:

@@ -16,6 +16,8 @@ command line (adapters/sandbox.py); the record says ``sandboxed``. Every backend
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +103,26 @@ def private_places(agent_dir: Path) -> tuple[Path, Path]:
     return agent_dir / "home", agent_dir / "cache"
 
 
+_IDENTITIES: dict[tuple[str, ...], tuple[float, dict[str, str]]] = {}
+_IDENTITIES_LOCK = threading.Lock()
+
+
+def _git_identity(root: Path, environ: dict[str, str]) -> dict[str, str]:
+    """git's user name and e-mail for the agents' private ``.gitconfig``: one ``git config`` for the agents of
+    one spawn (its tasks run at once), asked again after a few seconds (a long-lived broker sees a change)."""
+    from exo_cli.adapters.agents.gemini import git_identity_env
+
+    key = (str(root), *(environ.get(k, "") for k in ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL",
+                                                      "GIT_CONFIG_NOSYSTEM", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL")))
+    with _IDENTITIES_LOCK:
+        at, found = _IDENTITIES.get(key, (0.0, {}))
+        if time.monotonic() - at > 5.0:
+            found = git_identity_env(root, environ)
+            _IDENTITIES.clear()
+            _IDENTITIES[key] = (time.monotonic(), found)
+    return dict(found)
+
+
 def make_home(env: Env, *, backend: str, path: Path, agent_dir: Path,
               environ: dict[str, str]) -> tuple[Path, list[tuple[str, str]]]:
     """Fill the agent's private HOME before its backend writes its files; (the HOME, the credential binds).
@@ -116,9 +138,7 @@ def make_home(env: Env, *, backend: str, path: Path, agent_dir: Path,
     ensure_private_dir(cache, parents=True)
     identity = {"name": environ.get("GIT_AUTHOR_NAME", ""), "email": environ.get("GIT_AUTHOR_EMAIL", "")}
     if not identity["name"] or not identity["email"]:
-        from exo_cli.adapters.agents.gemini import git_identity_env
-
-        found = git_identity_env(env.repo.root, environ)
+        found = _git_identity(env.repo.root, environ)
         identity = {"name": identity["name"] or found.get("GIT_AUTHOR_NAME", ""),
                     "email": identity["email"] or found.get("GIT_AUTHOR_EMAIL", "")}
     binds = fill(private, real_home=home, cli=backend, clone=str(path), environ=environ, identity=identity)
