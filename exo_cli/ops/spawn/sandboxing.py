@@ -60,19 +60,16 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
             raise UsageError("a sandboxed agent reaches exo only through the team broker, which is off ([broker] "
                              "enabled = false or EXO_BROKER=0)", hint="Turn the broker on, or spawn with --no-sandbox.")
         if bypass:
-            raise EnvironmentError_(
-                "Refusing to let agents run tools without asking (--skip-permissions or a bypass flag in agent.args) "
-                "outside a sandbox: agents are sandboxed only with the team broker on, and it is off",
-                hint="Turn the broker on, or spawn with --no-sandbox to run them unsandboxed anyway.")
+            raise _unsandboxed_bypass("agents are sandboxed only with the team broker on, and it is off",
+                                      "Turn the broker on, or spawn with --no-sandbox to run them unsandboxed anyway.")
         return False
     other_layout = no_worktree or (explicit_layout and layout != "clone")
     if flag is None and not required and not other_layout and target.config.get("services"):
         # auto: an agent with services runs unsandboxed, said once (`--sandbox` or mode "on" wall both in)
         if bypass:
-            raise EnvironmentError_(
-                "Refusing to let agents run tools without asking (--skip-permissions or a bypass flag in agent.args) "
-                f"outside a sandbox: under [sandbox] mode \"auto\" an agent with services runs unsandboxed ({SERVICES_NOTE})",
-                hint="Spawn with --sandbox (its services unreachable) or --no-sandbox (unsandboxed anyway).")
+            raise _unsandboxed_bypass(f"under [sandbox] mode \"auto\" an agent with services runs unsandboxed "
+                                      f"({SERVICES_NOTE})",
+                                      "Spawn with --sandbox (its services unreachable) or --no-sandbox (unsandboxed anyway).")
         if warnings is not None:
             warnings.append(f"Agents run unsandboxed: {SERVICES_NOTE}. --sandbox walls them in all the same")
         return False
@@ -89,13 +86,18 @@ def decide(target: Env, *, flag: bool | None, layout: str, explicit_layout: bool
         raise EnvironmentError_(f"Cannot sandbox the agents: {status.detail}", hint=HINT, detail=status.detail)
     if not status.available or other_layout:
         if bypass:
-            raise EnvironmentError_(
-                "Refusing to let agents run tools without asking (--skip-permissions or a bypass flag in agent.args) "
-                "outside a sandbox: " + (status.detail if not status.available else "they work in the repository itself"
-                                          if no_worktree else "they work in a worktree"),
-                hint="Spawn with --no-sandbox to run them unsandboxed anyway." + ("" if status.available else " " + HINT))
+            raise _unsandboxed_bypass(status.detail if not status.available else "they work in the repository itself"
+                                      if no_worktree else "they work in a worktree",
+                                      "Spawn with --no-sandbox to run them unsandboxed anyway."
+                                      + ("" if status.available else " " + HINT))
         return False
     return True
+
+
+def _unsandboxed_bypass(why: str, hint: str) -> EnvironmentError_:
+    """The refusal of --skip-permissions (or a bypass flag) for agents that would run unsandboxed: never silently."""
+    return EnvironmentError_("Refusing to let agents run tools without asking (--skip-permissions or a bypass flag in "
+                             f"agent.args) outside a sandbox: {why}", hint=hint)
 
 
 def private_places(agent_dir: Path) -> tuple[Path, Path]:
